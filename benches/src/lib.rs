@@ -1,0 +1,39 @@
+//! Cross-process benchmarks of nodeipc beside their baselines, shared by the
+//! criterion suites in `benches/` and by `nodeipc bench`.
+//!
+//! Every measurement runs ours and its baselines in the same run, on the same
+//! machine, so the figures that matter are ratios. An executable using this
+//! crate must call [`run_if_peer`] first thing in `main`: peers are that same
+//! executable, spawned again.
+#![deny(unsafe_op_in_unsafe_fn)]
+
+pub mod machine;
+mod peer;
+pub mod ring;
+pub mod stats;
+
+pub use peer::{PEER_ENV, run_if_peer};
+pub use ring::{Handoff, Ring};
+pub use stats::Summary;
+
+/// Measures `batches` batches of `laps` laps around a ring of `members`
+/// processes after a warm-up of one batch; returns nanoseconds per lap.
+///
+/// # Errors
+/// A peer that failed to start, died, or stopped answering.
+pub fn measure_ring(
+    handoff: Handoff,
+    members: usize,
+    batches: usize,
+    laps: u64,
+    pin: bool,
+) -> std::io::Result<Summary> {
+    let mut ring = Ring::new(handoff, members, laps * (batches as u64 + 1), pin)?;
+    ring.run(laps)?;
+    let mut per_lap = Vec::with_capacity(batches);
+    for _ in 0..batches {
+        per_lap.push(ring.run(laps)?.as_nanos() as f64 / laps as f64);
+    }
+    ring.finish()?;
+    Ok(Summary::of(&per_lap).expect("at least one batch"))
+}

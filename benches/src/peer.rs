@@ -1,0 +1,136 @@
+//! Peer processes for cross-process benchmarks.
+//!
+//! A benchmark spawns its own executable again with [`PEER_ENV`] set to a
+//! role; the executable's `main` calls [`run_if_peer`] first thing, so the
+//! same code serves the criterion suites and `nodeipc bench`. Descriptors a
+//! peer needs are inherited under their own numbers; everything else stays
+//! close-on-exec.
+
+use std::io;
+use std::os::fd::{AsRawFd, BorrowedFd, RawFd};
+use std::os::unix::process::CommandExt;
+use std::process::{Child, Command};
+use std::time::{Duration, Instant};
+
+/// Set in a peer's environment: its role and arguments, space-separated.
+pub const PEER_ENV: &str = "NODEIPC_BENCH_PEER";
+
+/// If this process was spawned as a benchmark peer, plays the role and
+/// exits; otherwise returns at once.
+pub fn run_if_peer() {
+    let Ok(spec) = std::env::var(PEER_ENV) else {
+        return;
+    };
+    let args: Vec<&str> = spec.split(' ').collect();
+    let result = match args.as_slice() {
+        ["ring", rest @ ..] => crate::ring::peer_main(rest),
+        _ => Err(io::Error::other(format!(
+            "unknown benchmark peer role {spec:?}"
+        ))),
+    };
+    match result {
+        Ok(()) => std::process::exit(0),
+        Err(e) => {
+            eprintln!("benchmark peer ({spec}): {e}");
+            std::process::exit(1);
+        }
+    }
+}
+
+/// Spawned peers; killed and reaped on drop, however the benchmark ends.
+#[derive(Default)]
+pub(crate) struct Peers {
+    children: Vec<Child>,
+}
+
+impl Peers {
+    /// Spawns this executable as a peer playing `role`, inheriting `fds`
+    /// (their numbers are the same in the peer), pinned to `cpu` if given.
+    pub(crate) fn spawn(
+        &mut self,
+        role: &str,
+        fds: &[BorrowedFd<'_>],
+        cpu: Option<usize>,
+    ) -> io::Result<()> {
+        let raw: Vec<RawFd> = fds.iter().map(AsRawFd::as_raw_fd).collect();
+        let mut command = Command::new(std::env::current_exe()?);
+        command.env(PEER_ENV, role);
+        let prepare = move || {
+            for &fd in &raw {
+                // SAFETY: `fd` is open in the parent for the whole spawn.
+                let fd = unsafe { BorrowedFd::borrow_raw(fd) };
+                rustix::io::fcntl_setfd(fd, rustix::io::FdFlags::empty())?;
+            }
+            rustix::process::set_parent_process_death_signal(Some(rustix::process::Signal::KILL))?;
+            if let Some(cpu) = cpu {
+                crate::machine::pin_current_thread(cpu)?;
+            }
+            Ok(())
+        };
+        // SAFETY: `prepare` runs between fork and exec and only makes
+        // async-signal-safe system calls (fcntl, prctl, sched_setaffinity) on
+        // descriptors the parent keeps open across the spawn.
+        unsafe { command.pre_exec(prepare) };
+        self.children.push(command.spawn()?);
+        Ok(())
+    }
+
+    /// Fails if a peer has exited already (with its status).
+    pub(crate) fn check_alive(&mut self) -> io::Result<()> {
+        for (i, child) in self.children.iter_mut().enumerate() {
+            if let Some(status) = child.try_wait()? {
+                return Err(io::Error::other(format!(
+                    "benchmark peer {i} exited early: {status}"
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// Waits up to `limit` for every peer to exit successfully.
+    pub(crate) fn finish(mut self, limit: Duration) -> io::Result<()> {
+        let deadline = Instant::now() + limit;
+        for (i, child) in self.children.iter_mut().enumerate() {
+            loop {
+                if let Some(status) = child.try_wait()? {
+                    if !status.success() {
+                        return Err(io::Error::other(format!(
+                            "benchmark peer {i} failed: {status}"
+                        )));
+                    }
+                    break;
+                }
+                if Instant::now() >= deadline {
+                    return Err(io::Error::other(format!(
+                        "benchmark peer {i} did not finish in {limit:?}"
+                    )));
+                }
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Peers {
+    fn drop(&mut self) {
+        for child in &mut self.children {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// Takes ownership of a descriptor a parent passed down by number.
+///
+/// # Safety
+/// `fd` must be a descriptor this process inherited for its own use and that
+/// nothing else in it owns.
+pub(crate) unsafe fn inherited(fd: &str) -> io::Result<std::os::fd::OwnedFd> {
+    use std::os::fd::FromRawFd;
+    let raw: RawFd = fd
+        .parse()
+        .map_err(|_| io::Error::other(format!("bad descriptor {fd:?}")))?;
+    // SAFETY: the caller guarantees `raw` was inherited for our sole use.
+    Ok(unsafe { std::os::fd::OwnedFd::from_raw_fd(raw) })
+}

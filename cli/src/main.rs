@@ -1,0 +1,82 @@
+//! `nodeipc`: the demo, inspection and clean-up of `/dev/shm`, and the
+//! shared-memory and semaphore tools other programs drive.
+//!
+//! The command line is a contract (see DESIGN.md): exit 0 on success, 1 with
+//! one line on stderr on failure, 3 when `sem wait` times out.
+#![deny(unsafe_op_in_unsafe_fn)]
+
+mod clean;
+mod demo;
+mod sem_cmd;
+mod shm_cmd;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+/// Building blocks for processes on one Linux node that must work as one.
+#[derive(Parser)]
+#[command(name = "nodeipc", version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the main job: spawn worker processes and drive requests through shared memory.
+    Demo(demo::DemoArgs),
+    /// List shared-memory objects and semaphores under a prefix.
+    Ls(clean::LsArgs),
+    /// Remove leftovers that no live process uses.
+    Clean(clean::CleanArgs),
+    /// Create, write, read and remove shared-memory regions.
+    #[command(subcommand)]
+    Shm(shm_cmd::ShmCommand),
+    /// Create, post, wait on and remove named semaphores.
+    #[command(subcommand)]
+    Sem(sem_cmd::SemCommand),
+    /// A demo worker (spawned by `nodeipc demo`, not for people).
+    #[command(hide = true, name = "demo-worker")]
+    DemoWorker(demo::WorkerArgs),
+}
+
+/// How a command ended when it did not succeed.
+#[derive(Debug)]
+pub(crate) enum Failure {
+    /// Exit 1 with this line on stderr.
+    Error(String),
+    /// Exit 3: a bounded wait ran out.
+    Timeout(String),
+}
+
+impl<E: std::error::Error> From<E> for Failure {
+    fn from(error: E) -> Self {
+        Failure::Error(error.to_string())
+    }
+}
+
+pub(crate) type CmdResult = Result<(), Failure>;
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Demo(args) => demo::run(args),
+        Command::DemoWorker(args) => demo::worker(args),
+        Command::Ls(args) => clean::ls(args),
+        Command::Clean(args) => clean::clean(args),
+        Command::Shm(cmd) => shm_cmd::run(cmd),
+        Command::Sem(cmd) => sem_cmd::run(cmd),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(Failure::Error(line)) => {
+            eprintln!("nodeipc: {line}");
+            ExitCode::from(1)
+        }
+        Err(Failure::Timeout(line)) => {
+            eprintln!("nodeipc: {line}");
+            ExitCode::from(3)
+        }
+    }
+}

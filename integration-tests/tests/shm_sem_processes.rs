@@ -1,0 +1,156 @@
+//! The shm and sem layers between real processes: a spawned peer sees our
+//! bytes and we see its; semaphores hand over control both ways, with Rust
+//! and with C; a peer dying leaves no waiter hanging.
+
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use nodeipc_sem::{NamedSemaphore, Semaphore, ShmSemaphore};
+use nodeipc_shm::Region;
+use nodeipc_testkit::{TempDir, Watchdog, shm_leftovers, skip, spawn_child, unique_name};
+
+fn peer() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_peer"))
+}
+
+#[test]
+fn a_peer_process_sees_our_bytes_and_we_see_its() {
+    let _dog = Watchdog::new(
+        "a_peer_process_sees_our_bytes_and_we_see_its",
+        Duration::from_secs(30),
+    );
+    let name = unique_name("bytes");
+    let region = Region::create(&name, 4096).unwrap();
+    region.write_at(1000, b"from the creator").unwrap();
+
+    let out = spawn_child(
+        peer()
+            .args(["shm-read", &name, "1000", "16"])
+            .stdout(Stdio::piped()),
+    )
+    .output_timeout(Duration::from_secs(20));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(out.stdout, b"from the creator");
+
+    let status = spawn_child(peer().args(["shm-write", &name, "2000", "from the peer"]))
+        .wait_timeout(Duration::from_secs(20));
+    assert!(status.success());
+    let mut buf = [0u8; 13];
+    region.read_at(2000, &mut buf).unwrap();
+    assert_eq!(&buf, b"from the peer");
+    drop(region);
+    assert!(shm_leftovers(&name).is_empty());
+}
+
+#[test]
+fn named_semaphores_ping_pong_between_processes() {
+    let _dog = Watchdog::new(
+        "named_semaphores_ping_pong_between_processes",
+        Duration::from_secs(60),
+    );
+    let (ping_name, pong_name) = (unique_name("ping"), unique_name("pong"));
+    let ping = NamedSemaphore::create(&ping_name, 0).unwrap();
+    let pong = NamedSemaphore::create(&pong_name, 0).unwrap();
+    let mut child = spawn_child(peer().args(["sem-pong", &ping_name, &pong_name, "2000"]));
+    for _ in 0..2000 {
+        ping.post().unwrap();
+        pong.wait_timeout(Duration::from_secs(10)).unwrap();
+    }
+    assert!(child.wait_timeout(Duration::from_secs(10)).success());
+}
+
+#[test]
+fn futex_semaphores_ping_pong_between_processes() {
+    let _dog = Watchdog::new(
+        "futex_semaphores_ping_pong_between_processes",
+        Duration::from_secs(60),
+    );
+    let name = unique_name("futex");
+    let region = Region::create(&name, 4096).unwrap();
+    let (ping, pong) = (
+        region.view::<ShmSemaphore>(0).unwrap(),
+        region.view::<ShmSemaphore>(64).unwrap(),
+    );
+    ping.init(0);
+    pong.init(0);
+    let mut child = spawn_child(peer().args(["futex-pong", &name, "20000"]));
+    for i in 0..20_000 {
+        ping.post().unwrap();
+        pong.wait_timeout(Duration::from_secs(10))
+            .unwrap_or_else(|e| panic!("round {i}: {e}"));
+    }
+    assert!(child.wait_timeout(Duration::from_secs(10)).success());
+    assert_eq!((ping.value().unwrap(), pong.value().unwrap()), (0, 0));
+}
+
+#[test]
+fn a_waiter_whose_poster_died_times_out_within_its_deadline() {
+    let _dog = Watchdog::new(
+        "a_waiter_whose_poster_died_times_out_within_its_deadline",
+        Duration::from_secs(30),
+    );
+    let name = unique_name("dead-poster");
+    let region = Region::create(&name, 4096).unwrap();
+    let sem = region.view::<ShmSemaphore>(0).unwrap();
+    sem.init(0);
+    let mut parked = spawn_child(peer().args(["futex-park", &name]));
+    std::thread::sleep(Duration::from_millis(200));
+    parked.kill(); // died while parked on the futex
+    let start = Instant::now();
+    let err = sem.wait_timeout(Duration::from_millis(300)).unwrap_err();
+    let waited = start.elapsed();
+    assert!(err.is_timeout(), "{err}");
+    assert!(
+        waited >= Duration::from_millis(300) && waited < Duration::from_secs(2),
+        "{waited:?}"
+    );
+    // The dead waiter's count only costs a needless wake; posts still work.
+    sem.post().unwrap();
+    sem.wait_timeout(Duration::from_millis(100)).unwrap();
+}
+
+fn c_peer(dir: &TempDir) -> Option<std::path::PathBuf> {
+    let source = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("c/sem_peer.c");
+    nodeipc_testkit::compile_c(&source, &dir.join("sem_peer"), &["-pthread"])
+}
+
+#[test]
+fn a_c_program_shares_named_semaphores_both_ways() {
+    let _dog = Watchdog::new(
+        "a_c_program_shares_named_semaphores_both_ways",
+        Duration::from_secs(60),
+    );
+    let dir = TempDir::new("cpeer");
+    let Some(program) = c_peer(&dir) else {
+        skip(
+            "a_c_program_shares_named_semaphores_both_ways",
+            "no C compiler",
+        );
+        return;
+    };
+    // Rust creates, C opens: Rust posts and C waits, C posts and Rust waits.
+    let (ping_name, pong_name) = (unique_name("cping"), unique_name("cpong"));
+    let ping = NamedSemaphore::create(&ping_name, 0).unwrap();
+    let pong = NamedSemaphore::create(&pong_name, 0).unwrap();
+    let mut child =
+        spawn_child(Command::new(&program).args(["pong", &ping_name, &pong_name, "1000"]));
+    for _ in 0..1000 {
+        ping.post().unwrap();
+        pong.wait_timeout(Duration::from_secs(10)).unwrap();
+    }
+    assert!(child.wait_timeout(Duration::from_secs(10)).success());
+
+    // C creates (mode 0600 under a 022 umask), Rust opens it and accepts it.
+    let c_made = unique_name("cmade");
+    let status = spawn_child(Command::new(&program).args(["create", &c_made, "3"]))
+        .wait_timeout(Duration::from_secs(10));
+    assert!(status.success());
+    let opened = NamedSemaphore::open(&c_made).unwrap();
+    assert_eq!(opened.value().unwrap(), 3);
+    opened.unlink_now().unwrap();
+    assert!(shm_leftovers(&c_made).is_empty());
+}

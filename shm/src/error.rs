@@ -1,0 +1,189 @@
+//! The one error type of this crate.
+
+use std::io;
+use std::time::Duration;
+
+/// What can go wrong with a shared-memory region.
+///
+/// Every variant names the object it is about, so a message read in a log
+/// says which region failed and why; errors from the kernel keep their errno
+/// (`source.raw_os_error()`).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The name breaks the POSIX shared-memory naming rules.
+    #[error("invalid shared-memory name {name:?}: {reason}")]
+    InvalidName {
+        /// The name as given.
+        name: String,
+        /// Which rule it breaks.
+        reason: &'static str,
+    },
+
+    /// A size of zero, or one too large for this machine's address space.
+    #[error("invalid size {size} for {object}: {reason}")]
+    InvalidSize {
+        /// The object the size was meant for.
+        object: String,
+        /// The size asked for.
+        size: u64,
+        /// Why it is refused.
+        reason: &'static str,
+    },
+
+    /// `create` found the name taken: creation is exclusive.
+    #[error(
+        "shared-memory object {name} already exists (creation is exclusive; remove stale objects with `nodeipc clean`)"
+    )]
+    AlreadyExists {
+        /// The name.
+        name: String,
+    },
+
+    /// `open` without waiting found no object of that name.
+    #[error("shared-memory object {name} does not exist")]
+    NotFound {
+        /// The name.
+        name: String,
+    },
+
+    /// The object is owned by another user or has a mode other than 0600: a
+    /// name squatted by someone else is never trusted.
+    #[error(
+        "refusing shared-memory object {name}: owner uid {owner}, mode {mode:04o}; \
+         expected owner uid {expected_owner} and mode 0600"
+    )]
+    Untrusted {
+        /// The name.
+        name: String,
+        /// The uid that owns the object.
+        owner: u32,
+        /// Its permission bits.
+        mode: u32,
+        /// Our effective uid.
+        expected_owner: u32,
+    },
+
+    /// The object is not a regular file (a directory or a device in its place).
+    #[error("{object} is not a shared-memory object (file type {file_type:#o})")]
+    NotRegular {
+        /// The object.
+        object: String,
+        /// The `S_IFMT` bits found.
+        file_type: u32,
+    },
+
+    /// The object is smaller than the caller needs.
+    #[error("shared-memory object {name} has {size} bytes, fewer than the {min_size} required")]
+    TooSmall {
+        /// The name.
+        name: String,
+        /// Its size now.
+        size: u64,
+        /// The size asked for.
+        min_size: u64,
+    },
+
+    /// A bounded wait ran out.
+    #[error("timed out after {waited:?} waiting for shared-memory object {name} to {what}")]
+    Timeout {
+        /// The name.
+        name: String,
+        /// How long we waited.
+        waited: Duration,
+        /// What we were waiting for.
+        what: &'static str,
+    },
+
+    /// An access outside the mapping.
+    #[error("range {offset}..{offset}+{len} is outside {object} ({size} bytes)")]
+    OutOfBounds {
+        /// The region.
+        object: String,
+        /// Start of the access.
+        offset: usize,
+        /// Its length in bytes.
+        len: usize,
+        /// Size of the region.
+        size: usize,
+    },
+
+    /// A typed view at an offset that breaks the type's alignment.
+    #[error("offset {offset} in {object} is not aligned to {align} bytes as {type_name} needs")]
+    Misaligned {
+        /// The region.
+        object: String,
+        /// The offset asked for.
+        offset: usize,
+        /// Alignment of the type.
+        align: usize,
+        /// The type.
+        type_name: &'static str,
+    },
+
+    /// Huge pages were asked for and the system has none to give.
+    #[error("huge pages unavailable for {object}: {reason}")]
+    HugePagesUnavailable {
+        /// The object.
+        object: String,
+        /// What the system said (free pages, page size).
+        reason: String,
+    },
+
+    /// The object cannot be sealed (it is not a memfd created with sealing allowed).
+    #[error("{object} cannot be sealed: only memfds created with MFD_ALLOW_SEALING can")]
+    NotSealable {
+        /// The object.
+        object: String,
+    },
+
+    /// A system call failed; the errno is kept in `source`.
+    #[error("{op} failed for {object}: {source}")]
+    Io {
+        /// The call, e.g. `shm_open`.
+        op: &'static str,
+        /// What it was applied to.
+        object: String,
+        /// The error with its raw errno.
+        #[source]
+        source: io::Error,
+    },
+}
+
+impl Error {
+    pub(crate) fn io(op: &'static str, object: &str, errno: impl Into<io::Error>) -> Self {
+        Error::Io {
+            op,
+            object: object.to_owned(),
+            source: errno.into(),
+        }
+    }
+
+    /// The errno behind this error, when a system call produced it.
+    pub fn raw_os_error(&self) -> Option<i32> {
+        match self {
+            Error::Io { source, .. } => source.raw_os_error(),
+            _ => None,
+        }
+    }
+}
+
+impl From<Error> for io::Error {
+    /// Keeps the errno of a failed system call; everything else becomes an
+    /// error of the closest kind carrying the full message.
+    fn from(error: Error) -> io::Error {
+        let kind = match &error {
+            Error::Io { source, .. } => return io::Error::new(source.kind(), error.to_string()),
+            Error::NotFound { .. } => io::ErrorKind::NotFound,
+            Error::AlreadyExists { .. } => io::ErrorKind::AlreadyExists,
+            Error::Timeout { .. } => io::ErrorKind::TimedOut,
+            Error::Untrusted { .. } => io::ErrorKind::PermissionDenied,
+            Error::InvalidName { .. } => io::ErrorKind::InvalidInput,
+            _ => io::ErrorKind::Other,
+        };
+        io::Error::new(kind, error.to_string())
+    }
+}
+
+/// `Result` with this crate's [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;

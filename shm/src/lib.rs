@@ -1,0 +1,17 @@
+#![doc = include_str!("../README.md")]
+#![deny(unsafe_op_in_unsafe_fn)]
+
+mod error;
+mod list;
+mod name;
+mod region;
+mod view;
+
+pub use error::{Error, Result};
+pub use list::{Cleanup, KeepReason, ObjectKind, ShmObject, list, plan_cleanup, remove_stale};
+pub use name::{MAX_NAME_LEN, validate_name};
+pub use region::{OpenOptions, REGION_MODE, Region, unlink};
+pub use view::ShmSafe;
+
+/// Where Linux keeps POSIX shared-memory objects and named semaphores.
+pub const SHM_DIR: &str = "/dev/shm";

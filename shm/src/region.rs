@@ -1,0 +1,680 @@
+//! [`Region`]: one shared mapping and the descriptor behind it.
+
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use memmap2::{MmapOptions, MmapRaw};
+use rustix::fs::{self, FileType, MemfdFlags, Mode, OFlags, SealFlags};
+use rustix::io::Errno;
+
+use crate::name::{dev_shm_path, validate_name};
+use crate::{Error, Result};
+
+/// The only permission bits a region of ours may carry: owner read and write.
+pub const REGION_MODE: u32 = 0o600;
+
+/// How [`Region::open`] waits for a region another process is creating.
+#[derive(Clone, Debug, Default)]
+pub struct OpenOptions {
+    /// The region must hold at least this many bytes (0: any non-empty size).
+    pub min_size: usize,
+    /// How long to wait for the name to appear, for its creator to finish
+    /// setting mode and size, and for it to reach `min_size`. `None`: look
+    /// once and fail at once.
+    pub wait: Option<Duration>,
+}
+
+impl OpenOptions {
+    /// Options that wait up to `wait` for a region of at least `min_size` bytes.
+    pub fn wait(min_size: usize, wait: Duration) -> Self {
+        OpenOptions {
+            min_size,
+            wait: Some(wait),
+        }
+    }
+}
+
+/// A shared-memory mapping: a named POSIX object, an anonymous memfd, or a
+/// descriptor received from another process.
+///
+/// The mapping is `MAP_SHARED` and read-write; the descriptor stays open so the
+/// region can be passed on ([`as_fd`](Region::as_fd)) or sealed.
+///
+/// # Lifetime of the name
+/// The creator of a named region removes the name when the `Region` drops,
+/// unless [`persist`](Region::persist) was called. [`unlink_now`](Region::unlink_now)
+/// removes it at once while the mapping lives on: once every peer has opened
+/// the region, nothing is left behind even if every process is killed.
+/// A name is only ever removed while it still refers to this very object, so a
+/// region someone else created later under the same name is never touched.
+///
+/// # Safety of the bytes
+/// Other processes can write the mapped bytes at any time, so this type never
+/// hands out a safe `&[u8]` or `&mut [u8]` over them. Its safe accessors are:
+/// - [`read_at`](Region::read_at) / [`write_at`](Region::write_at): bounds-checked
+///   copies through raw pointers. Bytes copied while another process writes
+///   them may be torn; every upper layer orders its copies with release/acquire
+///   atomics placed in the region and validates what it reads.
+/// - [`view`](Region::view): a `&T` at an offset for types made only of atomics
+///   ([`ShmSafe`](crate::ShmSafe)), bounds- and alignment-checked.
+///
+/// The unsafe accessors ([`bytes`](Region::bytes), [`bytes_mut`](Region::bytes_mut))
+/// exist for zero-copy encoding and decoding; their callers promise that, by the
+/// protocol they run, no other process touches the range meanwhile.
+///
+/// A peer that shrinks a shared object makes later accesses fault (`SIGBUS`).
+/// Regions passed as memfds can be protected with
+/// [`seal_grow_shrink`](Region::seal_grow_shrink); named objects rely on the
+/// owner check (only our own uid can have opened them).
+///
+/// `Region` is `Send` and `Sync`: the mapping stays valid until drop, and
+/// everything reachable through `&Region` is either atomic or a raw-pointer copy.
+#[derive(Debug)]
+pub struct Region {
+    map: MmapRaw,
+    fd: OwnedFd,
+    /// The POSIX name, for named regions.
+    name: Option<String>,
+    /// How errors and `Debug` refer to this region.
+    label: String,
+    /// `(st_dev, st_ino)`: tells our object from a later one of the same name.
+    identity: (u64, u64),
+    /// Whether this `Region` should remove the name when it drops.
+    unlink_on_drop: AtomicBool,
+}
+
+/// Removes a region's name (`shm_unlink`), whoever created it; mappings of it
+/// live on. For the creator's own handle prefer [`Region::unlink_now`], which
+/// never removes a later object of the same name.
+///
+/// # Errors
+/// [`Error::InvalidName`], [`Error::NotFound`], [`Error::Io`].
+#[doc(alias = "shm_unlink")]
+pub fn unlink(name: &str) -> Result<()> {
+    validate_name(name)?;
+    fs::unlink(dev_shm_path(name)).map_err(|e| match e {
+        Errno::NOENT => Error::NotFound {
+            name: name.to_owned(),
+        },
+        e => Error::io("shm_unlink", name, e),
+    })
+}
+
+/// Removes a freshly created name if creation fails half-way.
+struct CreationGuard<'a> {
+    name: &'a str,
+    armed: bool,
+}
+
+impl Drop for CreationGuard<'_> {
+    fn drop(&mut self) {
+        if self.armed {
+            let _ = fs::unlink(dev_shm_path(self.name));
+        }
+    }
+}
+
+impl Region {
+    /// Creates a new named region of `size` bytes and maps it.
+    ///
+    /// Performs `shm_open(name, O_CREAT|O_EXCL|O_RDWR, 0600)` (as glibc does:
+    /// `open("/dev/shm/<name>")` with `O_NOFOLLOW|O_CLOEXEC`), then `fchmod(0600)`
+    /// so the umask cannot loosen or tighten it, `ftruncate(size)` and `mmap`.
+    /// The name is removed when the region drops unless [`persist`](Region::persist)
+    /// is called.
+    ///
+    /// # Errors
+    /// [`Error::InvalidName`] before any system call; [`Error::InvalidSize`] for 0;
+    /// [`Error::AlreadyExists`] if the name is taken; [`Error::Io`] otherwise.
+    /// On any error nothing is left under the name.
+    ///
+    /// # Examples
+    /// ```
+    /// use nodeipc_shm::Region;
+    /// let name = format!("/nodeipc-doc-create-{}", std::process::id());
+    /// let region = Region::create(&name, 4096)?;
+    /// region.write_at(0, b"hello")?;
+    /// let mut buf = [0u8; 5];
+    /// region.read_at(0, &mut buf)?;
+    /// assert_eq!(&buf, b"hello");
+    /// # Ok::<(), nodeipc_shm::Error>(())
+    /// ```
+    ///
+    /// # References
+    /// - [POSIX `shm_open`](https://pubs.opengroup.org/onlinepubs/9799919799/functions/shm_open.html)
+    /// - [Linux `shm_open(3)`](https://man7.org/linux/man-pages/man3/shm_open.3.html)
+    #[doc(alias = "shm_open")]
+    pub fn create(name: &str, size: usize) -> Result<Region> {
+        validate_name(name)?;
+        check_size(name, size as u64)?;
+        let path = dev_shm_path(name);
+        let fd = fs::open(
+            &path,
+            OFlags::CREATE | OFlags::EXCL | OFlags::RDWR | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::from_raw_mode(REGION_MODE),
+        )
+        .map_err(|e| match e {
+            Errno::EXIST => Error::AlreadyExists {
+                name: name.to_owned(),
+            },
+            e => Error::io("shm_open", name, e),
+        })?;
+        let mut guard = CreationGuard { name, armed: true };
+        fs::fchmod(&fd, Mode::from_raw_mode(REGION_MODE))
+            .map_err(|e| Error::io("fchmod", name, e))?;
+        fs::ftruncate(&fd, size as u64).map_err(|e| Error::io("ftruncate", name, e))?;
+        let region = Region::map(fd, Some(name.to_owned()), name.to_owned(), size)?;
+        region.unlink_on_drop.store(true, Ordering::Relaxed);
+        guard.armed = false;
+        Ok(region)
+    }
+
+    /// Opens a region another process created, after checking that it is
+    /// owned by our effective uid and has mode 0600.
+    ///
+    /// With `options.wait`, waits (bounded) for the name to appear, for the
+    /// creator to finish setting its mode and size, and for the size to reach
+    /// `options.min_size`. The owner check never waits: an object of another
+    /// uid is refused at once.
+    ///
+    /// # Errors
+    /// [`Error::InvalidName`]; [`Error::NotFound`] or [`Error::TooSmall`] when
+    /// not waiting, [`Error::Timeout`] when the wait ran out;
+    /// [`Error::Untrusted`] for another owner or a mode other than 0600;
+    /// [`Error::NotRegular`]; [`Error::Io`].
+    ///
+    /// # Examples
+    /// ```
+    /// use std::time::Duration;
+    /// use nodeipc_shm::{OpenOptions, Region};
+    /// let name = format!("/nodeipc-doc-open-{}", std::process::id());
+    /// let created = Region::create(&name, 64)?;
+    /// created.write_at(0, &[7])?;
+    /// let opened = Region::open(&name, OpenOptions::wait(64, Duration::from_secs(1)))?;
+    /// let mut byte = [0u8];
+    /// opened.read_at(0, &mut byte)?;
+    /// assert_eq!(byte, [7]);
+    /// # Ok::<(), nodeipc_shm::Error>(())
+    /// ```
+    #[doc(alias = "shm_open")]
+    pub fn open(name: &str, options: OpenOptions) -> Result<Region> {
+        validate_name(name)?;
+        let start = Instant::now();
+        let mut pause = Duration::from_micros(20);
+        loop {
+            let attempt = Region::try_open(name, options.min_size);
+            let Err(Attempt::NotYet { what, error }) = attempt else {
+                return attempt.map_err(Attempt::into_error);
+            };
+            let waited = start.elapsed();
+            match options.wait {
+                Some(limit) if waited < limit => {
+                    thread::sleep(pause.min(limit - waited));
+                    pause = (pause * 2).min(Duration::from_millis(2));
+                }
+                Some(_) => {
+                    return Err(Error::Timeout {
+                        name: name.to_owned(),
+                        waited,
+                        what,
+                    });
+                }
+                None => return Err(error),
+            }
+        }
+    }
+
+    fn try_open(name: &str, min_size: usize) -> Result<Region, Attempt> {
+        let fd = match fs::open(
+            dev_shm_path(name),
+            OFlags::RDWR | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::empty(),
+        ) {
+            Ok(fd) => fd,
+            Err(Errno::NOENT) => {
+                return Err(Attempt::NotYet {
+                    what: "appear",
+                    error: Error::NotFound {
+                        name: name.to_owned(),
+                    },
+                });
+            }
+            Err(Errno::ACCESS) => {
+                let euid = rustix::process::geteuid().as_raw();
+                let refused = Error::io("shm_open", name, Errno::ACCESS);
+                return Err(match fs::lstat(dev_shm_path(name)) {
+                    // Another user's object: refused at once, and said whose.
+                    Ok(stat) if stat.st_uid != euid => Attempt::Fatal(Error::Untrusted {
+                        name: name.to_owned(),
+                        owner: stat.st_uid,
+                        mode: stat.st_mode & 0o7777,
+                        expected_owner: euid,
+                    }),
+                    // Ours, not yet made 0600 by its creator (a umask left it 0400, say).
+                    _ => Attempt::NotYet {
+                        what: "become accessible",
+                        error: refused,
+                    },
+                });
+            }
+            Err(Errno::LOOP) => {
+                return Err(Attempt::Fatal(Error::NotRegular {
+                    object: name.to_owned(),
+                    file_type: FileType::Symlink.as_raw_mode(),
+                }));
+            }
+            Err(e) => return Err(Attempt::Fatal(Error::io("shm_open", name, e))),
+        };
+        let stat = fs::fstat(&fd).map_err(|e| Attempt::Fatal(Error::io("fstat", name, e)))?;
+        let owner = stat.st_uid;
+        let mode = stat.st_mode as u32 & 0o7777;
+        let euid = rustix::process::geteuid().as_raw();
+        let file_type = FileType::from_raw_mode(stat.st_mode as _);
+        if file_type != FileType::RegularFile {
+            return Err(Attempt::Fatal(Error::NotRegular {
+                object: name.to_owned(),
+                file_type: file_type.as_raw_mode() as u32,
+            }));
+        }
+        let untrusted = Error::Untrusted {
+            name: name.to_owned(),
+            owner,
+            mode,
+            expected_owner: euid,
+        };
+        if owner != euid || mode & !REGION_MODE != 0 {
+            return Err(Attempt::Fatal(untrusted));
+        }
+        if mode != REGION_MODE {
+            // Tighter than 0600 only happens between the creator's open and fchmod.
+            return Err(Attempt::NotYet {
+                what: "get mode 0600",
+                error: untrusted,
+            });
+        }
+        let size = stat.st_size as u64;
+        if size == 0 || size < min_size as u64 {
+            return Err(Attempt::NotYet {
+                what: "reach its size",
+                error: Error::TooSmall {
+                    name: name.to_owned(),
+                    size,
+                    min_size: min_size.max(1) as u64,
+                },
+            });
+        }
+        let len = usize::try_from(size).map_err(|_| {
+            Attempt::Fatal(Error::InvalidSize {
+                object: name.to_owned(),
+                size,
+                reason: "larger than this process can map",
+            })
+        })?;
+        Region::map(fd, Some(name.to_owned()), name.to_owned(), len).map_err(Attempt::Fatal)
+    }
+
+    /// Creates an anonymous region of `size` bytes: a memfd (`MFD_CLOEXEC |
+    /// MFD_ALLOW_SEALING`), sized and mapped. It has no name to leak; pass it
+    /// to other processes with [`as_fd`](Region::as_fd) over `SCM_RIGHTS` or `pidfd_getfd`.
+    ///
+    /// # Errors
+    /// [`Error::InvalidSize`] for 0; [`Error::Io`] for `memfd_create`,
+    /// `ftruncate` or `mmap`.
+    ///
+    /// # Examples
+    /// ```
+    /// let region = nodeipc_shm::Region::anonymous(1 << 20)?;
+    /// region.seal_grow_shrink()?; // a peer can no longer truncate it under us
+    /// assert_eq!(region.len(), 1 << 20);
+    /// # Ok::<(), nodeipc_shm::Error>(())
+    /// ```
+    ///
+    /// # References
+    /// - [Linux `memfd_create(2)`](https://man7.org/linux/man-pages/man2/memfd_create.2.html)
+    #[doc(alias = "memfd_create")]
+    pub fn anonymous(size: usize) -> Result<Region> {
+        Region::anonymous_with(size, false)
+    }
+
+    /// Like [`anonymous`](Region::anonymous), backed by huge pages
+    /// (`MFD_HUGETLB`, the system's default huge page size). `size` is rounded
+    /// up to a whole number of huge pages.
+    ///
+    /// # Errors
+    /// [`Error::HugePagesUnavailable`] saying how many huge pages the system
+    /// has free and of what size, when it cannot provide them.
+    pub fn anonymous_huge(size: usize) -> Result<Region> {
+        Region::anonymous_with(size, true)
+    }
+
+    fn anonymous_with(size: usize, huge: bool) -> Result<Region> {
+        const LABEL: &str = "memfd:nodeipc";
+        check_size(LABEL, size as u64)?;
+        let mut flags = MemfdFlags::CLOEXEC | MemfdFlags::ALLOW_SEALING;
+        let mut len = size;
+        if huge {
+            flags |= MemfdFlags::HUGETLB;
+            let info = HugePages::read();
+            let Some(page) = info.page_size.filter(|_| info.free > 0) else {
+                return Err(Error::HugePagesUnavailable {
+                    object: LABEL.to_owned(),
+                    reason: info.describe(),
+                });
+            };
+            len = size.div_ceil(page) * page;
+        }
+        let unavailable = |e: Errno| {
+            if huge && matches!(e, Errno::NOMEM | Errno::INVAL | Errno::NOSPC) {
+                Error::HugePagesUnavailable {
+                    object: LABEL.to_owned(),
+                    reason: format!("{} ({e})", HugePages::read().describe()),
+                }
+            } else {
+                Error::io("memfd_create", LABEL, e)
+            }
+        };
+        let fd = fs::memfd_create("nodeipc", flags).map_err(unavailable)?;
+        fs::ftruncate(&fd, len as u64).map_err(unavailable)?;
+        Region::map(fd, None, LABEL.to_owned(), len).map_err(|e| match e {
+            Error::Io { source, .. } if huge => {
+                unavailable(Errno::from_io_error(&source).unwrap_or(Errno::NOMEM))
+            }
+            e => e,
+        })
+    }
+
+    /// Maps a region from a descriptor another process passed us (a memfd or a
+    /// shared-memory object); its size comes from `fstat`.
+    ///
+    /// No owner check is made here: whoever handed over the descriptor is the
+    /// one to trust or not (peer credentials of the socket, say).
+    ///
+    /// # Errors
+    /// [`Error::NotRegular`] if the descriptor is not a regular file;
+    /// [`Error::InvalidSize`] if it is empty; [`Error::Io`].
+    pub fn from_fd(fd: OwnedFd) -> Result<Region> {
+        const LABEL: &str = "received fd";
+        let stat = fs::fstat(&fd).map_err(|e| Error::io("fstat", LABEL, e))?;
+        let file_type = FileType::from_raw_mode(stat.st_mode as _);
+        if file_type != FileType::RegularFile {
+            return Err(Error::NotRegular {
+                object: LABEL.to_owned(),
+                file_type: file_type.as_raw_mode() as u32,
+            });
+        }
+        let size = stat.st_size as u64;
+        check_size(LABEL, size)?;
+        Region::map(fd, None, LABEL.to_owned(), size as usize)
+    }
+
+    fn map(fd: OwnedFd, name: Option<String>, label: String, len: usize) -> Result<Region> {
+        let stat = fs::fstat(&fd).map_err(|e| Error::io("fstat", &label, e))?;
+        let map = MmapOptions::new()
+            .len(len)
+            .map_raw(&fd)
+            .map_err(|e| Error::io("mmap", &label, e))?;
+        Ok(Region {
+            map,
+            fd,
+            name,
+            label,
+            identity: (stat.st_dev, stat.st_ino),
+            unlink_on_drop: AtomicBool::new(false),
+        })
+    }
+
+    /// Size of the mapping in bytes.
+    pub fn len(&self) -> usize {
+        self.map.len()
+    }
+
+    /// Always false: a region has at least one byte.
+    pub fn is_empty(&self) -> bool {
+        self.map.len() == 0
+    }
+
+    /// The POSIX name, for a named region.
+    pub fn name(&self) -> Option<&str> {
+        self.name.as_deref()
+    }
+
+    /// The descriptor behind the mapping, to pass to another process.
+    pub fn as_fd(&self) -> BorrowedFd<'_> {
+        self.fd.as_fd()
+    }
+
+    /// Keeps the name after this region drops (the creator removes it otherwise).
+    pub fn persist(&self) {
+        self.unlink_on_drop.store(false, Ordering::Relaxed);
+    }
+
+    /// Removes the name now; the mapping, and every peer's, lives on.
+    ///
+    /// Call it once every peer has opened the region: from then on nothing can
+    /// leak, whatever kills the processes. Removing a name that is already
+    /// gone, or that now belongs to another object, does nothing.
+    ///
+    /// # Errors
+    /// [`Error::Io`] if `shm_unlink` fails for another reason than the name
+    /// being gone.
+    #[doc(alias = "shm_unlink")]
+    pub fn unlink_now(&self) -> Result<()> {
+        self.unlink_on_drop.store(false, Ordering::Relaxed);
+        match &self.name {
+            Some(name) => self.unlink_if_ours(name),
+            None => Ok(()),
+        }
+    }
+
+    fn unlink_if_ours(&self, name: &str) -> Result<()> {
+        let path = dev_shm_path(name);
+        match fs::stat(&path) {
+            Ok(stat) if (stat.st_dev, stat.st_ino) == self.identity => {}
+            Ok(_) | Err(Errno::NOENT) => return Ok(()),
+            Err(e) => return Err(Error::io("stat", name, e)),
+        }
+        match fs::unlink(&path) {
+            Ok(()) | Err(Errno::NOENT) => Ok(()),
+            Err(e) => Err(Error::io("shm_unlink", name, e)),
+        }
+    }
+
+    /// Forbids growing and shrinking the region (`F_SEAL_GROW | F_SEAL_SHRINK`),
+    /// so no process holding the descriptor can truncate it under a mapping.
+    /// Only memfds created by [`anonymous`](Region::anonymous) (or received
+    /// from one) can be sealed.
+    ///
+    /// # Errors
+    /// [`Error::NotSealable`] for a named object or a memfd without sealing.
+    #[doc(alias = "F_ADD_SEALS")]
+    pub fn seal_grow_shrink(&self) -> Result<()> {
+        fs::fcntl_add_seals(&self.fd, SealFlags::GROW | SealFlags::SHRINK).map_err(|e| match e {
+            Errno::INVAL | Errno::PERM => Error::NotSealable {
+                object: self.label.clone(),
+            },
+            e => Error::io("fcntl(F_ADD_SEALS)", &self.label, e),
+        })
+    }
+
+    /// Whether the size is sealed (neither grow nor shrink possible), as a
+    /// receiver of a memfd may want to check before trusting the mapping.
+    pub fn is_size_sealed(&self) -> bool {
+        fs::fcntl_get_seals(&self.fd)
+            .map(|s| s.contains(SealFlags::GROW | SealFlags::SHRINK))
+            .unwrap_or(false)
+    }
+
+    /// The label errors use for this region: its name, or what it came from.
+    pub fn label(&self) -> &str {
+        &self.label
+    }
+
+    /// Start of the mapping. Reading or writing through it is the caller's
+    /// responsibility (see the type's safety section).
+    pub fn as_ptr(&self) -> *mut u8 {
+        self.map.as_mut_ptr()
+    }
+
+    /// Checks that `offset..offset + len` lies inside the mapping.
+    ///
+    /// # Errors
+    /// [`Error::OutOfBounds`] naming the range and the size.
+    pub fn check_range(&self, offset: usize, len: usize) -> Result<()> {
+        match offset.checked_add(len) {
+            Some(end) if end <= self.len() => Ok(()),
+            _ => Err(Error::OutOfBounds {
+                object: self.label.clone(),
+                offset,
+                len,
+                size: self.len(),
+            }),
+        }
+    }
+
+    /// Copies `buf.len()` bytes at `offset` out of the region.
+    ///
+    /// # Errors
+    /// [`Error::OutOfBounds`]; nothing is copied then.
+    pub fn read_at(&self, offset: usize, buf: &mut [u8]) -> Result<()> {
+        self.check_range(offset, buf.len())?;
+        // SAFETY: the range was checked to lie in the live mapping, `buf` is a
+        // distinct local buffer, and no reference to the mapped bytes exists.
+        unsafe {
+            std::ptr::copy_nonoverlapping(self.as_ptr().add(offset), buf.as_mut_ptr(), buf.len())
+        };
+        Ok(())
+    }
+
+    /// Copies `data` into the region at `offset`.
+    ///
+    /// # Errors
+    /// [`Error::OutOfBounds`]; nothing is written then.
+    pub fn write_at(&self, offset: usize, data: &[u8]) -> Result<()> {
+        self.check_range(offset, data.len())?;
+        // SAFETY: the range was checked to lie in the live, writable mapping,
+        // `data` is a distinct buffer, and no reference to the mapped bytes exists.
+        unsafe {
+            std::ptr::copy_nonoverlapping(data.as_ptr(), self.as_ptr().add(offset), data.len())
+        };
+        Ok(())
+    }
+
+    /// The bytes at `offset..offset + len` as a slice, for zero-copy decoding.
+    ///
+    /// # Errors
+    /// [`Error::OutOfBounds`].
+    ///
+    /// # Safety
+    /// While the slice lives, no thread of any process may write the range
+    /// (the caller's protocol, such as holding a semaphore, guarantees it).
+    pub unsafe fn bytes(&self, offset: usize, len: usize) -> Result<&[u8]> {
+        self.check_range(offset, len)?;
+        // SAFETY: in bounds of the live mapping (checked above); the caller
+        // guarantees nobody writes the range while the slice lives.
+        Ok(unsafe { std::slice::from_raw_parts(self.as_ptr().add(offset), len) })
+    }
+
+    /// The bytes at `offset..offset + len` as a mutable slice, for encoding
+    /// straight into the region.
+    ///
+    /// # Errors
+    /// [`Error::OutOfBounds`].
+    ///
+    /// # Safety
+    /// While the slice lives, no thread of any process may read or write the
+    /// range, and no other slice over it may exist.
+    #[allow(clippy::mut_from_ref)]
+    pub unsafe fn bytes_mut(&self, offset: usize, len: usize) -> Result<&mut [u8]> {
+        self.check_range(offset, len)?;
+        // SAFETY: in bounds of the live, writable mapping (checked above); the
+        // caller guarantees exclusive access to the range while the slice lives.
+        Ok(unsafe { std::slice::from_raw_parts_mut(self.as_ptr().add(offset), len) })
+    }
+}
+
+impl AsFd for Region {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.fd.as_fd()
+    }
+}
+
+impl Drop for Region {
+    fn drop(&mut self) {
+        if self.unlink_on_drop.load(Ordering::Relaxed)
+            && let Some(name) = &self.name
+        {
+            let _ = self.unlink_if_ours(name);
+        }
+    }
+}
+
+/// What one open attempt found: something worth waiting for, or a refusal.
+enum Attempt {
+    NotYet { what: &'static str, error: Error },
+    Fatal(Error),
+}
+
+impl Attempt {
+    fn into_error(self) -> Error {
+        match self {
+            Attempt::NotYet { error, .. } | Attempt::Fatal(error) => error,
+        }
+    }
+}
+
+fn check_size(object: &str, size: u64) -> Result<()> {
+    let reason = if size == 0 {
+        "a region needs at least one byte"
+    } else if size > isize::MAX as u64 {
+        "larger than the address space"
+    } else {
+        return Ok(());
+    };
+    Err(Error::InvalidSize {
+        object: object.to_owned(),
+        size,
+        reason,
+    })
+}
+
+/// What `/proc/meminfo` says about huge pages, for error messages.
+struct HugePages {
+    free: u64,
+    page_size: Option<usize>,
+}
+
+impl HugePages {
+    fn read() -> HugePages {
+        let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
+        let field = |key: &str| {
+            meminfo
+                .lines()
+                .find_map(|l| l.strip_prefix(key))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        };
+        HugePages {
+            free: field("HugePages_Free:").unwrap_or(0),
+            page_size: field("Hugepagesize:").map(|kb| kb as usize * 1024),
+        }
+    }
+
+    fn describe(&self) -> String {
+        match self.page_size {
+            Some(size) => format!(
+                "{} free huge pages of {} KiB (raise /proc/sys/vm/nr_hugepages)",
+                self.free,
+                size / 1024
+            ),
+            None => "this kernel reports no huge page support".to_owned(),
+        }
+    }
+}
+
+// `Region` is Send and Sync through its fields (memmap2's mapping is); this
+// pins that down so a field change that loses it fails to compile here.
+const _: () = {
+    const fn assert_send_sync<T: Send + Sync>() {}
+    assert_send_sync::<Region>();
+};

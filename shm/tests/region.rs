@@ -1,0 +1,310 @@
+//! Single-process tests of `Region`: names, sizes, ownership of the name,
+//! typed views and bounds.
+
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use nodeipc_shm::{Error, OpenOptions, Region, validate_name};
+use nodeipc_testkit::{shm_leftovers, unique_name};
+
+#[test]
+fn invalid_names_are_refused_before_any_syscall() {
+    let long = format!("/{}", "x".repeat(255));
+    for (name, fragment) in [
+        ("", "empty"),
+        ("no-slash", "start with '/'"),
+        ("/", "nothing follows"),
+        ("/a/b", "only the leading"),
+        (long.as_str(), "longer than 255"),
+        ("/nul\0byte", "NUL"),
+        ("/..", "'.' and '..'"),
+    ] {
+        let err = Region::create(name, 64).unwrap_err();
+        match &err {
+            Error::InvalidName { reason, .. } => {
+                assert!(reason.contains(fragment), "{name:?}: {err}")
+            }
+            other => panic!("{name:?}: expected InvalidName, got {other}"),
+        }
+        assert!(matches!(
+            Region::open(name, OpenOptions::default()),
+            Err(Error::InvalidName { .. })
+        ));
+    }
+    assert!(validate_name(&format!("/{}", "x".repeat(254))).is_ok());
+}
+
+#[test]
+fn zero_and_oversized_sizes_are_refused_and_leave_nothing() {
+    let name = unique_name("size");
+    assert!(matches!(
+        Region::create(&name, 0),
+        Err(Error::InvalidSize { size: 0, .. })
+    ));
+    assert!(matches!(
+        Region::anonymous(0),
+        Err(Error::InvalidSize { .. })
+    ));
+    // More than tmpfs can hold: creation fails and the name is removed again.
+    let err = Region::create(&name, usize::MAX / 2).unwrap_err();
+    assert!(
+        matches!(err, Error::Io { .. } | Error::InvalidSize { .. }),
+        "{err}"
+    );
+    assert!(
+        shm_leftovers(&name).is_empty(),
+        "a failed create left its name behind"
+    );
+}
+
+#[test]
+fn create_is_exclusive_and_mode_0600_whatever_the_umask() {
+    let name = unique_name("excl");
+    let old = rustix::process::umask(rustix::fs::Mode::from_raw_mode(0o077));
+    let region = Region::create(&name, 4096);
+    rustix::process::umask(old);
+    let region = region.unwrap();
+    let meta = std::fs::metadata(format!("/dev/shm{name}")).unwrap();
+    assert_eq!(
+        std::os::unix::fs::PermissionsExt::mode(&meta.permissions()) & 0o777,
+        0o600
+    );
+    assert!(matches!(
+        Region::create(&name, 4096),
+        Err(Error::AlreadyExists { .. })
+    ));
+    drop(region);
+    assert!(
+        shm_leftovers(&name).is_empty(),
+        "the creator did not remove the name"
+    );
+}
+
+#[test]
+fn open_of_a_missing_name_fails_at_once_or_after_the_wait() {
+    let name = unique_name("missing");
+    assert!(matches!(
+        Region::open(&name, OpenOptions::default()),
+        Err(Error::NotFound { .. })
+    ));
+    let start = Instant::now();
+    let err = Region::open(&name, OpenOptions::wait(1, Duration::from_millis(150))).unwrap_err();
+    let waited = start.elapsed();
+    assert!(
+        matches!(err, Error::Timeout { what: "appear", .. }),
+        "{err}"
+    );
+    assert!(
+        waited >= Duration::from_millis(150) && waited < Duration::from_secs(2),
+        "{waited:?}"
+    );
+}
+
+#[test]
+fn open_waits_for_a_creator_that_comes_late() {
+    let name = unique_name("late");
+    let creator = {
+        let name = name.clone();
+        std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(50));
+            let region = Region::create(&name, 8192).unwrap();
+            region.write_at(100, b"late").unwrap();
+            std::thread::sleep(Duration::from_millis(300));
+        })
+    };
+    let opened = Region::open(&name, OpenOptions::wait(8192, Duration::from_secs(5))).unwrap();
+    assert_eq!(opened.len(), 8192);
+    creator.join().unwrap();
+    let mut buf = [0u8; 4];
+    opened.read_at(100, &mut buf).unwrap();
+    assert_eq!(&buf, b"late");
+}
+
+#[test]
+fn a_region_smaller_than_min_size_is_refused() {
+    let name = unique_name("small");
+    let _region = Region::create(&name, 4096).unwrap();
+    let err = Region::open(
+        &name,
+        OpenOptions {
+            min_size: 8192,
+            wait: None,
+        },
+    )
+    .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::TooSmall {
+                size: 4096,
+                min_size: 8192,
+                ..
+            }
+        ),
+        "{err}"
+    );
+    let err = Region::open(&name, OpenOptions::wait(8192, Duration::from_millis(50))).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::Timeout {
+                what: "reach its size",
+                ..
+            }
+        ),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_loose_mode_is_refused_at_once_even_when_waiting() {
+    let name = unique_name("loose");
+    let region = Region::create(&name, 4096).unwrap();
+    std::fs::set_permissions(
+        format!("/dev/shm{name}"),
+        std::os::unix::fs::PermissionsExt::from_mode(0o644),
+    )
+    .unwrap();
+    let start = Instant::now();
+    let err = Region::open(&name, OpenOptions::wait(1, Duration::from_secs(5))).unwrap_err();
+    assert!(
+        start.elapsed() < Duration::from_secs(1),
+        "refusal waited for the timeout"
+    );
+    match err {
+        Error::Untrusted { mode, .. } => assert_eq!(mode, 0o644),
+        other => panic!("expected Untrusted, got {other}"),
+    }
+    drop(region);
+}
+
+#[test]
+fn a_symlink_in_place_of_a_name_is_not_followed() {
+    let name = unique_name("link");
+    let target = unique_name("target");
+    let real = Region::create(&target, 4096).unwrap();
+    std::os::unix::fs::symlink(format!("/dev/shm{target}"), format!("/dev/shm{name}")).unwrap();
+    let err = Region::open(&name, OpenOptions::default()).unwrap_err();
+    std::fs::remove_file(format!("/dev/shm{name}")).unwrap();
+    assert!(matches!(err, Error::NotRegular { .. }), "{err}");
+    drop(real);
+}
+
+#[test]
+fn persist_keeps_the_name_and_unlink_now_removes_it_while_mapped() {
+    let name = unique_name("persist");
+    let region = Region::create(&name, 4096).unwrap();
+    region.persist();
+    drop(region);
+    assert_eq!(shm_leftovers(&name).len(), 1);
+    let reopened = Region::open(&name, OpenOptions::default()).unwrap();
+    reopened.unlink_now().unwrap();
+    assert!(shm_leftovers(&name).is_empty());
+    reopened.write_at(0, b"still mapped").unwrap();
+}
+
+#[test]
+fn regression_drop_never_removes_a_later_object_of_the_same_name() {
+    let name = unique_name("reuse");
+    let first = Region::create(&name, 4096).unwrap();
+    std::fs::remove_file(format!("/dev/shm{name}")).unwrap(); // someone cleaned it
+    let second = Region::create(&name, 4096).unwrap();
+    drop(first);
+    assert_eq!(
+        shm_leftovers(&name).len(),
+        1,
+        "dropping the first removed the second's name"
+    );
+    drop(second);
+    assert!(shm_leftovers(&name).is_empty());
+}
+
+#[test]
+fn reads_and_writes_are_bounds_checked() {
+    let region = Region::anonymous(4096).unwrap();
+    region.write_at(4090, b"abcdef").unwrap();
+    assert!(matches!(
+        region.write_at(4091, b"abcdef"),
+        Err(Error::OutOfBounds {
+            offset: 4091,
+            len: 6,
+            size: 4096,
+            ..
+        })
+    ));
+    let mut buf = [0u8; 8];
+    assert!(matches!(
+        region.read_at(usize::MAX - 2, &mut buf),
+        Err(Error::OutOfBounds { .. })
+    ));
+    assert!(region.check_range(0, 4096).is_ok());
+    assert!(region.check_range(1, 4096).is_err());
+}
+
+#[test]
+fn views_are_shared_through_the_descriptor_and_checked() {
+    let region = Region::anonymous(4096).unwrap();
+    let dup = region.as_fd().try_clone_to_owned().unwrap();
+    let other = Region::from_fd(dup).unwrap();
+    region
+        .view::<AtomicU64>(8)
+        .unwrap()
+        .store(0xfeed, Ordering::Release);
+    assert_eq!(
+        other.view::<AtomicU64>(8).unwrap().load(Ordering::Acquire),
+        0xfeed
+    );
+    assert!(matches!(
+        region.view::<AtomicU64>(4),
+        Err(Error::Misaligned { align: 8, .. })
+    ));
+    assert!(matches!(
+        region.view::<AtomicU64>(4092),
+        Err(Error::OutOfBounds { .. })
+    ));
+    let words = region.view_slice::<AtomicU32>(0, 1024).unwrap();
+    assert_eq!(words.len(), 1024);
+    assert!(region.view_slice::<AtomicU32>(0, 1025).is_err());
+    assert!(region.view_slice::<AtomicU32>(0, usize::MAX).is_err());
+}
+
+#[test]
+fn sealing_forbids_resizing_and_named_regions_cannot_be_sealed() {
+    let region = Region::anonymous(4096).unwrap();
+    assert!(!region.is_size_sealed());
+    region.seal_grow_shrink().unwrap();
+    assert!(region.is_size_sealed());
+    let err = rustix::fs::ftruncate(region.as_fd(), 0).unwrap_err();
+    assert_eq!(err, rustix::io::Errno::PERM);
+    let named = Region::create(&unique_name("seal"), 4096).unwrap();
+    assert!(matches!(
+        named.seal_grow_shrink(),
+        Err(Error::NotSealable { .. })
+    ));
+}
+
+#[test]
+fn from_fd_refuses_what_is_not_a_region() {
+    let (read_end, _write_end) = std::io::pipe().unwrap();
+    let read_end = std::os::fd::OwnedFd::from(read_end);
+    assert!(matches!(
+        Region::from_fd(read_end),
+        Err(Error::NotRegular { .. })
+    ));
+    let empty = rustix::fs::memfd_create("empty", rustix::fs::MemfdFlags::CLOEXEC).unwrap();
+    assert!(matches!(
+        Region::from_fd(empty),
+        Err(Error::InvalidSize { size: 0, .. })
+    ));
+}
+
+#[test]
+fn huge_pages_work_or_say_why_not() {
+    match Region::anonymous_huge(1) {
+        Ok(region) => assert!(region.len() >= 2 << 20 || region.len() >= 4096),
+        Err(Error::HugePagesUnavailable { reason, .. }) => {
+            assert!(reason.contains("huge page"), "unhelpful reason: {reason}")
+        }
+        Err(other) => panic!("expected a region or HugePagesUnavailable, got {other}"),
+    }
+}

@@ -1,0 +1,238 @@
+//! Test support shared by every nodeipc crate: unique names, a deadlock
+//! watchdog, child processes that cannot outlive their test, and the counts a
+//! leak check needs (open fds, objects under `/dev/shm`).
+#![deny(unsafe_op_in_unsafe_fn)]
+
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::thread;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+/// The prefix of every name a test creates, so `/dev/shm` leftovers are ours
+/// at a glance and the CI check can find them.
+pub const TEST_PREFIX: &str = "/nodeipc-test-";
+
+/// The uid and gid an unprivileged child drops to (`nobody`).
+pub const NOBODY: (u32, u32) = (65534, 65534);
+
+/// A name no other test, run or process on this node uses:
+/// `/nodeipc-test-<tag>-<pid>-<counter>-<nanos>`.
+pub fn unique_name(tag: &str) -> String {
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or(0);
+    format!("{TEST_PREFIX}{tag}-{}-{n}-{nanos:x}", std::process::id())
+}
+
+/// A private temporary directory (0700), removed on drop: socket paths go here.
+pub struct TempDir {
+    path: PathBuf,
+}
+
+impl TempDir {
+    /// Creates `/tmp/nodeipc-test-<tag>-…`.
+    pub fn new(tag: &str) -> TempDir {
+        let path = PathBuf::from(format!("/tmp{}", unique_name(tag)));
+        std::fs::create_dir(&path).expect("create test directory");
+        TempDir { path }
+    }
+
+    /// The directory.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// A path inside it.
+    pub fn join(&self, name: &str) -> PathBuf {
+        self.path.join(name)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.path);
+    }
+}
+
+/// Aborts the whole test process (and with it every child spawned through
+/// [`spawn_child`]) if the test is still running after its deadline: a
+/// deadlock fails loudly instead of hanging CI. Disarmed on drop.
+pub struct Watchdog {
+    state: Arc<(Mutex<bool>, Condvar)>,
+}
+
+impl Watchdog {
+    /// Arms a watchdog named after the test.
+    pub fn new(test: &str, limit: Duration) -> Watchdog {
+        let state = Arc::new((Mutex::new(false), Condvar::new()));
+        let watched = Arc::clone(&state);
+        let test = test.to_owned();
+        thread::spawn(move || {
+            let (done, cvar) = &*watched;
+            let deadline = Instant::now() + limit;
+            let mut finished = done.lock().unwrap_or_else(|e| e.into_inner());
+            while !*finished {
+                let now = Instant::now();
+                if now >= deadline {
+                    eprintln!("watchdog: test `{test}` still running after {limit:?}; aborting");
+                    std::process::abort();
+                }
+                finished = cvar
+                    .wait_timeout(finished, deadline - now)
+                    .unwrap_or_else(|e| e.into_inner())
+                    .0;
+            }
+        });
+        Watchdog { state }
+    }
+}
+
+impl Drop for Watchdog {
+    fn drop(&mut self) {
+        let (done, cvar) = &*self.state;
+        *done.lock().unwrap_or_else(|e| e.into_inner()) = true;
+        cvar.notify_all();
+    }
+}
+
+/// A child process killed and reaped when the guard drops, and killed by the
+/// kernel if the thread that spawned it dies (`PR_SET_PDEATHSIG`).
+pub struct ChildGuard {
+    child: Option<Child>,
+}
+
+/// Spawns `command` as a guarded child.
+pub fn spawn_child(command: &mut Command) -> ChildGuard {
+    // SAFETY: the closure runs between fork and exec and only calls prctl,
+    // which is async-signal-safe and touches no memory of the parent.
+    unsafe {
+        command.pre_exec(|| {
+            rustix::process::set_parent_process_death_signal(Some(rustix::process::Signal::KILL))
+                .map_err(std::io::Error::from)
+        });
+    }
+    let child = command.spawn().expect("spawn child process");
+    ChildGuard { child: Some(child) }
+}
+
+impl ChildGuard {
+    /// The child's pid.
+    pub fn id(&self) -> u32 {
+        self.child.as_ref().map(Child::id).unwrap_or(0)
+    }
+
+    /// Access to the child (its pipes, say).
+    pub fn child(&mut self) -> &mut Child {
+        self.child.as_mut().expect("child present")
+    }
+
+    /// Waits up to `limit` for the child to exit; kills it and panics if it does not.
+    pub fn wait_timeout(&mut self, limit: Duration) -> ExitStatus {
+        let deadline = Instant::now() + limit;
+        let child = self.child();
+        loop {
+            if let Some(status) = child.try_wait().expect("try_wait") {
+                return status;
+            }
+            if Instant::now() >= deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!("child {} still running after {limit:?}", child.id());
+            }
+            thread::sleep(Duration::from_millis(2));
+        }
+    }
+
+    /// Waits for the child's output (stdout and stderr must be piped), bounded.
+    pub fn output_timeout(mut self, limit: Duration) -> std::process::Output {
+        let child = self.child.take().expect("child present");
+        let pid = child.id();
+        let (tx, rx) = std::sync::mpsc::channel();
+        thread::spawn(move || {
+            let _ = tx.send(child.wait_with_output());
+        });
+        match rx.recv_timeout(limit) {
+            Ok(output) => output.expect("wait_with_output"),
+            Err(_) => {
+                let _ = rustix::process::kill_process(
+                    rustix::process::Pid::from_raw(pid as i32).expect("pid"),
+                    rustix::process::Signal::KILL,
+                );
+                panic!("child {pid} still running after {limit:?}");
+            }
+        }
+    }
+
+    /// Sends SIGKILL and reaps the child.
+    pub fn kill(&mut self) {
+        if let Some(child) = self.child.as_mut() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+impl Drop for ChildGuard {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// How many descriptors this process has open (`/proc/self/fd`).
+pub fn fd_count() -> usize {
+    std::fs::read_dir("/proc/self/fd")
+        .map(|d| d.count())
+        .expect("read /proc/self/fd")
+}
+
+/// Files under `/dev/shm` whose name contains `fragment` (for a semaphore,
+/// the file is `sem.<name>`).
+pub fn shm_leftovers(fragment: &str) -> Vec<String> {
+    let fragment = fragment.trim_start_matches('/');
+    std::fs::read_dir("/dev/shm")
+        .map(|d| {
+            d.flatten()
+                .filter_map(|e| e.file_name().into_string().ok())
+                .filter(|n| n.contains(fragment))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Whether we run as root (permission tests need it to drop to another uid).
+pub fn is_root() -> bool {
+    rustix::process::geteuid().is_root()
+}
+
+/// Prints why a test is skipped; returns `true` so callers can `return` on it.
+pub fn skip(test: &str, why: &str) -> bool {
+    eprintln!("SKIPPED {test}: {why}");
+    true
+}
+
+/// Compiles a C program with the system's `cc`, if there is one; `None` (and
+/// a message) when no compiler is found.
+pub fn compile_c(source: &Path, output: &Path, extra_args: &[&str]) -> Option<PathBuf> {
+    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".to_owned());
+    let status = Command::new(&cc)
+        .arg("-O2")
+        .arg("-o")
+        .arg(output)
+        .arg(source)
+        .args(extra_args)
+        .status();
+    match status {
+        Ok(s) if s.success() => Some(output.to_owned()),
+        Ok(s) => panic!("{cc} failed to compile {}: {s}", source.display()),
+        Err(e) => {
+            eprintln!("no C compiler ({cc}: {e})");
+            None
+        }
+    }
+}
