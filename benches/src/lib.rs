@@ -7,6 +7,7 @@
 //! executable, spawned again.
 #![deny(unsafe_op_in_unsafe_fn)]
 
+pub mod fdpass;
 pub mod machine;
 mod peer;
 pub mod ring;

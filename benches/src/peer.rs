@@ -24,6 +24,7 @@ pub fn run_if_peer() {
     let args: Vec<&str> = spec.split(' ').collect();
     let result = match args.as_slice() {
         ["ring", rest @ ..] => crate::ring::peer_main(rest),
+        [role @ ("scm-sink" | "fd-holder"), rest @ ..] => crate::fdpass::peer_main(role, rest),
         _ => Err(io::Error::other(format!(
             "unknown benchmark peer role {spec:?}"
         ))),
@@ -73,6 +74,11 @@ impl Peers {
         unsafe { command.pre_exec(prepare) };
         self.children.push(command.spawn()?);
         Ok(())
+    }
+
+    /// The peers' pids, in spawn order.
+    pub(crate) fn pids(&self) -> Vec<u32> {
+        self.children.iter().map(std::process::Child::id).collect()
     }
 
     /// Fails if a peer has exited already (with its status).

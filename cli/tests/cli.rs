@@ -191,7 +191,7 @@ fn demo_runs_reports_and_leaves_nothing() {
         "latency p50",
         "latency p99",
         "bytes moved    3072000",
-        "left in /dev/shm: nothing",
+        "named objects created: none",
     ] {
         assert!(
             summary.contains(field),
@@ -199,4 +199,8 @@ fn demo_runs_reports_and_leaves_nothing() {
         );
     }
     assert!(shm_leftovers(&format!("nodeipc-demo-{pid}-")).is_empty());
+    assert!(
+        shm_leftovers(&pid.to_string()).is_empty(),
+        "the demo left a name behind"
+    );
 }

@@ -1,20 +1,24 @@
 //! `nodeipc demo`: the main job, end to end, with nothing to set up.
 //!
-//! The coordinator creates one region holding a request and a response
-//! semaphore and buffer per worker, spawns N worker processes (this same
-//! binary, `demo-worker`), removes the region's name as soon as they have
-//! attached, then sends M requests: each is broadcast to every worker and
-//! answered by every worker. It prints round trips per second, latency
-//! percentiles and bytes moved, and leaves nothing behind.
+//! The coordinator creates one anonymous region (a sealed memfd) holding a
+//! request and a response semaphore and buffer per worker, spawns N worker
+//! processes (this same binary, `demo-worker`) and hands each the region's
+//! descriptor over `SCM_RIGHTS` on a socket pair it inherited. Nothing ever
+//! has a name, so nothing can be left behind, however the demo dies. It then
+//! sends M requests: each is broadcast to every worker and answered by every
+//! worker, and it prints round trips per second, latency percentiles and the
+//! bytes moved.
 
 mod layout;
 
+use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::process::CommandExt;
 use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
 use clap::Args;
 use nodeipc_sem::{Semaphore, ShmSemaphore};
-use nodeipc_shm::{OpenOptions, Region};
+use nodeipc_shm::Region;
 
 use crate::{CmdResult, Failure};
 use layout::Layout;
@@ -37,9 +41,9 @@ pub(crate) struct DemoArgs {
 
 #[derive(Args)]
 pub(crate) struct WorkerArgs {
-    /// The region to attach to.
+    /// The inherited socket the region's descriptor arrives on.
     #[arg(long)]
-    region: String,
+    socket_fd: i32,
     /// This worker's rank.
     #[arg(long)]
     rank: u32,
@@ -71,28 +75,39 @@ impl Drop for Workers {
 
 pub(crate) fn run(args: DemoArgs) -> CmdResult {
     let layout = Layout::new(args.workers, args.payload);
-    let name = format!("/nodeipc-demo-{}-{:x}", std::process::id(), nanos());
-    let region = Region::create(&name, layout.size())?;
+    let region = Region::anonymous(layout.size())?;
+    // A worker must never be able to truncate the region under us (SIGBUS).
+    region.seal_grow_shrink()?;
     layout.init(&region)?;
 
     let exe = std::env::current_exe()?;
     let mut workers = Workers(Vec::new());
     for rank in 0..args.workers {
-        let child = Command::new(&exe)
+        let (ours, theirs) = rustix::net::socketpair(
+            rustix::net::AddressFamily::UNIX,
+            rustix::net::SocketType::STREAM,
+            rustix::net::SocketFlags::CLOEXEC,
+            None,
+        )?;
+        let mut command = Command::new(&exe);
+        command
             .args([
                 "demo-worker",
-                "--region",
-                &name,
+                "--socket-fd",
+                &theirs.as_raw_fd().to_string(),
+            ])
+            .args([
                 "--rank",
                 &rank.to_string(),
-            ])
-            .args(["--parent", &std::process::id().to_string()])
-            .spawn()?;
-        workers.0.push(child);
+                "--parent",
+                &std::process::id().to_string(),
+            ]);
+        inherit(&mut command, theirs.as_raw_fd());
+        workers.0.push(command.spawn()?);
+        drop(theirs);
+        nodeipc_fdpass::send_fds(&ours, b"r", &[region.as_fd()])?;
     }
     wait_until_attached(&region, &layout, &mut workers)?;
-    // Every worker has mapped it: from here on a crash leaves nothing behind.
-    region.unlink_now()?;
 
     let mut request = vec![0u8; args.payload as usize];
     let mut response = vec![0u8; args.payload as usize];
@@ -126,8 +141,22 @@ pub(crate) fn run(args: DemoArgs) -> CmdResult {
             )));
         }
     }
-    print_summary(&args, elapsed, &mut latencies, &name);
+    print_summary(&args, elapsed, &mut latencies);
     Ok(())
+}
+
+/// Lets the child inherit one descriptor, under the same number; every other
+/// descriptor of ours stays close-on-exec.
+fn inherit(command: &mut Command, fd: RawFd) {
+    let clear_cloexec = move || {
+        // SAFETY: `fd` stays open in the parent until after the spawn.
+        let fd = unsafe { BorrowedFd::borrow_raw(fd) };
+        rustix::io::fcntl_setfd(fd, rustix::io::FdFlags::empty())?;
+        Ok(())
+    };
+    // SAFETY: the hook runs between fork and exec and only calls fcntl, which
+    // is async-signal-safe, on a descriptor the parent keeps open.
+    unsafe { command.pre_exec(clear_cloexec) };
 }
 
 fn wait_until_attached(region: &Region, layout: &Layout, workers: &mut Workers) -> CmdResult {
@@ -203,10 +232,24 @@ pub(crate) fn worker(args: WorkerArgs) -> CmdResult {
             "coordinator exited before the worker started".into(),
         ));
     }
-    let region = Region::open(
-        &args.region,
-        OpenOptions::wait(Layout::HEADER, STEP_TIMEOUT),
+    // SAFETY: the coordinator passed this socket down for our sole use.
+    let socket = unsafe { OwnedFd::from_raw_fd(args.socket_fd) };
+    rustix::net::sockopt::set_socket_timeout(
+        &socket,
+        rustix::net::sockopt::Timeout::Recv,
+        Some(STEP_TIMEOUT),
     )?;
+    let mut tag = [0u8; 1];
+    let mut fds = nodeipc_fdpass::recv_fds_exact(&socket, &mut tag, 1)?;
+    let fd = fds
+        .pop()
+        .ok_or_else(|| Failure::Error("the coordinator sent no region".into()))?;
+    let region = Region::from_fd(fd)?;
+    if !region.is_size_sealed() {
+        return Err(Failure::Error(
+            "the region is not sealed against resizing".into(),
+        ));
+    }
     let layout = Layout::read(&region)?;
     if args.rank >= layout.workers() {
         return Err(Failure::Error(format!(
@@ -238,7 +281,7 @@ pub(crate) fn worker(args: WorkerArgs) -> CmdResult {
     }
 }
 
-fn print_summary(args: &DemoArgs, elapsed: Duration, latencies: &mut [Duration], name: &str) {
+fn print_summary(args: &DemoArgs, elapsed: Duration, latencies: &mut [Duration]) {
     latencies.sort_unstable();
     let percentile = |p: f64| {
         if latencies.is_empty() {
@@ -248,7 +291,6 @@ fn print_summary(args: &DemoArgs, elapsed: Duration, latencies: &mut [Duration],
         }
     };
     let bytes = args.requests * u64::from(args.workers) * u64::from(args.payload) * 2;
-    let left = nodeipc_shm::list(name).map(|l| l.len()).unwrap_or(0);
     println!(
         "nodeipc demo: {} workers, {} requests of {} bytes",
         args.workers, args.requests, args.payload
@@ -269,15 +311,5 @@ fn print_summary(args: &DemoArgs, elapsed: Duration, latencies: &mut [Duration],
         "  bytes moved    {bytes} ({:.1} MiB)",
         bytes as f64 / (1 << 20) as f64
     );
-    println!(
-        "  left in /dev/shm: {}",
-        if left == 0 { "nothing" } else { "LEFTOVERS" }
-    );
-}
-
-fn nanos() -> u32 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.subsec_nanos())
-        .unwrap_or(0)
+    println!("  named objects created: none (the region travelled as a memfd)");
 }

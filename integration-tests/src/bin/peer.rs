@@ -2,6 +2,7 @@
 //! chosen by the first argument. Exits 0 on success, 1 with a line on stderr
 //! otherwise; every wait is bounded.
 
+use std::io::{Read, Write};
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -64,9 +65,70 @@ fn run(args: &[&str]) -> Result {
             let region = Region::open(name, OpenOptions::wait(64, WAIT))?;
             region.view::<ShmSemaphore>(0)?.wait_timeout(WAIT)?;
         }
+        // Exports a memfd holding "child", prints its handle as hex, waits for
+        // a line on stdin, then checks the parent wrote "parent" at 100.
+        ["fd-export"] => {
+            let region = Region::anonymous(4096)?;
+            region.write_at(0, b"child")?;
+            let handle = nodeipc_fdpass::FdHandle::export(&region.as_fd())?;
+            println!("{}", hex(&handle.to_bytes()));
+            std::io::stdout().flush()?;
+            let mut line = String::new();
+            std::io::stdin().read_line(&mut line)?;
+            let mut seen = [0u8; 6];
+            region.read_at(100, &mut seen)?;
+            if &seen != b"parent" {
+                return Err(format!("parent's write not visible: {seen:?}").into());
+            }
+        }
+        // Imports the handle HEX and prints what the region holds at 0.
+        ["fd-import", handle] => {
+            let handle = nodeipc_fdpass::FdHandle::from_bytes(&unhex(handle)?)?;
+            let region = Region::from_fd(handle.import()?)?;
+            let mut text = [0u8; 6];
+            region.read_at(0, &mut text)?;
+            print!("{}", String::from_utf8_lossy(&text));
+        }
+        // Connects to PATH, receives COUNT descriptors, writes "child <i>"
+        // into each, and answers "done".
+        ["scm-recv", path, count] => {
+            let socket = std::os::unix::net::UnixStream::connect(path)?;
+            let count: usize = count.parse()?;
+            let mut tag = [0u8; 5];
+            let fds = nodeipc_fdpass::recv_fds_exact(&socket, &mut tag, count)?;
+            if fds.len() != count || &tag != b"files" {
+                return Err(format!("got {} descriptors and {tag:?}", fds.len()).into());
+            }
+            for (i, fd) in fds.into_iter().enumerate() {
+                Region::from_fd(fd)?.write_at(0, format!("child {i}").as_bytes())?;
+            }
+            (&socket).write_all(b"done")?;
+        }
+        // Connects to PATH and stays until the other end closes.
+        ["connect-and-wait", path] => {
+            let mut socket = std::os::unix::net::UnixStream::connect(path)?;
+            let mut rest = Vec::new();
+            socket.read_to_end(&mut rest)?;
+        }
         _ => return Err(format!("unknown role {args:?}").into()),
     }
     Ok(())
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn unhex(text: &str) -> Result<Vec<u8>> {
+    (0..text.len())
+        .step_by(2)
+        .map(|i| {
+            Ok(u8::from_str_radix(
+                text.get(i..i + 2).ok_or("odd hex")?,
+                16,
+            )?)
+        })
+        .collect()
 }
 
 fn pong_loop(ping: &impl Semaphore, pong: &impl Semaphore, rounds: u64) -> Result {

@@ -1,0 +1,180 @@
+//! The one error type of this crate.
+
+use std::io;
+
+/// What can go wrong moving descriptors between processes. Every variant
+/// says which process, descriptor or limit it is about; system call failures
+/// keep their errno.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// More descriptors than one message can carry, or than the caller
+    /// accepts. Nothing was sent; on receive, every descriptor that arrived
+    /// was closed.
+    #[error("{count} descriptors in one message; at most {max} allowed")]
+    TooManyFds {
+        /// How many were given or arrived.
+        count: usize,
+        /// The limit.
+        max: usize,
+    },
+
+    /// Descriptors must travel with at least one byte of payload.
+    #[error("descriptors must travel with at least one byte of payload")]
+    EmptyPayload,
+
+    /// The kernel had more descriptors for us than the control buffer held
+    /// (`MSG_CTRUNC`): the excess was discarded by the kernel and those that
+    /// did arrive have been closed.
+    #[error(
+        "control data truncated (MSG_CTRUNC): the sender passed more than the {max_fds} descriptors we accept; {closed} that arrived were closed"
+    )]
+    ControlTruncated {
+        /// How many descriptors this receive accepts.
+        max_fds: usize,
+        /// How many arrived and were closed.
+        closed: usize,
+    },
+
+    /// A control message other than `SCM_RIGHTS` arrived (credentials, say);
+    /// any descriptors that arrived with it were closed.
+    #[error(
+        "unexpected control message {kind}; {closed} descriptors that arrived with it were closed"
+    )]
+    UnexpectedControl {
+        /// What it was.
+        kind: &'static str,
+        /// Descriptors closed.
+        closed: usize,
+    },
+
+    /// The datagram was longer than the buffer (`MSG_TRUNC`); any descriptors
+    /// that arrived with it were closed.
+    #[error(
+        "payload truncated (MSG_TRUNC): the message is longer than the {capacity}-byte buffer; {closed} descriptors that arrived were closed"
+    )]
+    PayloadTruncated {
+        /// The buffer's size.
+        capacity: usize,
+        /// Descriptors closed.
+        closed: usize,
+    },
+
+    /// The peer closed the connection before the whole message arrived;
+    /// descriptors that arrived with its start were closed.
+    #[error("peer closed the connection after {received} of {expected} bytes")]
+    Closed {
+        /// Bytes received.
+        received: usize,
+        /// Bytes expected.
+        expected: usize,
+    },
+
+    /// The connected peer runs as a user we do not accept.
+    #[error(
+        "refusing peer pid {pid}: it runs as uid {uid}, and only uid {expected_uid} is accepted"
+    )]
+    PeerRefused {
+        /// The peer's pid.
+        pid: u32,
+        /// The peer's uid.
+        uid: u32,
+        /// Our uid.
+        expected_uid: u32,
+    },
+
+    /// The process is gone: it exited, or its pid now belongs to a process
+    /// started later (a recycled pid is never trusted).
+    #[error("process {pid} is gone: {reason}")]
+    ProcessGone {
+        /// The pid.
+        pid: u32,
+        /// Exited, or pid reused.
+        reason: &'static str,
+    },
+
+    /// The process has no such descriptor (it closed it, or never had it).
+    #[error(
+        "process {pid} has no descriptor {fd} (it must keep the descriptor open until importers are done)"
+    )]
+    NoSuchFd {
+        /// The pid.
+        pid: u32,
+        /// The descriptor number in that process.
+        fd: i32,
+    },
+
+    /// The kernel refused `pidfd_getfd` (`EPERM`): another user, Yama's
+    /// `ptrace_scope`, or a container's seccomp profile.
+    #[error(
+        "pidfd_getfd of descriptor {fd} in process {pid} is not permitted (EPERM); ways out: run both \
+         processes as the same user, let the exporter call allow_ptracer (PR_SET_PTRACER) for \
+         the importer, or pass the descriptor over SCM_RIGHTS instead (Transport::ScmRights)"
+    )]
+    NotPermitted {
+        /// The exporting process.
+        pid: u32,
+        /// The descriptor in it.
+        fd: i32,
+    },
+
+    /// The kernel lacks the call (`ENOSYS`): pidfds need Linux 5.3,
+    /// `pidfd_getfd` 5.6.
+    #[error("{call} is not supported by this kernel (ENOSYS; it needs Linux {needs} or later)")]
+    Unsupported {
+        /// The system call.
+        call: &'static str,
+        /// The kernel version that introduced it.
+        needs: &'static str,
+    },
+
+    /// Bytes that are not an `FdHandle`.
+    #[error("not an fd handle: {reason}")]
+    BadHandle {
+        /// What is wrong with the bytes.
+        reason: String,
+    },
+
+    /// A system call failed; the errno is kept in `source`.
+    #[error("{op} failed: {source}")]
+    Io {
+        /// The call.
+        op: &'static str,
+        /// The error with its raw errno.
+        #[source]
+        source: io::Error,
+    },
+}
+
+impl Error {
+    pub(crate) fn io(op: &'static str, source: impl Into<io::Error>) -> Self {
+        Error::Io {
+            op,
+            source: source.into(),
+        }
+    }
+}
+
+impl From<Error> for io::Error {
+    /// Keeps the errno of a failed system call; everything else becomes an
+    /// error of the closest kind carrying the full message.
+    fn from(error: Error) -> io::Error {
+        let kind = match &error {
+            Error::Io { source, .. } => return io::Error::new(source.kind(), error.to_string()),
+            Error::NotPermitted { .. } | Error::PeerRefused { .. } => {
+                io::ErrorKind::PermissionDenied
+            }
+            Error::ProcessGone { .. } | Error::NoSuchFd { .. } => io::ErrorKind::NotFound,
+            Error::Closed { .. } => io::ErrorKind::UnexpectedEof,
+            Error::Unsupported { .. } => io::ErrorKind::Unsupported,
+            Error::TooManyFds { .. } | Error::EmptyPayload | Error::BadHandle { .. } => {
+                io::ErrorKind::InvalidInput
+            }
+            _ => io::ErrorKind::InvalidData,
+        };
+        io::Error::new(kind, error.to_string())
+    }
+}
+
+/// `Result` with this crate's [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -1,0 +1,18 @@
+#![doc = include_str!("../README.md")]
+#![deny(unsafe_op_in_unsafe_fn)]
+
+mod cred;
+mod error;
+mod handle;
+mod pidfd;
+mod procstat;
+mod scm;
+
+pub use cred::{Credentials, peer_credentials, require_peer_uid};
+pub use error::{Error, Result};
+pub use handle::{
+    FdHandle, ForeignFd, Ptracer, Transport, allow_ptracer, open_verified, pidfd_getfd_available,
+    process_start_time,
+};
+pub use pidfd::{Pidfd, Signal};
+pub use scm::{Received, SCM_MAX_FD, recv_fds, recv_fds_exact, send_fds, send_fds_to};

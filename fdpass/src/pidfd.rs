@@ -1,0 +1,148 @@
+//! [`Pidfd`]: a process named by a descriptor, not by a pid that can be reused.
+
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::time::{Duration, Instant};
+
+use rustix::event::{PollFd, PollFlags};
+use rustix::io::Errno;
+use rustix::process::{Pid, PidfdFlags, PidfdGetfdFlags};
+
+pub use rustix::process::Signal;
+
+use crate::{Error, ForeignFd, Result};
+
+/// A descriptor referring to one process (`pidfd_open`). Unlike its pid it
+/// can never come to mean another process: signals sent through it reach
+/// the process it was opened for, or fail with [`Error::ProcessGone`].
+///
+/// # Examples
+/// ```
+/// let me = nodeipc_fdpass::Pidfd::open(std::process::id())?;
+/// assert!(me.is_alive());
+/// # Ok::<(), nodeipc_fdpass::Error>(())
+/// ```
+#[derive(Debug)]
+pub struct Pidfd {
+    fd: OwnedFd,
+    pid: u32,
+}
+
+impl Pidfd {
+    /// Opens a pidfd for `pid`.
+    ///
+    /// # Errors
+    /// [`Error::ProcessGone`] if there is no such process;
+    /// [`Error::Unsupported`] on kernels before 5.3; [`Error::Io`].
+    ///
+    /// # References
+    /// - [Linux `pidfd_open(2)`](https://man7.org/linux/man-pages/man2/pidfd_open.2.html)
+    #[doc(alias = "pidfd_open")]
+    pub fn open(pid: u32) -> Result<Pidfd> {
+        let raw = i32::try_from(pid)
+            .ok()
+            .and_then(Pid::from_raw)
+            .ok_or(Error::ProcessGone {
+                pid,
+                reason: "not a valid pid",
+            })?;
+        let fd = rustix::process::pidfd_open(raw, PidfdFlags::empty()).map_err(|e| match e {
+            Errno::SRCH => Error::ProcessGone {
+                pid,
+                reason: "it has exited",
+            },
+            Errno::NOSYS => Error::Unsupported {
+                call: "pidfd_open",
+                needs: "5.3",
+            },
+            e => Error::io("pidfd_open", e),
+        })?;
+        Ok(Pidfd { fd, pid })
+    }
+
+    /// The pid this pidfd was opened for.
+    pub fn pid(&self) -> u32 {
+        self.pid
+    }
+
+    /// Sends `signal` to the process (`pidfd_send_signal`).
+    ///
+    /// # Errors
+    /// [`Error::ProcessGone`] if it has exited; [`Error::Io`] (`EPERM` for a
+    /// process of another user).
+    #[doc(alias = "pidfd_send_signal")]
+    pub fn send_signal(&self, signal: Signal) -> Result<()> {
+        rustix::process::pidfd_send_signal(&self.fd, signal).map_err(|e| match e {
+            Errno::SRCH => Error::ProcessGone {
+                pid: self.pid,
+                reason: "it has exited",
+            },
+            e => Error::io("pidfd_send_signal", e),
+        })
+    }
+
+    /// Whether the process is still running (its pidfd is not yet readable).
+    /// A zombie counts as exited.
+    pub fn is_alive(&self) -> bool {
+        !matches!(self.poll_exit(Some(Duration::ZERO)), Ok(true))
+    }
+
+    /// Waits up to `timeout` for the process to exit; `Ok(true)` if it did.
+    ///
+    /// # Errors
+    /// [`Error::Io`] from `poll`.
+    pub fn wait_exit(&self, timeout: Duration) -> Result<bool> {
+        self.poll_exit(Some(timeout))
+    }
+
+    fn poll_exit(&self, timeout: Option<Duration>) -> Result<bool> {
+        let deadline = timeout.map(|t| Instant::now() + t);
+        loop {
+            let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
+            let timespec = left.map(|t| rustix::time::Timespec {
+                tv_sec: t.as_secs().min(i64::MAX as u64) as i64,
+                tv_nsec: i64::from(t.subsec_nanos()),
+            });
+            let mut fds = [PollFd::new(&self.fd, PollFlags::IN)];
+            match rustix::event::poll(&mut fds, timespec.as_ref()) {
+                Ok(0) => return Ok(false),
+                Ok(_) => return Ok(true),
+                Err(Errno::INTR) => continue,
+                Err(e) => return Err(Error::io("poll(pidfd)", e)),
+            }
+        }
+    }
+
+    /// Duplicates descriptor `target` of the process into ours (`pidfd_getfd`).
+    /// The copy refers to the same open file and is close-on-exec.
+    ///
+    /// # Errors
+    /// [`Error::NotPermitted`] when the kernel refuses (another user, Yama,
+    /// seccomp) with the ways out in its message; [`Error::NoSuchFd`];
+    /// [`Error::ProcessGone`]; [`Error::Unsupported`] before Linux 5.6.
+    ///
+    /// # References
+    /// - [Linux `pidfd_getfd(2)`](https://man7.org/linux/man-pages/man2/pidfd_getfd.2.html)
+    #[doc(alias = "pidfd_getfd")]
+    pub fn get_fd(&self, target: ForeignFd) -> Result<OwnedFd> {
+        let (pid, fd) = (self.pid, target.raw());
+        rustix::process::pidfd_getfd(&self.fd, fd, PidfdGetfdFlags::empty()).map_err(|e| match e {
+            Errno::PERM => Error::NotPermitted { pid, fd },
+            Errno::BADF => Error::NoSuchFd { pid, fd },
+            Errno::SRCH => Error::ProcessGone {
+                pid,
+                reason: "it has exited",
+            },
+            Errno::NOSYS => Error::Unsupported {
+                call: "pidfd_getfd",
+                needs: "5.6",
+            },
+            e => Error::io("pidfd_getfd", e),
+        })
+    }
+}
+
+impl AsFd for Pidfd {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.fd.as_fd()
+    }
+}

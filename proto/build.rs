@@ -1,0 +1,27 @@
+//! Compiles `proto/*.proto` into Rust with prost, parsing them with protox
+//! (pure Rust): no `protoc` binary is needed and nothing is downloaded.
+
+use std::process::ExitCode;
+
+/// The contract files, relative to the include directory `proto/`.
+const PROTOS: [&str; 3] = ["execute.proto", "handshake.proto", "monitor.proto"];
+
+fn main() -> ExitCode {
+    println!("cargo:rerun-if-changed=proto");
+    match generate() {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("nodeipc-proto: generating code from proto/ failed: {error}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn generate() -> Result<(), Box<dyn std::error::Error>> {
+    let fds = protox::compile(PROTOS, ["proto"])?;
+    prost_build::Config::new()
+        // Maps as `BTreeMap`: the same message always encodes to the same bytes.
+        .btree_map(["."])
+        .compile_fds(fds)?;
+    Ok(())
+}
