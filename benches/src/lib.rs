@@ -7,6 +7,7 @@
 //! executable, spawned again.
 #![deny(unsafe_op_in_unsafe_fn)]
 
+pub mod barrier;
 pub mod fdpass;
 pub mod machine;
 mod peer;
@@ -37,4 +38,12 @@ pub fn measure_ring(
     }
     ring.finish()?;
     Ok(Summary::of(&per_lap).expect("at least one batch"))
+}
+
+/// A number that differs between runs, to make names unique.
+pub(crate) fn nonce() -> u32 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or(0)
 }

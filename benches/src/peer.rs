@@ -24,6 +24,7 @@ pub fn run_if_peer() {
     let args: Vec<&str> = spec.split(' ').collect();
     let result = match args.as_slice() {
         ["ring", rest @ ..] => crate::ring::peer_main(rest),
+        ["barrier", rest @ ..] => crate::barrier::peer_main(rest),
         [role @ ("scm-sink" | "fd-holder"), rest @ ..] => crate::fdpass::peer_main(role, rest),
         _ => Err(io::Error::other(format!(
             "unknown benchmark peer role {spec:?}"

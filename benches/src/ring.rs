@@ -117,7 +117,7 @@ impl Ring {
         let mut peers = Peers::default();
         let mut semaphores = Vec::new();
         let mut streams = Vec::new();
-        let base = format!("/nodeipc-bench-{}-{:x}", std::process::id(), nonce());
+        let base = format!("/nodeipc-bench-{}-{:x}", std::process::id(), crate::nonce());
         match handoff {
             Handoff::GlibcSemaphore => {
                 for i in 0..members {
@@ -420,11 +420,4 @@ pub(crate) fn peer_main(args: &[&str]) -> io::Result<()> {
         hops = lap(&link, index, members, hops)?;
     }
     Ok(())
-}
-
-fn nonce() -> u32 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.subsec_nanos())
-        .unwrap_or(0)
 }

@@ -1,0 +1,222 @@
+//! The one error type of this crate.
+
+use std::io;
+use std::time::Duration;
+
+/// What can go wrong in a rank group. Every variant names the group, and the
+/// rank or values involved, so a log line says which job failed and why.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The options cannot describe a group.
+    #[error("group {group}: invalid options: {reason}")]
+    InvalidOptions {
+        /// The group name.
+        group: String,
+        /// What is wrong.
+        reason: String,
+    },
+
+    /// The vault was made for another group shape than this rank expects.
+    #[error("group {group}: {what} is {theirs} in the vault but {ours} for this rank")]
+    Mismatch {
+        /// The group name.
+        group: String,
+        /// Which value differs (world size, layout version, slot size).
+        what: &'static str,
+        /// This rank's value.
+        ours: u64,
+        /// The vault's value.
+        theirs: u64,
+    },
+
+    /// The name holds something that is not a group vault.
+    #[error("group {group}: the shared object is not a group vault (magic {magic:#018x})")]
+    NotAVault {
+        /// The group name.
+        group: String,
+        /// The magic word found.
+        magic: u64,
+    },
+
+    /// A vault of this name already exists: another group runs under it, or a
+    /// crashed join left it behind.
+    #[error(
+        "group {group}: a vault of this name already exists (another job uses the name, or a crashed run left it: `nodeipc clean` removes unused ones)"
+    )]
+    NameTaken {
+        /// The group name.
+        group: String,
+    },
+
+    /// A peer's process died (or exited): the group is poisoned.
+    #[error("group {group}: rank {rank} (pid {pid}) died; the group is unusable")]
+    PeerDied {
+        /// The group name.
+        group: String,
+        /// The dead rank.
+        rank: u32,
+        /// Its pid.
+        pid: u32,
+    },
+
+    /// A peer dropped its handle to the group while others still needed it.
+    #[error("group {group}: rank {rank} left the group; the group is unusable")]
+    PeerLeft {
+        /// The group name.
+        group: String,
+        /// The rank that left.
+        rank: u32,
+    },
+
+    /// A bounded wait ran out: not every rank arrived.
+    #[error(
+        "group {group}: rank {rank} timed out in {op} after {waited:?} with {arrived} of {expected} ranks arrived; the group is unusable"
+    )]
+    Timeout {
+        /// The group name.
+        group: String,
+        /// This rank.
+        rank: u32,
+        /// The operation (join, barrier, all_gather, …).
+        op: &'static str,
+        /// How long it waited.
+        waited: Duration,
+        /// Ranks that had arrived.
+        arrived: u32,
+        /// Ranks expected.
+        expected: u32,
+    },
+
+    /// An earlier failure (a death, a departure, a timeout) made the group
+    /// unusable; every later call returns this.
+    #[error("group {group}: unusable since rank {rank} {cause}")]
+    Poisoned {
+        /// The group name.
+        group: String,
+        /// The rank at fault.
+        rank: u32,
+        /// What happened to it.
+        cause: &'static str,
+    },
+
+    /// Data larger than a slot.
+    #[error("group {group}: {len} bytes do not fit a {slot_size}-byte slot")]
+    TooLarge {
+        /// The group name.
+        group: String,
+        /// Bytes given.
+        len: usize,
+        /// Slot size.
+        slot_size: usize,
+    },
+
+    /// A peer's slot holds a length beyond the slot: never read past it.
+    #[error(
+        "group {group}: rank {rank}'s slot claims {len} bytes, beyond its {slot_size}-byte slot"
+    )]
+    Corrupt {
+        /// The group name.
+        group: String,
+        /// Whose slot.
+        rank: u32,
+        /// The length found.
+        len: u64,
+        /// The slot size.
+        slot_size: usize,
+    },
+
+    /// A rank argument outside the group.
+    #[error("group {group}: rank {rank} is outside a group of {world_size}")]
+    RankOutOfRange {
+        /// The group name.
+        group: String,
+        /// The rank given.
+        rank: u32,
+        /// The group's size.
+        world_size: u32,
+    },
+
+    /// The descriptor transport asked for is not available.
+    #[error("group {group}: {reason}")]
+    Transport {
+        /// The group name.
+        group: String,
+        /// Why.
+        reason: String,
+    },
+
+    /// A descriptor exchange received something other than what the protocol sends.
+    #[error("group {group}: descriptor exchange: {reason}")]
+    Protocol {
+        /// The group name.
+        group: String,
+        /// What arrived.
+        reason: String,
+    },
+
+    /// The vault region failed.
+    #[error("group {group}: {source}")]
+    Shm {
+        /// The group name.
+        group: String,
+        /// The region error.
+        #[source]
+        source: nodeipc_shm::Error,
+    },
+
+    /// Moving a descriptor failed.
+    #[error("group {group}: {source}")]
+    FdPass {
+        /// The group name.
+        group: String,
+        /// The fdpass error.
+        #[source]
+        source: nodeipc_fdpass::Error,
+    },
+
+    /// A system call failed; the errno is kept in `source`.
+    #[error("group {group}: {op} failed: {source}")]
+    Io {
+        /// The group name.
+        group: String,
+        /// The call.
+        op: &'static str,
+        /// The error with its raw errno.
+        #[source]
+        source: io::Error,
+    },
+}
+
+impl Error {
+    /// Whether the group is unusable after this error (every error from a
+    /// collective operation but a caller mistake).
+    pub fn poisons(&self) -> bool {
+        !matches!(
+            self,
+            Error::InvalidOptions { .. } | Error::TooLarge { .. } | Error::RankOutOfRange { .. }
+        )
+    }
+}
+
+impl From<Error> for io::Error {
+    /// Keeps the kind of the underlying failure where there is one.
+    fn from(error: Error) -> io::Error {
+        let kind = match &error {
+            Error::Io { source, .. } => source.kind(),
+            Error::Timeout { .. } => io::ErrorKind::TimedOut,
+            Error::PeerDied { .. } | Error::PeerLeft { .. } | Error::Poisoned { .. } => {
+                io::ErrorKind::BrokenPipe
+            }
+            Error::InvalidOptions { .. }
+            | Error::TooLarge { .. }
+            | Error::RankOutOfRange { .. } => io::ErrorKind::InvalidInput,
+            Error::NameTaken { .. } => io::ErrorKind::AlreadyExists,
+            _ => io::ErrorKind::Other,
+        };
+        io::Error::new(kind, error.to_string())
+    }
+}
+
+/// `Result` with this crate's [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;

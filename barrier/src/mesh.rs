@@ -1,0 +1,260 @@
+//! The `SCM_RIGHTS` fallback: one datagram socket per rank to receive on,
+//! and one connected to each peer to send on.
+//!
+//! The sockets meet in a private directory (0700, named after the group's
+//! random nonce). Once every rank has connected to every other, the socket
+//! files and the directory are removed: connected sockets need no path, so
+//! nothing is left on disk, whatever happens next. Only our uid (and root)
+//! can reach a 0700 directory, so only our own processes can send here.
+
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use rustix::event::{PollFd, PollFlags};
+use rustix::io::Errno;
+use rustix::net::{AddressFamily, SocketAddrUnix, SocketFlags, SocketType};
+
+use crate::{Error, Group, Result, vault};
+
+/// "NIFX": the first word of every descriptor message.
+const MESSAGE_MAGIC: [u8; 4] = *b"NIFX";
+const MESSAGE_LEN: usize = 16;
+/// How often a rank waiting for descriptors checks its peers.
+const SLICE: Duration = Duration::from_millis(50);
+
+#[derive(Debug)]
+pub(crate) struct Mesh {
+    inbox: OwnedFd,
+    /// Connected to each peer's inbox; `None` for ourselves.
+    outboxes: Vec<Option<OwnedFd>>,
+}
+
+impl Mesh {
+    /// Sets the sockets up, in steps separated by barriers: rank 0 makes the
+    /// directory; everyone binds; everyone connects; everyone removes its
+    /// socket file; rank 0 removes the directory.
+    pub(crate) fn connect(group: &Group) -> Result<Mesh> {
+        let nonce = vault::header(group.region()).nonce.load(Ordering::Relaxed);
+        let uid = rustix::process::geteuid().as_raw();
+        let dir = PathBuf::from(format!("/tmp/nodeipc-group-{uid}-{nonce:016x}"));
+        let io = |op, e: std::io::Error| Error::Io {
+            group: group.name().to_owned(),
+            op,
+            source: e,
+        };
+        if group.rank() == 0 {
+            std::fs::create_dir(&dir).map_err(|e| io("mkdir", e))?;
+            // The umask must not loosen (or tighten) it.
+            std::fs::set_permissions(&dir, PermissionsExt::from_mode(0o700))
+                .map_err(|e| io("chmod", e))?;
+        }
+        let result = Mesh::connect_in(group, &dir);
+        if group.rank() == 0 {
+            let _ = std::fs::remove_dir(&dir);
+        }
+        result
+    }
+
+    fn connect_in(group: &Group, dir: &Path) -> Result<Mesh> {
+        group.barrier()?;
+        check_private_dir(group, dir)?;
+        let socket_path = |rank: u32| dir.join(rank.to_string());
+        let new_socket = || {
+            rustix::net::socket_with(
+                AddressFamily::UNIX,
+                SocketType::DGRAM,
+                SocketFlags::CLOEXEC | SocketFlags::NONBLOCK,
+                None,
+            )
+            .map_err(|e| group.io("socket", e))
+        };
+        let address = |rank: u32| {
+            SocketAddrUnix::new(socket_path(rank).as_path()).map_err(|e| group.io("sockaddr_un", e))
+        };
+        let inbox = new_socket()?;
+        rustix::net::bind(&inbox, &address(group.rank())?).map_err(|e| group.io("bind", e))?;
+        let result = (|| {
+            group.barrier()?;
+            let mut outboxes = Vec::new();
+            for rank in 0..group.world_size() {
+                if rank == group.rank() {
+                    outboxes.push(None);
+                    continue;
+                }
+                let socket = new_socket()?;
+                rustix::net::connect(&socket, &address(rank)?)
+                    .map_err(|e| group.io("connect", e))?;
+                outboxes.push(Some(socket));
+            }
+            group.barrier()?;
+            Ok(Mesh { inbox, outboxes })
+        })();
+        let _ = std::fs::remove_file(socket_path(group.rank()));
+        let mesh = result?;
+        // Everyone's file is gone before rank 0 removes the directory.
+        group.barrier()?;
+        Ok(mesh)
+    }
+
+    /// Sends `fd` to every rank in `to`, and receives one descriptor from every
+    /// rank in `from`; returns them by rank.
+    pub(crate) fn exchange(
+        &self,
+        group: &Group,
+        fd: Option<BorrowedFd<'_>>,
+        to: &[u32],
+        from: &[u32],
+        timeout: Duration,
+    ) -> Result<Vec<Option<OwnedFd>>> {
+        let epoch = group.epoch();
+        let mut message = [0u8; MESSAGE_LEN];
+        message[0..4].copy_from_slice(&MESSAGE_MAGIC);
+        message[4..8].copy_from_slice(&group.rank().to_le_bytes());
+        message[8..16].copy_from_slice(&epoch.to_le_bytes());
+        let mut unsent: Vec<u32> = to.to_vec();
+        let mut received: Vec<Option<OwnedFd>> = (0..group.world_size()).map(|_| None).collect();
+        let mut missing = from.len();
+        let start = Instant::now();
+        loop {
+            // Send what the peers' queues take now; the rest waits for room.
+            let mut still_unsent = Vec::new();
+            for &rank in &unsent {
+                let (Some(fd), Some(Some(outbox))) = (fd, self.outboxes.get(rank as usize)) else {
+                    continue;
+                };
+                match nodeipc_fdpass::send_fds(outbox, &message, &[fd]) {
+                    Ok(_) => {}
+                    Err(nodeipc_fdpass::Error::Io { source, .. })
+                        if source.raw_os_error() == Some(Errno::AGAIN.raw_os_error()) =>
+                    {
+                        still_unsent.push(rank);
+                    }
+                    Err(source) => {
+                        return Err(Error::FdPass {
+                            group: group.name().to_owned(),
+                            source,
+                        });
+                    }
+                }
+            }
+            unsent = still_unsent;
+            missing -= self.drain_inbox(group, epoch, from, &mut received)?;
+            if unsent.is_empty() && missing == 0 {
+                return Ok(received);
+            }
+            group.check_poison()?;
+            group.check_peers()?;
+            let waited = start.elapsed();
+            if waited >= timeout {
+                return Err(Error::Timeout {
+                    group: group.name().to_owned(),
+                    rank: group.rank(),
+                    op: "descriptor exchange",
+                    waited,
+                    arrived: (from.len() - missing) as u32,
+                    expected: from.len() as u32,
+                });
+            }
+            let mut polls = vec![PollFd::new(&self.inbox, PollFlags::IN)];
+            for &rank in &unsent {
+                if let Some(Some(outbox)) = self.outboxes.get(rank as usize) {
+                    polls.push(PollFd::new(outbox, PollFlags::OUT));
+                }
+            }
+            let slice = SLICE.min(timeout - waited);
+            let timespec = rustix::time::Timespec {
+                tv_sec: 0,
+                tv_nsec: slice.subsec_nanos().into(),
+            };
+            match rustix::event::poll(&mut polls, Some(&timespec)) {
+                Ok(_) | Err(Errno::INTR) => {}
+                Err(e) => return Err(group.io("poll", e)),
+            }
+        }
+    }
+
+    /// Receives every message waiting in the inbox; returns how many expected
+    /// descriptors arrived.
+    fn drain_inbox(
+        &self,
+        group: &Group,
+        epoch: u64,
+        from: &[u32],
+        received: &mut [Option<OwnedFd>],
+    ) -> Result<usize> {
+        let protocol = |reason: String| Error::Protocol {
+            group: group.name().to_owned(),
+            reason,
+        };
+        let mut arrived = 0;
+        loop {
+            let mut message = [0u8; MESSAGE_LEN];
+            let got = match nodeipc_fdpass::recv_fds(self.inbox.as_fd(), &mut message, 1) {
+                Ok(got) => got,
+                Err(nodeipc_fdpass::Error::Io { source, .. })
+                    if source.raw_os_error() == Some(Errno::AGAIN.raw_os_error()) =>
+                {
+                    return Ok(arrived);
+                }
+                Err(source) => {
+                    return Err(Error::FdPass {
+                        group: group.name().to_owned(),
+                        source,
+                    });
+                }
+            };
+            if got.len != MESSAGE_LEN || message[0..4] != MESSAGE_MAGIC {
+                return Err(protocol(format!(
+                    "a {}-byte message that is not ours",
+                    got.len
+                )));
+            }
+            let sender = u32::from_le_bytes(message[4..8].try_into().expect("4 bytes"));
+            let their_epoch = u64::from_le_bytes(message[8..16].try_into().expect("8 bytes"));
+            if their_epoch != epoch {
+                return Err(protocol(format!(
+                    "rank {sender} sent a descriptor for collective {their_epoch} during collective {epoch}"
+                )));
+            }
+            if !from.contains(&sender) || received[sender as usize].is_some() {
+                return Err(protocol(format!(
+                    "an unexpected descriptor from rank {sender}"
+                )));
+            }
+            let mut fds = got.fds;
+            let fd = fds.pop().filter(|_| fds.is_empty()).ok_or_else(|| {
+                protocol(format!(
+                    "rank {sender} sent a message without its descriptor"
+                ))
+            })?;
+            received[sender as usize] = Some(fd);
+            arrived += 1;
+        }
+    }
+}
+
+/// The directory must be ours and private: a directory (not a link), owned
+/// by our uid, mode 0700.
+fn check_private_dir(group: &Group, dir: &Path) -> Result<()> {
+    let meta = std::fs::symlink_metadata(dir).map_err(|e| Error::Io {
+        group: group.name().to_owned(),
+        op: "lstat(socket directory)",
+        source: e,
+    })?;
+    let uid = rustix::process::geteuid().as_raw();
+    let mode = meta.permissions().mode() & 0o7777;
+    if !meta.is_dir() || meta.uid() != uid || mode != 0o700 {
+        return Err(Error::Transport {
+            group: group.name().to_owned(),
+            reason: format!(
+                "socket directory {} is not a private directory of ours (owner {}, mode {mode:04o}); refusing it",
+                dir.display(),
+                meta.uid()
+            ),
+        });
+    }
+    Ok(())
+}

@@ -1,0 +1,232 @@
+//! The vault: the shared region a group meets in, and where everything in it
+//! sits. Everything here is `#[repr(C)]`, made of atomics, and checked
+//! before it is trusted: another process wrote it.
+
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+
+use crossbeam_utils::CachePadded;
+use nodeipc_shm::{Region, ShmSafe};
+
+use crate::{Error, Result};
+
+/// "NIPCVLT1" read as a little-endian `u64`.
+pub(crate) const MAGIC: u64 = u64::from_le_bytes(*b"NIPCVLT1");
+/// Bumped whenever anything below moves.
+pub(crate) const LAYOUT_VERSION: u32 = 1;
+/// The most ranks a group can hold.
+pub const MAX_WORLD_SIZE: u32 = 1024;
+/// The largest all-gather slot.
+pub const MAX_SLOT_SIZE: usize = 1 << 20;
+
+/// Bytes of a descriptor handle slot (an `FdHandle` is 24 bytes).
+pub(crate) const HANDLE_SLOT: usize = 32;
+
+/// The first bytes of the vault. Rank 0 fills it, then stores `init` with
+/// release ordering; joiners acquire `init` before reading the rest.
+#[repr(C)]
+pub(crate) struct Header {
+    pub(crate) magic: AtomicU64,
+    pub(crate) version: AtomicU32,
+    pub(crate) world_size: AtomicU32,
+    pub(crate) slot_size: AtomicU32,
+    /// 1 once rank 0 has written everything else.
+    pub(crate) init: AtomicU32,
+    /// Ranks registered so far.
+    pub(crate) joined: AtomicU32,
+    /// 0, or `rank + 1` of the rank at fault.
+    pub(crate) poison: AtomicU32,
+    /// What happened to it (a `Cause` as `u32`).
+    pub(crate) poison_cause: AtomicU32,
+    /// Ranks done setting up the descriptor transport.
+    pub(crate) transport_ready: AtomicU32,
+    /// Random per group run: names the socket directory of the fallback.
+    pub(crate) nonce: AtomicU64,
+}
+
+// SAFETY: `#[repr(C)]`, atomics only, any bit pattern valid, no pointers.
+unsafe impl ShmSafe for Header {}
+
+/// One barrier: an arrival count, and a generation that the last arriver
+/// bumps and waiters sleep on. On separate cache lines: arrivals hammer the
+/// count while waiters read the generation.
+#[repr(C)]
+pub(crate) struct BarrierWords {
+    pub(crate) count: CachePadded<AtomicU32>,
+    pub(crate) wake: CachePadded<Generation>,
+}
+
+/// The futex word waiters sleep on, and how many sleep on it: the last
+/// arriver makes the wake-up system call only when someone does.
+#[repr(C)]
+pub(crate) struct Generation {
+    pub(crate) generation: AtomicU32,
+    pub(crate) sleepers: AtomicU32,
+}
+
+// SAFETY: `#[repr(C)]`, atomics only, any bit pattern valid, no pointers.
+unsafe impl ShmSafe for Generation {}
+
+// SAFETY: `#[repr(C)]` of `CachePadded` atomics (themselves `ShmSafe`).
+unsafe impl ShmSafe for BarrierWords {}
+
+/// Bits of [`RankEntry::flags`].
+pub(crate) mod flags {
+    /// The rank registered its pid and start time.
+    pub(crate) const JOINED: u32 = 1;
+    /// The rank dropped its group handle.
+    pub(crate) const LEFT: u32 = 2;
+    /// The rank can `pidfd_getfd` from every peer.
+    pub(crate) const PIDFD_OK: u32 = 4;
+    /// The rank probed its transport (`PIDFD_OK` is meaningful).
+    pub(crate) const PROBED: u32 = 8;
+}
+
+/// What one rank registers about itself.
+#[repr(C)]
+pub(crate) struct RankEntry {
+    pub(crate) start_time: AtomicU64,
+    pub(crate) pid: AtomicU32,
+    pub(crate) flags: AtomicU32,
+    _reserved: [AtomicU64; 2],
+}
+
+// SAFETY: `#[repr(C)]`, atomics only, any bit pattern valid, no pointers.
+unsafe impl ShmSafe for RankEntry {}
+
+/// Why a group was poisoned, as stored in the vault.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Cause {
+    Died = 1,
+    Left = 2,
+    TimedOut = 3,
+    Failed = 4,
+}
+
+impl Cause {
+    pub(crate) fn from_raw(raw: u32) -> Cause {
+        match raw {
+            1 => Cause::Died,
+            2 => Cause::Left,
+            4 => Cause::Failed,
+            _ => Cause::TimedOut,
+        }
+    }
+
+    pub(crate) fn describe(self) -> &'static str {
+        match self {
+            Cause::Died => "died",
+            Cause::Left => "left the group",
+            Cause::TimedOut => "timed out waiting for the others",
+            Cause::Failed => "failed inside a collective operation",
+        }
+    }
+}
+
+/// Offsets of everything, from the group's shape.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Layout {
+    pub(crate) world_size: u32,
+    pub(crate) slot_size: usize,
+}
+
+const HEADER_AT: usize = 0;
+const BARRIER_AT: usize = 256;
+const SUBSET_AT: usize = BARRIER_AT + size_of::<BarrierWords>();
+const RANKS_AT: usize = SUBSET_AT + size_of::<BarrierWords>();
+
+impl Layout {
+    /// Enough of the vault to read the header.
+    pub(crate) const HEADER_BYTES: usize = BARRIER_AT;
+
+    fn ranks_end(&self) -> usize {
+        RANKS_AT + self.world_size as usize * size_of::<RankEntry>()
+    }
+
+    /// Each data slot: an 8-byte length, then the bytes, rounded to 8.
+    fn data_stride(&self) -> usize {
+        8 + self.slot_size.next_multiple_of(8)
+    }
+
+    fn data_at(&self) -> usize {
+        self.ranks_end().next_multiple_of(64)
+    }
+
+    fn handles_at(&self) -> usize {
+        (self.data_at() + 2 * self.world_size as usize * self.data_stride()).next_multiple_of(64)
+    }
+
+    pub(crate) fn size(&self) -> usize {
+        self.handles_at() + 2 * self.world_size as usize * HANDLE_SLOT
+    }
+
+    pub(crate) fn barrier<'r>(&self, region: &'r Region) -> &'r BarrierWords {
+        region.view(BARRIER_AT).expect("vault size checked at join")
+    }
+
+    pub(crate) fn subset<'r>(&self, region: &'r Region) -> &'r BarrierWords {
+        region.view(SUBSET_AT).expect("vault size checked at join")
+    }
+
+    pub(crate) fn rank<'r>(&self, region: &'r Region, rank: u32) -> &'r RankEntry {
+        region
+            .view(RANKS_AT + rank as usize * size_of::<RankEntry>())
+            .expect("vault size checked at join")
+    }
+
+    /// Offset of `rank`'s data slot in buffer `parity` (0 or 1): its length
+    /// word, followed by the bytes.
+    pub(crate) fn data_slot(&self, parity: usize, rank: u32) -> usize {
+        self.data_at() + (parity * self.world_size as usize + rank as usize) * self.data_stride()
+    }
+
+    pub(crate) fn handle_slot(&self, parity: usize, rank: u32) -> usize {
+        self.handles_at() + (parity * self.world_size as usize + rank as usize) * HANDLE_SLOT
+    }
+}
+
+pub(crate) fn header(region: &Region) -> &Header {
+    region.view(HEADER_AT).expect("every vault holds a header")
+}
+
+/// Checks a vault rank 0 published against this rank's expectations, and
+/// that the region holds everything the header describes.
+pub(crate) fn validate(group: &str, region: &Region, ours: Layout) -> Result<()> {
+    let header = header(region);
+    let magic = header.magic.load(Ordering::Relaxed);
+    if magic != MAGIC {
+        return Err(Error::NotAVault {
+            group: group.to_owned(),
+            magic,
+        });
+    }
+    let mismatch = |what, ours: u64, theirs: u64| Error::Mismatch {
+        group: group.to_owned(),
+        what,
+        ours,
+        theirs,
+    };
+    let version = header.version.load(Ordering::Relaxed);
+    if version != LAYOUT_VERSION {
+        return Err(mismatch(
+            "layout version",
+            LAYOUT_VERSION.into(),
+            version.into(),
+        ));
+    }
+    let world = header.world_size.load(Ordering::Relaxed);
+    if world != ours.world_size {
+        return Err(mismatch("world size", ours.world_size.into(), world.into()));
+    }
+    let slot = header.slot_size.load(Ordering::Relaxed);
+    if slot as usize != ours.slot_size {
+        return Err(mismatch("slot size", ours.slot_size as u64, slot.into()));
+    }
+    if region.len() < ours.size() {
+        return Err(mismatch(
+            "vault size",
+            ours.size() as u64,
+            region.len() as u64,
+        ));
+    }
+    Ok(())
+}
