@@ -7,6 +7,7 @@
 
 mod clean;
 mod demo;
+mod monitor_cmd;
 mod sem_cmd;
 mod shm_cmd;
 
@@ -36,6 +37,9 @@ enum Command {
     /// Create, post, wait on and remove named semaphores.
     #[command(subcommand)]
     Sem(sem_cmd::SemCommand),
+    /// Serve a rank monitor on a socket, or print one's status as JSON.
+    #[command(subcommand)]
+    Monitor(monitor_cmd::MonitorCommand),
     /// A demo worker (spawned by `nodeipc demo`, not for people).
     #[command(hide = true, name = "demo-worker")]
     DemoWorker(demo::WorkerArgs),
@@ -59,6 +63,7 @@ impl<E: std::error::Error> From<E> for Failure {
 pub(crate) type CmdResult = Result<(), Failure>;
 
 fn main() -> ExitCode {
+    nodeipc_monitor::run_if_server();
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Demo(args) => demo::run(args),
@@ -67,6 +72,7 @@ fn main() -> ExitCode {
         Command::Clean(args) => clean::clean(args),
         Command::Shm(cmd) => shm_cmd::run(cmd),
         Command::Sem(cmd) => sem_cmd::run(cmd),
+        Command::Monitor(cmd) => monitor_cmd::run(cmd),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -1,6 +1,7 @@
 //! The one error type of this crate.
 
 use std::io;
+use std::path::PathBuf;
 
 /// What can go wrong moving descriptors between processes. Every variant
 /// says which process, descriptor or limit it is about; system call failures
@@ -128,6 +129,73 @@ pub enum Error {
         needs: &'static str,
     },
 
+    /// A socket path longer than `sockaddr_un` holds.
+    #[error("socket path {path:?} is {len} bytes; at most {max} fit in a socket address")]
+    PathTooLong {
+        /// The path.
+        path: PathBuf,
+        /// Its length.
+        len: usize,
+        /// The limit.
+        max: usize,
+    },
+
+    /// The socket's directory is not a directory.
+    #[error("{path:?} is not a directory")]
+    NotADirectory {
+        /// The path.
+        path: PathBuf,
+    },
+
+    /// The socket's directory belongs to someone else or others may write to
+    /// it: they could swap the socket.
+    #[error(
+        "refusing socket directory {dir:?}: owner uid {owner}, mode {mode:04o}; it must be owned by uid {expected_owner} and not writable by group or others"
+    )]
+    UnsafeDirectory {
+        /// The directory.
+        dir: PathBuf,
+        /// Its owner.
+        owner: u32,
+        /// Its permission bits.
+        mode: u32,
+        /// Our uid.
+        expected_owner: u32,
+    },
+
+    /// A symlink where the socket should be.
+    #[error("refusing {path:?}: a symlink is in the socket's place")]
+    SymlinkRefused {
+        /// The path.
+        path: PathBuf,
+    },
+
+    /// Another kind of file where the socket should be.
+    #[error("refusing {path:?}: it exists and is not a socket")]
+    NotASocket {
+        /// The path.
+        path: PathBuf,
+    },
+
+    /// A live server already listens there.
+    #[error("a server already listens on {path:?}")]
+    AlreadyServing {
+        /// The path.
+        path: PathBuf,
+    },
+
+    /// Binding, listening or accepting at a path failed.
+    #[error("{op} failed for socket {path:?}: {source}")]
+    Listen {
+        /// The call.
+        op: &'static str,
+        /// The socket path.
+        path: PathBuf,
+        /// The error with its raw errno.
+        #[source]
+        source: io::Error,
+    },
+
     /// Bytes that are not an `FdHandle`.
     #[error("not an fd handle: {reason}")]
     BadHandle {
@@ -160,7 +228,13 @@ impl From<Error> for io::Error {
     /// error of the closest kind carrying the full message.
     fn from(error: Error) -> io::Error {
         let kind = match &error {
-            Error::Io { source, .. } => return io::Error::new(source.kind(), error.to_string()),
+            Error::Io { source, .. } | Error::Listen { source, .. } => {
+                return io::Error::new(source.kind(), error.to_string());
+            }
+            Error::AlreadyServing { .. } => io::ErrorKind::AddrInUse,
+            Error::UnsafeDirectory { .. } | Error::SymlinkRefused { .. } => {
+                io::ErrorKind::PermissionDenied
+            }
             Error::NotPermitted { .. } | Error::PeerRefused { .. } => {
                 io::ErrorKind::PermissionDenied
             }

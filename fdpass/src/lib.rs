@@ -4,6 +4,7 @@
 mod cred;
 mod error;
 mod handle;
+mod listener;
 mod pidfd;
 mod procstat;
 mod scm;
@@ -14,5 +15,6 @@ pub use handle::{
     FdHandle, ForeignFd, Ptracer, Transport, allow_ptracer, open_verified, pidfd_getfd_available,
     process_start_time,
 };
+pub use listener::Listener;
 pub use pidfd::{Pidfd, Signal};
 pub use scm::{Received, SCM_MAX_FD, recv_fds, recv_fds_exact, send_fds, send_fds_to};

@@ -108,6 +108,7 @@ fn effective_config() -> EffectiveConfig {
         timeouts: Some(timeouts()),
         termination_signal: 15,
         kill_after_ms: Some(5_000),
+        skip_section_replies: true,
     }
 }
 
@@ -473,6 +474,8 @@ empty_frames!(
     monitor::EffectiveConfig,
     monitor::Status,
     monitor::OpenSection,
+    monitor::ControlRequest,
+    monitor::CloseConnection,
 );
 
 /// An empty message set in a oneof is not the same as no message: it costs

@@ -51,6 +51,8 @@ macro_rules! for_every_message_type {
         $check::<monitor::EffectiveConfig>($($arg),*)?;
         $check::<monitor::Status>($($arg),*)?;
         $check::<monitor::OpenSection>($($arg),*)?;
+        $check::<monitor::ControlRequest>($($arg),*)?;
+        $check::<monitor::CloseConnection>($($arg),*)?;
     }};
 }
 

@@ -1,0 +1,202 @@
+//! The shape of a channel, agreed by the coordinator and every worker.
+
+use std::time::Duration;
+
+use crate::{Error, Result};
+
+/// Which semaphores carry the hand-offs.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum SemKind {
+    /// glibc named semaphores `<name>_request_produce_<i>`, …: a C or C++
+    /// process using `sem_open` can take a worker's place.
+    Named,
+    /// Futex semaphores inside the response region: the fast path.
+    #[default]
+    InRegion,
+}
+
+/// Everything that fixes a channel's layout and behaviour.
+#[derive(Clone, Debug)]
+pub struct ChannelConfig {
+    /// The channel's name, a POSIX shared-memory name (`/nodeipc-job42-exec`).
+    /// Named regions and semaphores derive their names from it; two channels
+    /// with different names never meet.
+    pub name: String,
+    /// Worker processes, 1..=[`MAX_WORKERS`](crate::MAX_WORKERS).
+    pub workers: u32,
+    /// Bytes of the largest request frame (length prefix included).
+    pub request_capacity: usize,
+    /// Bytes of each worker's response slot (length prefix included).
+    pub response_slot_size: usize,
+    /// Bytes of each worker's init-response slot (length prefix included).
+    pub init_slot_size: usize,
+    /// Requests the coordinator may run ahead of the slowest worker: the
+    /// request region is a ring of this many frames (1: lock-step).
+    pub depth: u32,
+    /// Which semaphores to use.
+    pub sems: SemKind,
+    /// How long any one wait on a peer may last.
+    pub timeout: Duration,
+}
+
+impl ChannelConfig {
+    /// A configuration with defaults: 64 KiB requests, 16 KiB responses,
+    /// 4 KiB init slots, depth 1, in-region semaphores, a 30 s timeout.
+    pub fn new(name: impl Into<String>, workers: u32) -> ChannelConfig {
+        ChannelConfig {
+            name: name.into(),
+            workers,
+            request_capacity: 64 << 10,
+            response_slot_size: 16 << 10,
+            init_slot_size: 4 << 10,
+            depth: 1,
+            sems: SemKind::InRegion,
+            timeout: Duration::from_secs(30),
+        }
+    }
+
+    /// With another request capacity.
+    pub fn request_capacity(mut self, bytes: usize) -> Self {
+        self.request_capacity = bytes;
+        self
+    }
+
+    /// With another response slot size.
+    pub fn response_slot_size(mut self, bytes: usize) -> Self {
+        self.response_slot_size = bytes;
+        self
+    }
+
+    /// With another init slot size.
+    pub fn init_slot_size(mut self, bytes: usize) -> Self {
+        self.init_slot_size = bytes;
+        self
+    }
+
+    /// With another depth.
+    pub fn depth(mut self, depth: u32) -> Self {
+        self.depth = depth;
+        self
+    }
+
+    /// With other semaphores.
+    pub fn sems(mut self, sems: SemKind) -> Self {
+        self.sems = sems;
+        self
+    }
+
+    /// With another timeout.
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+
+    pub(crate) fn check(&self) -> Result<()> {
+        let invalid = |reason: String| {
+            Err(Error::InvalidConfig {
+                channel: self.name.clone(),
+                reason,
+            })
+        };
+        // Named semaphores derive their names from the channel's; with
+        // in-region ones over anonymous regions the name only labels errors
+        // (named regions check their own names when they are created).
+        if self.sems == SemKind::Named {
+            if let Err(e) = nodeipc_shm::validate_name(&self.name) {
+                return invalid(e.to_string());
+            }
+            // The longest derived name: `<name>_response_produce_<rank>`.
+            if self.name.len() + "_response_produce_".len() + 10 > 251 {
+                return invalid(format!(
+                    "name is {} bytes; names derived from it would be too long",
+                    self.name.len()
+                ));
+            }
+        }
+        if self.workers == 0 || self.workers > crate::MAX_WORKERS {
+            return invalid(format!(
+                "{} workers is not in 1..={}",
+                self.workers,
+                crate::MAX_WORKERS
+            ));
+        }
+        if self.depth == 0 || self.depth > crate::MAX_DEPTH {
+            return invalid(format!(
+                "depth {} is not in 1..={}",
+                self.depth,
+                crate::MAX_DEPTH
+            ));
+        }
+        for (what, bytes) in [
+            ("request capacity", self.request_capacity),
+            ("response slot size", self.response_slot_size),
+            ("init slot size", self.init_slot_size),
+        ] {
+            if !(nodeipc_proto::LEN_PREFIX + 1..=crate::MAX_SLOT).contains(&bytes) {
+                return invalid(format!("{what} {bytes} is not in 5..={}", crate::MAX_SLOT));
+            }
+        }
+        Ok(())
+    }
+
+    /// Where everything sits in the regions of a channel of this shape.
+    pub fn layout(&self) -> crate::Layout {
+        crate::layout::Layout::of(self)
+    }
+
+    /// The name of one of the named semaphores.
+    pub fn semaphore_name(&self, direction: Direction, role: Role, rank: u32) -> String {
+        format!(
+            "{}_{}_{}_{rank}",
+            self.name,
+            direction.as_str(),
+            role.as_str()
+        )
+    }
+
+    /// The name of the named request region.
+    pub fn request_region_name(&self) -> String {
+        format!("{}_request", self.name)
+    }
+
+    /// The name of the named response region.
+    pub fn response_region_name(&self) -> String {
+        format!("{}_response", self.name)
+    }
+}
+
+/// Which way a semaphore hands over.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Direction {
+    /// Coordinator to worker.
+    Request,
+    /// Worker to coordinator.
+    Response,
+}
+
+impl Direction {
+    fn as_str(self) -> &'static str {
+        match self {
+            Direction::Request => "request",
+            Direction::Response => "response",
+        }
+    }
+}
+
+/// What a semaphore counts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Role {
+    /// Free slots the writer may fill (starts at the depth, or 1).
+    Produce,
+    /// Filled slots the reader may take (starts at 0).
+    Consume,
+}
+
+impl Role {
+    fn as_str(self) -> &'static str {
+        match self {
+            Role::Produce => "produce",
+            Role::Consume => "consume",
+        }
+    }
+}

@@ -1,0 +1,224 @@
+//! The client's side of the handshake.
+
+use std::os::fd::OwnedFd;
+use std::os::unix::net::UnixStream;
+use std::path::Path;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use nodeipc_fdpass::Credentials;
+use nodeipc_proto::LEN_PREFIX;
+use nodeipc_proto::handshake::{
+    Accept, FdKind, Logon, LogonReply, PROTOCOL_VERSION, RejectCode, logon_reply,
+};
+use prost::Message;
+
+use super::{MAX_PASSED_FDS, MAX_REPLY};
+use crate::{Error, Result, Worker};
+
+/// An accepted logon: what the server said, and the descriptors it passed,
+/// each with the kind `Accept.fds` gave it.
+#[derive(Debug)]
+pub struct Session {
+    /// The server's `Accept`.
+    pub accept: Accept,
+    /// The descriptors, in the order `accept.fds` describes them.
+    pub fds: Vec<(FdKind, OwnedFd)>,
+    /// Who the server is (it runs as our uid: checked).
+    pub server: Credentials,
+}
+
+impl Session {
+    /// Takes the descriptor of `kind` out of the session.
+    pub fn take(&mut self, kind: FdKind) -> Option<OwnedFd> {
+        let index = self.fds.iter().position(|(k, _)| *k == kind)?;
+        Some(self.fds.remove(index).1)
+    }
+
+    /// Joins the channel as worker `rank` over the passed regions.
+    ///
+    /// # Errors
+    /// [`Error::Handshake`] if the server passed no request or response
+    /// region; otherwise as [`Worker::from_fds`].
+    pub fn into_worker(mut self, name: &str, rank: u32, timeout: Duration) -> Result<Worker> {
+        let server_pid = self.server.pid;
+        let missing = |what: &str| Error::Handshake {
+            peer: format!("server pid {server_pid}"),
+            reason: format!("the accept carries no {what} region"),
+        };
+        let request = self
+            .take(FdKind::RequestRegion)
+            .ok_or_else(|| missing("request"))?;
+        let response = self
+            .take(FdKind::ResponseRegion)
+            .ok_or_else(|| missing("response"))?;
+        Worker::from_fds(name, rank, request, response, timeout)
+    }
+}
+
+/// Logs on to the handshake server at `path`: connects (retrying while the
+/// server is not up yet, within `timeout`), checks that the server runs as
+/// our uid, sends `logon` and reads the reply with the descriptors attached.
+///
+/// # Errors
+/// [`Error::Rejected`] with the server's code and reason; [`Error::Handshake`]
+/// for a server of another uid, a protocol version other than ours, a reply
+/// that is not one, descriptors that do not match their description, or a
+/// server that closed early; [`Error::Timeout`].
+pub fn connect(path: impl AsRef<Path>, logon: &Logon, timeout: Duration) -> Result<Session> {
+    let path = path.as_ref();
+    let peer = || format!("handshake server at {}", path.display());
+    let handshake = |reason: String| Error::Handshake {
+        peer: peer(),
+        reason,
+    };
+    let start = Instant::now();
+    let mut stream = loop {
+        match UnixStream::connect(path) {
+            Ok(stream) => break stream,
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::NotFound | std::io::ErrorKind::ConnectionRefused
+                ) =>
+            {
+                if start.elapsed() >= timeout {
+                    return Err(Error::Timeout {
+                        channel: peer(),
+                        op: format!("waiting for the server to listen ({e})"),
+                        waited: start.elapsed(),
+                    });
+                }
+                thread::sleep(Duration::from_millis(2));
+            }
+            Err(source) => {
+                return Err(Error::Io {
+                    context: peer(),
+                    op: "connect",
+                    source,
+                });
+            }
+        }
+    };
+    let server =
+        nodeipc_fdpass::require_peer_uid(&stream, &[]).map_err(|source| Error::FdPass {
+            context: peer(),
+            source,
+        })?;
+    let left = timeout
+        .saturating_sub(start.elapsed())
+        .max(Duration::from_millis(1));
+    let io = |op, source| Error::Io {
+        context: peer(),
+        op,
+        source,
+    };
+    stream
+        .set_read_timeout(Some(left))
+        .map_err(|e| io("set_read_timeout", e))?;
+    stream
+        .set_write_timeout(Some(left))
+        .map_err(|e| io("set_write_timeout", e))?;
+    let closed_early = || handshake("the server closed the connection before answering".to_owned());
+    let hung_up = |e: &std::io::Error| {
+        matches!(
+            e.kind(),
+            std::io::ErrorKind::BrokenPipe | std::io::ErrorKind::ConnectionReset
+        )
+    };
+    nodeipc_proto::write_frame(&mut stream, logon).map_err(|source| match source {
+        nodeipc_proto::Error::Io(e) if hung_up(&e) => closed_early(),
+        source => Error::Proto {
+            context: peer(),
+            source,
+        },
+    })?;
+
+    // The descriptors ride on the reply's first byte.
+    let mut prefix = [0u8; LEN_PREFIX];
+    let fds = nodeipc_fdpass::recv_fds_exact(&stream, &mut prefix, MAX_PASSED_FDS).map_err(
+        |e| match e {
+            nodeipc_fdpass::Error::Closed { .. } => closed_early(),
+            nodeipc_fdpass::Error::Io { source, .. } if hung_up(&source) => closed_early(),
+            nodeipc_fdpass::Error::Io { source, .. }
+                if matches!(
+                    source.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) =>
+            {
+                Error::Timeout {
+                    channel: peer(),
+                    op: "waiting for the logon reply".to_owned(),
+                    waited: start.elapsed(),
+                }
+            }
+            source => Error::FdPass {
+                context: peer(),
+                source,
+            },
+        },
+    )?;
+    let len = u32::from_le_bytes(prefix) as usize;
+    if len > MAX_REPLY {
+        return Err(handshake(format!(
+            "a {len}-byte reply; at most {MAX_REPLY} bytes are read"
+        )));
+    }
+    let mut body = vec![0u8; len];
+    std::io::Read::read_exact(&mut stream, &mut body)
+        .map_err(|e| handshake(format!("the reply was cut short: {e}")))?;
+    let reply = LogonReply::decode(body.as_slice())
+        .map_err(|e| handshake(format!("the reply is not a LogonReply: {e}")))?;
+    match reply.reply {
+        Some(logon_reply::Reply::Reject(reject)) => Err(Error::Rejected {
+            code: RejectCode::try_from(reject.code)
+                .map(|c| c.as_str_name().to_owned())
+                .unwrap_or_else(|_| format!("code {}", reject.code)),
+            reason: reject.reason,
+        }),
+        Some(logon_reply::Reply::Accept(accept)) => {
+            if accept.protocol_version != PROTOCOL_VERSION {
+                return Err(handshake(format!(
+                    "the server speaks protocol version {}, we speak {PROTOCOL_VERSION}",
+                    accept.protocol_version
+                )));
+            }
+            if accept.fds.len() != fds.len() {
+                return Err(handshake(format!(
+                    "the accept describes {} descriptors but {} arrived",
+                    accept.fds.len(),
+                    fds.len()
+                )));
+            }
+            let fds = accept
+                .fds
+                .iter()
+                .zip(fds)
+                .map(|(described, fd)| {
+                    (
+                        FdKind::try_from(described.kind).unwrap_or(FdKind::Unspecified),
+                        fd,
+                    )
+                })
+                .collect();
+            Ok(Session {
+                accept,
+                fds,
+                server,
+            })
+        }
+        None => Err(handshake(
+            "the reply holds neither an accept nor a reject".to_owned(),
+        )),
+    }
+}
+
+/// A worker's logon for `rank`, expecting nothing in particular of the channel.
+pub fn worker_logon(rank: u32) -> Logon {
+    Logon {
+        protocol_version: PROTOCOL_VERSION,
+        kind: nodeipc_proto::handshake::ClientKind::Worker as i32,
+        worker_rank: rank,
+        ..Logon::default()
+    }
+}

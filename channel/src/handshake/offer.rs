@@ -1,0 +1,174 @@
+//! [`ChannelOffer`]: what a coordinator hands workers that log on.
+
+use std::os::fd::OwnedFd;
+use std::sync::atomic::Ordering;
+
+use nodeipc_fdpass::Credentials;
+use nodeipc_proto::handshake::{
+    Accept, ChannelGeometry, ClientKind, FdKind, Logon, PROTOCOL_VERSION, Reject, RejectCode,
+    SemaphoreKind,
+};
+use nodeipc_shm::Region;
+
+use super::server::{Decision, Offer, passed};
+use crate::config::{ChannelConfig, SemKind};
+use crate::layout::{Layout, worker_flags};
+use crate::{Coordinator, Error, Result};
+
+/// The decision a coordinator's handshake server makes: a logon of a worker
+/// rank inside the channel, not taken, whose expectations the channel meets
+/// (0 means "no expectation"; `workers` and `depth` must match exactly, the
+/// sizes are minimums), gets the two regions' descriptors.
+///
+/// # Examples
+/// ```no_run
+/// use nodeipc_channel::{ChannelConfig, Coordinator, HandshakeOptions, HandshakeServer};
+/// let coordinator = Coordinator::create_anonymous(ChannelConfig::new("/nodeipc-doc-offer", 2))?;
+/// let offer = coordinator.offer()?;
+/// let server = HandshakeServer::bind("/run/user/1000/job/channel.sock", HandshakeOptions::default(), move |logon, peer| {
+///     offer.decide(logon, peer)
+/// })?;
+/// # Ok::<(), nodeipc_channel::Error>(())
+/// ```
+#[derive(Debug)]
+pub struct ChannelOffer {
+    config: ChannelConfig,
+    layout: Layout,
+    request: OwnedFd,
+    response: OwnedFd,
+    /// Our own mapping of the response region, to see which ranks are taken.
+    response_view: Region,
+}
+
+impl Coordinator {
+    /// What a handshake server should hand out for this channel.
+    ///
+    /// # Errors
+    /// [`Error::Io`] if the descriptors cannot be duplicated; [`Error::Shm`].
+    pub fn offer(&self) -> Result<ChannelOffer> {
+        let context = || format!("channel {}", self.config().name);
+        let dup = |fd: std::os::fd::BorrowedFd<'_>| {
+            fd.try_clone_to_owned().map_err(|source| Error::Io {
+                context: context(),
+                op: "dup",
+                source,
+            })
+        };
+        let response = dup(self.response_fd())?;
+        let response_view =
+            Region::from_fd(dup(self.response_fd())?).map_err(|source| Error::Shm {
+                channel: self.config().name.clone(),
+                source,
+            })?;
+        Ok(ChannelOffer {
+            config: self.config().clone(),
+            layout: Layout::of(self.config()),
+            request: dup(self.request_fd())?,
+            response,
+            response_view,
+        })
+    }
+}
+
+impl ChannelOffer {
+    /// Decides one logon (the server has checked the version and the uid).
+    pub fn decide(&self, logon: &Logon, _peer: &Credentials) -> Decision {
+        let config = &self.config;
+        let refuse = |code: RejectCode, reason: String| {
+            Err(Reject {
+                code: code as i32,
+                reason,
+            })
+        };
+        if logon.kind != ClientKind::Worker as i32 {
+            return refuse(
+                RejectCode::Malformed,
+                format!("client kind {} is not a worker", logon.kind),
+            );
+        }
+        if logon.worker_rank >= config.workers {
+            return refuse(
+                RejectCode::RankOutOfRange,
+                format!(
+                    "rank {} is outside a channel of {} workers",
+                    logon.worker_rank, config.workers
+                ),
+            );
+        }
+        let exact = [
+            ("workers", logon.workers, config.workers),
+            ("depth", logon.depth, config.depth),
+        ];
+        for (what, asked, have) in exact {
+            if asked != 0 && asked != have {
+                return refuse(
+                    RejectCode::GeometryMismatch,
+                    format!("the client expects {what} {asked}, the channel has {have}"),
+                );
+            }
+        }
+        let minimums = [
+            (
+                "request capacity",
+                logon.request_capacity,
+                config.request_capacity,
+            ),
+            (
+                "response slot size",
+                logon.response_slot_size,
+                config.response_slot_size,
+            ),
+            (
+                "init slot size",
+                logon.init_slot_size,
+                config.init_slot_size,
+            ),
+        ];
+        for (what, asked, have) in minimums {
+            if asked > have as u64 {
+                return refuse(
+                    RejectCode::GeometryMismatch,
+                    format!("the client needs a {what} of {asked}, the channel has {have}"),
+                );
+            }
+        }
+        let entry = self.layout.worker(&self.response_view, logon.worker_rank);
+        let flags = entry.flags.load(Ordering::Acquire);
+        if flags & worker_flags::JOINED != 0 && flags & worker_flags::LEFT == 0 {
+            let pid = entry.pid.load(Ordering::Relaxed);
+            return refuse(
+                RejectCode::RankTaken,
+                format!("rank {} is taken by pid {pid}", logon.worker_rank),
+            );
+        }
+        let dup = |fd: &OwnedFd| fd.try_clone();
+        let (Ok(request), Ok(response)) = (dup(&self.request), dup(&self.response)) else {
+            return refuse(
+                RejectCode::Internal,
+                "the server could not duplicate its descriptors".to_owned(),
+            );
+        };
+        Ok(Offer {
+            accept: Accept {
+                protocol_version: PROTOCOL_VERSION,
+                fds: vec![
+                    passed(FdKind::RequestRegion, self.layout.request_size()),
+                    passed(FdKind::ResponseRegion, self.layout.response_size()),
+                ],
+                geometry: Some(ChannelGeometry {
+                    workers: config.workers,
+                    request_capacity: config.request_capacity as u64,
+                    response_slot_size: config.response_slot_size as u64,
+                    init_slot_size: config.init_slot_size as u64,
+                    depth: config.depth,
+                    sems: match config.sems {
+                        SemKind::Named => SemaphoreKind::Named as i32,
+                        SemKind::InRegion => SemaphoreKind::Futex as i32,
+                    },
+                    semaphore_prefix: config.name.clone(),
+                }),
+            },
+            descriptors: vec![request, response],
+        })
+    }
+}

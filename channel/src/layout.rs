@@ -1,0 +1,376 @@
+//! Where everything sits in the two regions, and the checks a header passes
+//! before it is trusted. The layout is a contract with C peers: `README.md`
+//! spells it out, and `c/worker.c` in the tests follows it.
+//!
+//! Request region (written by the coordinator only):
+//! ```text
+//!   0  RequestHeader (128 bytes)
+//! 128  ring: `depth` frames, each `request_capacity` rounded up to 64
+//! ```
+//! Response region (workers write their own parts):
+//! ```text
+//!   0  ResponseHeader (64 bytes)
+//!  64  WorkerEntry × workers (32 bytes each)
+//!   …  in-region semaphores: per worker 4 × 64-byte lines, in the order
+//!      request produce, request consume, response produce, response consume
+//!   …  response slots: `response_slot_size` rounded up to 64, per worker
+//!   …  init slots: `init_slot_size` rounded up to 64, per worker
+//! ```
+//! Every section starts on a 64-byte boundary.
+
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+
+use nodeipc_shm::{Region, ShmSafe};
+
+use crate::config::{ChannelConfig, Direction, Role, SemKind};
+use crate::{Error, Result};
+
+pub(crate) const REQUEST_MAGIC: u64 = u64::from_le_bytes(*b"NIPCREQ1");
+pub(crate) const RESPONSE_MAGIC: u64 = u64::from_le_bytes(*b"NIPCRSP1");
+pub(crate) const LAYOUT_VERSION: u32 = 1;
+const LINE: usize = 64;
+pub(crate) const REQUEST_HEADER: usize = 128;
+pub(crate) const RESPONSE_HEADER: usize = 64;
+const WORKER_ENTRY: usize = 32;
+
+/// The request region's header. The coordinator writes it, `init` last with
+/// release ordering.
+#[repr(C)]
+pub(crate) struct RequestHeader {
+    pub(crate) magic: AtomicU64,
+    pub(crate) version: AtomicU32,
+    pub(crate) workers: AtomicU32,
+    pub(crate) depth: AtomicU32,
+    /// 1: named semaphores, 2: in-region.
+    pub(crate) sems: AtomicU32,
+    pub(crate) request_capacity: AtomicU64,
+    pub(crate) response_slot_size: AtomicU64,
+    pub(crate) init_slot_size: AtomicU64,
+    pub(crate) coordinator_pid: AtomicU32,
+    /// 1 once the coordinator has shut the channel down.
+    pub(crate) closed: AtomicU32,
+    pub(crate) coordinator_start: AtomicU64,
+    pub(crate) init: AtomicU32,
+    _pad: AtomicU32,
+    /// Requests sent so far (stored after each send, release): tells a
+    /// worker a real request from the wake-up of a close.
+    pub(crate) sent: AtomicU64,
+}
+
+// SAFETY: `#[repr(C)]`, atomics only, any bit pattern valid, no pointers.
+unsafe impl ShmSafe for RequestHeader {}
+
+/// The response region's header, written by the coordinator.
+#[repr(C)]
+pub(crate) struct ResponseHeader {
+    pub(crate) magic: AtomicU64,
+    pub(crate) version: AtomicU32,
+    pub(crate) workers: AtomicU32,
+    pub(crate) response_slot_size: AtomicU64,
+    pub(crate) init_slot_size: AtomicU64,
+    pub(crate) init: AtomicU32,
+}
+
+// SAFETY: `#[repr(C)]`, atomics only, any bit pattern valid, no pointers.
+unsafe impl ShmSafe for ResponseHeader {}
+
+/// What a worker registers about itself.
+#[repr(C)]
+pub(crate) struct WorkerEntry {
+    pub(crate) pid: AtomicU32,
+    pub(crate) flags: AtomicU32,
+    pub(crate) start_time: AtomicU64,
+    _reserved: [AtomicU64; 2],
+}
+
+// SAFETY: `#[repr(C)]`, atomics only, any bit pattern valid, no pointers.
+unsafe impl ShmSafe for WorkerEntry {}
+
+/// Bits of [`WorkerEntry::flags`].
+pub(crate) mod worker_flags {
+    /// The worker registered its pid and start time.
+    pub(crate) const JOINED: u32 = 1;
+    /// The worker closed its end cleanly.
+    pub(crate) const LEFT: u32 = 2;
+}
+
+/// Offsets and sizes of both regions of a channel: the contract a C or C++
+/// worker follows to take part (see the crate's README), and what tests use
+/// to play a misbehaving worker. Get one with [`ChannelConfig::layout`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Layout {
+    pub(crate) workers: u32,
+    pub(crate) depth: u32,
+    pub(crate) request_capacity: usize,
+    pub(crate) response_slot_size: usize,
+    pub(crate) init_slot_size: usize,
+}
+
+impl Layout {
+    pub(crate) fn of(config: &ChannelConfig) -> Layout {
+        Layout {
+            workers: config.workers,
+            depth: config.depth,
+            request_capacity: config.request_capacity,
+            response_slot_size: config.response_slot_size,
+            init_slot_size: config.init_slot_size,
+        }
+    }
+
+    fn frame_stride(&self) -> usize {
+        self.request_capacity.next_multiple_of(LINE)
+    }
+
+    /// Offset in the request region of the frame request `index` (0, 1, …) uses.
+    pub fn frame(&self, index: u64) -> usize {
+        REQUEST_HEADER + (index % u64::from(self.depth)) as usize * self.frame_stride()
+    }
+
+    /// Size of the request region.
+    pub fn request_size(&self) -> usize {
+        REQUEST_HEADER + self.depth as usize * self.frame_stride()
+    }
+
+    fn sems_at(&self) -> usize {
+        (RESPONSE_HEADER + self.workers as usize * WORKER_ENTRY).next_multiple_of(LINE)
+    }
+
+    /// Offset in the response region of an in-region semaphore.
+    pub fn semaphore(&self, direction: Direction, role: Role, rank: u32) -> usize {
+        let index = match (direction, role) {
+            (Direction::Request, Role::Produce) => 0,
+            (Direction::Request, Role::Consume) => 1,
+            (Direction::Response, Role::Produce) => 2,
+            (Direction::Response, Role::Consume) => 3,
+        };
+        self.sems_at() + (rank as usize * 4 + index) * LINE
+    }
+
+    fn responses_at(&self) -> usize {
+        self.sems_at() + self.workers as usize * 4 * LINE
+    }
+
+    /// Offset in the response region of worker `rank`'s response slot.
+    pub fn response_slot(&self, rank: u32) -> usize {
+        self.responses_at() + rank as usize * self.response_slot_size.next_multiple_of(LINE)
+    }
+
+    fn inits_at(&self) -> usize {
+        self.responses_at() + self.workers as usize * self.response_slot_size.next_multiple_of(LINE)
+    }
+
+    /// Offset in the response region of worker `rank`'s init slot.
+    pub fn init_slot(&self, rank: u32) -> usize {
+        self.inits_at() + rank as usize * self.init_slot_size.next_multiple_of(LINE)
+    }
+
+    /// Size of the response region.
+    pub fn response_size(&self) -> usize {
+        self.inits_at() + self.workers as usize * self.init_slot_size.next_multiple_of(LINE)
+    }
+
+    /// Offset in the response region of worker `rank`'s entry: `u32` pid,
+    /// `u32` flags (1: joined, 2: left), `u64` start time (field 22 of
+    /// `/proc/<pid>/stat`), 16 reserved bytes.
+    pub fn worker_entry(&self, rank: u32) -> usize {
+        RESPONSE_HEADER + rank as usize * WORKER_ENTRY
+    }
+
+    pub(crate) fn worker<'r>(&self, region: &'r Region, rank: u32) -> &'r WorkerEntry {
+        region
+            .view(self.worker_entry(rank))
+            .expect("the response region was checked to hold every entry")
+    }
+
+    /// The coordinator: writes both headers, `init` last.
+    pub(crate) fn publish(&self, request: &Region, response: &Region, sems: SemKind) {
+        let r = request_header(request);
+        r.version.store(LAYOUT_VERSION, Ordering::Relaxed);
+        r.workers.store(self.workers, Ordering::Relaxed);
+        r.depth.store(self.depth, Ordering::Relaxed);
+        r.sems.store(sems_code(sems), Ordering::Relaxed);
+        r.request_capacity
+            .store(self.request_capacity as u64, Ordering::Relaxed);
+        r.response_slot_size
+            .store(self.response_slot_size as u64, Ordering::Relaxed);
+        r.init_slot_size
+            .store(self.init_slot_size as u64, Ordering::Relaxed);
+        let pid = std::process::id();
+        r.coordinator_pid.store(pid, Ordering::Relaxed);
+        r.coordinator_start.store(
+            nodeipc_fdpass::process_start_time(pid).unwrap_or(0),
+            Ordering::Relaxed,
+        );
+        r.magic.store(REQUEST_MAGIC, Ordering::Relaxed);
+        let s = response_header(response);
+        s.version.store(LAYOUT_VERSION, Ordering::Relaxed);
+        s.workers.store(self.workers, Ordering::Relaxed);
+        s.response_slot_size
+            .store(self.response_slot_size as u64, Ordering::Relaxed);
+        s.init_slot_size
+            .store(self.init_slot_size as u64, Ordering::Relaxed);
+        s.magic.store(RESPONSE_MAGIC, Ordering::Relaxed);
+        s.init.store(1, Ordering::Release);
+        r.init.store(1, Ordering::Release);
+    }
+
+    /// A worker: checks what the coordinator published against its own
+    /// configuration and the regions' sizes, naming both values on a mismatch.
+    pub(crate) fn validate(
+        &self,
+        channel: &str,
+        request: &Region,
+        response: &Region,
+        sems: SemKind,
+    ) -> Result<()> {
+        let mismatch = |what: &'static str, ours: u64, theirs: u64| Error::Mismatch {
+            channel: channel.to_owned(),
+            what,
+            ours,
+            theirs,
+        };
+        let r = request_header(request);
+        let s = response_header(response);
+        for (what, magic, expected) in [
+            (
+                "request region magic",
+                r.magic.load(Ordering::Relaxed),
+                REQUEST_MAGIC,
+            ),
+            (
+                "response region magic",
+                s.magic.load(Ordering::Relaxed),
+                RESPONSE_MAGIC,
+            ),
+        ] {
+            if magic != expected {
+                return Err(mismatch(what, expected, magic));
+            }
+        }
+        let checks = [
+            (
+                "layout version",
+                LAYOUT_VERSION.into(),
+                r.version.load(Ordering::Relaxed).into(),
+            ),
+            (
+                "layout version (response region)",
+                LAYOUT_VERSION.into(),
+                s.version.load(Ordering::Relaxed).into(),
+            ),
+            (
+                "worker count",
+                self.workers.into(),
+                r.workers.load(Ordering::Relaxed).into(),
+            ),
+            (
+                "worker count (response region)",
+                self.workers.into(),
+                s.workers.load(Ordering::Relaxed).into(),
+            ),
+            (
+                "depth",
+                self.depth.into(),
+                r.depth.load(Ordering::Relaxed).into(),
+            ),
+            (
+                "semaphore kind",
+                sems_code(sems).into(),
+                r.sems.load(Ordering::Relaxed).into(),
+            ),
+            (
+                "request capacity",
+                self.request_capacity as u64,
+                r.request_capacity.load(Ordering::Relaxed),
+            ),
+            (
+                "response slot size",
+                self.response_slot_size as u64,
+                s.response_slot_size.load(Ordering::Relaxed),
+            ),
+            (
+                "init slot size",
+                self.init_slot_size as u64,
+                s.init_slot_size.load(Ordering::Relaxed),
+            ),
+            (
+                "request region size",
+                self.request_size() as u64,
+                (request.len() as u64).min(self.request_size() as u64),
+            ),
+            (
+                "response region size",
+                self.response_size() as u64,
+                (response.len() as u64).min(self.response_size() as u64),
+            ),
+        ];
+        for (what, ours, theirs) in checks {
+            if ours != theirs {
+                return Err(mismatch(what, ours, theirs));
+            }
+        }
+        Ok(())
+    }
+}
+
+pub(crate) fn request_header(region: &Region) -> &RequestHeader {
+    region.view(0).expect("a request region holds its header")
+}
+
+pub(crate) fn response_header(region: &Region) -> &ResponseHeader {
+    region.view(0).expect("a response region holds its header")
+}
+
+/// How the headers record the semaphore kind.
+pub(crate) fn sems_code(sems: SemKind) -> u32 {
+    match sems {
+        SemKind::Named => 1,
+        SemKind::InRegion => 2,
+    }
+}
+
+/// Reads the shape a coordinator published, for workers that received the
+/// regions without a configuration (through the handshake). The values are
+/// range-checked like any configuration before anything is computed from them.
+pub(crate) fn published_config(
+    name: &str,
+    request: &Region,
+    response: &Region,
+    timeout: std::time::Duration,
+) -> Result<ChannelConfig> {
+    if request.len() < REQUEST_HEADER || response.len() < RESPONSE_HEADER {
+        return Err(Error::Mismatch {
+            channel: name.to_owned(),
+            what: "region size (smaller than a header)",
+            ours: REQUEST_HEADER as u64,
+            theirs: request.len().min(response.len()) as u64,
+        });
+    }
+    let r = request_header(request);
+    let initialised = r.init.load(Ordering::Acquire);
+    if initialised != 1 {
+        return Err(Error::Mismatch {
+            channel: name.to_owned(),
+            what: "header initialised flag",
+            ours: 1,
+            theirs: initialised.into(),
+        });
+    }
+    let s = response_header(response);
+    let size = |v: u64| usize::try_from(v).unwrap_or(usize::MAX);
+    let config = ChannelConfig {
+        name: name.to_owned(),
+        workers: r.workers.load(Ordering::Relaxed),
+        request_capacity: size(r.request_capacity.load(Ordering::Relaxed)),
+        response_slot_size: size(s.response_slot_size.load(Ordering::Relaxed)),
+        init_slot_size: size(s.init_slot_size.load(Ordering::Relaxed)),
+        depth: r.depth.load(Ordering::Relaxed),
+        sems: match r.sems.load(Ordering::Relaxed) {
+            1 => SemKind::Named,
+            _ => SemKind::InRegion,
+        },
+        timeout,
+    };
+    config.check()?;
+    Ok(config)
+}

@@ -1,0 +1,29 @@
+#![doc = include_str!("../README.md")]
+#![deny(unsafe_op_in_unsafe_fn)]
+
+mod aggregate;
+mod config;
+mod coordinator;
+mod error;
+mod handshake;
+mod layout;
+mod sems;
+mod wait;
+mod worker;
+
+pub use config::{ChannelConfig, Direction, Role, SemKind};
+pub use coordinator::{Coordinator, ResponseHandler};
+pub use error::{Error, Result};
+pub use handshake::{
+    ChannelOffer, Decision, HandshakeOptions, HandshakeServer, HandshakeStats, Offer, Session,
+    connect, worker_logon,
+};
+pub use layout::Layout;
+pub use worker::Worker;
+
+/// The most workers a channel can have.
+pub const MAX_WORKERS: u32 = 1024;
+/// The deepest request ring.
+pub const MAX_DEPTH: u32 = 64;
+/// The largest request frame or response slot, in bytes.
+pub const MAX_SLOT: usize = 1 << 30;

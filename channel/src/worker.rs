@@ -1,0 +1,366 @@
+//! [`Worker`]: one worker process's end of an execute channel.
+
+use std::os::fd::OwnedFd;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use nodeipc_fdpass::{Pidfd, open_verified, process_start_time};
+use nodeipc_proto::execute::{ExecuteRequest, ExecuteResponse};
+use nodeipc_shm::{OpenOptions, Region};
+use prost::Message;
+
+use crate::config::{ChannelConfig, Direction, Role};
+use crate::layout::{self, Layout, worker_flags};
+use crate::sems::SemSet;
+use crate::{Error, Result, wait};
+
+/// A worker's end of an execute channel: receives every request the
+/// coordinator broadcasts, answers each in its own response slot.
+///
+/// Every wait is bounded by the configured timeout; a coordinator whose
+/// process died is reported as [`Error::CoordinatorDied`], one that closed
+/// the channel as [`Error::Closed`].
+pub struct Worker {
+    config: ChannelConfig,
+    layout: Layout,
+    rank: u32,
+    request: Region,
+    response: Region,
+    sems: SemSet,
+    coordinator: Pidfd,
+    received: u64,
+}
+
+impl Worker {
+    /// Joins the channel `config.name` as worker `rank`, opening its named
+    /// regions (and semaphores) with a bounded wait for the coordinator to
+    /// create them, and checking that they have this configuration's shape.
+    ///
+    /// # Errors
+    /// [`Error::InvalidConfig`], [`Error::RankOutOfRange`], [`Error::Timeout`]
+    /// (no coordinator in time), [`Error::Mismatch`], [`Error::RankTaken`],
+    /// [`Error::CoordinatorDied`]; [`Error::Shm`] for regions of another
+    /// owner or mode.
+    pub fn join(config: ChannelConfig, rank: u32) -> Result<Worker> {
+        config.check()?;
+        let open = |name: &str, size: usize| {
+            Region::open(name, OpenOptions::wait(size, config.timeout)).map_err(|source| {
+                match source {
+                    nodeipc_shm::Error::Timeout { waited, .. } => Error::Timeout {
+                        channel: config.name.clone(),
+                        op: format!("waiting for the coordinator to create {name}"),
+                        waited,
+                    },
+                    source => Error::Shm {
+                        channel: config.name.clone(),
+                        source,
+                    },
+                }
+            })
+        };
+        // Wait for the headers only: a region of another shape must be
+        // reported as a mismatch naming both values, not waited on.
+        let request = open(&config.request_region_name(), layout::REQUEST_HEADER)?;
+        let response = open(&config.response_region_name(), layout::RESPONSE_HEADER)?;
+        wait_initialised(&config, &request)?;
+        Worker::attach(config, rank, request, response)
+    }
+
+    /// Joins as worker `rank` over regions received as descriptors (from the
+    /// handshake, say). The shape is read from the regions' headers and
+    /// range-checked; `name` only labels errors, `timeout` bounds waits.
+    ///
+    /// # Errors
+    /// As [`join`](Worker::join).
+    pub fn from_fds(
+        name: &str,
+        rank: u32,
+        request: OwnedFd,
+        response: OwnedFd,
+        timeout: Duration,
+    ) -> Result<Worker> {
+        let shm = |source| Error::Shm {
+            channel: name.to_owned(),
+            source,
+        };
+        let request = Region::from_fd(request).map_err(shm)?;
+        let response = Region::from_fd(response).map_err(shm)?;
+        let config = layout::published_config(name, &request, &response, timeout)?;
+        Worker::attach(config, rank, request, response)
+    }
+
+    fn attach(
+        config: ChannelConfig,
+        rank: u32,
+        request: Region,
+        response: Region,
+    ) -> Result<Worker> {
+        if rank >= config.workers {
+            return Err(Error::RankOutOfRange {
+                channel: config.name.clone(),
+                rank,
+                workers: config.workers,
+            });
+        }
+        let layout = Layout::of(&config);
+        layout.validate(&config.name, &request, &response, config.sems)?;
+        let header = layout::request_header(&request);
+        let pid = header.coordinator_pid.load(Ordering::Relaxed);
+        let coordinator = open_verified(pid, header.coordinator_start.load(Ordering::Relaxed))
+            .map_err(|_| Error::CoordinatorDied {
+                channel: config.name.clone(),
+                pid,
+            })?;
+        let sems = SemSet::open(&config, rank)?;
+        let entry = layout.worker(&response, rank);
+        let me = std::process::id();
+        entry.pid.store(me, Ordering::Relaxed);
+        entry
+            .start_time
+            .store(process_start_time(me).unwrap_or(0), Ordering::Relaxed);
+        if entry.flags.fetch_or(worker_flags::JOINED, Ordering::AcqRel) & worker_flags::JOINED != 0
+        {
+            return Err(Error::RankTaken {
+                channel: config.name.clone(),
+                rank,
+            });
+        }
+        // Requests sent before we joined are ours too: start at the oldest in the ring.
+        Ok(Worker {
+            config,
+            layout,
+            rank,
+            request,
+            response,
+            sems,
+            coordinator,
+            received: 0,
+        })
+    }
+
+    /// This worker's rank.
+    pub fn rank(&self) -> u32 {
+        self.rank
+    }
+
+    /// The channel's configuration, as the coordinator published it.
+    pub fn config(&self) -> &ChannelConfig {
+        &self.config
+    }
+
+    /// Waits for the next request and decodes it.
+    ///
+    /// # Errors
+    /// [`Error::Closed`] once the coordinator closed the channel and every
+    /// request sent before is received; [`Error::CoordinatorDied`];
+    /// [`Error::Timeout`]; [`Error::Corrupt`] or [`Error::Decode`] for a
+    /// frame that is not a request.
+    pub fn recv(&mut self) -> Result<ExecuteRequest> {
+        let mut request = ExecuteRequest::default();
+        self.recv_into(&mut request)?;
+        Ok(request)
+    }
+
+    /// [`recv`](Worker::recv) into an existing message, reusing its
+    /// allocations (the payload's buffer, say).
+    ///
+    /// # Errors
+    /// As [`recv`](Worker::recv).
+    pub fn recv_into(&mut self, request: &mut ExecuteRequest) -> Result<()> {
+        self.wait_coordinator(Direction::Request, Role::Consume, "waiting for a request")?;
+        let header = layout::request_header(&self.request);
+        if self.received >= header.sent.load(Ordering::Acquire) {
+            // Not a request: the wake-up of a coordinator that closed.
+            let _ = self.sem(Direction::Request, Role::Consume).post();
+            return Err(Error::Closed {
+                channel: self.config.name.clone(),
+            });
+        }
+        let frame = self.layout.frame(self.received);
+        let capacity = self.layout.request_capacity;
+        let decoded = {
+            // SAFETY: we hold our request-consume count for this frame: by the
+            // protocol the coordinator does not write it until every worker
+            // has posted its produce, which we do below. A coordinator that
+            // breaks it can only make us decode garbage, checked against the frame.
+            let bytes =
+                unsafe { self.request.bytes(frame, capacity) }.map_err(|source| Error::Shm {
+                    channel: self.config.name.clone(),
+                    source,
+                })?;
+            decode_into(&self.config.name, self.rank, bytes, capacity, request)
+        };
+        self.received += 1;
+        let released = self.sem(Direction::Request, Role::Produce).post();
+        decoded?;
+        released.map_err(|source| Error::Sem {
+            channel: self.config.name.clone(),
+            source,
+        })
+    }
+
+    /// Answers the oldest request not yet answered, in this worker's response slot.
+    ///
+    /// # Errors
+    /// [`Error::TooLarge`] before anything is written; [`Error::CoordinatorDied`];
+    /// [`Error::Timeout`] if the coordinator has not consumed the previous answer.
+    pub fn respond(&mut self, response: &ExecuteResponse) -> Result<()> {
+        let at = self.layout.response_slot(self.rank);
+        self.write_slot(
+            response,
+            at,
+            self.layout.response_slot_size,
+            "response slot",
+        )
+    }
+
+    /// Answers an init request in this worker's fixed-size init slot
+    /// (gathered by [`Coordinator::recv_init`](crate::Coordinator::recv_init)).
+    ///
+    /// # Errors
+    /// As [`respond`](Worker::respond).
+    pub fn respond_init(&mut self, response: &ExecuteResponse) -> Result<()> {
+        let at = self.layout.init_slot(self.rank);
+        self.write_slot(response, at, self.layout.init_slot_size, "init slot")
+    }
+
+    fn write_slot(
+        &mut self,
+        response: &ExecuteResponse,
+        at: usize,
+        size: usize,
+        slot: &'static str,
+    ) -> Result<()> {
+        let frame = response.encoded_len() + nodeipc_proto::LEN_PREFIX;
+        if frame > size {
+            return Err(Error::TooLarge {
+                channel: self.config.name.clone(),
+                slot,
+                size: frame,
+                max: size,
+            });
+        }
+        self.wait_coordinator(
+            Direction::Response,
+            Role::Produce,
+            "waiting for the coordinator to take the previous response",
+        )?;
+        // SAFETY: we hold our response-produce count: by the protocol the
+        // coordinator does not read our slots until we post the consume below.
+        let out = unsafe { self.response.bytes_mut(at, size) }.map_err(|source| Error::Shm {
+            channel: self.config.name.clone(),
+            source,
+        })?;
+        nodeipc_proto::encode_frame(response, out).map_err(|source| Error::Proto {
+            context: format!("channel {}", self.config.name),
+            source,
+        })?;
+        self.sem(Direction::Response, Role::Consume)
+            .post()
+            .map_err(|source| Error::Sem {
+                channel: self.config.name.clone(),
+                source,
+            })
+    }
+
+    fn sem(&self, direction: Direction, role: Role) -> &(dyn nodeipc_sem::Semaphore + Sync) {
+        self.sems.get(
+            &self.response,
+            &self.layout,
+            direction,
+            role,
+            self.rank,
+            true,
+        )
+    }
+
+    fn wait_coordinator(&self, direction: Direction, role: Role, what: &'static str) -> Result<()> {
+        wait::wait(
+            self.sem(direction, role),
+            self.config.timeout,
+            &self.config.name,
+            || what.to_owned(),
+            || self.check_coordinator(direction),
+        )
+    }
+
+    /// Whether waiting on the coordinator still makes sense: it lives, and it
+    /// has not closed — or, for receiving, it closed with requests of ours
+    /// still in the ring. An answer after a close has nobody to take it.
+    fn check_coordinator(&self, direction: Direction) -> Result<()> {
+        if !self.coordinator.is_alive() {
+            return Err(Error::CoordinatorDied {
+                channel: self.config.name.clone(),
+                pid: self.coordinator.pid(),
+            });
+        }
+        let header = layout::request_header(&self.request);
+        let closed = header.closed.load(Ordering::Acquire) != 0;
+        let pending = self.received < header.sent.load(Ordering::Acquire);
+        if closed && (direction == Direction::Response || !pending) {
+            return Err(Error::Closed {
+                channel: self.config.name.clone(),
+            });
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Worker {
+    fn drop(&mut self) {
+        // The coordinator learns we are gone instead of timing out.
+        self.layout
+            .worker(&self.response, self.rank)
+            .flags
+            .fetch_or(worker_flags::LEFT, Ordering::AcqRel);
+    }
+}
+
+/// Waits (bounded) for the coordinator to finish publishing the header.
+fn wait_initialised(config: &ChannelConfig, request: &Region) -> Result<()> {
+    let header = layout::request_header(request);
+    let start = Instant::now();
+    while header.init.load(Ordering::Acquire) != 1 {
+        if start.elapsed() >= config.timeout {
+            return Err(Error::Timeout {
+                channel: config.name.clone(),
+                op: "waiting for the coordinator to publish the channel".to_owned(),
+                waited: start.elapsed(),
+            });
+        }
+        std::thread::sleep(Duration::from_micros(200));
+    }
+    Ok(())
+}
+
+fn decode_into(
+    channel: &str,
+    rank: u32,
+    bytes: &[u8],
+    capacity: usize,
+    request: &mut ExecuteRequest,
+) -> Result<()> {
+    let len = nodeipc_proto::frame_len(bytes, capacity).map_err(|e| match e {
+        nodeipc_proto::Error::TooLarge { size, .. }
+        | nodeipc_proto::Error::Truncated { need: size, .. } => Error::Corrupt {
+            channel: channel.to_owned(),
+            rank,
+            slot: "request frame",
+            len: size as u64,
+            slot_size: capacity,
+        },
+        source => Error::Proto {
+            context: format!("channel {channel}"),
+            source,
+        },
+    })?;
+    request.clear();
+    request
+        .merge(&bytes[nodeipc_proto::LEN_PREFIX..len])
+        .map_err(|source| Error::Decode {
+            channel: channel.to_owned(),
+            rank,
+            slot: "request frame",
+            source,
+        })
+}

@@ -1,0 +1,244 @@
+//! The logon handshake within one process: accept with the regions, every
+//! refusal with its reason, misbehaving clients and servers, and no
+//! descriptor left behind after many logons. Clients of another uid and
+//! workers in other processes are in `integration-tests/tests/handshake_processes.rs`.
+
+use std::io::Write;
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::time::{Duration, Instant};
+
+use nodeipc_channel::{
+    ChannelConfig, Coordinator, Error, HandshakeOptions, HandshakeServer, connect, worker_logon,
+};
+use nodeipc_proto::handshake::{FdKind, Logon};
+use nodeipc_testkit::{TempDir, Watchdog, fd_count, unique_name};
+
+/// fd counts are per process: the tests here take turns.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn private_dir() -> TempDir {
+    let dir = TempDir::new("handshake");
+    std::fs::set_permissions(
+        dir.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o700),
+    )
+    .unwrap();
+    dir
+}
+
+fn server(dir: &TempDir, coordinator: &Coordinator, options: HandshakeOptions) -> HandshakeServer {
+    let offer = coordinator.offer().unwrap();
+    HandshakeServer::bind(dir.join("logon.sock"), options, move |logon, peer| {
+        offer.decide(logon, peer)
+    })
+    .unwrap()
+}
+
+fn quick() -> HandshakeOptions {
+    HandshakeOptions {
+        logon_timeout: Duration::from_millis(300),
+        ..HandshakeOptions::default()
+    }
+}
+
+#[test]
+fn an_accepted_worker_gets_both_regions_and_serves() {
+    let _serial = serial();
+    let _dog = Watchdog::new("accept", Duration::from_secs(30));
+    let dir = private_dir();
+    let config = ChannelConfig::new(unique_name("hs"), 1).timeout(Duration::from_secs(5));
+    let mut coordinator = Coordinator::create_anonymous(config).unwrap();
+    let server = server(&dir, &coordinator, quick());
+    let session = connect(server.path(), &worker_logon(0), Duration::from_secs(5)).unwrap();
+    let kinds: Vec<FdKind> = session.fds.iter().map(|(k, _)| *k).collect();
+    assert_eq!(kinds, [FdKind::RequestRegion, FdKind::ResponseRegion]);
+    assert_eq!(session.server.pid, std::process::id());
+    let mut worker = session
+        .into_worker("hs", 0, Duration::from_secs(5))
+        .unwrap();
+    coordinator
+        .wait_for_workers(Duration::from_secs(5))
+        .unwrap();
+    coordinator
+        .send(&nodeipc_proto::execute::ExecuteRequest {
+            sequence: 0,
+            ..Default::default()
+        })
+        .unwrap();
+    let request = worker.recv().unwrap();
+    worker
+        .respond(&nodeipc_proto::execute::ExecuteResponse {
+            sequence: request.sequence,
+            ..Default::default()
+        })
+        .unwrap();
+    assert_eq!(coordinator.recv_all().unwrap()[0].sequence, 0);
+    assert_eq!(server.stats().accepted, 1);
+    // The rank is taken now: a second logon for it is refused with the reason.
+    match connect(server.path(), &worker_logon(0), Duration::from_secs(5)) {
+        Err(Error::Rejected { code, reason }) => {
+            assert_eq!(code, "REJECT_CODE_RANK_TAKEN");
+            assert!(reason.contains(&std::process::id().to_string()), "{reason}");
+        }
+        other => panic!("expected a rejection, got {other:?}"),
+    }
+}
+
+#[test]
+fn refusals_say_why() {
+    let _serial = serial();
+    let _dog = Watchdog::new("refusals", Duration::from_secs(30));
+    let dir = private_dir();
+    let config = ChannelConfig::new(unique_name("hs-refuse"), 2)
+        .depth(2)
+        .timeout(Duration::from_secs(5));
+    let coordinator = Coordinator::create_anonymous(config).unwrap();
+    let server = server(&dir, &coordinator, quick());
+    let cases = [
+        (
+            Logon {
+                protocol_version: 99,
+                ..worker_logon(0)
+            },
+            "REJECT_CODE_VERSION_MISMATCH",
+            "version 99",
+        ),
+        (worker_logon(7), "REJECT_CODE_RANK_OUT_OF_RANGE", "rank 7"),
+        (
+            Logon {
+                workers: 3,
+                ..worker_logon(0)
+            },
+            "REJECT_CODE_GEOMETRY_MISMATCH",
+            "workers 3",
+        ),
+        (
+            Logon {
+                depth: 1,
+                ..worker_logon(0)
+            },
+            "REJECT_CODE_GEOMETRY_MISMATCH",
+            "depth 1",
+        ),
+        (
+            Logon {
+                request_capacity: 1 << 30,
+                ..worker_logon(0)
+            },
+            "REJECT_CODE_GEOMETRY_MISMATCH",
+            "request capacity",
+        ),
+        (
+            Logon {
+                kind: 2,
+                ..worker_logon(0)
+            },
+            "REJECT_CODE_MALFORMED",
+            "not a worker",
+        ),
+    ];
+    for (logon, expected_code, fragment) in cases {
+        match connect(server.path(), &logon, Duration::from_secs(5)) {
+            Err(Error::Rejected { code, reason }) => {
+                assert_eq!(code, expected_code, "{reason}");
+                assert!(reason.contains(fragment), "{reason:?} lacks {fragment:?}");
+            }
+            other => panic!("expected {expected_code}, got {other:?}"),
+        }
+    }
+    assert_eq!(server.stats().rejected, 6);
+}
+
+#[test]
+fn silent_garbage_and_vanishing_clients_do_not_stop_the_server() {
+    let _serial = serial();
+    let _dog = Watchdog::new("misbehaving clients", Duration::from_secs(30));
+    let dir = private_dir();
+    let coordinator =
+        Coordinator::create_anonymous(ChannelConfig::new(unique_name("hs-bad"), 1)).unwrap();
+    let server = server(&dir, &coordinator, quick());
+    let silent = UnixStream::connect(server.path()).unwrap();
+    let mut garbage = UnixStream::connect(server.path()).unwrap();
+    garbage.write_all(&[3, 0, 0, 0, 0xff, 0xff, 0xff]).unwrap();
+    let mut huge = UnixStream::connect(server.path()).unwrap();
+    huge.write_all(&u32::MAX.to_le_bytes()).unwrap();
+    drop(UnixStream::connect(server.path()).unwrap()); // gone at once
+    let mut half = UnixStream::connect(server.path()).unwrap();
+    half.write_all(&[40, 0, 0, 0, 1]).unwrap();
+    drop(half); // leaves mid-frame
+    // A good client is served meanwhile, not after the silent one's timeout.
+    let start = Instant::now();
+    connect(server.path(), &worker_logon(0), Duration::from_secs(5)).unwrap();
+    assert!(
+        start.elapsed() < Duration::from_millis(250),
+        "a silent client held the server up"
+    );
+    std::thread::sleep(Duration::from_millis(500)); // past the logon timeout
+    let stats = server.stats();
+    assert_eq!(stats.accepted, 1);
+    assert_eq!(
+        stats.rejected, 2,
+        "garbage and an oversized frame are answered: {stats:?}"
+    );
+    assert_eq!(
+        stats.dropped, 3,
+        "the silent, the vanished and the half client: {stats:?}"
+    );
+    drop(silent);
+}
+
+#[test]
+fn a_server_that_closes_early_is_a_clear_error() {
+    let _serial = serial();
+    let _dog = Watchdog::new("server closes early", Duration::from_secs(30));
+    let dir = private_dir();
+    let path = dir.join("fake.sock");
+    let fake = UnixListener::bind(&path).unwrap();
+    let closer = std::thread::spawn(move || drop(fake.accept().unwrap()));
+    match connect(&path, &worker_logon(0), Duration::from_secs(5)) {
+        Err(Error::Handshake { reason, .. }) => assert!(reason.contains("closed"), "{reason}"),
+        other => panic!("expected a handshake error, got {other:?}"),
+    }
+    closer.join().unwrap();
+    // Nobody listening at all: a bounded wait, then a timeout.
+    let start = Instant::now();
+    let missing = dir.join("nobody.sock");
+    assert!(matches!(
+        connect(&missing, &worker_logon(0), Duration::from_millis(200)),
+        Err(Error::Timeout { .. })
+    ));
+    assert!(start.elapsed() < Duration::from_secs(2));
+}
+
+#[test]
+fn a_hundred_logons_leave_no_descriptor_behind() {
+    let _serial = serial();
+    let _dog = Watchdog::new("fd leak", Duration::from_secs(60));
+    let dir = private_dir();
+    let coordinator =
+        Coordinator::create_anonymous(ChannelConfig::new(unique_name("hs-leak"), 1)).unwrap();
+    let server = server(&dir, &coordinator, quick());
+    // Warm up: the first logon creates the server's lazily made state.
+    drop(connect(server.path(), &worker_logon(0), Duration::from_secs(5)).unwrap());
+    std::thread::sleep(Duration::from_millis(50));
+    let before = fd_count();
+    for _ in 0..100 {
+        let session = connect(server.path(), &worker_logon(0), Duration::from_secs(5)).unwrap();
+        assert_eq!(session.fds.len(), 2);
+        drop(session);
+        let mut bad = UnixStream::connect(server.path()).unwrap();
+        bad.write_all(b"\x01\x00\x00\x00\xff").unwrap();
+        drop(bad);
+    }
+    // Let the server's logon threads finish with the last connections.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while fd_count() != before && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert_eq!(fd_count(), before, "descriptors leaked over 100 logons");
+    assert_eq!(server.stats().accepted, 101);
+}

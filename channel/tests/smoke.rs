@@ -1,0 +1,340 @@
+//! Coordinator and workers as threads: the request and response paths in
+//! every gather mode, both semaphore kinds and depths.
+
+use std::thread;
+use std::time::Duration;
+
+use nodeipc_channel::{ChannelConfig, Coordinator, Error, SemKind, Worker};
+use nodeipc_proto::execute::{
+    ExecuteRequest, ExecuteResponse, ExecuteType, ForwardRequest, PdErrorCode, PullKvResponse,
+    PullKvResult, execute_request, execute_response,
+};
+use nodeipc_testkit::{Watchdog, shm_leftovers, unique_name};
+
+fn forward(sequence: u64, payload: usize) -> ExecuteRequest {
+    ExecuteRequest {
+        execute_type: ExecuteType::Execute as i32,
+        sequence,
+        payload: Some(execute_request::Payload::Forward(ForwardRequest {
+            request_ids: vec![sequence],
+            input: vec![(sequence % 251) as u8; payload],
+        })),
+    }
+}
+
+fn answer(request: &ExecuteRequest, rank: u32) -> ExecuteResponse {
+    ExecuteResponse {
+        status: 0,
+        msg_type: request.execute_type,
+        sequence: request.sequence,
+        error: String::new(),
+        result: Some(execute_response::Result::Forward(
+            nodeipc_proto::execute::ForwardResponse {
+                output: vec![rank as u8],
+            },
+        )),
+    }
+}
+
+/// Workers as threads that answer `count` requests each, checking each one.
+fn spawn_workers(config: &ChannelConfig, count: u64) -> Vec<thread::JoinHandle<()>> {
+    (0..config.workers)
+        .map(|rank| {
+            let config = config.clone();
+            thread::spawn(move || {
+                let mut worker = Worker::join(config, rank).unwrap();
+                for sequence in 0..count {
+                    let request = worker.recv().unwrap();
+                    assert_eq!(
+                        request.sequence, sequence,
+                        "worker {rank} got requests out of order"
+                    );
+                    worker.respond(&answer(&request, rank)).unwrap();
+                }
+            })
+        })
+        .collect()
+}
+
+fn round_trips(sems: SemKind, workers: u32, depth: u32, count: u64) {
+    let _dog = Watchdog::new("round_trips", Duration::from_secs(120));
+    let name = unique_name("chan");
+    let config = ChannelConfig::new(&name, workers)
+        .depth(depth)
+        .sems(sems)
+        .timeout(Duration::from_secs(20));
+    let mut coordinator = Coordinator::create(config.clone()).unwrap();
+    let handles = spawn_workers(&config, count);
+    coordinator
+        .wait_for_workers(Duration::from_secs(10))
+        .unwrap();
+    assert!(
+        shm_leftovers(&name).is_empty(),
+        "names survive wait_for_workers"
+    );
+    let mut next_to_gather = 0;
+    for sequence in 0..count {
+        coordinator.send(&forward(sequence, 64)).unwrap();
+        // Keep `depth` requests in flight.
+        if sequence + 1 - next_to_gather >= u64::from(depth) {
+            let responses = coordinator.recv_all().unwrap();
+            assert_eq!(responses.len(), workers as usize);
+            for (rank, response) in responses.iter().enumerate() {
+                assert_eq!(response.sequence, next_to_gather);
+                assert!(
+                    matches!(&response.result, Some(execute_response::Result::Forward(f)) if f.output == [rank as u8])
+                );
+            }
+            next_to_gather += 1;
+        }
+    }
+    while next_to_gather < count {
+        assert_eq!(coordinator.recv_all().unwrap()[0].sequence, next_to_gather);
+        next_to_gather += 1;
+    }
+    for h in handles {
+        h.join().unwrap();
+    }
+    assert!(matches!(
+        coordinator.recv_all(),
+        Err(Error::NothingOutstanding { .. })
+    ));
+}
+
+#[test]
+fn in_region_lock_step() {
+    round_trips(SemKind::InRegion, 2, 1, 2000);
+}
+
+#[test]
+fn in_region_depth_4() {
+    round_trips(SemKind::InRegion, 3, 4, 2000);
+}
+
+#[test]
+fn named_lock_step() {
+    round_trips(SemKind::Named, 2, 1, 500);
+}
+
+#[test]
+fn aggregation_prefers_a_failed_pull_kv_else_rank_0() {
+    let _dog = Watchdog::new("aggregation", Duration::from_secs(60));
+    let config = ChannelConfig::new(unique_name("agg"), 3).timeout(Duration::from_secs(10));
+    let mut coordinator = Coordinator::create(config.clone()).unwrap();
+    let handles: Vec<_> = (0..3u32)
+        .map(|rank| {
+            let config = config.clone();
+            thread::spawn(move || {
+                let mut worker = Worker::join(config, rank).unwrap();
+                for round in 0..2u64 {
+                    let request = worker.recv().unwrap();
+                    let code = if round == 1 && rank == 2 {
+                        PdErrorCode::PdTimeout
+                    } else {
+                        PdErrorCode::PdSuccess
+                    };
+                    worker
+                        .respond(&ExecuteResponse {
+                            msg_type: ExecuteType::PullKv as i32,
+                            sequence: request.sequence,
+                            result: Some(execute_response::Result::PullKvResponse(
+                                PullKvResponse {
+                                    results: vec![PullKvResult {
+                                        request_id: u64::from(rank),
+                                        pd_error_code: code as i32,
+                                    }],
+                                },
+                            )),
+                            ..Default::default()
+                        })
+                        .unwrap();
+                }
+            })
+        })
+        .collect();
+    coordinator
+        .send(&ExecuteRequest {
+            sequence: 0,
+            ..Default::default()
+        })
+        .unwrap();
+    let all_ok = coordinator.recv_all_aggregated().unwrap();
+    assert!(
+        matches!(all_ok.result, Some(execute_response::Result::PullKvResponse(p)) if p.results[0].request_id == 0)
+    );
+    coordinator
+        .send(&ExecuteRequest {
+            sequence: 1,
+            ..Default::default()
+        })
+        .unwrap();
+    let failed = coordinator.recv_all_aggregated().unwrap();
+    assert!(
+        matches!(failed.result, Some(execute_response::Result::PullKvResponse(p)) if p.results[0].request_id == 2)
+    );
+    for h in handles {
+        h.join().unwrap();
+    }
+}
+
+#[test]
+fn regression_recv_first_with_depth_never_deadlocks_a_slow_worker() {
+    // recv_first leaves the slow worker's answers behind; with depth > 1 the
+    // coordinator can then block in send on that worker's frames while the
+    // worker blocks on its full response slot. send must drain them.
+    let _dog = Watchdog::new("recv_first depth", Duration::from_secs(60));
+    let config = ChannelConfig::new(unique_name("first-depth"), 2)
+        .depth(4)
+        .timeout(Duration::from_secs(10));
+    let mut coordinator = Coordinator::create(config.clone()).unwrap();
+    let count = 300u64;
+    let handles: Vec<_> = (0..2u32)
+        .map(|rank| {
+            let config = config.clone();
+            thread::spawn(move || {
+                let mut worker = Worker::join(config, rank).unwrap();
+                for _ in 0..count {
+                    let request = worker.recv().unwrap();
+                    if rank == 1 {
+                        thread::sleep(Duration::from_micros(300));
+                    }
+                    worker.respond(&answer(&request, rank)).unwrap();
+                }
+            })
+        })
+        .collect();
+    coordinator
+        .wait_for_workers(Duration::from_secs(10))
+        .unwrap();
+    let mut gathered = 0;
+    for sequence in 0..count {
+        coordinator.send(&forward(sequence, 8)).unwrap();
+        if sequence + 1 - gathered >= 4 {
+            assert_eq!(coordinator.recv_first().unwrap().1.sequence, gathered);
+            gathered += 1;
+        }
+    }
+    while gathered < count {
+        coordinator.recv_first().unwrap();
+        gathered += 1;
+    }
+    assert!(
+        coordinator.drain().unwrap() > 0,
+        "the slow worker's answers were never behind"
+    );
+    for h in handles {
+        h.join().unwrap();
+    }
+}
+
+#[test]
+fn regression_an_answer_after_the_coordinator_closed_fails_at_once() {
+    let _dog = Watchdog::new("answer after close", Duration::from_secs(60));
+    let config = ChannelConfig::new(unique_name("closed"), 1).timeout(Duration::from_secs(30));
+    let mut coordinator = Coordinator::create(config.clone()).unwrap();
+    let mut worker = Worker::join(config, 0).unwrap();
+    coordinator.send(&forward(0, 1)).unwrap();
+    let request = worker.recv().unwrap();
+    worker.respond(&answer(&request, 0)).unwrap(); // the slot now holds an answer nobody takes
+    drop(coordinator);
+    let start = std::time::Instant::now();
+    let err = worker.respond(&answer(&request, 0)).unwrap_err();
+    assert!(matches!(err, Error::Closed { .. }), "{err}");
+    assert!(
+        start.elapsed() < Duration::from_secs(2),
+        "waited {:?} for a closed coordinator",
+        start.elapsed()
+    );
+    assert!(matches!(worker.recv(), Err(Error::Closed { .. })));
+}
+
+#[test]
+fn response_thread_hands_every_response_to_the_handler_and_stops_promptly() {
+    let _dog = Watchdog::new("response thread", Duration::from_secs(60));
+    let config = ChannelConfig::new(unique_name("thread"), 2)
+        .depth(2)
+        .timeout(Duration::from_secs(10));
+    let mut coordinator = Coordinator::create(config.clone()).unwrap();
+    let handles = spawn_workers(&config, 200);
+    coordinator
+        .wait_for_workers(Duration::from_secs(10))
+        .unwrap();
+    assert!(
+        matches!(
+            coordinator.start_response_thread(),
+            Err(Error::ResponseThread { .. })
+        ),
+        "started without a handler"
+    );
+    let (tx, rx) = std::sync::mpsc::channel();
+    coordinator
+        .on_response(move |response| tx.send(response.map(|r| r.sequence)).unwrap())
+        .unwrap();
+    assert!(
+        matches!(
+            coordinator.on_response(|_| {}),
+            Err(Error::ResponseThread { .. })
+        ),
+        "a second handler"
+    );
+    coordinator.start_response_thread().unwrap();
+    assert!(
+        matches!(
+            coordinator.start_response_thread(),
+            Err(Error::ResponseThread { .. })
+        ),
+        "started twice"
+    );
+    assert!(
+        matches!(coordinator.recv_all(), Err(Error::ResponseThread { .. })),
+        "gathered beside the thread"
+    );
+    for sequence in 0..200 {
+        coordinator.send(&forward(sequence, 16)).unwrap();
+    }
+    for sequence in 0..200 {
+        assert_eq!(
+            rx.recv_timeout(Duration::from_secs(10)).unwrap().unwrap(),
+            sequence
+        );
+    }
+    let start = std::time::Instant::now();
+    coordinator.stop_response_thread().unwrap();
+    assert!(
+        start.elapsed() < Duration::from_millis(500),
+        "stop took {:?}",
+        start.elapsed()
+    );
+    assert!(matches!(
+        coordinator.stop_response_thread(),
+        Err(Error::ResponseThread { .. })
+    ));
+    for h in handles {
+        h.join().unwrap();
+    }
+}
+
+#[test]
+fn a_worker_of_another_shape_is_refused_naming_both_values() {
+    let name = unique_name("shape");
+    let _coordinator =
+        Coordinator::create(ChannelConfig::new(&name, 2).timeout(Duration::from_secs(5))).unwrap();
+    let wrong = ChannelConfig::new(&name, 3).timeout(Duration::from_secs(5));
+    match Worker::join(wrong, 0) {
+        Err(Error::Mismatch {
+            what, ours, theirs, ..
+        }) => assert_eq!((what, ours, theirs), ("worker count", 3, 2)),
+        Err(other) => panic!("expected Mismatch, got {other}"),
+        Ok(_) => panic!("a worker of another shape joined"),
+    }
+    let right = ChannelConfig::new(&name, 2).timeout(Duration::from_secs(5));
+    assert!(matches!(
+        Worker::join(right.clone(), 2),
+        Err(Error::RankOutOfRange { rank: 2, .. })
+    ));
+    let _first = Worker::join(right.clone(), 1).unwrap();
+    assert!(matches!(
+        Worker::join(right, 1),
+        Err(Error::RankTaken { rank: 1, .. })
+    ));
+}

@@ -1,0 +1,204 @@
+//! [`Listener`]: a Unix stream socket listening at a caller-given path, bound
+//! safely: the directory checked, a stale socket replaced, the new one 0600,
+//! removed on drop while the path still names it.
+
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::unix::fs::{FileTypeExt, MetadataExt};
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+
+use rustix::fs::Mode;
+use rustix::io::Errno;
+use rustix::net::{AddressFamily, SocketAddrUnix, SocketFlags, SocketType};
+
+use crate::{Credentials, Error, Result, peer_credentials};
+
+/// Room in `sockaddr_un.sun_path`, the terminating NUL excluded.
+const SUN_PATH_MAX: usize = 107;
+
+/// A listening, non-blocking Unix stream socket bound at a path it removes on
+/// drop (only while the path still names this very socket).
+///
+/// Servers that other processes log on to (the channel's handshake, the rank
+/// monitor) bind through this, so every one of them refuses the same traps:
+/// a directory someone else can write to, a symlink or another file in the
+/// socket's place, a live server already there.
+///
+/// # Examples
+/// ```
+/// let dir = std::env::temp_dir().join(format!("nodeipc-doc-listener-{}", std::process::id()));
+/// std::fs::create_dir(&dir)?;
+/// std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o700))?;
+/// let listener = nodeipc_fdpass::Listener::bind(&dir.join("sock"))?;
+/// let _client = std::os::unix::net::UnixStream::connect(listener.path())?;
+/// let (_server_side, peer) = listener.accept()?.expect("a pending connection");
+/// assert_eq!(peer.pid, std::process::id());
+/// drop(listener); // removes the socket file
+/// std::fs::remove_dir(&dir)?;
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Debug)]
+pub struct Listener {
+    fd: OwnedFd,
+    path: PathBuf,
+    identity: (u64, u64),
+}
+
+impl Listener {
+    /// Binds `path`: checks its directory (ours, not group/world writable),
+    /// refuses a symlink, a non-socket or a live socket there, removes a
+    /// stale socket (connect refused), then `bind`, `chmod 0600`, `listen`
+    /// (nobody can connect between `bind` and `listen`).
+    ///
+    /// # Errors
+    /// [`Error::PathTooLong`], [`Error::UnsafeDirectory`],
+    /// [`Error::NotADirectory`], [`Error::SymlinkRefused`],
+    /// [`Error::NotASocket`], [`Error::AlreadyServing`], [`Error::Io`].
+    pub fn bind(path: &Path) -> Result<Listener> {
+        let len = path.as_os_str().len();
+        if len > SUN_PATH_MAX {
+            return Err(Error::PathTooLong {
+                path: path.to_owned(),
+                len,
+                max: SUN_PATH_MAX,
+            });
+        }
+        check_directory(path)?;
+        clear_stale(path)?;
+        let fd = rustix::net::socket_with(
+            AddressFamily::UNIX,
+            SocketType::STREAM,
+            SocketFlags::CLOEXEC | SocketFlags::NONBLOCK,
+            None,
+        )
+        .map_err(|e| listen_error("socket", path, e))?;
+        let address =
+            SocketAddrUnix::new(path).map_err(|e| listen_error("sockaddr_un", path, e))?;
+        rustix::net::bind(&fd, &address).map_err(|e| match e {
+            Errno::ADDRINUSE => Error::AlreadyServing {
+                path: path.to_owned(),
+            },
+            e => listen_error("bind", path, e),
+        })?;
+        let stat = rustix::fs::lstat(path).map_err(|e| listen_error("lstat", path, e))?;
+        let identity = (stat.st_dev, stat.st_ino);
+        // From here on the file is ours: the guard removes it on any error.
+        let socket = Listener {
+            fd,
+            path: path.to_owned(),
+            identity,
+        };
+        rustix::fs::chmod(path, Mode::from_raw_mode(0o600))
+            .map_err(|e| listen_error("chmod 0600", path, e))?;
+        rustix::net::listen(&socket.fd, 64).map_err(|e| listen_error("listen", path, e))?;
+        Ok(socket)
+    }
+
+    /// The path it is bound at.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Accepts one pending connection (close-on-exec, blocking) with its
+    /// peer's credentials; `None` when none is pending. Poll the listener
+    /// ([`AsFd`]) for readability to wait for one.
+    ///
+    /// # Errors
+    /// [`Error::Io`] from `accept` or `getsockopt(SO_PEERCRED)`.
+    pub fn accept(&self) -> Result<Option<(UnixStream, Credentials)>> {
+        loop {
+            match rustix::net::accept_with(&self.fd, SocketFlags::CLOEXEC) {
+                Ok(fd) => {
+                    let credentials = peer_credentials(&fd)?;
+                    return Ok(Some((UnixStream::from(fd), credentials)));
+                }
+                Err(Errno::INTR) => continue,
+                // The client went before we took it, or nothing pending.
+                Err(Errno::AGAIN | Errno::CONNABORTED) => return Ok(None),
+                Err(e) => return Err(listen_error("accept", &self.path, e)),
+            }
+        }
+    }
+}
+
+impl AsFd for Listener {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.fd.as_fd()
+    }
+}
+
+impl Drop for Listener {
+    fn drop(&mut self) {
+        if let Ok(stat) = rustix::fs::lstat(&self.path)
+            && (stat.st_dev, stat.st_ino) == self.identity
+        {
+            let _ = rustix::fs::unlink(&self.path);
+        }
+    }
+}
+
+/// The socket's directory must be a directory owned by us and not writable
+/// by group or others: otherwise someone else could swap the socket.
+fn check_directory(path: &Path) -> Result<()> {
+    let dir = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.to_owned(),
+        _ => PathBuf::from("."),
+    };
+    let meta = std::fs::metadata(&dir).map_err(|e| listen_error("stat", &dir, e))?;
+    if !meta.is_dir() {
+        return Err(Error::NotADirectory { path: dir });
+    }
+    let ours = rustix::process::geteuid().as_raw();
+    let mode = meta.mode() & 0o7777;
+    if meta.uid() != ours || mode & 0o022 != 0 {
+        return Err(Error::UnsafeDirectory {
+            dir,
+            owner: meta.uid(),
+            mode,
+            expected_owner: ours,
+        });
+    }
+    Ok(())
+}
+
+/// Removes a socket nobody listens on; refuses a live one, a symlink or any
+/// other file.
+fn clear_stale(path: &Path) -> Result<()> {
+    let meta = match std::fs::symlink_metadata(path) {
+        Ok(meta) => meta,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(listen_error("lstat", path, e)),
+    };
+    if meta.file_type().is_symlink() {
+        return Err(Error::SymlinkRefused {
+            path: path.to_owned(),
+        });
+    }
+    if !meta.file_type().is_socket() {
+        return Err(Error::NotASocket {
+            path: path.to_owned(),
+        });
+    }
+    match UnixStream::connect(path) {
+        Ok(_) => Err(Error::AlreadyServing {
+            path: path.to_owned(),
+        }),
+        Err(e) if e.raw_os_error() == Some(Errno::CONNREFUSED.raw_os_error()) => {
+            match std::fs::remove_file(path) {
+                Ok(()) => Ok(()),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+                Err(e) => Err(listen_error("unlink stale socket", path, e)),
+            }
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(listen_error("connect (probing for a live server)", path, e)),
+    }
+}
+
+fn listen_error(op: &'static str, path: &Path, source: impl Into<std::io::Error>) -> Error {
+    Error::Listen {
+        op,
+        path: path.to_owned(),
+        source: source.into(),
+    }
+}

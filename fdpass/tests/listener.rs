@@ -1,0 +1,81 @@
+//! `Listener::bind` refuses the traps around a socket path and replaces a
+//! stale socket; the socket file is 0600 and removed on drop.
+
+use std::os::unix::fs::{FileTypeExt, PermissionsExt};
+use std::os::unix::net::{UnixListener, UnixStream};
+
+use nodeipc_fdpass::{Error, Listener};
+use nodeipc_testkit::TempDir;
+
+fn private_dir(tag: &str) -> TempDir {
+    let dir = TempDir::new(tag);
+    std::fs::set_permissions(dir.path(), PermissionsExt::from_mode(0o700)).unwrap();
+    dir
+}
+
+#[test]
+fn binds_0600_accepts_with_credentials_and_removes_on_drop() {
+    let dir = private_dir("listen");
+    let path = dir.join("sock");
+    let listener = Listener::bind(&path).unwrap();
+    let meta = std::fs::symlink_metadata(&path).unwrap();
+    assert!(meta.file_type().is_socket());
+    assert_eq!(meta.permissions().mode() & 0o777, 0o600);
+    assert!(listener.accept().unwrap().is_none(), "nothing pending yet");
+    let _client = UnixStream::connect(&path).unwrap();
+    let (_stream, peer) = listener.accept().unwrap().unwrap();
+    assert_eq!(peer.pid, std::process::id());
+    drop(listener);
+    assert!(!path.exists(), "the socket file outlived its listener");
+}
+
+#[test]
+fn a_stale_socket_is_replaced_and_a_live_one_refused() {
+    let dir = private_dir("stale");
+    let path = dir.join("sock");
+    drop(UnixListener::bind(&path).unwrap()); // a dead server's file
+    assert!(path.exists());
+    let listener = Listener::bind(&path).unwrap();
+    assert!(matches!(
+        Listener::bind(&path),
+        Err(Error::AlreadyServing { .. })
+    ));
+    drop(listener);
+}
+
+#[test]
+fn a_symlink_or_a_file_in_the_sockets_place_is_refused() {
+    let dir = private_dir("traps");
+    let target = dir.join("elsewhere");
+    std::fs::write(&target, b"precious").unwrap();
+    let link = dir.join("link");
+    std::os::unix::fs::symlink(&target, &link).unwrap();
+    assert!(matches!(
+        Listener::bind(&link),
+        Err(Error::SymlinkRefused { .. })
+    ));
+    assert!(matches!(
+        Listener::bind(&target),
+        Err(Error::NotASocket { .. })
+    ));
+    assert_eq!(
+        std::fs::read(&target).unwrap(),
+        b"precious",
+        "the file was touched"
+    );
+}
+
+#[test]
+fn a_directory_others_can_write_is_refused() {
+    let dir = TempDir::new("shared-dir");
+    std::fs::set_permissions(dir.path(), PermissionsExt::from_mode(0o777)).unwrap();
+    match Listener::bind(&dir.join("sock")) {
+        Err(Error::UnsafeDirectory { mode, .. }) => assert_eq!(mode, 0o777),
+        other => panic!("expected UnsafeDirectory, got {other:?}"),
+    }
+    let long = dir.join(&"x".repeat(120));
+    assert!(matches!(
+        Listener::bind(&long),
+        Err(Error::PathTooLong { max: 107, .. })
+    ));
+}

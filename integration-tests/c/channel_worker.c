@@ -1,0 +1,156 @@
+/* A C worker on a nodeipc execute channel with named semaphores, written
+ * from the layout the nodeipc-channel README documents, as a C++ worker of
+ * an inference server would be.
+ *
+ *   channel_worker NAME WORKERS DEPTH REQUEST_CAPACITY RESPONSE_SLOT_SIZE RANK COUNT
+ *
+ * Answers COUNT requests: each response echoes the request's execute_type
+ * (as msg_type) and sequence. Every wait is bounded (10 s). Exit 0 on success. */
+#include <errno.h>
+#include <fcntl.h>
+#include <semaphore.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#define LINE 64
+#define REQUEST_HEADER 128
+#define RESPONSE_HEADER 64
+#define WORKER_ENTRY 32
+
+static size_t round64(size_t n) { return (n + LINE - 1) / LINE * LINE; }
+
+static void *map(const char *name, size_t *size) {
+    int fd = shm_open(name, O_RDWR, 0);
+    if (fd < 0) { perror(name); exit(1); }
+    struct stat st;
+    fstat(fd, &st);
+    *size = (size_t)st.st_size;
+    void *p = mmap(NULL, *size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    close(fd);
+    if (p == MAP_FAILED) { perror("mmap"); exit(1); }
+    return p;
+}
+
+static sem_t *sem(const char *name, const char *dir, const char *role, int rank) {
+    char full[512];
+    snprintf(full, sizeof full, "%s_%s_%s_%d", name, dir, role, rank);
+    sem_t *s = sem_open(full, 0);
+    if (s == SEM_FAILED) { perror(full); exit(1); }
+    return s;
+}
+
+static void wait10(sem_t *s) {
+    struct timespec deadline;
+    clock_gettime(CLOCK_REALTIME, &deadline);
+    deadline.tv_sec += 10;
+    while (sem_timedwait(s, &deadline) != 0) {
+        if (errno != EINTR) { perror("sem_timedwait"); exit(1); }
+    }
+}
+
+/* Reads a varint at p (bounded by end); returns the new position or NULL. */
+static const uint8_t *varint(const uint8_t *p, const uint8_t *end, uint64_t *out) {
+    uint64_t v = 0;
+    for (int shift = 0; p < end && shift < 64; shift += 7) {
+        uint8_t b = *p++;
+        v |= (uint64_t)(b & 0x7f) << shift;
+        if (!(b & 0x80)) { *out = v; return p; }
+    }
+    return NULL;
+}
+
+static uint8_t *put_varint(uint8_t *p, uint64_t v) {
+    while (v >= 0x80) { *p++ = (uint8_t)(v | 0x80); v >>= 7; }
+    *p++ = (uint8_t)v;
+    return p;
+}
+
+/* Field 22 of /proc/self/stat: this process's start time. */
+static uint64_t start_time(void) {
+    char buf[1024];
+    FILE *f = fopen("/proc/self/stat", "r");
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = 0;
+    char *p = strrchr(buf, ')') + 2;
+    for (int field = 3; field < 22; field++) p = strchr(p, ' ') + 1;
+    return strtoull(p, NULL, 10);
+}
+
+int main(int argc, char **argv) {
+    if (argc != 8) {
+        fprintf(stderr, "usage: channel_worker NAME WORKERS DEPTH REQUEST_CAPACITY RESPONSE_SLOT_SIZE RANK COUNT\n");
+        return 2;
+    }
+    const char *name = argv[1];
+    int workers = atoi(argv[2]), depth = atoi(argv[3]), rank = atoi(argv[6]);
+    size_t capacity = strtoull(argv[4], NULL, 10), slot_size = strtoull(argv[5], NULL, 10);
+    long count = atol(argv[7]);
+
+    char region_name[512];
+    size_t request_size, response_size;
+    snprintf(region_name, sizeof region_name, "%s_request", name);
+    const uint8_t *request = map(region_name, &request_size);
+    snprintf(region_name, sizeof region_name, "%s_response", name);
+    uint8_t *response = map(region_name, &response_size);
+
+    sem_t *req_produce = sem(name, "request", "produce", rank);
+    sem_t *req_consume = sem(name, "request", "consume", rank);
+    sem_t *resp_produce = sem(name, "response", "produce", rank);
+    sem_t *resp_consume = sem(name, "response", "consume", rank);
+
+    /* Register: pid and start time, then the joined flag. */
+    uint8_t *entry = response + RESPONSE_HEADER + rank * WORKER_ENTRY;
+    uint64_t start = start_time();
+    memcpy(entry + 8, &start, 8);
+    uint32_t pid = (uint32_t)getpid();
+    memcpy(entry, &pid, 4);
+    __atomic_fetch_or((uint32_t *)(entry + 4), 1u, __ATOMIC_SEQ_CST);
+
+    size_t sems_at = round64(RESPONSE_HEADER + (size_t)workers * WORKER_ENTRY);
+    size_t responses_at = sems_at + (size_t)workers * 4 * LINE;
+    uint8_t *slot = response + responses_at + (size_t)rank * round64(slot_size);
+
+    for (long i = 0; i < count; i++) {
+        wait10(req_consume);
+        const uint8_t *frame = request + REQUEST_HEADER + (size_t)(i % depth) * round64(capacity);
+        uint32_t len;
+        memcpy(&len, frame, 4);
+        if (len + 4 > capacity) { fprintf(stderr, "frame length %u past the frame\n", len); return 1; }
+        const uint8_t *p = frame + 4, *end = frame + 4 + len;
+        uint64_t type = 0, sequence = 0;
+        while (p && p < end) {
+            uint64_t key, value;
+            p = varint(p, end, &key);
+            if (!p) break;
+            if ((key & 7) == 0) {
+                p = varint(p, end, &value);
+                if ((key >> 3) == 1) type = value;
+                if ((key >> 3) == 2) sequence = value;
+            } else if ((key & 7) == 2) {
+                p = varint(p, end, &value);
+                if (p) p += value;
+            } else {
+                break;
+            }
+        }
+        sem_post(req_produce);
+        if (sequence != (uint64_t)i) { fprintf(stderr, "request %ld has sequence %llu\n", i, (unsigned long long)sequence); return 1; }
+
+        wait10(resp_produce);
+        uint8_t message[32], *q = message;
+        if (type) { *q++ = 0x10; q = put_varint(q, type); }          /* msg_type = 2 */
+        if (sequence) { *q++ = 0x18; q = put_varint(q, sequence); }  /* sequence = 3 */
+        uint32_t out_len = (uint32_t)(q - message);
+        memcpy(slot, &out_len, 4);
+        memcpy(slot + 4, message, out_len);
+        sem_post(resp_consume);
+    }
+    return 0;
+}

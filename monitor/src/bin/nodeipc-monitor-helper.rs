@@ -1,0 +1,199 @@
+//! Processes the monitor's tests need: a monitor server (`monitor serve`,
+//! the command line `SpawnOptions::program` runs), ranks that misbehave in
+//! chosen ways, a client that names someone else's pid, and a launcher that
+//! spawns its monitor by re-executing itself. Not for people.
+//!
+//! Every stage a test waits for is one line on standard output.
+
+use std::io::BufRead;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use nodeipc_monitor::{MonitorClient, MonitorConfig, RankInfo, SpawnOptions};
+
+const TIMEOUT: Duration = Duration::from_secs(10);
+
+fn main() {
+    nodeipc_monitor::run_if_server();
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let result = match args.first().map(String::as_str) {
+        Some("monitor") => serve(&args[1..]),
+        Some("rank") => rank(&Options::parse(&args[1..])),
+        Some("spoof") => spoof(&Options::parse(&args[1..])),
+        Some("spawn") => spawn(&Options::parse(&args[1..])),
+        _ => Err(format!("unknown role in {args:?}")),
+    };
+    if let Err(e) = result {
+        eprintln!("nodeipc-monitor-helper: {e}");
+        std::process::exit(1);
+    }
+}
+
+/// `monitor serve --socket P [--config F]`.
+fn serve(args: &[String]) -> Result<(), String> {
+    if args.first().map(String::as_str) != Some("serve") {
+        return Err(format!("expected `monitor serve`, got {args:?}"));
+    }
+    let options = Options::parse(&args[1..]);
+    let config = match &options.config {
+        Some(file) => MonitorConfig::load(file).map_err(|e| e.to_string())?,
+        None => MonitorConfig::default(),
+    };
+    nodeipc_monitor::serve(options.socket(), config)
+        .map(drop)
+        .map_err(|e| e.to_string())
+}
+
+#[derive(Default)]
+struct Options {
+    socket: Option<PathBuf>,
+    config: Option<PathBuf>,
+    config_json: Option<String>,
+    beats: u64,
+    interval: Duration,
+    then: String,
+    section: Option<String>,
+    fast: bool,
+    ignore_sigterm: bool,
+    pid: u32,
+}
+
+impl Options {
+    fn parse(args: &[String]) -> Options {
+        let mut o = Options {
+            interval: Duration::from_millis(20),
+            then: "hang".to_owned(),
+            ..Options::default()
+        };
+        let mut it = args.iter();
+        while let Some(flag) = it.next() {
+            let mut value = || it.next().cloned().unwrap_or_default();
+            match flag.as_str() {
+                "--socket" => o.socket = Some(PathBuf::from(value())),
+                "--config" => o.config = Some(PathBuf::from(value())),
+                "--config-json" => o.config_json = Some(value()),
+                "--beats" => o.beats = value().parse().expect("--beats N"),
+                "--interval-ms" => {
+                    o.interval = Duration::from_millis(value().parse().expect("--interval-ms N"))
+                }
+                "--then" => o.then = value(),
+                "--section" => o.section = Some(value()),
+                "--pid" => o.pid = value().parse().expect("--pid N"),
+                "--fast" => o.fast = true,
+                "--ignore-sigterm" => o.ignore_sigterm = true,
+                other => panic!("unknown flag {other}"),
+            }
+        }
+        o
+    }
+
+    fn socket(&self) -> PathBuf {
+        self.socket.clone().expect("--socket PATH")
+    }
+}
+
+extern "C" fn on_sigterm(_: libc::c_int) {
+    let line = b"sigterm\n";
+    // SAFETY: write(2) is async-signal-safe; the buffer is a static string.
+    unsafe {
+        libc::write(1, line.as_ptr().cast(), line.len());
+    }
+}
+
+/// A rank: init, optionally open a section, beat `--beats` times every
+/// `--interval-ms`, then `--then hang` (stop beating, stay alive), `exit`,
+/// or `beat-forever`.
+fn rank(o: &Options) -> Result<(), String> {
+    if o.ignore_sigterm {
+        let handler: extern "C" fn(libc::c_int) = on_sigterm;
+        // SAFETY: installs a handler that only calls write(2); nothing else
+        // in this process depends on SIGTERM's disposition.
+        unsafe {
+            libc::signal(libc::SIGTERM, handler as libc::sighandler_t);
+        }
+    }
+    let e = |e: nodeipc_monitor::Error| e.to_string();
+    let mut client = MonitorClient::connect(o.socket(), TIMEOUT).map_err(e)?;
+    let me = RankInfo::this_process(3, 1);
+    if o.fast {
+        client.init_with_heartbeat_region(&me).map_err(e)?;
+        if !client.has_heartbeat_region() {
+            return Err("the monitor declined the heartbeat region".to_owned());
+        }
+    } else {
+        client.init(&me).map_err(e)?;
+    }
+    println!("registered");
+    if let Some(section) = &o.section {
+        client.start_section(section).map_err(e)?;
+        println!("in-section");
+    }
+    let beat = |client: &mut MonitorClient| -> Result<(), String> {
+        if o.fast {
+            client.heartbeat_fast().map_err(e)
+        } else {
+            client.heartbeat().map_err(e)
+        }
+    };
+    for _ in 0..o.beats {
+        beat(&mut client)?;
+        std::thread::sleep(o.interval);
+    }
+    match o.then.as_str() {
+        "exit" => {
+            println!("exiting");
+            Ok(())
+        }
+        "beat-forever" => {
+            println!("beating");
+            loop {
+                beat(&mut client)?;
+                std::thread::sleep(o.interval);
+            }
+        }
+        _ => {
+            println!("hung");
+            loop {
+                std::thread::sleep(Duration::from_secs(3600));
+            }
+        }
+    }
+}
+
+/// Connects and names `--pid` in its Init; prints `accepted` or `refused: CAUSE`.
+fn spoof(o: &Options) -> Result<(), String> {
+    let mut client = MonitorClient::connect(o.socket(), TIMEOUT).map_err(|e| e.to_string())?;
+    let rank = RankInfo {
+        pid: o.pid,
+        ..RankInfo::this_process(0, 0)
+    };
+    match client.init(&rank) {
+        Ok(_) => println!("accepted"),
+        Err(e) => match e.refusal_cause() {
+            Some(cause) => println!("refused: {cause}"),
+            None => return Err(e.to_string()),
+        },
+    }
+    Ok(())
+}
+
+/// A launcher: spawns its monitor by re-executing this binary (no
+/// `program`), prints `ready <pid>`, stops it when standard input closes,
+/// prints `stopped <status>`.
+fn spawn(o: &Options) -> Result<(), String> {
+    let config = match &o.config_json {
+        Some(json) => MonitorConfig::from_json(json).map_err(|e| e.to_string())?,
+        None => MonitorConfig::default(),
+    };
+    let handle = nodeipc_monitor::spawn_monitor_with(&config, o.socket(), SpawnOptions::default())
+        .map_err(|e| e.to_string())?;
+    println!("ready {}", handle.pid());
+    for line in std::io::stdin().lock().lines() {
+        if line.is_err() {
+            break;
+        }
+    }
+    let status = handle.stop().map_err(|e| e.to_string())?;
+    println!("stopped {status}");
+    Ok(())
+}

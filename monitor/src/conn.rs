@@ -1,0 +1,185 @@
+//! One non-blocking framed connection of the server: what arrived, split into
+//! frames and checked against the size limit before decoding, and the
+//! replies that still have to go out (a descriptor travels with the first
+//! byte of its frame).
+
+use std::collections::VecDeque;
+use std::io::{self, Read};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::unix::net::UnixStream;
+
+use nodeipc_fdpass::Credentials;
+use nodeipc_proto::{LEN_PREFIX, frame_len};
+use prost::Message;
+use rustix::net::SendFlags;
+
+/// The largest frame either side accepts, length prefix included.
+pub const MAX_FRAME: usize = 64 * 1024;
+
+/// Most bytes buffered from a peer: room for one whole frame and the start
+/// of the next.
+const INPUT_CAP: usize = 2 * MAX_FRAME;
+
+/// What the next frame in the buffer turned out to be.
+pub(crate) enum Incoming<M> {
+    /// A well-formed message.
+    Message(M),
+    /// A frame within the limit whose bytes are not a message: answered with
+    /// an error, the connection stays usable.
+    Malformed(String),
+    /// A prefix announcing a frame above the limit: answered with an error,
+    /// then the connection is closed (the stream cannot be resynchronised).
+    Oversize(String),
+}
+
+struct Outgoing {
+    bytes: Vec<u8>,
+    sent: usize,
+    fd: Option<OwnedFd>,
+}
+
+/// A connected peer.
+pub(crate) struct Conn {
+    stream: UnixStream,
+    /// Who the kernel says connected.
+    pub(crate) peer: Credentials,
+    input: Vec<u8>,
+    output: VecDeque<Outgoing>,
+    /// The peer closed its end (or reading failed).
+    pub(crate) closed: bool,
+    /// Close once the pending replies are out.
+    pub(crate) closing: bool,
+}
+
+impl Conn {
+    pub(crate) fn new(stream: UnixStream, peer: Credentials) -> Conn {
+        Conn {
+            stream,
+            peer,
+            input: Vec::new(),
+            output: VecDeque::new(),
+            closed: false,
+            closing: false,
+        }
+    }
+
+    /// Reads what is available, up to the buffer's limit.
+    pub(crate) fn fill(&mut self) {
+        let mut chunk = [0u8; 8192];
+        while !self.closed && self.input.len() < INPUT_CAP {
+            let room = (INPUT_CAP - self.input.len()).min(chunk.len());
+            match self.stream.read(&mut chunk[..room]) {
+                Ok(0) => self.closed = true,
+                Ok(n) => self.input.extend_from_slice(&chunk[..n]),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(_) => self.closed = true,
+            }
+        }
+    }
+
+    /// The next complete frame in the buffer, if any. Nothing is taken while
+    /// replies are still waiting to go out (a peer that does not read its
+    /// replies is not served more).
+    pub(crate) fn next<M: Message + Default>(&mut self) -> Option<Incoming<M>> {
+        if self.closing || !self.output.is_empty() {
+            return None;
+        }
+        match frame_len(&self.input, MAX_FRAME) {
+            Ok(size) => {
+                let decoded = M::decode(&self.input[LEN_PREFIX..size]);
+                self.input.drain(..size);
+                Some(match decoded {
+                    Ok(msg) => Incoming::Message(msg),
+                    Err(e) => Incoming::Malformed(format!(
+                        "frame of {size} bytes holds no valid message: {e}"
+                    )),
+                })
+            }
+            Err(nodeipc_proto::Error::TooLarge { size, max }) => {
+                self.input.clear();
+                self.closing = true;
+                Some(Incoming::Oversize(format!(
+                    "frame of {size} bytes exceeds the limit of {max} bytes; closing the connection"
+                )))
+            }
+            Err(_) => None,
+        }
+    }
+
+    /// Queues `msg` as one frame, with `fd` attached to its first byte, and
+    /// tries to send it at once.
+    pub(crate) fn send<M: Message>(&mut self, msg: &M, fd: Option<OwnedFd>) {
+        match nodeipc_proto::encode_frame_to_vec(msg) {
+            Ok(bytes) => self.output.push_back(Outgoing { bytes, sent: 0, fd }),
+            Err(_) => self.closed = true,
+        }
+        self.flush();
+    }
+
+    /// Sends what the socket takes; a failure marks the connection closed.
+    pub(crate) fn flush(&mut self) {
+        while let Some(front) = self.output.front_mut() {
+            let result = match front.fd.take() {
+                // A frame this small goes in one piece or not at all on a
+                // Unix stream socket, so `WouldBlock` means nothing was sent.
+                Some(fd) => {
+                    match nodeipc_fdpass::send_fds(&self.stream, &front.bytes, &[fd.as_fd()]) {
+                        Ok(n) => Ok(n),
+                        Err(nodeipc_fdpass::Error::Io { source, .. })
+                            if source.kind() == io::ErrorKind::WouldBlock =>
+                        {
+                            // Nothing went: keep the descriptor for the next try.
+                            front.fd = Some(fd);
+                            return;
+                        }
+                        Err(_) => Err(()),
+                    }
+                }
+                None => loop {
+                    match rustix::net::send(
+                        &self.stream,
+                        &front.bytes[front.sent..],
+                        SendFlags::NOSIGNAL | SendFlags::DONTWAIT,
+                    ) {
+                        Ok(n) => break Ok(front.sent + n),
+                        Err(rustix::io::Errno::INTR) => continue,
+                        Err(rustix::io::Errno::AGAIN) => return,
+                        Err(_) => break Err(()),
+                    }
+                },
+            };
+            match result {
+                Ok(sent) if sent >= front.bytes.len() => {
+                    self.output.pop_front();
+                }
+                Ok(sent) => front.sent = sent,
+                Err(()) => {
+                    self.output.clear();
+                    self.closed = true;
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Whether replies wait for the socket to take them.
+    pub(crate) fn wants_write(&self) -> bool {
+        !self.output.is_empty()
+    }
+
+    /// Whether the connection is done: closed by the peer (and nothing
+    /// buffered left to answer), or closing with every reply sent.
+    pub(crate) fn finished(&self) -> bool {
+        if self.closing {
+            return self.closed || self.output.is_empty();
+        }
+        self.closed && (!self.output.is_empty() || frame_len(&self.input, MAX_FRAME).is_err())
+    }
+}
+
+impl AsFd for Conn {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.stream.as_fd()
+    }
+}

@@ -1,0 +1,260 @@
+//! The one error type of this crate.
+
+use std::io;
+use std::path::PathBuf;
+use std::process::ExitStatus;
+use std::time::Duration;
+
+/// What can go wrong binding, serving, connecting to or spawning a monitor.
+/// Every variant names the path, process, limit or count it is about; system
+/// call failures keep their errno.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The directory that would hold the socket is not safe: not ours, or
+    /// writable by group or others (anyone could replace the socket).
+    #[error(
+        "refusing socket directory {dir}: owned by uid {owner} with mode {mode:04o}; it must be owned by uid {expected_owner} and not writable by group or others"
+    )]
+    UnsafeDirectory {
+        /// The directory.
+        dir: PathBuf,
+        /// Its owner.
+        owner: u32,
+        /// Its permission bits.
+        mode: u32,
+        /// Our effective uid.
+        expected_owner: u32,
+    },
+
+    /// Something other than a directory where the socket's directory should be.
+    #[error("{path} is not a directory")]
+    NotADirectory {
+        /// The path.
+        path: PathBuf,
+    },
+
+    /// A symbolic link sits where the socket would go: never followed, never removed.
+    #[error("refusing {path}: it is a symbolic link")]
+    SymlinkRefused {
+        /// The path.
+        path: PathBuf,
+    },
+
+    /// A file that is not a socket sits where the socket would go.
+    #[error("refusing {path}: it exists and is not a socket")]
+    NotASocket {
+        /// The path.
+        path: PathBuf,
+    },
+
+    /// A live server already listens on the path.
+    #[error("a monitor is already serving on {path}")]
+    AlreadyServing {
+        /// The path.
+        path: PathBuf,
+    },
+
+    /// The path does not fit in a Unix socket address.
+    #[error("socket path {path} is {len} bytes; a Unix socket path holds at most {max}")]
+    PathTooLong {
+        /// The path.
+        path: PathBuf,
+        /// Its length in bytes.
+        len: usize,
+        /// The limit.
+        max: usize,
+    },
+
+    /// A configuration value is not acceptable.
+    #[error("invalid monitor configuration: {reason}")]
+    Config {
+        /// Which value and why.
+        reason: String,
+    },
+
+    /// A configuration file could not be read or parsed.
+    #[error("configuration file {path}: {reason}")]
+    ConfigFile {
+        /// The file.
+        path: PathBuf,
+        /// What went wrong (with line and column for a parse error).
+        reason: String,
+    },
+
+    /// The server answered `Error { cause }`: the request was refused.
+    #[error("the monitor refused the request: {cause}")]
+    Refused {
+        /// The server's words.
+        cause: String,
+    },
+
+    /// The server answered something the protocol does not allow here.
+    #[error("protocol violation: {reason}")]
+    Protocol {
+        /// What was expected and what came.
+        reason: String,
+    },
+
+    /// Framing or decoding a message failed (sizes include the 4-byte prefix).
+    #[error("{op}: {source}")]
+    Frame {
+        /// What was being done.
+        op: &'static str,
+        /// The framing error.
+        #[source]
+        source: nodeipc_proto::Error,
+    },
+
+    /// Passing a descriptor, checking a peer or signalling a process failed.
+    #[error(transparent)]
+    Fdpass(#[from] nodeipc_fdpass::Error),
+
+    /// Creating or mapping the heartbeat region failed.
+    #[error(transparent)]
+    Shm(#[from] nodeipc_shm::Error),
+
+    /// No server accepted a connection on the path in time.
+    #[error("no monitor accepted a connection on {path} within {waited:?}: {last}")]
+    ConnectTimeout {
+        /// The socket path.
+        path: PathBuf,
+        /// How long we tried.
+        waited: Duration,
+        /// The last error.
+        last: io::Error,
+    },
+
+    /// `heartbeat_fast` without a heartbeat region (the server declined it or
+    /// `init` did not ask for one).
+    #[error("no shared-memory heartbeat region: ask for one in init (the server may decline)")]
+    NoHeartbeatRegion,
+
+    /// The heartbeat region the server passed does not match its description.
+    #[error("bad heartbeat region: {reason}")]
+    BadHeartbeatRegion {
+        /// What is wrong.
+        reason: String,
+    },
+
+    /// The estimator has too few observations to propose a timeout.
+    #[error(
+        "not enough samples to propose a {what} timeout: {have} of {need} observed, {missing} missing",
+        missing = need - have
+    )]
+    NotEnoughSamples {
+        /// Which timeout.
+        what: String,
+        /// Observations so far.
+        have: usize,
+        /// Observations needed.
+        need: usize,
+    },
+
+    /// The spawned monitor process could not be started.
+    #[error("starting the monitor process {program} failed: {source}")]
+    Spawn {
+        /// The program.
+        program: PathBuf,
+        /// Why.
+        #[source]
+        source: io::Error,
+    },
+
+    /// The spawned monitor process exited before it accepted connections.
+    #[error("the monitor process exited before accepting connections ({status}){stderr_hint}")]
+    ServerExited {
+        /// How it ended.
+        status: ExitStatus,
+        /// A hint on where its message went.
+        stderr_hint: &'static str,
+    },
+
+    /// The spawned monitor did not accept connections in time.
+    #[error("the monitor process {pid} did not accept connections on {path} within {waited:?}")]
+    NotReady {
+        /// Its pid.
+        pid: u32,
+        /// Its control socket.
+        path: PathBuf,
+        /// How long we waited.
+        waited: Duration,
+    },
+
+    /// A system call failed; the errno is kept in `source`.
+    #[error("{op} {path}: {source}")]
+    Io {
+        /// The call.
+        op: &'static str,
+        /// The path or object it was about (may be empty).
+        path: String,
+        /// The error with its raw errno.
+        #[source]
+        source: io::Error,
+    },
+}
+
+impl Error {
+    pub(crate) fn io(
+        op: &'static str,
+        path: impl std::fmt::Display,
+        source: impl Into<io::Error>,
+    ) -> Self {
+        Error::Io {
+            op,
+            path: path.to_string(),
+            source: source.into(),
+        }
+    }
+
+    pub(crate) fn frame(op: &'static str, source: nodeipc_proto::Error) -> Self {
+        Error::Frame { op, source }
+    }
+
+    pub(crate) fn config(reason: impl Into<String>) -> Self {
+        Error::Config {
+            reason: reason.into(),
+        }
+    }
+
+    /// Whether this is the server refusing a request ([`Error::Refused`]).
+    pub fn is_refused(&self) -> bool {
+        matches!(self, Error::Refused { .. })
+    }
+
+    /// The server's cause, for an [`Error::Refused`].
+    pub fn refusal_cause(&self) -> Option<&str> {
+        match self {
+            Error::Refused { cause } => Some(cause),
+            _ => None,
+        }
+    }
+}
+
+impl From<Error> for io::Error {
+    /// Keeps the errno of a failed system call; everything else becomes an
+    /// error of the closest kind carrying the full message.
+    fn from(error: Error) -> io::Error {
+        let kind = match &error {
+            Error::Io { source, .. } => return io::Error::new(source.kind(), error.to_string()),
+            Error::Fdpass(_) | Error::Shm(_) | Error::Frame { .. } => io::ErrorKind::Other,
+            Error::UnsafeDirectory { .. }
+            | Error::SymlinkRefused { .. }
+            | Error::Refused { .. } => io::ErrorKind::PermissionDenied,
+            Error::AlreadyServing { .. } => io::ErrorKind::AddrInUse,
+            Error::ConnectTimeout { .. } | Error::NotReady { .. } => io::ErrorKind::TimedOut,
+            Error::Config { .. }
+            | Error::ConfigFile { .. }
+            | Error::PathTooLong { .. }
+            | Error::NotADirectory { .. }
+            | Error::NotASocket { .. }
+            | Error::NoHeartbeatRegion
+            | Error::NotEnoughSamples { .. } => io::ErrorKind::InvalidInput,
+            _ => io::ErrorKind::InvalidData,
+        };
+        io::Error::new(kind, error.to_string())
+    }
+}
+
+/// `Result` with this crate's [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -1,0 +1,69 @@
+//! Health checks the server polls at every periodic check: a failed one
+//! terminates the rank exactly as a timeout does.
+
+use nodeipc_fdpass::Pidfd;
+
+use crate::RankInfo;
+
+/// What a health check may look at: the registered rank and its pidfd.
+#[derive(Debug)]
+pub struct RankContext<'a> {
+    /// Who the rank is (its `pid` is the process the pidfd names).
+    pub rank: &'a RankInfo,
+    /// The rank's process, pinned: never a later process with a recycled pid.
+    pub pidfd: &'a Pidfd,
+}
+
+/// A check the server runs at every periodic check while a rank is
+/// registered and not already timed out. Implementations must return
+/// quickly: the server's loop waits for them.
+///
+/// # Examples
+/// ```
+/// use nodeipc_monitor::{HealthCheck, RankContext};
+///
+/// /// Fails once a file appears (a GPU watchdog could drop it, say).
+/// struct FlagFile(std::path::PathBuf);
+///
+/// impl HealthCheck for FlagFile {
+///     fn name(&self) -> &str {
+///         "flag file"
+///     }
+///     fn check(&mut self, _rank: &RankContext<'_>) -> Result<(), String> {
+///         match self.0.exists() {
+///             true => Err(format!("{} exists", self.0.display())),
+///             false => Ok(()),
+///         }
+///     }
+/// }
+/// ```
+pub trait HealthCheck: Send {
+    /// A short name for logs and `Status.last_timeout`.
+    fn name(&self) -> &str;
+
+    /// `Ok` when the rank is healthy; `Err(reason)` terminates it.
+    ///
+    /// # Errors
+    /// The reason the rank is unhealthy, for people.
+    fn check(&mut self, rank: &RankContext<'_>) -> Result<(), String>;
+}
+
+/// Fails when the rank's process has exited (its pidfd is readable). The
+/// server notices an exit at once anyway; this check exists for symmetry
+/// with checks that poll something the server cannot wait on.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ProcessAlive;
+
+impl HealthCheck for ProcessAlive {
+    fn name(&self) -> &str {
+        "process alive"
+    }
+
+    fn check(&mut self, rank: &RankContext<'_>) -> Result<(), String> {
+        if rank.pidfd.is_alive() {
+            Ok(())
+        } else {
+            Err(format!("process {} has exited", rank.pidfd.pid()))
+        }
+    }
+}

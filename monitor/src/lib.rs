@@ -1,0 +1,41 @@
+#![doc = include_str!("../README.md")]
+#![deny(unsafe_op_in_unsafe_fn)]
+
+mod bind;
+mod check;
+mod client;
+mod config;
+mod conn;
+mod error;
+mod estimator;
+mod fastpath;
+mod health;
+mod log;
+mod procfs;
+mod server;
+mod session;
+mod signals;
+mod spawn;
+mod status;
+
+pub use bind::control_socket_path;
+pub use client::{ControlClient, EffectiveConfig, MonitorClient};
+pub use config::{
+    MAX_CHECK_INTERVAL, MAX_SECTION_NAME, MAX_SECTIONS, MAX_STATE, MonitorConfig, TimeoutUpdate,
+    Timeouts, signal_name,
+};
+pub use conn::MAX_FRAME;
+pub use error::{Error, Result};
+pub use estimator::TimeoutEstimator;
+pub use health::{HealthCheck, ProcessAlive, RankContext};
+pub use log::LogLevel;
+pub use server::{MonitorServer, Shutdown, StopHandle};
+pub use spawn::{
+    CONFIG_ENV, MonitorHandle, SERVE_ENV, SpawnOptions, run_if_server, serve, spawn_monitor,
+    spawn_monitor_with,
+};
+pub use status::{MonitorStatus, OpenSectionStatus, RankInfo, RankState, TimeoutsMs};
+
+/// The signal type the configuration uses (`rustix`'s, re-exported by
+/// `nodeipc-fdpass`).
+pub use nodeipc_fdpass::Signal;

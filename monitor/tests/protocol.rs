@@ -1,0 +1,440 @@
+//! The wire protocol against a server on a thread: malformed and oversize
+//! frames, messages out of order, sections, configuration updates, and a
+//! client that does not read its replies. No timeouts are configured: the
+//! rank here is the test process itself.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::os::unix::net::UnixStream;
+use std::time::{Duration, Instant};
+
+use common::InProcess;
+use nodeipc_monitor::{
+    ControlClient, MAX_FRAME, MonitorClient, MonitorConfig, RankInfo, RankState, TimeoutUpdate,
+};
+use nodeipc_proto::monitor::{self as pb, client_message::Msg, server_message};
+use nodeipc_proto::{encode_frame_to_vec, read_frame};
+use nodeipc_testkit::Watchdog;
+
+const T: Duration = Duration::from_secs(10);
+
+fn quiet() -> MonitorConfig {
+    MonitorConfig {
+        check_interval: Duration::from_millis(50),
+        ..MonitorConfig::default()
+    }
+}
+
+/// A client speaking raw frames.
+struct Raw {
+    stream: UnixStream,
+    scratch: Vec<u8>,
+}
+
+impl Raw {
+    fn connect(server: &InProcess) -> Raw {
+        let stream = UnixStream::connect(&server.socket).unwrap();
+        stream.set_read_timeout(Some(T)).unwrap();
+        Raw {
+            stream,
+            scratch: Vec::new(),
+        }
+    }
+
+    fn send_bytes(&mut self, bytes: &[u8]) {
+        self.stream.write_all(bytes).unwrap();
+    }
+
+    fn send(&mut self, msg: Msg) {
+        let frame = encode_frame_to_vec(&pb::ClientMessage { msg: Some(msg) }).unwrap();
+        self.send_bytes(&frame);
+    }
+
+    fn recv(&mut self) -> server_message::Msg {
+        let reply: pb::ServerMessage =
+            read_frame(&mut self.stream, MAX_FRAME, &mut self.scratch).unwrap();
+        reply.msg.expect("a message in the reply")
+    }
+
+    fn call(&mut self, msg: Msg) -> server_message::Msg {
+        self.send(msg);
+        self.recv()
+    }
+
+    fn expect_error(&mut self, msg: Msg, fragment: &str) {
+        match self.call(msg) {
+            server_message::Msg::Error(e) => {
+                assert!(
+                    e.cause.contains(fragment),
+                    "{:?} lacks {fragment:?}",
+                    e.cause
+                )
+            }
+            other => panic!("expected Error with {fragment:?}, got {other:?}"),
+        }
+    }
+
+    fn expect_ok(&mut self, msg: Msg) -> pb::Ok {
+        match self.call(msg) {
+            server_message::Msg::Ok(ok) => ok,
+            other => panic!("expected Ok, got {other:?}"),
+        }
+    }
+
+    fn init(&mut self) -> pb::Ok {
+        self.expect_ok(Msg::Init(pb::Init {
+            rank: Some(pb::RankInfo {
+                global_rank: 2,
+                local_rank: 0,
+                pid: std::process::id(),
+                host: "test".into(),
+            }),
+            want_heartbeat_region: false,
+        }))
+    }
+
+    fn status(&mut self) -> pb::Status {
+        match self.call(Msg::StatusQuery(pb::StatusQuery {})) {
+            server_message::Msg::Status(s) => s,
+            other => panic!("expected Status, got {other:?}"),
+        }
+    }
+
+    fn section(name: &str, action: pb::SectionAction) -> Msg {
+        Msg::Section(pb::Section {
+            name: name.into(),
+            action: action.into(),
+        })
+    }
+}
+
+#[test]
+fn a_malformed_frame_gets_an_error_and_the_connection_keeps_working() {
+    let _dog = Watchdog::new("malformed_frame", Duration::from_secs(60));
+    let server = InProcess::start("mon-malformed", quiet());
+    let mut raw = Raw::connect(&server);
+    // A length that fits, bytes that are no protobuf (field 0 is invalid).
+    raw.send_bytes(&[3, 0, 0, 0, 0x00, 0xFF, 0xFF]);
+    match raw.recv() {
+        server_message::Msg::Error(e) => {
+            assert!(
+                e.cause.contains("frame of 7 bytes holds no valid message"),
+                "{}",
+                e.cause
+            )
+        }
+        other => panic!("{other:?}"),
+    }
+    // An empty frame decodes to an empty ClientMessage: refused, named.
+    raw.send_bytes(&[0, 0, 0, 0]);
+    match raw.recv() {
+        server_message::Msg::Error(e) => {
+            assert!(e.cause.contains("empty ClientMessage"), "{}", e.cause)
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(raw.status().state, pb::MonitorState::Waiting as i32);
+    raw.init();
+    assert_eq!(raw.status().state, pb::MonitorState::Initialized as i32);
+    server.finish();
+}
+
+#[test]
+fn an_oversize_length_gets_an_error_then_the_server_serves_the_next_client() {
+    let _dog = Watchdog::new("oversize", Duration::from_secs(60));
+    let server = InProcess::start("mon-oversize", quiet());
+    for announced in [u32::MAX, (MAX_FRAME - 3) as u32] {
+        let mut raw = Raw::connect(&server);
+        raw.init();
+        raw.send_bytes(&announced.to_le_bytes());
+        match raw.recv() {
+            server_message::Msg::Error(e) => assert!(
+                e.cause.contains(&format!(
+                    "frame of {} bytes exceeds the limit of {MAX_FRAME} bytes",
+                    u64::from(announced) + 4
+                )),
+                "{}",
+                e.cause
+            ),
+            other => panic!("{other:?}"),
+        }
+        // Then the server closes the connection: the stream is out of step.
+        let mut rest = Vec::new();
+        raw.stream.read_to_end(&mut rest).unwrap();
+        assert!(rest.is_empty());
+        // And serves the next client; the lost connection cleared the rank.
+        let status = server.wait_status(T, |s| s.state == RankState::Restarting);
+        assert!(status.rank.is_none());
+    }
+    // The largest frame allowed is read and answered (here: refused for
+    // what it says, not for its size).
+    let mut raw = Raw::connect(&server);
+    raw.init();
+    let name = "n".repeat(MAX_FRAME - 4 - 10);
+    let frame = encode_frame_to_vec(&pb::ClientMessage {
+        msg: Some(Raw::section(&name, pb::SectionAction::Open)),
+    })
+    .unwrap();
+    assert!(
+        frame.len() <= MAX_FRAME && frame.len() > MAX_FRAME - 16,
+        "{}",
+        frame.len()
+    );
+    raw.send_bytes(&frame);
+    match raw.recv() {
+        server_message::Msg::Error(e) => {
+            assert!(
+                e.cause.contains("section name of 65522 bytes; at most 256"),
+                "{}",
+                e.cause
+            )
+        }
+        other => panic!("{other:?}"),
+    }
+    // The largest state a heartbeat may carry comes back in the status.
+    let state = vec![7u8; nodeipc_monitor::MAX_STATE];
+    raw.expect_ok(Msg::Heartbeat(pb::Heartbeat {
+        state: Some(state.clone()),
+    }));
+    assert_eq!(raw.status().last_state, Some(state));
+    raw.expect_error(
+        Msg::Heartbeat(pb::Heartbeat {
+            state: Some(vec![0; nodeipc_monitor::MAX_STATE + 1]),
+        }),
+        "heartbeat state of 16385 bytes; at most 16384",
+    );
+    assert!(server.log_text().contains("exceeds the limit"));
+    server.finish();
+}
+
+#[test]
+fn a_client_that_hangs_up_mid_frame_does_not_disturb_the_server() {
+    let _dog = Watchdog::new("mid_frame", Duration::from_secs(60));
+    let server = InProcess::start("mon-midframe", quiet());
+    let mut raw = Raw::connect(&server);
+    raw.send_bytes(&[100, 0, 0, 0, 1, 2, 3]);
+    drop(raw);
+    let mut client = MonitorClient::connect(&server.socket, T).unwrap();
+    client.init(&RankInfo::this_process(0, 0)).unwrap();
+    client.heartbeat().unwrap();
+    server.finish();
+}
+
+#[test]
+fn messages_out_of_order_are_refused_with_a_cause() {
+    let _dog = Watchdog::new("out_of_order", Duration::from_secs(60));
+    let server = InProcess::start("mon-order", quiet());
+    let mut raw = Raw::connect(&server);
+    raw.expect_error(
+        Msg::Heartbeat(pb::Heartbeat::default()),
+        "Heartbeat before Init",
+    );
+    raw.expect_error(
+        Raw::section("s", pb::SectionAction::Open),
+        "Section before Init",
+    );
+    raw.expect_error(Msg::Init(pb::Init::default()), "Init without rank info");
+    // UpdateConfig and StatusQuery are fine before Init.
+    let ok = raw.expect_ok(Msg::UpdateConfig(pb::UpdateConfig::default()));
+    assert!(ok.config.is_some());
+    raw.init();
+    raw.expect_error(
+        Msg::Init(pb::Init::default()),
+        "already registered as global rank 2",
+    );
+    raw.expect_ok(Msg::Heartbeat(pb::Heartbeat {
+        state: Some(b"step 9".to_vec()),
+    }));
+    let status = raw.status();
+    assert_eq!(status.state, pb::MonitorState::Running as i32);
+    assert_eq!(status.heartbeats, 1);
+    assert_eq!(status.last_state.as_deref(), Some(&b"step 9"[..]));
+    server.finish();
+}
+
+#[test]
+fn sections_open_close_and_close_all_follow_the_rules() {
+    let _dog = Watchdog::new("sections", Duration::from_secs(60));
+    let server = InProcess::start("mon-sections", quiet());
+    let mut raw = Raw::connect(&server);
+    raw.init();
+    use pb::SectionAction::{Close, CloseAll, Open, Unspecified};
+    raw.expect_ok(Raw::section("", CloseAll)); // none open: fine
+    raw.expect_ok(Raw::section("load", Open));
+    raw.expect_ok(Raw::section("step", Open));
+    raw.expect_error(
+        Raw::section("step", Open),
+        "section \"step\" is already open",
+    );
+    raw.expect_error(
+        Raw::section("save", Close),
+        "section \"save\" is not open (open: [load, step])",
+    );
+    raw.expect_error(Raw::section("", Open), "non-empty name");
+    raw.expect_error(
+        Raw::section("x", Unspecified),
+        "is not OPEN (1), CLOSE (2) or CLOSE_ALL (3)",
+    );
+    raw.expect_error(
+        Msg::Section(pb::Section {
+            name: "x".into(),
+            action: 42,
+        }),
+        "section action 42",
+    );
+    let status = raw.status();
+    let open: Vec<&str> = status
+        .open_sections
+        .iter()
+        .map(|s| s.name.as_str())
+        .collect();
+    assert_eq!(open, ["load", "step"]);
+    assert_eq!(status.ms_out_of_section, None);
+    raw.expect_ok(Raw::section("load", Close));
+    raw.expect_error(Raw::section("load", Close), "not open (open: [step])");
+    raw.expect_ok(Raw::section("", CloseAll));
+    let status = raw.status();
+    assert!(status.open_sections.is_empty());
+    assert!(status.ms_out_of_section.is_some());
+    server.finish();
+}
+
+#[test]
+fn update_config_keeps_unset_fields_and_zero_removes() {
+    let _dog = Watchdog::new("update_config", Duration::from_secs(60));
+    let mut config = quiet();
+    config.timeouts.heartbeat = Some(Duration::from_secs(60));
+    config.timeouts.initial_heartbeat = Some(Duration::from_secs(90));
+    config
+        .timeouts
+        .sections
+        .insert("a".into(), Duration::from_secs(5));
+    config
+        .timeouts
+        .sections
+        .insert("b".into(), Duration::from_secs(6));
+    let server = InProcess::start("mon-update", config);
+    let mut client = MonitorClient::connect(&server.socket, T).unwrap();
+    let initial = client.init(&RankInfo::this_process(0, 0)).unwrap();
+    assert_eq!(initial.timeouts.heartbeat, Some(Duration::from_secs(60)));
+    assert_eq!(initial.termination_signal, libc::SIGKILL);
+    let effective = client
+        .send_timeouts(&TimeoutUpdate {
+            heartbeat: Some(Duration::from_secs(30)),
+            initial_heartbeat: Some(Duration::ZERO),
+            out_of_section: None,
+            sections: [
+                ("a".to_owned(), Duration::ZERO),
+                ("c".to_owned(), Duration::from_millis(700)),
+            ]
+            .into(),
+        })
+        .unwrap();
+    let t = &effective.timeouts;
+    assert_eq!(t.heartbeat, Some(Duration::from_secs(30)));
+    assert_eq!(t.initial_heartbeat, None);
+    assert_eq!(t.out_of_section, None);
+    assert_eq!(
+        t.sections,
+        [
+            ("b".to_owned(), Duration::from_secs(6)),
+            ("c".to_owned(), Duration::from_millis(700))
+        ]
+        .into()
+    );
+    // A bad section name changes nothing.
+    let refused = client
+        .send_timeouts(&TimeoutUpdate {
+            heartbeat: Some(Duration::from_secs(1)),
+            sections: [("".to_owned(), Duration::from_secs(1))].into(),
+            ..TimeoutUpdate::default()
+        })
+        .unwrap_err();
+    assert!(
+        refused.refusal_cause().unwrap().contains("non-empty name"),
+        "{refused}"
+    );
+    let status = client.status().unwrap();
+    assert_eq!(status.timeouts.heartbeat_ms, Some(30_000));
+    assert_eq!(status.timeouts.sections_ms.len(), 2);
+    server.finish();
+}
+
+#[test]
+fn skipped_section_replies_keep_the_stream_in_step() {
+    let _dog = Watchdog::new("skip_section_replies", Duration::from_secs(60));
+    let server = InProcess::start(
+        "mon-skip",
+        MonitorConfig {
+            skip_section_replies: true,
+            ..quiet()
+        },
+    );
+    let mut client = MonitorClient::connect(&server.socket, T).unwrap();
+    let config = client.init(&RankInfo::this_process(0, 0)).unwrap();
+    assert!(config.skip_section_replies);
+    client.start_section("step").unwrap();
+    // Refused, but only logged: no reply comes.
+    client.start_section("step").unwrap();
+    client.heartbeat().unwrap();
+    let status = client.status().unwrap();
+    assert_eq!(status.open_sections.len(), 1);
+    assert_eq!(status.heartbeats, 1);
+    client.end_section("step").unwrap();
+    assert!(client.status().unwrap().open_sections.is_empty());
+    assert!(
+        server
+            .log_text()
+            .contains("section message refused (no reply sent)"),
+        "{}",
+        server.log_text()
+    );
+    server.finish();
+}
+
+#[test]
+fn a_client_that_never_reads_its_replies_does_not_block_the_server() {
+    let _dog = Watchdog::new("unread_replies", Duration::from_secs(60));
+    let server = InProcess::start("mon-flood", quiet());
+    let mut raw = Raw::connect(&server);
+    raw.init();
+    let beat = encode_frame_to_vec(&pb::ClientMessage {
+        msg: Some(Msg::Heartbeat(pb::Heartbeat::default())),
+    })
+    .unwrap();
+    raw.stream.set_nonblocking(true).unwrap();
+    // Write heartbeats until both directions' buffers are full.
+    let start = Instant::now();
+    let mut sent = 0usize;
+    let mut stalled = 0;
+    while stalled < 50 && start.elapsed() < Duration::from_secs(10) {
+        match raw.stream.write(&beat) {
+            Ok(n) => {
+                sent += n;
+                stalled = 0;
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                stalled += 1;
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            Err(e) => panic!("{e}"),
+        }
+    }
+    assert!(sent > 10_000, "only {sent} bytes went");
+    // The loop still answers the launcher at once.
+    let asked = Instant::now();
+    let status = ControlClient::connect(&server.socket, T)
+        .unwrap()
+        .status()
+        .unwrap();
+    assert!(
+        asked.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        asked.elapsed()
+    );
+    assert_eq!(status.state, RankState::Running);
+    assert!(status.heartbeats > 0);
+    drop(raw);
+    server.finish();
+}
