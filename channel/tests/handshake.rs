@@ -57,9 +57,7 @@ fn an_accepted_worker_gets_both_regions_and_serves() {
     let kinds: Vec<FdKind> = session.fds.iter().map(|(k, _)| *k).collect();
     assert_eq!(kinds, [FdKind::RequestRegion, FdKind::ResponseRegion]);
     assert_eq!(session.server.pid, std::process::id());
-    let mut worker = session
-        .into_worker("hs", 0, Duration::from_secs(5))
-        .unwrap();
+    let mut worker = session.into_worker(0, Duration::from_secs(5)).unwrap();
     coordinator
         .wait_for_workers(Duration::from_secs(5))
         .unwrap();

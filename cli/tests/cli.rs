@@ -166,41 +166,70 @@ fn ls_lists_and_clean_removes_only_what_nobody_uses() {
 }
 
 #[test]
-fn demo_runs_reports_and_leaves_nothing() {
+fn demo_runs_the_whole_pipeline_reports_and_leaves_nothing() {
     let _dog = Watchdog::new("demo", Duration::from_secs(120));
-    let demo = spawn_child(
-        Command::new(env!("CARGO_BIN_EXE_nodeipc"))
-            .args([
-                "demo",
-                "--workers",
-                "3",
-                "--requests",
-                "2000",
-                "--payload",
-                "256",
-            ])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped()),
-    );
-    let pid = demo.id();
-    let out = demo.output_timeout(Duration::from_secs(100));
-    assert_ok(&out);
-    let summary = String::from_utf8_lossy(&out.stdout);
-    for field in [
-        "round trips/s",
-        "latency p50",
-        "latency p99",
-        "bytes moved    3072000",
-        "named objects created: none",
+    for extra in [
+        &["--depth", "1"][..],
+        &["--depth", "4", "--sems", "named"][..],
     ] {
+        let demo = spawn_child(
+            Command::new(env!("CARGO_BIN_EXE_nodeipc"))
+                .args([
+                    "demo",
+                    "--workers",
+                    "3",
+                    "--requests",
+                    "2000",
+                    "--payload",
+                    "256",
+                ])
+                .args(extra)
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped()),
+        );
+        let pid = demo.id();
+        let out = demo.output_timeout(Duration::from_secs(100));
+        assert_ok(&out);
+        let summary = String::from_utf8_lossy(&out.stdout);
+        for field in [
+            "3 workers logged on",
+            "4 ranks met at a barrier",
+            "requests/s",
+            "latency p50",
+            "latency p99",
+            "heartbeats     2",
+            "left behind    nothing",
+        ] {
+            assert!(
+                summary.contains(field),
+                "summary lacks {field:?}:\n{summary}"
+            );
+        }
+        // Every worker heartbeat at least once a request.
+        let beats = summary.lines().find(|l| l.contains("heartbeats")).unwrap();
+        let counts: Vec<u64> = beats
+            .split_whitespace()
+            .filter_map(|w| w.parse().ok())
+            .collect();
+        assert_eq!(counts.len(), 3, "{beats}");
+        assert!(counts.iter().all(|&c| c >= 2000), "{beats}");
         assert!(
-            summary.contains(field),
-            "summary lacks {field:?}:\n{summary}"
+            shm_leftovers(&pid.to_string()).is_empty(),
+            "the demo left a name behind"
+        );
+        assert!(
+            std::fs::read_dir("/tmp").unwrap().flatten().all(|e| !e
+                .file_name()
+                .to_string_lossy()
+                .contains(&format!("demo-{pid}-"))),
+            "the demo left its directory"
         );
     }
-    assert!(shm_leftovers(&format!("nodeipc-demo-{pid}-")).is_empty());
-    assert!(
-        shm_leftovers(&pid.to_string()).is_empty(),
-        "the demo left a name behind"
-    );
+}
+
+#[test]
+fn demo_refuses_bad_arguments_with_one_line() {
+    let out = nodeipc(&["demo", "--workers", "0"]);
+    assert_eq!(out.status.code(), Some(2), "clap's usage error");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--workers"));
 }

@@ -35,24 +35,38 @@ impl Session {
         Some(self.fds.remove(index).1)
     }
 
-    /// Joins the channel as worker `rank` over the passed regions.
+    /// The channel's name, as the server's `Accept` gives it (its semaphore
+    /// prefix): named semaphores are found by it.
+    pub fn channel_name(&self) -> Option<&str> {
+        self.accept
+            .geometry
+            .as_ref()
+            .map(|g| g.semaphore_prefix.as_str())
+    }
+
+    /// Joins the channel as worker `rank` over the passed regions, under the
+    /// name the server gave.
     ///
     /// # Errors
     /// [`Error::Handshake`] if the server passed no request or response
-    /// region; otherwise as [`Worker::from_fds`].
-    pub fn into_worker(mut self, name: &str, rank: u32, timeout: Duration) -> Result<Worker> {
+    /// region, or no channel geometry; otherwise as [`Worker::from_fds`].
+    pub fn into_worker(mut self, rank: u32, timeout: Duration) -> Result<Worker> {
         let server_pid = self.server.pid;
         let missing = |what: &str| Error::Handshake {
             peer: format!("server pid {server_pid}"),
-            reason: format!("the accept carries no {what} region"),
+            reason: format!("the accept carries no {what}"),
         };
+        let name = self
+            .channel_name()
+            .ok_or_else(|| missing("channel geometry"))?
+            .to_owned();
         let request = self
             .take(FdKind::RequestRegion)
-            .ok_or_else(|| missing("request"))?;
+            .ok_or_else(|| missing("request region"))?;
         let response = self
             .take(FdKind::ResponseRegion)
-            .ok_or_else(|| missing("response"))?;
-        Worker::from_fds(name, rank, request, response, timeout)
+            .ok_or_else(|| missing("response region"))?;
+        Worker::from_fds(&name, rank, request, response, timeout)
     }
 }
 

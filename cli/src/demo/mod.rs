@@ -1,139 +1,212 @@
 //! `nodeipc demo`: the main job, end to end, with nothing to set up.
 //!
-//! The coordinator creates one anonymous region (a sealed memfd) holding a
-//! request and a response semaphore and buffer per worker, spawns N worker
-//! processes (this same binary, `demo-worker`) and hands each the region's
-//! descriptor over `SCM_RIGHTS` on a socket pair it inherited. Nothing ever
-//! has a name, so nothing can be left behind, however the demo dies. It then
-//! sends M requests: each is broadcast to every worker and answered by every
-//! worker, and it prints round trips per second, latency percentiles and the
-//! bytes moved.
+//! The coordinator (this process) makes an execute channel over anonymous
+//! regions and serves its handshake on a socket in a private directory; it
+//! spawns one rank monitor per worker and N worker processes (this same
+//! binary, `demo-worker`). Each worker logs on and receives the regions as
+//! descriptors, joins the rank group (coordinator and workers meet at a
+//! barrier and all-gather their pids), connects to its monitor, then serves
+//! M execute requests, heartbeating as it goes. The coordinator checks every
+//! answer, prints requests per second, latency percentiles, bytes moved and
+//! heartbeats, and removes everything it made — nothing it makes has a name
+//! by the time requests flow, so a crash leaves nothing either.
 
-mod layout;
+mod worker;
 
-use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
-use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
-use clap::Args;
-use nodeipc_sem::{Semaphore, ShmSemaphore};
-use nodeipc_shm::Region;
+use clap::{Args, ValueEnum};
+use nodeipc_barrier::{Group, GroupOptions};
+use nodeipc_channel::{ChannelConfig, Coordinator, HandshakeOptions, HandshakeServer, SemKind};
+use nodeipc_monitor::{MonitorConfig, MonitorHandle, SpawnOptions, Timeouts};
+use nodeipc_proto::execute::{
+    ExecuteRequest, ExecuteResponse, ExecuteType, ForwardRequest, execute_request, execute_response,
+};
+use prost::Message;
+
+pub(crate) use worker::{WorkerArgs, worker};
 
 use crate::{CmdResult, Failure};
-use layout::Layout;
 
 /// How long any one step may wait on a peer before the demo gives up.
-const STEP_TIMEOUT: Duration = Duration::from_secs(5);
+pub(crate) const STEP_TIMEOUT: Duration = Duration::from_secs(10);
+/// A worker heartbeats over its monitor socket once every this many requests
+/// (and through the shared-memory fast path on every one).
+pub(crate) const SOCKET_HEARTBEAT_EVERY: u64 = 1000;
+
+/// Which semaphores the demo's channel uses.
+#[derive(Clone, Copy, Debug, ValueEnum)]
+pub(crate) enum Sems {
+    /// Futex semaphores in the response region (the fast path).
+    InRegion,
+    /// glibc named semaphores (what C peers can share).
+    Named,
+}
 
 #[derive(Args)]
 pub(crate) struct DemoArgs {
     /// Worker processes to spawn.
-    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..=256))]
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..=64))]
     workers: u32,
     /// Requests to send, each to every worker.
     #[arg(long, default_value_t = 10_000)]
     requests: u64,
-    /// Bytes in each request and response.
-    #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u32).range(8..=(64 << 20)))]
+    /// Bytes of payload in each request.
+    #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u32).range(0..=(64 << 20)))]
     payload: u32,
+    /// Requests the coordinator may run ahead of the slowest worker.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=64))]
+    depth: u32,
+    /// Which semaphores carry the hand-offs.
+    #[arg(long, value_enum, default_value_t = Sems::InRegion)]
+    sems: Sems,
 }
 
-#[derive(Args)]
-pub(crate) struct WorkerArgs {
-    /// The inherited socket the region's descriptor arrives on.
-    #[arg(long)]
-    socket_fd: i32,
-    /// This worker's rank.
-    #[arg(long)]
-    rank: u32,
-    /// The coordinator's pid: the worker exits when it is gone.
-    #[arg(long)]
-    parent: i32,
+/// Worker processes and monitors that are stopped and reaped however the
+/// demo ends; the private directory goes with them.
+struct Cleanup {
+    workers: Vec<Child>,
+    monitors: Vec<MonitorHandle>,
+    dir: PathBuf,
 }
 
-/// Worker processes that are killed and reaped however the demo ends.
-struct Workers(Vec<Child>);
-
-impl Workers {
-    /// The rank of a worker that has exited, if any.
-    fn first_dead(&mut self) -> Option<usize> {
-        self.0
-            .iter_mut()
-            .position(|c| !matches!(c.try_wait(), Ok(None)))
-    }
-}
-
-impl Drop for Workers {
+impl Drop for Cleanup {
     fn drop(&mut self) {
-        for child in &mut self.0 {
+        for child in &mut self.workers {
             let _ = child.kill();
             let _ = child.wait();
         }
+        self.monitors.clear();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+impl Cleanup {
+    fn check_workers(&mut self) -> CmdResult {
+        for (rank, child) in self.workers.iter_mut().enumerate() {
+            if let Ok(Some(status)) = child.try_wait() {
+                return Err(Failure::Error(format!(
+                    "worker {rank} exited early: {status}"
+                )));
+            }
+        }
+        Ok(())
     }
 }
 
 pub(crate) fn run(args: DemoArgs) -> CmdResult {
-    let layout = Layout::new(args.workers, args.payload);
-    let region = Region::anonymous(layout.size())?;
-    // A worker must never be able to truncate the region under us (SIGBUS).
-    region.seal_grow_shrink()?;
-    layout.init(&region)?;
+    let tag = format!("{}-{:x}", std::process::id(), nonce());
+    let dir = private_dir(&tag)?;
+    let mut cleanup = Cleanup {
+        workers: Vec::new(),
+        monitors: Vec::new(),
+        dir: dir.clone(),
+    };
+    let name = format!("/nodeipc-demo-{tag}");
+    let frame = forward(0, &payload(0, args.payload as usize)).encoded_len() + 64;
+    let config = ChannelConfig::new(&name, args.workers)
+        .depth(args.depth)
+        .sems(match args.sems {
+            Sems::InRegion => SemKind::InRegion,
+            Sems::Named => SemKind::Named,
+        })
+        .request_capacity(frame.max(1024))
+        .response_slot_size(1024)
+        .timeout(STEP_TIMEOUT);
+    let mut coordinator = Coordinator::create_anonymous(config)?;
+    let offer = coordinator.offer()?;
+    let socket = dir.join("logon.sock");
+    let server =
+        HandshakeServer::bind(&socket, HandshakeOptions::default(), move |logon, peer| {
+            offer.decide(logon, peer)
+        })?;
 
+    let monitor_config = MonitorConfig {
+        timeouts: Timeouts {
+            initial_heartbeat: Some(Duration::from_secs(30)),
+            heartbeat: Some(Duration::from_secs(30)),
+            ..Timeouts::default()
+        },
+        check_interval: Duration::from_millis(100),
+        restart_expected: false,
+        ..MonitorConfig::default()
+    };
     let exe = std::env::current_exe()?;
-    let mut workers = Workers(Vec::new());
+    let group_name = format!("{name}-group");
     for rank in 0..args.workers {
-        let (ours, theirs) = rustix::net::socketpair(
-            rustix::net::AddressFamily::UNIX,
-            rustix::net::SocketType::STREAM,
-            rustix::net::SocketFlags::CLOEXEC,
-            None,
-        )?;
-        let mut command = Command::new(&exe);
-        command
-            .args([
-                "demo-worker",
-                "--socket-fd",
-                &theirs.as_raw_fd().to_string(),
-            ])
+        let monitor_socket = dir.join(format!("monitor-{rank}.sock"));
+        let options = SpawnOptions {
+            die_with_parent: true,
+            log_file: Some(dir.join(format!("monitor-{rank}.log"))),
+            ..SpawnOptions::default()
+        };
+        cleanup.monitors.push(nodeipc_monitor::spawn_monitor_with(
+            &monitor_config,
+            &monitor_socket,
+            options,
+        )?);
+        let child = Command::new(&exe)
+            .arg("demo-worker")
+            .arg("--socket")
+            .arg(&socket)
+            .arg("--monitor")
+            .arg(&monitor_socket)
             .args([
                 "--rank",
                 &rank.to_string(),
+                "--workers",
+                &args.workers.to_string(),
+            ])
+            .args([
+                "--group",
+                &group_name,
                 "--parent",
                 &std::process::id().to_string(),
-            ]);
-        inherit(&mut command, theirs.as_raw_fd());
-        workers.0.push(command.spawn()?);
-        drop(theirs);
-        nodeipc_fdpass::send_fds(&ours, b"r", &[region.as_fd()])?;
+            ])
+            .spawn()?;
+        cleanup.workers.push(child);
     }
-    wait_until_attached(&region, &layout, &mut workers)?;
+    coordinator.wait_for_workers(STEP_TIMEOUT).map_err(|e| {
+        cleanup
+            .check_workers()
+            .err()
+            .unwrap_or(Failure::Error(e.to_string()))
+    })?;
+    // The coordinator is rank 0 of the group, the workers 1..=N.
+    let mut group =
+        Group::join(GroupOptions::new(&group_name, 0, args.workers + 1).timeout(STEP_TIMEOUT))?;
+    group.barrier()?;
+    let pids = group.all_gather(&std::process::id().to_le_bytes())?;
+    drop(server); // every worker is in: nobody else logs on
 
-    let mut request = vec![0u8; args.payload as usize];
-    let mut response = vec![0u8; args.payload as usize];
     let mut latencies = Vec::with_capacity(args.requests as usize);
+    let mut bytes = 0u64;
+    let mut in_flight = std::collections::VecDeque::new();
     let started = Instant::now();
     for sequence in 0..args.requests {
-        let sent = Instant::now();
-        fill_request(&mut request, sequence);
-        for rank in 0..args.workers {
-            region.write_at(layout.request_buf(rank), &request)?;
-            layout.request_sem(&region, rank)?.post()?;
+        let request = forward(sequence, &payload(sequence, args.payload as usize));
+        bytes += (request.encoded_len() as u64 + 4) * u64::from(args.workers);
+        in_flight.push_back((Instant::now(), request));
+        coordinator.send(&in_flight.back().expect("just pushed").1)?;
+        if in_flight.len() >= args.depth as usize {
+            bytes += gather(&mut coordinator, &mut in_flight, &mut latencies)?;
         }
-        for rank in 0..args.workers {
-            wait_for_worker(layout.response_sem(&region, rank)?, rank, &mut workers)?;
-            region.read_at(layout.response_buf(rank), &mut response)?;
-            check_response(&request, &response, rank, sequence)?;
-        }
-        latencies.push(sent.elapsed());
+    }
+    while !in_flight.is_empty() {
+        bytes += gather(&mut coordinator, &mut in_flight, &mut latencies)?;
     }
     let elapsed = started.elapsed();
 
-    layout.stop(&region)?;
-    for rank in 0..args.workers {
-        layout.request_sem(&region, rank)?.post()?;
-    }
-    for (rank, child) in workers.0.iter_mut().enumerate() {
+    let heartbeats: Vec<u64> = cleanup
+        .monitors
+        .iter()
+        .map(|m| m.status().map(|s| s.heartbeats))
+        .collect::<Result<_, _>>()?;
+    drop(coordinator); // closes the channel: the workers finish and meet us once more
+    group.barrier()?;
+    for (rank, child) in cleanup.workers.iter_mut().enumerate() {
         let status = child.wait()?;
         if !status.success() {
             return Err(Failure::Error(format!(
@@ -141,175 +214,191 @@ pub(crate) fn run(args: DemoArgs) -> CmdResult {
             )));
         }
     }
-    print_summary(&args, elapsed, &mut latencies);
+    let transport = group.transport();
+    drop(group);
+    for monitor in cleanup.monitors.drain(..) {
+        monitor.stop()?;
+    }
+    for rank in 0..args.workers {
+        let _ = std::fs::remove_file(dir.join(format!("monitor-{rank}.log")));
+    }
+    let leftovers = leftovers(&tag, &dir);
+    Summary {
+        args: &args,
+        elapsed,
+        latencies: &mut latencies,
+        bytes,
+        heartbeats: &heartbeats,
+        ranks: pids.len(),
+        transport: format!("{transport:?}"),
+        leftovers,
+    }
+    .print();
     Ok(())
 }
 
-/// Lets the child inherit one descriptor, under the same number; every other
-/// descriptor of ours stays close-on-exec.
-fn inherit(command: &mut Command, fd: RawFd) {
-    let clear_cloexec = move || {
-        // SAFETY: `fd` stays open in the parent until after the spawn.
-        let fd = unsafe { BorrowedFd::borrow_raw(fd) };
-        rustix::io::fcntl_setfd(fd, rustix::io::FdFlags::empty())?;
-        Ok(())
+/// Gathers the oldest request's answers and checks every one of them.
+fn gather(
+    coordinator: &mut Coordinator,
+    in_flight: &mut std::collections::VecDeque<(Instant, ExecuteRequest)>,
+    latencies: &mut Vec<Duration>,
+) -> Result<u64, Failure> {
+    let (sent, request) = in_flight.pop_front().expect("a request in flight");
+    let responses = coordinator.recv_all()?;
+    latencies.push(sent.elapsed());
+    let expected = digest(&request);
+    let mut bytes = 0;
+    for (rank, response) in responses.iter().enumerate() {
+        bytes += response.encoded_len() as u64 + 4;
+        let output = match &response.result {
+            Some(execute_response::Result::Forward(forward)) => forward.output.as_slice(),
+            _ => &[],
+        };
+        if response.sequence != request.sequence || output != expected {
+            return Err(Failure::Error(format!(
+                "worker {rank} answered request {} wrongly (sequence {}, digest {output:?})",
+                request.sequence, response.sequence
+            )));
+        }
+    }
+    Ok(bytes)
+}
+
+pub(crate) fn forward(sequence: u64, input: &[u8]) -> ExecuteRequest {
+    ExecuteRequest {
+        execute_type: ExecuteType::Execute as i32,
+        sequence,
+        payload: Some(execute_request::Payload::Forward(ForwardRequest {
+            request_ids: vec![sequence],
+            input: input.to_vec(),
+        })),
+    }
+}
+
+/// Deterministic bytes that differ from one request to the next.
+fn payload(sequence: u64, len: usize) -> Vec<u8> {
+    (0..len)
+        .map(|i| (i as u64 ^ sequence.wrapping_mul(0x9e37_79b9)) as u8)
+        .collect()
+}
+
+/// What a worker answers: the payload's length and a checksum of it, so the
+/// coordinator knows every byte arrived.
+pub(crate) fn digest(request: &ExecuteRequest) -> Vec<u8> {
+    let input = match &request.payload {
+        Some(execute_request::Payload::Forward(f)) => f.input.as_slice(),
+        _ => &[],
     };
-    // SAFETY: the hook runs between fork and exec and only calls fcntl, which
-    // is async-signal-safe, on a descriptor the parent keeps open.
-    unsafe { command.pre_exec(clear_cloexec) };
+    let sum = input
+        .iter()
+        .fold(0u32, |acc, &b| acc.rotate_left(5) ^ u32::from(b));
+    let mut out = (input.len() as u32).to_le_bytes().to_vec();
+    out.extend(sum.to_le_bytes());
+    out
 }
 
-fn wait_until_attached(region: &Region, layout: &Layout, workers: &mut Workers) -> CmdResult {
-    let deadline = Instant::now() + STEP_TIMEOUT;
-    while layout.attached(region)? < workers.0.len() as u32 {
-        if let Some(rank) = workers.first_dead() {
-            return Err(Failure::Error(format!(
-                "worker {rank} exited before attaching"
-            )));
-        }
-        if Instant::now() >= deadline {
-            return Err(Failure::Error(format!(
-                "workers did not attach within {STEP_TIMEOUT:?}"
-            )));
-        }
-        std::thread::sleep(Duration::from_millis(1));
+pub(crate) fn answer(request: &ExecuteRequest) -> ExecuteResponse {
+    ExecuteResponse {
+        msg_type: request.execute_type,
+        sequence: request.sequence,
+        result: Some(execute_response::Result::Forward(
+            nodeipc_proto::execute::ForwardResponse {
+                output: digest(request),
+            },
+        )),
+        ..ExecuteResponse::default()
     }
-    Ok(())
 }
 
-/// Waits for a worker's answer in short slices, checking between them that
-/// the worker is still alive: a dead worker is reported, never waited on forever.
-fn wait_for_worker(sem: &ShmSemaphore, rank: u32, workers: &mut Workers) -> CmdResult {
-    let deadline = Instant::now() + STEP_TIMEOUT;
-    loop {
-        match sem.wait_timeout(Duration::from_millis(100)) {
-            Ok(()) => return Ok(()),
-            Err(e) if e.is_timeout() => {
-                if matches!(workers.0[rank as usize].try_wait(), Ok(Some(_)) | Err(_)) {
-                    return Err(Failure::Error(format!("worker {rank} died")));
-                }
-                if Instant::now() >= deadline {
-                    return Err(Failure::Timeout(format!(
-                        "worker {rank} did not answer within {STEP_TIMEOUT:?}"
-                    )));
-                }
+fn private_dir(tag: &str) -> Result<PathBuf, Failure> {
+    let dir = std::env::temp_dir().join(format!("nodeipc-demo-{tag}"));
+    std::fs::create_dir(&dir)?;
+    std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o700))?;
+    Ok(dir)
+}
+
+/// What the demo left under `/dev/shm` or in its directory (nothing, we hope).
+fn leftovers(tag: &str, dir: &Path) -> Vec<String> {
+    let mut found: Vec<String> = std::fs::read_dir("/dev/shm")
+        .map(|d| {
+            d.flatten()
+                .filter_map(|e| e.file_name().into_string().ok())
+                .filter(|n| n.contains(tag))
+                .collect()
+        })
+        .unwrap_or_default();
+    if let Ok(entries) = std::fs::read_dir(dir) {
+        found.extend(entries.flatten().map(|e| e.path().display().to_string()));
+    }
+    found
+}
+
+struct Summary<'a> {
+    args: &'a DemoArgs,
+    elapsed: Duration,
+    latencies: &'a mut [Duration],
+    bytes: u64,
+    heartbeats: &'a [u64],
+    ranks: usize,
+    transport: String,
+    leftovers: Vec<String>,
+}
+
+impl Summary<'_> {
+    fn print(self) {
+        self.latencies.sort_unstable();
+        let percentile = |p: f64| {
+            if self.latencies.is_empty() {
+                Duration::ZERO
+            } else {
+                self.latencies[((self.latencies.len() - 1) as f64 * p).round() as usize]
             }
-            Err(e) => return Err(e.into()),
-        }
-    }
-}
-
-fn fill_request(request: &mut [u8], sequence: u64) {
-    request[..8].copy_from_slice(&sequence.to_le_bytes());
-    request[8..].fill(sequence as u8);
-}
-
-/// A worker answers with the request's bytes, each plus its rank.
-fn answer(request: &[u8], response: &mut [u8], rank: u32) {
-    for (out, byte) in response.iter_mut().zip(request) {
-        *out = byte.wrapping_add(rank as u8);
-    }
-}
-
-fn check_response(request: &[u8], response: &[u8], rank: u32, sequence: u64) -> CmdResult {
-    let mut expected = vec![0u8; request.len()];
-    answer(request, &mut expected, rank);
-    if response != expected {
-        return Err(Failure::Error(format!(
-            "worker {rank} answered request {sequence} with the wrong bytes"
-        )));
-    }
-    Ok(())
-}
-
-pub(crate) fn worker(args: WorkerArgs) -> CmdResult {
-    // Die with the coordinator; if it is already gone, stop now.
-    rustix::process::set_parent_process_death_signal(Some(rustix::process::Signal::KILL))?;
-    let parent_alive =
-        || rustix::process::getppid().map(|p| p.as_raw_nonzero().get()) == Some(args.parent);
-    if !parent_alive() {
-        return Err(Failure::Error(
-            "coordinator exited before the worker started".into(),
-        ));
-    }
-    // SAFETY: the coordinator passed this socket down for our sole use.
-    let socket = unsafe { OwnedFd::from_raw_fd(args.socket_fd) };
-    rustix::net::sockopt::set_socket_timeout(
-        &socket,
-        rustix::net::sockopt::Timeout::Recv,
-        Some(STEP_TIMEOUT),
-    )?;
-    let mut tag = [0u8; 1];
-    let mut fds = nodeipc_fdpass::recv_fds_exact(&socket, &mut tag, 1)?;
-    let fd = fds
-        .pop()
-        .ok_or_else(|| Failure::Error("the coordinator sent no region".into()))?;
-    let region = Region::from_fd(fd)?;
-    if !region.is_size_sealed() {
-        return Err(Failure::Error(
-            "the region is not sealed against resizing".into(),
-        ));
-    }
-    let layout = Layout::read(&region)?;
-    if args.rank >= layout.workers() {
-        return Err(Failure::Error(format!(
-            "rank {} is out of range for {} workers",
-            args.rank,
-            layout.workers()
-        )));
-    }
-    layout.attach(&region)?;
-    let mut request = vec![0u8; layout.payload()];
-    let mut response = vec![0u8; layout.payload()];
-    loop {
-        let sem = layout.request_sem(&region, args.rank)?;
-        loop {
-            match sem.wait_timeout(Duration::from_millis(200)) {
-                Ok(()) => break,
-                Err(e) if e.is_timeout() && parent_alive() => continue,
-                Err(e) if e.is_timeout() => return Err(Failure::Error("coordinator died".into())),
-                Err(e) => return Err(e.into()),
-            }
-        }
-        if layout.stopping(&region)? {
-            return Ok(());
-        }
-        region.read_at(layout.request_buf(args.rank), &mut request)?;
-        answer(&request, &mut response, args.rank);
-        region.write_at(layout.response_buf(args.rank), &response)?;
-        layout.response_sem(&region, args.rank)?.post()?;
-    }
-}
-
-fn print_summary(args: &DemoArgs, elapsed: Duration, latencies: &mut [Duration]) {
-    latencies.sort_unstable();
-    let percentile = |p: f64| {
-        if latencies.is_empty() {
-            Duration::ZERO
+        };
+        let args = self.args;
+        println!(
+            "nodeipc demo: {} workers, {} requests of {} payload bytes, depth {}, {:?} semaphores",
+            args.workers, args.requests, args.payload, args.depth, args.sems
+        );
+        println!(
+            "  handshake      {} workers logged on, regions passed as memfds",
+            args.workers
+        );
+        println!(
+            "  rank group     {} ranks met at a barrier (fd transport {})",
+            self.ranks, self.transport
+        );
+        println!(
+            "  requests/s     {:.0}",
+            args.requests as f64 / self.elapsed.as_secs_f64().max(f64::MIN_POSITIVE)
+        );
+        println!(
+            "  latency p50    {:.2} us",
+            percentile(0.50).as_secs_f64() * 1e6
+        );
+        println!(
+            "  latency p99    {:.2} us",
+            percentile(0.99).as_secs_f64() * 1e6
+        );
+        println!(
+            "  bytes moved    {} ({:.1} MiB)",
+            self.bytes,
+            self.bytes as f64 / (1 << 20) as f64
+        );
+        let beats: Vec<String> = self.heartbeats.iter().map(u64::to_string).collect();
+        println!(
+            "  heartbeats     {} (per worker, seen by its monitor)",
+            beats.join(" ")
+        );
+        if self.leftovers.is_empty() {
+            println!("  left behind    nothing");
         } else {
-            latencies[((latencies.len() - 1) as f64 * p).round() as usize]
+            println!("  left behind    {}", self.leftovers.join(" "));
         }
-    };
-    let bytes = args.requests * u64::from(args.workers) * u64::from(args.payload) * 2;
-    println!(
-        "nodeipc demo: {} workers, {} requests of {} bytes",
-        args.workers, args.requests, args.payload
-    );
-    println!(
-        "  round trips/s  {:.0}",
-        args.requests as f64 / elapsed.as_secs_f64().max(f64::MIN_POSITIVE)
-    );
-    println!(
-        "  latency p50    {:.2} us",
-        percentile(0.50).as_secs_f64() * 1e6
-    );
-    println!(
-        "  latency p99    {:.2} us",
-        percentile(0.99).as_secs_f64() * 1e6
-    );
-    println!(
-        "  bytes moved    {bytes} ({:.1} MiB)",
-        bytes as f64 / (1 << 20) as f64
-    );
-    println!("  named objects created: none (the region travelled as a memfd)");
+    }
+}
+
+fn nonce() -> u32 {
+    let mut bytes = [0u8; 4];
+    let _ = rustix::rand::getrandom(&mut bytes, rustix::rand::GetRandomFlags::empty());
+    u32::from_le_bytes(bytes)
 }

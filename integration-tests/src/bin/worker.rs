@@ -105,7 +105,7 @@ fn run(args: &[&str]) -> Result<(), Error> {
             let rank: u32 = rank.parse().unwrap();
             let session =
                 nodeipc_channel::connect(path, &nodeipc_channel::worker_logon(rank), TIMEOUT)?;
-            let mut worker = session.into_worker("handshake", rank, TIMEOUT)?;
+            let mut worker = session.into_worker(rank, TIMEOUT)?;
             serve(&mut worker, count.parse().unwrap())
         }
         // Receives one request, then hangs without answering (to be killed).
