@@ -3,7 +3,7 @@
 
 use std::os::fd::BorrowedFd;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
@@ -54,8 +54,9 @@ pub(crate) struct Shared {
     pub(crate) request: Region,
     pub(crate) response: Region,
     sems: SemSet,
-    /// Verified pidfds of the workers, opened once each has registered.
-    workers: Vec<OnceLock<Pidfd>>,
+    /// Verified pidfds of the workers, with the pid each was opened for:
+    /// opened once a worker registers, again when another process takes the rank.
+    workers: Vec<Mutex<Option<(u32, Pidfd)>>>,
     gatherer: Mutex<Gatherer>,
     /// Wakes an idle response thread when a request is sent.
     idle: (Mutex<()>, Condvar),
@@ -145,7 +146,7 @@ impl Coordinator {
     ) -> Result<Coordinator> {
         let sems = SemSet::create(&config, &layout, &response)?;
         layout.publish(&request, &response, config.sems);
-        let workers = (0..config.workers).map(|_| OnceLock::new()).collect();
+        let workers = (0..config.workers).map(|_| Mutex::new(None)).collect();
         let gatherer = Gatherer {
             next: 0,
             consumed: vec![0; config.workers as usize],
@@ -560,18 +561,13 @@ impl Shared {
         Ok(())
     }
 
-    /// Whether worker `rank` is still there: not departed, and (once it has
-    /// registered) its process alive.
+    /// Whether worker `rank` is still there: once it has registered, its
+    /// process alive. A worker that left cleanly may come back (a reconnect)
+    /// while its process lives; once that process is gone too, it has left.
     fn check_worker(&self, rank: u32) -> Result<()> {
         let entry = self.layout.worker(&self.response, rank);
         let flags = entry.flags.load(Ordering::Acquire);
-        if flags & worker_flags::LEFT != 0 {
-            return Err(Error::WorkerLeft {
-                channel: self.config.name.clone(),
-                rank,
-            });
-        }
-        if flags & worker_flags::JOINED == 0 {
+        if flags & worker_flags::JOINED == 0 || flags & worker_flags::CLAIMING != 0 {
             return Ok(());
         }
         let pid = entry.pid.load(Ordering::Relaxed);
@@ -580,16 +576,25 @@ impl Shared {
             rank,
             pid,
         };
-        let slot = &self.workers[rank as usize];
-        let pidfd = match slot.get() {
-            Some(pidfd) => pidfd,
-            None => {
-                let pidfd = open_verified(pid, entry.start_time.load(Ordering::Relaxed))
-                    .map_err(|_| died())?;
-                slot.get_or_init(|| pidfd)
-            }
-        };
+        let mut cached = self.workers[rank as usize]
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        if cached
+            .as_ref()
+            .is_none_or(|(cached_pid, _)| *cached_pid != pid)
+        {
+            let pidfd =
+                open_verified(pid, entry.start_time.load(Ordering::Relaxed)).map_err(|_| died())?;
+            *cached = Some((pid, pidfd));
+        }
+        let (_, pidfd) = cached.as_ref().expect("just filled");
         if !pidfd.is_alive() {
+            if flags & worker_flags::LEFT != 0 {
+                return Err(Error::WorkerLeft {
+                    channel: self.config.name.clone(),
+                    rank,
+                });
+            }
             return Err(died());
         }
         Ok(())

@@ -80,7 +80,10 @@ pub(crate) struct WorkerEntry {
     pub(crate) pid: AtomicU32,
     pub(crate) flags: AtomicU32,
     pub(crate) start_time: AtomicU64,
-    _reserved: [AtomicU64; 2],
+    /// Requests this rank has received: where a worker rejoining the rank
+    /// resumes in the ring.
+    pub(crate) received: AtomicU64,
+    _reserved: AtomicU64,
 }
 
 // SAFETY: `#[repr(C)]`, atomics only, any bit pattern valid, no pointers.
@@ -90,8 +93,10 @@ unsafe impl ShmSafe for WorkerEntry {}
 pub(crate) mod worker_flags {
     /// The worker registered its pid and start time.
     pub(crate) const JOINED: u32 = 1;
-    /// The worker closed its end cleanly.
+    /// The worker closed its end cleanly; the rank may be taken again.
     pub(crate) const LEFT: u32 = 2;
+    /// A worker is registering its pid (set with JOINED, cleared when done).
+    pub(crate) const CLAIMING: u32 = 4;
 }
 
 /// Offsets and sizes of both regions of a channel: the contract a C or C++
@@ -171,7 +176,7 @@ impl Layout {
 
     /// Offset in the response region of worker `rank`'s entry: `u32` pid,
     /// `u32` flags (1: joined, 2: left), `u64` start time (field 22 of
-    /// `/proc/<pid>/stat`), 16 reserved bytes.
+    /// `/proc/<pid>/stat`), `u64` requests received, 8 reserved bytes.
     pub fn worker_entry(&self, rank: u32) -> usize {
         RESPONSE_HEADER + rank as usize * WORKER_ENTRY
     }

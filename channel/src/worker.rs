@@ -113,19 +113,30 @@ impl Worker {
             })?;
         let sems = SemSet::open(&config, rank)?;
         let entry = layout.worker(&response, rank);
-        let me = std::process::id();
-        entry.pid.store(me, Ordering::Relaxed);
-        entry
-            .start_time
-            .store(process_start_time(me).unwrap_or(0), Ordering::Relaxed);
-        if entry.flags.fetch_or(worker_flags::JOINED, Ordering::AcqRel) & worker_flags::JOINED != 0
+        // Claim the rank: free (never joined), or left cleanly by a worker
+        // that may have been this very process before a reconnect.
+        let flags = entry.flags.load(Ordering::Acquire);
+        let free = flags & worker_flags::JOINED == 0 || flags & worker_flags::LEFT != 0;
+        let claiming = worker_flags::JOINED | worker_flags::CLAIMING;
+        if !free
+            || entry
+                .flags
+                .compare_exchange(flags, claiming, Ordering::AcqRel, Ordering::Acquire)
+                .is_err()
         {
             return Err(Error::RankTaken {
                 channel: config.name.clone(),
                 rank,
             });
         }
-        // Requests sent before we joined are ours too: start at the oldest in the ring.
+        let me = std::process::id();
+        entry
+            .start_time
+            .store(process_start_time(me).unwrap_or(0), Ordering::Relaxed);
+        entry.pid.store(me, Ordering::Relaxed);
+        entry.flags.store(worker_flags::JOINED, Ordering::Release);
+        // A new rank starts at the first request; a rejoining one where it left.
+        let received = entry.received.load(Ordering::Acquire);
         Ok(Worker {
             config,
             layout,
@@ -134,7 +145,7 @@ impl Worker {
             response,
             sems,
             coordinator,
-            received: 0,
+            received,
         })
     }
 
@@ -191,6 +202,10 @@ impl Worker {
             decode_into(&self.config.name, self.rank, bytes, capacity, request)
         };
         self.received += 1;
+        self.layout
+            .worker(&self.response, self.rank)
+            .received
+            .store(self.received, Ordering::Release);
         let released = self.sem(Direction::Request, Role::Produce).post();
         decoded?;
         released.map_err(|source| Error::Sem {
@@ -308,7 +323,8 @@ impl Worker {
 
 impl Drop for Worker {
     fn drop(&mut self) {
-        // The coordinator learns we are gone instead of timing out.
+        // The coordinator learns we left; the rank is free for a worker
+        // (this process after a reconnect, say) to take it up where we stopped.
         self.layout
             .worker(&self.response, self.rank)
             .flags

@@ -338,3 +338,78 @@ fn a_worker_of_another_shape_is_refused_naming_both_values() {
         Err(Error::RankTaken { rank: 1, .. })
     ));
 }
+
+#[test]
+fn a_worker_that_leaves_can_rejoin_its_rank_where_it_stopped() {
+    // Names are gone once every worker is in, so a worker comes back the way
+    // the handshake brings it: over the regions' descriptors.
+    let _dog = Watchdog::new("rejoin", Duration::from_secs(60));
+    let config = ChannelConfig::new(unique_name("rejoin"), 2)
+        .depth(2)
+        .timeout(Duration::from_secs(10));
+    let mut coordinator = Coordinator::create(config.clone()).unwrap();
+    let steady = {
+        let config = config.clone();
+        thread::spawn(move || {
+            let mut worker = Worker::join(config, 0).unwrap();
+            for _ in 0..30 {
+                let request = worker.recv().unwrap();
+                worker.respond(&answer(&request, 0)).unwrap();
+            }
+        })
+    };
+    let fds: Vec<_> = (0..3)
+        .map(|_| {
+            let dup = |fd: std::os::fd::BorrowedFd<'_>| fd.try_clone_to_owned().unwrap();
+            (
+                dup(coordinator.request_fd()),
+                dup(coordinator.response_fd()),
+            )
+        })
+        .collect();
+    let rejoining = {
+        let name = config.name.clone();
+        thread::spawn(move || {
+            let mut next = 0;
+            for (stint, (request_fd, response_fd)) in fds.into_iter().enumerate() {
+                let mut worker =
+                    Worker::from_fds(&name, 1, request_fd, response_fd, Duration::from_secs(10))
+                        .unwrap_or_else(|e| panic!("stint {stint}: {e}"));
+                for _ in 0..10 {
+                    let request = worker
+                        .recv()
+                        .unwrap_or_else(|e| panic!("stint {stint}: {e}"));
+                    assert_eq!(request.sequence, next, "rejoined at the wrong place");
+                    next += 1;
+                    worker.respond(&answer(&request, 1)).unwrap();
+                }
+                drop(worker); // leave; the coordinator keeps sending meanwhile
+                thread::sleep(Duration::from_millis(20));
+            }
+        })
+    };
+    coordinator
+        .wait_for_workers(Duration::from_secs(10))
+        .unwrap();
+    for sequence in 0..30 {
+        coordinator.send(&forward(sequence, 8)).unwrap();
+        let responses = coordinator.recv_all().unwrap();
+        assert!(responses.iter().all(|r| r.sequence == sequence));
+    }
+    steady.join().unwrap();
+    rejoining.join().unwrap();
+}
+
+#[test]
+fn a_taken_rank_cannot_be_joined_twice_but_a_left_one_can() {
+    let name = unique_name("taken");
+    let config = ChannelConfig::new(&name, 1).timeout(Duration::from_secs(5));
+    let _coordinator = Coordinator::create(config.clone()).unwrap();
+    let first = Worker::join(config.clone(), 0).unwrap();
+    assert!(matches!(
+        Worker::join(config.clone(), 0),
+        Err(Error::RankTaken { rank: 0, .. })
+    ));
+    drop(first);
+    Worker::join(config, 0).expect("a rank left cleanly is free again");
+}
