@@ -22,6 +22,9 @@ fn generate() -> Result<(), Box<dyn std::error::Error>> {
     prost_build::Config::new()
         // Maps as `BTreeMap`: the same message always encodes to the same bytes.
         .btree_map(["."])
+        // Payloads as `Bytes`: a receiver that copies a large frame out of
+        // shared memory once decodes it without copying (or allocating) again.
+        .bytes([".nodeipc.execute.v1"])
         .compile_fds(fds)?;
     Ok(())
 }

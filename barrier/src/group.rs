@@ -76,8 +76,9 @@ impl Group {
     /// with release ordering; the others open it with a bounded wait, acquire
     /// the header, and refuse one whose magic, layout version, world size or
     /// slot size differs from theirs. Every rank registers its pid and start
-    /// time; once all have, rank 0 removes the name, so nothing survives a
-    /// crash. Then the ranks agree on a descriptor transport.
+    /// time; once all have, the first to see it removes the name (a joiner
+    /// that finds the group dead before then removes it too), so nothing
+    /// survives a crash. Then the ranks agree on a descriptor transport.
     ///
     /// # Errors
     /// [`Error::InvalidOptions`]; [`Error::NameTaken`] (rank 0);
@@ -112,17 +113,30 @@ impl Group {
                 OpenOptions::wait(Layout::HEADER_BYTES, options.timeout),
             )
             .map_err(|e| match e {
-                nodeipc_shm::Error::Timeout { waited, .. } => Error::Timeout {
-                    group: name.clone(),
-                    rank: options.rank,
-                    op: "join (waiting for rank 0 to create the vault)",
-                    waited,
-                    arrived: 0,
-                    expected: options.world_size,
-                },
+                nodeipc_shm::Error::Timeout { waited, what, .. } => {
+                    if what != "appear" {
+                        // The vault is there but never got its size or mode
+                        // in all that time: rank 0 died making it, and
+                        // cannot remove it any more.
+                        let _ = nodeipc_shm::unlink(&name);
+                    }
+                    Error::Timeout {
+                        group: name.clone(),
+                        rank: options.rank,
+                        op: "join (waiting for rank 0 to create the vault)",
+                        waited,
+                        arrived: 0,
+                        expected: options.world_size,
+                    }
+                }
                 e => shm(e),
             })?;
-            wait_for_header(&name, &region, &options, start)?;
+            if let Err(e) = wait_for_header(&name, &region, &options, start) {
+                // Rank 0 died (or never got going) before publishing: nobody
+                // will meet here, and a dead creator cannot remove its name.
+                let _ = region.unlink_now();
+                return Err(e);
+            }
             vault::validate(&name, &region, layout)?;
             region
         };
@@ -138,14 +152,23 @@ impl Group {
             timeout: options.timeout,
             epoch: 0,
         };
-        group.register(start)?;
-        if group.rank == 0 {
-            // Every rank has mapped the vault: from here on nothing can leak.
-            group.region.unlink_now().map_err(|source| Error::Shm {
-                group: group.name.clone(),
-                source,
-            })?;
+        if let Err(e) = group.register(start) {
+            // A rank died or never came: the group can never form. Rank 0's
+            // name goes when its region drops, but rank 0 may be the one
+            // that died, so a joiner removes the name too (only while it
+            // still names this very vault).
+            if matches!(e, Error::PeerDied { .. } | Error::Timeout { .. }) {
+                let _ = group.region.unlink_now();
+            }
+            return Err(e);
         }
+        // Every rank has mapped the vault: from here on nothing can leak.
+        // Each rank removes the name (the first one does it, the others find
+        // it gone), so rank 0 being killed right now leaves nothing either.
+        group.region.unlink_now().map_err(|source| Error::Shm {
+            group: group.name.clone(),
+            source,
+        })?;
         group.choose_transport(options.transport, start)?;
         Ok(group)
     }
@@ -376,7 +399,9 @@ impl Group {
         self.check_poison()?;
         let wake = &words.wake;
         let generation = wake.generation.load(Ordering::Acquire);
-        let arrived = words.count.fetch_add(1, Ordering::AcqRel) + 1;
+        // The count lies in memory every rank maps: whatever a broken or
+        // hostile rank left there, no arithmetic on it may overflow.
+        let arrived = words.count.fetch_add(1, Ordering::AcqRel).wrapping_add(1);
         if arrived >= parties {
             words.count.store(0, Ordering::Relaxed);
             wake.generation

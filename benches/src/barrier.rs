@@ -68,6 +68,26 @@ pub fn barriers(kind: BarrierKind, ranks: u32, iters: u64) -> io::Result<Duratio
     Ok(elapsed)
 }
 
+/// `batches` batches of `iters` barriers with one set of ranks; nanoseconds
+/// per barrier over the batches.
+///
+/// # Errors
+/// As [`barriers`].
+pub fn barrier_batches(
+    kind: BarrierKind,
+    ranks: u32,
+    batches: usize,
+    iters: u64,
+) -> io::Result<crate::Summary> {
+    let session = Session::start(kind, ranks, iters * batches as u64, false)?;
+    let mut per_barrier = Vec::with_capacity(batches);
+    for _ in 0..batches {
+        per_barrier.push(session.run(iters)?.as_nanos() as f64 / iters as f64);
+    }
+    session.finish()?;
+    Ok(crate::Summary::of(&per_barrier).expect("at least one batch"))
+}
+
 /// The CPU time one peer rank uses while parked for `parked` in a nodeipc
 /// barrier that rank 0 enters late.
 ///
@@ -98,6 +118,9 @@ struct Session {
     region: Region,
     group: Option<Group>,
     peers: Peers,
+    /// With two ranks on a machine of two cores or more: this one on core 0,
+    /// the peer on core 1, as for every two-process measurement.
+    _pinned: Option<crate::machine::Pinned>,
 }
 
 const WARM_UP: u64 = 100;
@@ -118,6 +141,7 @@ impl Session {
             std::process::id(),
             crate::nonce()
         );
+        let pin = ranks == 2 && crate::machine::cores() >= 2;
         let mut peers = Peers::default();
         for rank in 1..ranks {
             let role = format!(
@@ -127,11 +151,16 @@ impl Session {
                 region.as_fd().as_raw_fd(),
                 u8::from(measure_parked)
             );
-            peers.spawn(&role, &[region.as_fd()], None)?;
+            peers.spawn(&role, &[region.as_fd()], pin.then_some(1))?;
         }
         let group = match kind {
             BarrierKind::Nodeipc => Some(join(&name, 0, ranks)?),
             _ => None,
+        };
+        let pinned = if pin {
+            Some(crate::machine::Pinned::to(0)?)
+        } else {
+            None
         };
         let session = Session {
             kind,
@@ -139,6 +168,7 @@ impl Session {
             region,
             group,
             peers,
+            _pinned: pinned,
         };
         if !measure_parked {
             session.run(WARM_UP)?;

@@ -8,11 +8,14 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 
 pub mod barrier;
+pub mod channel;
 pub mod fdpass;
 pub mod machine;
+pub mod monitor;
 mod peer;
 pub mod ring;
 pub mod stats;
+pub mod suite;
 
 pub use peer::{PEER_ENV, run_if_peer};
 pub use ring::{Handoff, Ring};

@@ -32,7 +32,10 @@ pub fn cores() -> usize {
 }
 
 /// Pins the calling thread to one core.
-pub(crate) fn pin_current_thread(cpu: usize) -> io::Result<()> {
+///
+/// # Errors
+/// The kernel refusing the affinity.
+pub fn pin_current_thread(cpu: usize) -> io::Result<()> {
     let mut set = rustix::thread::CpuSet::new();
     set.set(cpu);
     rustix::thread::sched_setaffinity(None, &set)?;
@@ -41,12 +44,16 @@ pub(crate) fn pin_current_thread(cpu: usize) -> io::Result<()> {
 
 /// Pins the calling thread to `cpu` until the guard drops, then restores
 /// the affinity it had.
-pub(crate) struct Pinned {
+pub struct Pinned {
     previous: rustix::thread::CpuSet,
 }
 
 impl Pinned {
-    pub(crate) fn to(cpu: usize) -> io::Result<Pinned> {
+    /// Pins the calling thread to `cpu`.
+    ///
+    /// # Errors
+    /// The kernel refusing the affinity.
+    pub fn to(cpu: usize) -> io::Result<Pinned> {
         let previous = rustix::thread::sched_getaffinity(None)?;
         pin_current_thread(cpu)?;
         Ok(Pinned { previous })

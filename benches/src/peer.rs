@@ -18,6 +18,8 @@ pub const PEER_ENV: &str = "NODEIPC_BENCH_PEER";
 /// If this process was spawned as a benchmark peer, plays the role and
 /// exits; otherwise returns at once.
 pub fn run_if_peer() {
+    // A monitor spawned by a benchmark is this executable too.
+    nodeipc_monitor::run_if_server();
     let Ok(spec) = std::env::var(PEER_ENV) else {
         return;
     };
@@ -25,6 +27,7 @@ pub fn run_if_peer() {
     let result = match args.as_slice() {
         ["ring", rest @ ..] => crate::ring::peer_main(rest),
         ["barrier", rest @ ..] => crate::barrier::peer_main(rest),
+        ["chan-worker", rest @ ..] => crate::channel::peer_main(rest),
         [role @ ("scm-sink" | "fd-holder"), rest @ ..] => crate::fdpass::peer_main(role, rest),
         _ => Err(io::Error::other(format!(
             "unknown benchmark peer role {spec:?}"

@@ -272,7 +272,9 @@ impl Coordinator {
             context: format!("channel {}", shared.config.name),
             source,
         })?;
-        header.sent.store(index + 1, Ordering::SeqCst);
+        // `sent` lies in memory every worker maps: a hostile one may have set
+        // it to anything, so no arithmetic on it may overflow.
+        header.sent.store(index.wrapping_add(1), Ordering::SeqCst);
         for rank in 0..shared.config.workers {
             shared
                 .sem(Direction::Request, Role::Consume, rank)

@@ -37,6 +37,7 @@ const WORKER_ENTRY: usize = 32;
 /// release ordering.
 #[repr(C)]
 pub(crate) struct RequestHeader {
+    // First cache line: read on every receive, written once (or at close).
     pub(crate) magic: AtomicU64,
     pub(crate) version: AtomicU32,
     pub(crate) workers: AtomicU32,
@@ -49,13 +50,18 @@ pub(crate) struct RequestHeader {
     pub(crate) coordinator_pid: AtomicU32,
     /// 1 once the coordinator has shut the channel down.
     pub(crate) closed: AtomicU32,
-    pub(crate) coordinator_start: AtomicU64,
     pub(crate) init: AtomicU32,
     _pad: AtomicU32,
-    /// Requests sent so far (stored after each send, release): tells a
-    /// worker a real request from the wake-up of a close.
+    // Second cache line: `sent` changes on every send; keeping it off the
+    // first line spares receivers a transfer of the words they read.
+    pub(crate) coordinator_start: AtomicU64,
+    /// Requests sent so far (stored after each send): tells a worker a real
+    /// request from the wake-up of a close.
     pub(crate) sent: AtomicU64,
 }
+
+const _: () = assert!(std::mem::offset_of!(RequestHeader, coordinator_start) == 64);
+const _: () = assert!(size_of::<RequestHeader>() <= REQUEST_HEADER);
 
 // SAFETY: `#[repr(C)]`, atomics only, any bit pattern valid, no pointers.
 unsafe impl ShmSafe for RequestHeader {}

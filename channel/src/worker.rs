@@ -8,6 +8,7 @@ use nodeipc_fdpass::{Pidfd, open_verified, process_start_time};
 use nodeipc_proto::execute::{ExecuteRequest, ExecuteResponse};
 use nodeipc_shm::{OpenOptions, Region};
 use prost::Message;
+use prost::bytes::BytesMut;
 
 use crate::config::{ChannelConfig, Direction, Role};
 use crate::layout::{self, Layout, worker_flags};
@@ -29,7 +30,15 @@ pub struct Worker {
     sems: SemSet,
     coordinator: Pidfd,
     received: u64,
+    /// Where a large request is copied out of the ring; its allocation comes
+    /// back for the next one once the caller drops the previous request.
+    copy: BytesMut,
 }
+
+/// Requests at least this large are copied out of the ring once and decoded
+/// from the copy without copying (or allocating) their payloads again;
+/// smaller ones are decoded in place.
+const COPY_OUT_AT: usize = 64 << 10;
 
 impl Worker {
     /// Joins the channel `config.name` as worker `rank`, opening its named
@@ -146,6 +155,7 @@ impl Worker {
             sems,
             coordinator,
             received,
+            copy: BytesMut::new(),
         })
     }
 
@@ -180,7 +190,11 @@ impl Worker {
     pub fn recv_into(&mut self, request: &mut ExecuteRequest) -> Result<()> {
         self.wait_coordinator(Direction::Request, Role::Consume, "waiting for a request")?;
         let header = layout::request_header(&self.request);
-        if self.received >= header.sent.load(Ordering::Acquire) {
+        // A count taken is a request, unless the coordinator closed: then it
+        // may be the wake-up of the close (`sent` is read only then).
+        if header.closed.load(Ordering::Acquire) != 0
+            && self.received >= header.sent.load(Ordering::Acquire)
+        {
             // Not a request: the wake-up of a coordinator that closed.
             let _ = self.sem(Direction::Request, Role::Consume).post();
             return Err(Error::Closed {
@@ -199,9 +213,18 @@ impl Worker {
                     channel: self.config.name.clone(),
                     source,
                 })?;
-            decode_into(&self.config.name, self.rank, bytes, capacity, request)
+            decode_into(
+                &self.config.name,
+                self.rank,
+                bytes,
+                capacity,
+                request,
+                &mut self.copy,
+            )
         };
-        self.received += 1;
+        // Where a rejoining worker resumes was read from its entry, which
+        // any process mapping the region may have written: never overflow.
+        self.received = self.received.wrapping_add(1);
         self.layout
             .worker(&self.response, self.rank)
             .received
@@ -355,6 +378,7 @@ fn decode_into(
     bytes: &[u8],
     capacity: usize,
     request: &mut ExecuteRequest,
+    copy: &mut BytesMut,
 ) -> Result<()> {
     let len = nodeipc_proto::frame_len(bytes, capacity).map_err(|e| match e {
         nodeipc_proto::Error::TooLarge { size, .. }
@@ -370,13 +394,22 @@ fn decode_into(
             source,
         },
     })?;
+    let message = &bytes[nodeipc_proto::LEN_PREFIX..len];
+    // Dropping the previous request's payloads first lets `reserve` take
+    // back the copy buffer's allocation instead of making a new one.
     request.clear();
-    request
-        .merge(&bytes[nodeipc_proto::LEN_PREFIX..len])
-        .map_err(|source| Error::Decode {
-            channel: channel.to_owned(),
-            rank,
-            slot: "request frame",
-            source,
-        })
+    let decoded = if message.len() >= COPY_OUT_AT {
+        copy.clear();
+        copy.reserve(message.len());
+        copy.extend_from_slice(message);
+        request.merge(copy.split().freeze())
+    } else {
+        request.merge(message)
+    };
+    decoded.map_err(|source| Error::Decode {
+        channel: channel.to_owned(),
+        rank,
+        slot: "request frame",
+        source,
+    })
 }

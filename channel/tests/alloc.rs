@@ -76,7 +76,7 @@ fn send_allocates_nothing_in_steady_state() {
         sequence: 0,
         payload: Some(execute_request::Payload::Forward(ForwardRequest {
             request_ids: vec![1, 2, 3],
-            input: vec![7; 4096],
+            input: (vec![7; 4096]).into(),
         })),
     };
     let mut counted = 0;

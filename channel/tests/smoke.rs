@@ -17,7 +17,7 @@ fn forward(sequence: u64, payload: usize) -> ExecuteRequest {
         sequence,
         payload: Some(execute_request::Payload::Forward(ForwardRequest {
             request_ids: vec![sequence],
-            input: vec![(sequence % 251) as u8; payload],
+            input: (vec![(sequence % 251) as u8; payload]).into(),
         })),
     }
 }
@@ -30,7 +30,7 @@ fn answer(request: &ExecuteRequest, rank: u32) -> ExecuteResponse {
         error: String::new(),
         result: Some(execute_response::Result::Forward(
             nodeipc_proto::execute::ForwardResponse {
-                output: vec![rank as u8],
+                output: (vec![rank as u8]).into(),
             },
         )),
     }
@@ -82,7 +82,7 @@ fn round_trips(sems: SemKind, workers: u32, depth: u32, count: u64) {
             for (rank, response) in responses.iter().enumerate() {
                 assert_eq!(response.sequence, next_to_gather);
                 assert!(
-                    matches!(&response.result, Some(execute_response::Result::Forward(f)) if f.output == [rank as u8])
+                    matches!(&response.result, Some(execute_response::Result::Forward(f)) if f.output[..] == [rank as u8])
                 );
             }
             next_to_gather += 1;

@@ -5,6 +5,7 @@
 //! one line on stderr on failure, 3 when `sem wait` times out.
 #![deny(unsafe_op_in_unsafe_fn)]
 
+mod bench_cmd;
 mod clean;
 mod demo;
 mod monitor_cmd;
@@ -27,6 +28,8 @@ struct Cli {
 enum Command {
     /// Run the main job: spawn worker processes and drive requests through shared memory.
     Demo(demo::DemoArgs),
+    /// Measure every layer beside its baselines, in one run.
+    Bench(bench_cmd::BenchArgs),
     /// List shared-memory objects and semaphores under a prefix.
     Ls(clean::LsArgs),
     /// Remove leftovers that no live process uses.
@@ -63,10 +66,12 @@ impl<E: std::error::Error> From<E> for Failure {
 pub(crate) type CmdResult = Result<(), Failure>;
 
 fn main() -> ExitCode {
-    nodeipc_monitor::run_if_server();
+    // Benchmark peers and monitors are this binary, spawned again.
+    nodeipc_benches::run_if_peer();
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Demo(args) => demo::run(args),
+        Command::Bench(args) => bench_cmd::run(args),
         Command::DemoWorker(args) => demo::worker(args),
         Command::Ls(args) => clean::ls(args),
         Command::Clean(args) => clean::clean(args),

@@ -1,6 +1,6 @@
 //! Who is at the other end of a Unix socket.
 
-use std::os::fd::AsFd;
+use std::os::fd::{AsFd, AsRawFd};
 
 use crate::{Error, Result};
 
@@ -19,7 +19,9 @@ pub struct Credentials {
 
 /// The credentials of the peer of a connected Unix socket.
 ///
-/// Performs `getsockopt(socket, SOL_SOCKET, SO_PEERCRED)`.
+/// Performs `getsockopt(socket, SOL_SOCKET, SO_PEERCRED)`. A peer in a pid
+/// namespace we cannot see (another container, say) has pid 0 here; its uid
+/// and gid are still the kernel's word.
 ///
 /// # Errors
 /// [`Error::Io`], e.g. `ENOTCONN` on an unconnected socket.
@@ -28,12 +30,47 @@ pub struct Credentials {
 /// - [Linux `unix(7)`, `SO_PEERCRED`](https://man7.org/linux/man-pages/man7/unix.7.html)
 #[doc(alias = "SO_PEERCRED")]
 pub fn peer_credentials(socket: impl AsFd) -> Result<Credentials> {
-    let cred = rustix::net::sockopt::socket_peercred(socket)
-        .map_err(|e| Error::io("getsockopt(SO_PEERCRED)", e))?;
+    // Not `rustix::net::sockopt::socket_peercred`: its `UCred` holds the pid
+    // as a non-zero `Pid`, so the kernel's pid 0 for a peer in another pid
+    // namespace is no valid value there (it came back as an error with
+    // errno 0, which stopped a monitor serving).
+    let mut cred = libc::ucred {
+        pid: 0,
+        uid: 0,
+        gid: 0,
+    };
+    let mut len = size_of::<libc::ucred>() as libc::socklen_t;
+    // SAFETY: getsockopt(2) writes at most `len` bytes (the size of `cred`, a
+    // struct of plain integers, any bit pattern valid) and updates `len`;
+    // the descriptor is borrowed for the duration of the call.
+    let rc = unsafe {
+        libc::getsockopt(
+            socket.as_fd().as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_PEERCRED,
+            (&raw mut cred).cast(),
+            &mut len,
+        )
+    };
+    if rc != 0 {
+        return Err(Error::io(
+            "getsockopt(SO_PEERCRED)",
+            std::io::Error::last_os_error(),
+        ));
+    }
+    if len as usize != size_of::<libc::ucred>() {
+        return Err(Error::io(
+            "getsockopt(SO_PEERCRED)",
+            std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                format!("{len} bytes of credentials"),
+            ),
+        ));
+    }
     Ok(Credentials {
-        pid: cred.pid.as_raw_nonzero().get() as u32,
-        uid: cred.uid.as_raw(),
-        gid: cred.gid.as_raw(),
+        pid: u32::try_from(cred.pid).unwrap_or(0),
+        uid: cred.uid,
+        gid: cred.gid,
     })
 }
 

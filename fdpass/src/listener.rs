@@ -144,11 +144,22 @@ fn check_directory(path: &Path) -> Result<()> {
         Some(p) if !p.as_os_str().is_empty() => p.to_owned(),
         _ => PathBuf::from("."),
     };
+    let ours = rustix::process::geteuid().as_raw();
+    // The entry itself first: the checks below follow a symlink, and one that
+    // another user owns can be pointed elsewhere once they have passed.
+    let entry = std::fs::symlink_metadata(&dir).map_err(|e| listen_error("lstat", &dir, e))?;
+    if entry.file_type().is_symlink() && entry.uid() != ours && entry.uid() != 0 {
+        return Err(Error::UnsafeDirectory {
+            dir,
+            owner: entry.uid(),
+            mode: entry.mode() & 0o7777,
+            expected_owner: ours,
+        });
+    }
     let meta = std::fs::metadata(&dir).map_err(|e| listen_error("stat", &dir, e))?;
     if !meta.is_dir() {
         return Err(Error::NotADirectory { path: dir });
     }
-    let ours = rustix::process::geteuid().as_raw();
     let mode = meta.mode() & 0o7777;
     if meta.uid() != ours || mode & 0o022 != 0 {
         return Err(Error::UnsafeDirectory {

@@ -42,7 +42,7 @@ fn forward(sequence: u64, payload: Vec<u8>) -> ExecuteRequest {
         sequence,
         payload: Some(execute_request::Payload::Forward(ForwardRequest {
             request_ids: vec![],
-            input: payload,
+            input: payload.into(),
         })),
     }
 }

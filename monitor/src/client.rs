@@ -47,6 +47,9 @@ fn connect_retrying(path: &Path, timeout: Duration) -> Result<UnixStream> {
     loop {
         match UnixStream::connect(path) {
             Ok(stream) => {
+                // Only a monitor of our own uid gets our Init (and hands us
+                // a region): a stranger may have bound the path.
+                nodeipc_fdpass::require_peer_uid(&stream, &[])?;
                 let io = |e| Error::io("set socket timeout", path.display(), e);
                 stream.set_read_timeout(Some(timeout)).map_err(io)?;
                 stream.set_write_timeout(Some(timeout)).map_err(io)?;
@@ -131,10 +134,12 @@ pub struct MonitorClient {
 
 impl MonitorClient {
     /// Connects to the monitor's rank socket, retrying for up to `timeout`
-    /// while it does not exist or nobody listens yet.
+    /// while it does not exist or nobody listens yet, and checks that the
+    /// monitor runs as our uid (`SO_PEERCRED`).
     ///
     /// # Errors
-    /// [`Error::ConnectTimeout`] with the last error; [`Error::Io`].
+    /// [`Error::ConnectTimeout`] with the last error; [`Error::Fdpass`]
+    /// (`PeerRefused`) for a server of another uid; [`Error::Io`].
     pub fn connect(path: impl AsRef<Path>, timeout: Duration) -> Result<MonitorClient> {
         let path = path.as_ref();
         Ok(MonitorClient {
@@ -401,10 +406,11 @@ pub struct ControlClient {
 impl ControlClient {
     /// Connects to the control socket of the monitor whose rank socket is
     /// `socket` (a path already ending in `.control` is taken as it is),
-    /// retrying for up to `timeout`.
+    /// retrying for up to `timeout`, and checks that it runs as our uid.
     ///
     /// # Errors
-    /// [`Error::ConnectTimeout`]; [`Error::Io`].
+    /// [`Error::ConnectTimeout`]; [`Error::Fdpass`] (`PeerRefused`) for a
+    /// server of another uid; [`Error::Io`].
     pub fn connect(socket: impl AsRef<Path>, timeout: Duration) -> Result<ControlClient> {
         let socket = socket.as_ref();
         let path = if socket.extension().is_some_and(|e| e == "control") {

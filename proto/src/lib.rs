@@ -38,3 +38,5 @@ pub mod monitor {
 }
 
 pub use handshake::PROTOCOL_VERSION;
+/// The payload type of the execute messages' `bytes` fields.
+pub use prost::bytes::Bytes;

@@ -21,7 +21,7 @@ fn request(input_len: usize) -> ExecuteRequest {
         sequence: 1,
         payload: Some(execute_request::Payload::Forward(ForwardRequest {
             request_ids: vec![1, 2, 3],
-            input: vec![0x5A; input_len],
+            input: (vec![0x5A; input_len]).into(),
         })),
     }
 }

@@ -59,7 +59,7 @@ fn forward_request() -> ExecuteRequest {
         sequence: 42,
         payload: Some(execute_request::Payload::Forward(ForwardRequest {
             request_ids: vec![1, 2, 300],
-            input: vec![0, 1, 2, 3, 255],
+            input: (vec![0, 1, 2, 3, 255]).into(),
         })),
     }
 }
@@ -183,14 +183,14 @@ fn execute_requests_round_trip_with_every_payload() {
             ExecuteType::ModelInit,
             execute_request::Payload::ModelInit(ModelInit {
                 model: "/models/llama".into(),
-                config: br#"{"tp":2}"#.to_vec(),
+                config: br#"{"tp":2}"#.to_vec().into(),
             }),
         ),
         (
             ExecuteType::Execute,
             execute_request::Payload::Forward(ForwardRequest {
                 request_ids: vec![5, 6],
-                input: vec![7; 1000],
+                input: (vec![7; 1000]).into(),
             }),
         ),
         (
@@ -231,13 +231,13 @@ fn execute_responses_round_trip_with_every_result() {
             ExecuteType::ModelInit,
             Some(execute_response::Result::Init(InitResponse {
                 rank: 1,
-                info: vec![1, 2, 3],
+                info: (vec![1, 2, 3]).into(),
             })),
         ),
         (
             ExecuteType::Execute,
             Some(execute_response::Result::Forward(ForwardResponse {
-                output: vec![9; 513],
+                output: (vec![9; 513]).into(),
             })),
         ),
         (
@@ -271,11 +271,11 @@ fn execute_responses_round_trip_with_every_result() {
 fn execute_payload_messages_round_trip_alone() {
     round_trip(&ModelInit {
         model: "m".into(),
-        config: vec![0],
+        config: vec![0].into(),
     });
     round_trip(&ForwardRequest {
         request_ids: vec![1],
-        input: vec![2],
+        input: vec![2].into(),
     });
     round_trip(&PullKvRequest {
         request_ids: vec![3],
@@ -288,9 +288,11 @@ fn execute_payload_messages_round_trip_alone() {
     round_trip(&Finalize { reason: "f".into() });
     round_trip(&InitResponse {
         rank: 2,
-        info: vec![5],
+        info: vec![5].into(),
     });
-    round_trip(&ForwardResponse { output: vec![6] });
+    round_trip(&ForwardResponse {
+        output: vec![6].into(),
+    });
     round_trip(&PullKvResponse {
         results: vec![PullKvResult {
             request_id: 1,

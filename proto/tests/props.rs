@@ -164,11 +164,13 @@ fn text() -> impl Strategy<Value = String> {
 fn execute_request() -> impl Strategy<Value = ExecuteRequest> {
     use execute_request::Payload;
     let payload = prop_oneof![
-        (text(), blob(32))
-            .prop_map(|(model, config)| Payload::ModelInit(ModelInit { model, config })),
+        (text(), blob(32)).prop_map(|(model, config)| Payload::ModelInit(ModelInit {
+            model,
+            config: config.into()
+        })),
         (ids(), blob(512)).prop_map(|(request_ids, input)| Payload::Forward(ForwardRequest {
             request_ids,
-            input
+            input: input.into()
         })),
         (ids(), text()).prop_map(|(request_ids, source)| Payload::PullKv(PullKvRequest {
             request_ids,
@@ -192,8 +194,13 @@ fn execute_request() -> impl Strategy<Value = ExecuteRequest> {
 fn execute_response() -> impl Strategy<Value = ExecuteResponse> {
     use execute_response::Result as R;
     let result = prop_oneof![
-        (any::<u32>(), blob(32)).prop_map(|(rank, info)| R::Init(InitResponse { rank, info })),
-        blob(512).prop_map(|output| R::Forward(ForwardResponse { output })),
+        (any::<u32>(), blob(32)).prop_map(|(rank, info)| R::Init(InitResponse {
+            rank,
+            info: info.into()
+        })),
+        blob(512).prop_map(|output| R::Forward(ForwardResponse {
+            output: output.into()
+        })),
         proptest::collection::vec((any::<u64>(), any::<i32>()), 0..6).prop_map(|results| {
             R::PullKvResponse(PullKvResponse {
                 results: results

@@ -31,7 +31,7 @@ fn request(sequence: u64, input_len: usize) -> ExecuteRequest {
         sequence,
         payload: Some(execute_request::Payload::Forward(ForwardRequest {
             request_ids: vec![sequence],
-            input: vec![sequence as u8; input_len],
+            input: (vec![sequence as u8; input_len]).into(),
         })),
     }
 }

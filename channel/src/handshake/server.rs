@@ -179,8 +179,8 @@ fn accept_loop(
                 "the server handles {} logons at once already",
                 options.max_clients
             );
-            answer(&stream, &reject(RejectCode::TooManyClients, reason), &[]);
             counters.rejected.fetch_add(1, Ordering::AcqRel);
+            answer(&stream, &reject(RejectCode::TooManyClients, reason), &[]);
             continue;
         }
         counters.active.fetch_add(1, Ordering::AcqRel);
@@ -220,8 +220,8 @@ fn serve_one(
     let ours = rustix::process::geteuid().as_raw();
     if peer.uid != ours && !options.allowed_uids.contains(&peer.uid) {
         let reason = format!("uid {} may not log on to a server of uid {ours}", peer.uid);
-        answer(&stream, &reject(RejectCode::PermissionDenied, reason), &[]);
         counters.rejected.fetch_add(1, Ordering::AcqRel);
+        answer(&stream, &reject(RejectCode::PermissionDenied, reason), &[]);
         return;
     }
     let _ = stream.set_read_timeout(Some(options.logon_timeout));
@@ -230,6 +230,7 @@ fn serve_one(
     let logon = match nodeipc_proto::read_frame::<Logon>(&mut stream, MAX_LOGON, &mut scratch) {
         Ok(logon) => logon,
         Err(nodeipc_proto::Error::Decode(e)) => {
+            counters.rejected.fetch_add(1, Ordering::AcqRel);
             answer(
                 &stream,
                 &reject(
@@ -238,13 +239,12 @@ fn serve_one(
                 ),
                 &[],
             );
-            counters.rejected.fetch_add(1, Ordering::AcqRel);
             return;
         }
         Err(nodeipc_proto::Error::TooLarge { size, max }) => {
             let reason = format!("a {size}-byte logon frame; at most {max} bytes are read");
-            answer(&stream, &reject(RejectCode::Malformed, reason), &[]);
             counters.rejected.fetch_add(1, Ordering::AcqRel);
+            answer(&stream, &reject(RejectCode::Malformed, reason), &[]);
             return;
         }
         // Gone, cut short, or silent past the timeout: nobody to answer.
@@ -258,25 +258,27 @@ fn serve_one(
             "the client speaks handshake protocol version {}, this server {PROTOCOL_VERSION}",
             logon.protocol_version
         );
-        answer(&stream, &reject(RejectCode::VersionMismatch, reason), &[]);
         counters.rejected.fetch_add(1, Ordering::AcqRel);
+        answer(&stream, &reject(RejectCode::VersionMismatch, reason), &[]);
         return;
     }
     let reply = match decide(&logon, &peer) {
         Ok(offer) => {
             if offer.accept.fds.len() != offer.descriptors.len() {
                 let reason = "the server described its descriptors wrongly".to_owned();
-                answer(&stream, &reject(RejectCode::Internal, reason), &[]);
                 counters.rejected.fetch_add(1, Ordering::AcqRel);
+                answer(&stream, &reject(RejectCode::Internal, reason), &[]);
                 return;
             }
             let reply = LogonReply {
                 reply: Some(logon_reply::Reply::Accept(offer.accept)),
             };
             let fds: Vec<_> = offer.descriptors.iter().map(AsFd::as_fd).collect();
-            if answer(&stream, &reply, &fds) {
-                counters.accepted.fetch_add(1, Ordering::AcqRel);
-            } else {
+            // Counted before it goes, so a client holding its accept finds
+            // it counted; taken back if the client was gone.
+            counters.accepted.fetch_add(1, Ordering::AcqRel);
+            if !answer(&stream, &reply, &fds) {
+                counters.accepted.fetch_sub(1, Ordering::AcqRel);
                 counters.dropped.fetch_add(1, Ordering::AcqRel);
             }
             return;
@@ -285,11 +287,13 @@ fn serve_one(
             reply: Some(logon_reply::Reply::Reject(rejection)),
         },
     };
-    answer(&stream, &reply, &[]);
     counters.rejected.fetch_add(1, Ordering::AcqRel);
+    answer(&stream, &reply, &[]);
 }
 
-/// Sends one reply frame with `fds` attached to its first byte; whether it went.
+/// Sends one reply frame with `fds` attached to its first byte; whether it
+/// went. Answers are counted before they are sent, so a client that has
+/// its answer finds it in [`HandshakeServer::stats`].
 fn answer(stream: &UnixStream, reply: &LogonReply, fds: &[std::os::fd::BorrowedFd<'_>]) -> bool {
     let Ok(frame) = nodeipc_proto::encode_frame_to_vec(reply) else {
         return false;

@@ -251,7 +251,7 @@ fn gather(
     for (rank, response) in responses.iter().enumerate() {
         bytes += response.encoded_len() as u64 + 4;
         let output = match &response.result {
-            Some(execute_response::Result::Forward(forward)) => forward.output.as_slice(),
+            Some(execute_response::Result::Forward(forward)) => &forward.output[..],
             _ => &[],
         };
         if response.sequence != request.sequence || output != expected {
@@ -270,7 +270,7 @@ pub(crate) fn forward(sequence: u64, input: &[u8]) -> ExecuteRequest {
         sequence,
         payload: Some(execute_request::Payload::Forward(ForwardRequest {
             request_ids: vec![sequence],
-            input: input.to_vec(),
+            input: input.to_vec().into(),
         })),
     }
 }
@@ -286,7 +286,7 @@ fn payload(sequence: u64, len: usize) -> Vec<u8> {
 /// coordinator knows every byte arrived.
 pub(crate) fn digest(request: &ExecuteRequest) -> Vec<u8> {
     let input = match &request.payload {
-        Some(execute_request::Payload::Forward(f)) => f.input.as_slice(),
+        Some(execute_request::Payload::Forward(f)) => &f.input[..],
         _ => &[],
     };
     let sum = input
@@ -303,7 +303,7 @@ pub(crate) fn answer(request: &ExecuteRequest) -> ExecuteResponse {
         sequence: request.sequence,
         result: Some(execute_response::Result::Forward(
             nodeipc_proto::execute::ForwardResponse {
-                output: digest(request),
+                output: digest(request).into(),
             },
         )),
         ..ExecuteResponse::default()

@@ -62,7 +62,7 @@ pub fn answer(request: &ExecuteRequest, rank: u32) -> ExecuteResponse {
         msg_type: request.execute_type,
         sequence: request.sequence,
         result: Some(execute_response::Result::Forward(ForwardResponse {
-            output,
+            output: output.into(),
         })),
         ..Default::default()
     }

@@ -1,0 +1,195 @@
+//! Draws the channel's round-trip latency against payload size, beside its
+//! baselines and iceoryx2, measured in one run: an SVG chart (log-log) and
+//! the figures as CSV.
+//!
+//! ```sh
+//! cargo run --release -p nodeipc-benches --example latency_chart -- docs/channel-latency.svg
+//! ```
+
+use std::fmt::Write as _;
+use std::time::Duration;
+
+use nodeipc_benches::channel::{ChannelImpl, ChannelSession};
+use nodeipc_benches::{Summary, run_if_peer};
+
+#[path = "../shared/iceoryx.rs"]
+mod iceoryx;
+
+const PAYLOADS: [usize; 6] = [64, 1 << 10, 16 << 10, 128 << 10, 512 << 10, 1 << 20];
+const BATCHES: usize = 9;
+
+/// Round trips per batch: about the same time per batch whatever the size.
+fn rounds(payload: usize) -> u64 {
+    (2_000_000 / (payload as u64 + 2_000)).clamp(20, 2_000)
+}
+
+fn measure(mut run: impl FnMut(u64) -> Duration, rounds: u64) -> f64 {
+    run(rounds / 4 + 1); // warm-up
+    let per: Vec<f64> = (0..BATCHES)
+        .map(|_| run(rounds).as_nanos() as f64 / rounds as f64)
+        .collect();
+    Summary::of(&per).expect("batches").median
+}
+
+fn main() {
+    iceoryx::run_if_server();
+    run_if_peer();
+    let out = std::env::args()
+        .nth(1)
+        .unwrap_or_else(|| "channel-latency.svg".to_owned());
+    let impls = [
+        ChannelImpl::Nodeipc,
+        ChannelImpl::GlibcLockstep,
+        ChannelImpl::UnixSocket,
+    ];
+    let mut series: Vec<(String, Vec<f64>)> = Vec::new();
+    for which in impls {
+        let mut points = Vec::new();
+        for payload in PAYLOADS {
+            let rounds = rounds(payload);
+            let total = rounds * (BATCHES as u64 + 1) + rounds / 4 + 1;
+            let mut session = ChannelSession::start(which, 1, payload, total).expect("session");
+            points.push(measure(|n| session.run(n).expect("round trips"), rounds));
+            session.finish().expect("finish");
+            eprintln!(
+                "{} {payload} B: {:.0} ns",
+                which.name(),
+                points.last().unwrap()
+            );
+        }
+        series.push((which.name().to_owned(), points));
+    }
+    let mut points = Vec::new();
+    for payload in PAYLOADS {
+        let rounds = rounds(payload);
+        let total = rounds * (BATCHES as u64 + 1) + rounds / 4 + 1;
+        let _pinned = nodeipc_benches::machine::Pinned::to(0).ok();
+        let mut session = iceoryx::IceoryxSession::start(payload, total).expect("iceoryx2");
+        points.push(measure(
+            |n| session.run(n).expect("iceoryx2 round trips"),
+            rounds,
+        ));
+        session.finish().expect("iceoryx2 finish");
+        eprintln!("iceoryx2 {payload} B: {:.0} ns", points.last().unwrap());
+    }
+    series.push((
+        "iceoryx2 request-response (raw bytes, polling)".to_owned(),
+        points,
+    ));
+
+    let mut csv = String::from("payload_bytes");
+    for (name, _) in &series {
+        let _ = write!(csv, ",{name}");
+    }
+    csv.push('\n');
+    for (i, payload) in PAYLOADS.iter().enumerate() {
+        let _ = write!(csv, "{payload}");
+        for (_, points) in &series {
+            let _ = write!(csv, ",{:.1}", points[i]);
+        }
+        csv.push('\n');
+    }
+    let csv_path = std::path::Path::new(&out).with_extension("csv");
+    std::fs::write(&csv_path, &csv).expect("write CSV");
+    std::fs::write(&out, svg(&series)).expect("write SVG");
+    println!("wrote {out} and {}", csv_path.display());
+    print!("{csv}");
+}
+
+/// A log-log line chart: payload bytes across, round-trip time up.
+fn svg(series: &[(String, Vec<f64>)]) -> String {
+    let (width, height, left, right, top, bottom) = (860.0, 520.0, 80.0, 300.0, 30.0, 60.0);
+    let plot_w = width - left - right;
+    let plot_h = height - top - bottom;
+    let all: Vec<f64> = series.iter().flat_map(|(_, p)| p.iter().copied()).collect();
+    let (lo, hi) = (
+        all.iter().copied().fold(f64::MAX, f64::min).log10().floor(),
+        all.iter().copied().fold(f64::MIN, f64::max).log10().ceil(),
+    );
+    let (x_lo, x_hi) = (
+        (PAYLOADS[0] as f64).log10(),
+        (PAYLOADS[PAYLOADS.len() - 1] as f64).log10(),
+    );
+    let x = |bytes: usize| left + ((bytes as f64).log10() - x_lo) / (x_hi - x_lo) * plot_w;
+    let y = |ns: f64| top + plot_h - (ns.log10() - lo) / (hi - lo) * plot_h;
+    let colors = ["#1b7837", "#b2182b", "#2166ac", "#762a83", "#e08214"];
+    let mut s = format!(
+        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{width}\" height=\"{height}\" font-family=\"sans-serif\" font-size=\"12\">\n\
+         <rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n\
+         <text x=\"{}\" y=\"18\" text-anchor=\"middle\" font-size=\"14\">Execute round trip, 1 worker: latency vs payload (log-log, lower is better)</text>\n",
+        width / 2.0
+    );
+    for decade in lo as i32..=hi as i32 {
+        let ns = 10f64.powi(decade);
+        let yy = y(ns);
+        let label = if ns >= 1e6 {
+            format!("{} ms", ns / 1e6)
+        } else if ns >= 1e3 {
+            format!("{} us", ns / 1e3)
+        } else {
+            format!("{ns} ns")
+        };
+        let _ = writeln!(
+            s,
+            "<line x1=\"{left}\" y1=\"{yy:.1}\" x2=\"{:.1}\" y2=\"{yy:.1}\" stroke=\"#ddd\"/><text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"end\">{label}</text>",
+            left + plot_w,
+            left - 6.0,
+            yy + 4.0
+        );
+    }
+    for &payload in &PAYLOADS {
+        let xx = x(payload);
+        let label = if payload >= 1 << 20 {
+            format!("{} MiB", payload >> 20)
+        } else if payload >= 1 << 10 {
+            format!("{} KiB", payload >> 10)
+        } else {
+            format!("{payload} B")
+        };
+        let _ = writeln!(
+            s,
+            "<line x1=\"{xx:.1}\" y1=\"{top}\" x2=\"{xx:.1}\" y2=\"{:.1}\" stroke=\"#eee\"/><text x=\"{xx:.1}\" y=\"{:.1}\" text-anchor=\"middle\">{label}</text>",
+            top + plot_h,
+            top + plot_h + 18.0
+        );
+    }
+    let _ = writeln!(
+        s,
+        "<text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"middle\">payload</text>",
+        left + plot_w / 2.0,
+        height - 15.0
+    );
+    for (i, (name, points)) in series.iter().enumerate() {
+        let color = colors[i % colors.len()];
+        let path: Vec<String> = PAYLOADS
+            .iter()
+            .zip(points)
+            .map(|(&p, &ns)| format!("{:.1},{:.1}", x(p), y(ns)))
+            .collect();
+        let _ = writeln!(
+            s,
+            "<polyline fill=\"none\" stroke=\"{color}\" stroke-width=\"2\" points=\"{}\"/>",
+            path.join(" ")
+        );
+        for (&p, &ns) in PAYLOADS.iter().zip(points) {
+            let _ = writeln!(
+                s,
+                "<circle cx=\"{:.1}\" cy=\"{:.1}\" r=\"3\" fill=\"{color}\"/>",
+                x(p),
+                y(ns)
+            );
+        }
+        let ly = top + 20.0 + i as f64 * 22.0;
+        let lx = left + plot_w + 16.0;
+        let _ = writeln!(
+            s,
+            "<line x1=\"{lx}\" y1=\"{ly}\" x2=\"{}\" y2=\"{ly}\" stroke=\"{color}\" stroke-width=\"3\"/><text x=\"{}\" y=\"{}\">{}</text>",
+            lx + 20.0,
+            lx + 26.0,
+            ly + 4.0,
+            name.replace('&', "&amp;")
+        );
+    }
+    s.push_str("</svg>\n");
+    s
+}

@@ -1,0 +1,244 @@
+//! A peer that writes lengths, offsets and counters past what the layout
+//! allows — into its response or init slot, a request frame, its worker
+//! entry, the request header — gets the other side an error naming the
+//! slot, never a panic and never a read outside the region. A worker that
+//! names another process as itself cannot get that process touched.
+//!
+//! The hostile side is played in this process, through a second mapping
+//! of the channel's regions.
+
+use std::os::fd::BorrowedFd;
+use std::time::{Duration, Instant};
+
+use nodeipc_channel::{ChannelConfig, Coordinator, Direction, Error, Role, Worker};
+use nodeipc_proto::execute::{ExecuteRequest, ExecuteResponse};
+use nodeipc_sem::{Semaphore, ShmSemaphore};
+use nodeipc_shm::Region;
+use nodeipc_testkit::{Watchdog, spawn_child, unique_name};
+
+const SLOT: usize = 128;
+
+fn remap(fd: BorrowedFd<'_>) -> Region {
+    Region::from_fd(fd.try_clone_to_owned().unwrap()).unwrap()
+}
+
+fn join(coordinator: &Coordinator, timeout: Duration) -> nodeipc_channel::Result<Worker> {
+    Worker::from_fds(
+        &coordinator.config().name,
+        0,
+        coordinator.request_fd().try_clone_to_owned().unwrap(),
+        coordinator.response_fd().try_clone_to_owned().unwrap(),
+        timeout,
+    )
+}
+
+/// A coordinator, an honest worker that has joined, and the hostile
+/// process's own mappings of the two regions.
+fn channel(tag: &str) -> (Coordinator, Worker, Region, Region) {
+    let config = ChannelConfig::new(unique_name(tag), 1)
+        .request_capacity(SLOT)
+        .response_slot_size(SLOT)
+        .init_slot_size(SLOT)
+        .timeout(Duration::from_millis(500));
+    let coordinator = Coordinator::create_anonymous(config).unwrap();
+    let worker = join(&coordinator, Duration::from_millis(500)).unwrap();
+    coordinator
+        .wait_for_workers(Duration::from_secs(5))
+        .unwrap();
+    let (request, response) = (
+        remap(coordinator.request_fd()),
+        remap(coordinator.response_fd()),
+    );
+    (coordinator, worker, request, response)
+}
+
+/// What a hostile worker does instead of `respond`: writes `bytes` into
+/// its slot and posts the coordinator.
+fn hostile_answer(coordinator: &Coordinator, response: &Region, init: bool, bytes: &[u8]) {
+    let layout = coordinator.config().layout();
+    let at = if init {
+        layout.init_slot(0)
+    } else {
+        layout.response_slot(0)
+    };
+    response.write_at(at, bytes).unwrap();
+    let consume: &ShmSemaphore = response
+        .view(layout.semaphore(Direction::Response, Role::Consume, 0))
+        .unwrap();
+    consume.post().unwrap();
+}
+
+fn framed(len: u32, body: &[u8]) -> Vec<u8> {
+    let mut bytes = len.to_le_bytes().to_vec();
+    bytes.extend_from_slice(body);
+    bytes
+}
+
+#[test]
+fn a_response_length_past_the_slot_is_corrupt_naming_slot_and_size() {
+    let _dog = Watchdog::new("length past slot", Duration::from_secs(60));
+    for (len, init) in [
+        (SLOT as u32 - 3, false),
+        (SLOT as u32, false),
+        (u32::MAX, false),
+        (SLOT as u32 - 3, true),
+        (u32::MAX, true),
+    ] {
+        let (mut coordinator, mut worker, _, response) = channel("hostile-len");
+        coordinator.send(&ExecuteRequest::default()).unwrap();
+        worker.recv().unwrap();
+        hostile_answer(&coordinator, &response, init, &framed(len, b"\x08\x01"));
+        let gathered = if init {
+            coordinator.recv_init()
+        } else {
+            coordinator.recv_all()
+        };
+        match gathered {
+            Err(Error::Corrupt {
+                rank: 0,
+                slot,
+                len: claimed,
+                slot_size,
+                ..
+            }) => {
+                assert_eq!(slot, if init { "init slot" } else { "response slot" });
+                assert_eq!(claimed, u64::from(len) + 4);
+                assert_eq!(slot_size, SLOT);
+            }
+            other => panic!("length {len}: expected Corrupt, got {other:?}"),
+        }
+        // The slot was consumed all the same: the channel stays in step.
+        coordinator.send(&ExecuteRequest::default()).unwrap();
+        worker.recv().unwrap();
+        worker.respond(&ExecuteResponse::default()).unwrap();
+        if init {
+            // The honest answer went to the response slot; gather it.
+            assert!(coordinator.recv_all().is_ok());
+        } else {
+            assert!(coordinator.recv_all().is_ok());
+        }
+    }
+}
+
+#[test]
+fn garbage_inside_the_slot_is_a_decode_error_naming_the_slot() {
+    let _dog = Watchdog::new("garbage in slot", Duration::from_secs(60));
+    let (mut coordinator, mut worker, _, response) = channel("hostile-body");
+    coordinator.send(&ExecuteRequest::default()).unwrap();
+    worker.recv().unwrap();
+    // A field of wire type 7, which does not exist.
+    hostile_answer(&coordinator, &response, false, &framed(2, &[0x0f, 0x00]));
+    match coordinator.recv_all() {
+        Err(Error::Decode { rank: 0, slot, .. }) => assert_eq!(slot, "response slot"),
+        other => panic!("expected Decode, got {other:?}"),
+    }
+}
+
+#[test]
+fn a_request_frame_length_past_the_frame_is_corrupt_for_the_worker() {
+    let _dog = Watchdog::new("frame past capacity", Duration::from_secs(60));
+    let (mut coordinator, mut worker, request, _) = channel("hostile-frame");
+    let index = coordinator.send(&ExecuteRequest::default()).unwrap();
+    let at = coordinator.config().layout().frame(index);
+    request.write_at(at, &(SLOT as u32).to_le_bytes()).unwrap();
+    match worker.recv() {
+        Err(Error::Corrupt {
+            slot,
+            len,
+            slot_size,
+            ..
+        }) => {
+            assert_eq!(slot, "request frame");
+            assert_eq!(len, SLOT as u64 + 4);
+            assert_eq!(slot_size, SLOT);
+        }
+        other => panic!("expected Corrupt, got {other:?}"),
+    }
+}
+
+#[test]
+fn regression_a_hostile_requests_sent_counter_does_not_panic_the_coordinator() {
+    let _dog = Watchdog::new("hostile sent", Duration::from_secs(60));
+    for hostile in [u64::MAX, u64::MAX - 1, 0] {
+        let (mut coordinator, mut worker, request, _) = channel("hostile-sent");
+        coordinator.send(&ExecuteRequest::default()).unwrap();
+        worker.recv().unwrap();
+        worker.respond(&ExecuteResponse::default()).unwrap();
+        // A worker (it maps the request region too) rewrites the counter
+        // only the coordinator should write.
+        request.write_at(72, &hostile.to_le_bytes()).unwrap();
+        let gathered = coordinator.recv_all().map(drop);
+        let sent = coordinator.send(&ExecuteRequest::default()).map(drop);
+        for result in [gathered, sent] {
+            if let Err(e) = result {
+                assert!(e.to_string().contains(&coordinator.config().name), "{e}");
+            }
+        }
+    }
+}
+
+#[test]
+fn regression_a_hostile_resume_point_does_not_panic_a_rejoining_worker() {
+    let _dog = Watchdog::new("hostile resume point", Duration::from_secs(60));
+    let (mut coordinator, worker, _, response) = channel("hostile-received");
+    let entry = coordinator.config().layout().worker_entry(0);
+    drop(worker);
+    // Whoever held the rank before left a resume point at the end of time.
+    response
+        .write_at(entry + 16, &u64::MAX.to_le_bytes())
+        .unwrap();
+    let mut again = join(&coordinator, Duration::from_millis(500)).unwrap();
+    coordinator.send(&ExecuteRequest::default()).unwrap();
+    let received = again.recv().map(drop);
+    let second = again.recv().map(drop);
+    for result in [received, second] {
+        if let Err(e) = result {
+            assert!(e.to_string().contains(&coordinator.config().name), "{e}");
+        }
+    }
+}
+
+#[test]
+fn a_worker_claiming_another_process_gets_it_left_alone_and_the_wait_bounded() {
+    let _dog = Watchdog::new("worker claims another pid", Duration::from_secs(60));
+    let (mut coordinator, mut worker, _, response) = channel("hostile-pid");
+    // A bystander of the same user, and the worker's entry rewritten to name it.
+    let mut bystander = spawn_child(std::process::Command::new("sleep").arg("30"));
+    let pid = bystander.id();
+    let start = nodeipc_fdpass::process_start_time(pid).unwrap();
+    let entry = coordinator.config().layout().worker_entry(0);
+    response.write_at(entry, &pid.to_le_bytes()).unwrap();
+    response.write_at(entry + 8, &start.to_le_bytes()).unwrap();
+    coordinator.send(&ExecuteRequest::default()).unwrap();
+    worker.recv().unwrap();
+    // The worker goes silent: the coordinator cannot tell it died (the
+    // bystander lives), but its wait ends with the configured timeout.
+    std::mem::forget(worker);
+    let waited = Instant::now();
+    match coordinator.recv_all() {
+        Err(Error::Timeout { .. }) => {}
+        other => panic!("expected Timeout, got {other:?}"),
+    }
+    assert!(
+        waited.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        waited.elapsed()
+    );
+    assert!(
+        bystander.child().try_wait().unwrap().is_none(),
+        "the process the worker named was touched"
+    );
+    bystander.kill();
+    // Naming a process that is gone (or a pid reused since) reads as death.
+    response
+        .write_at(entry + 8, &(start + 1).to_le_bytes())
+        .unwrap();
+    match coordinator.recv_all() {
+        Err(Error::WorkerDied {
+            rank: 0,
+            pid: named,
+            ..
+        }) => assert_eq!(named, pid),
+        other => panic!("expected WorkerDied, got {other:?}"),
+    }
+}

@@ -1,0 +1,312 @@
+//! `nodeipc clean` after a run killed from outside: `nodeipc demo` in a
+//! process group of its own is killed whole with SIGKILL (coordinator,
+//! workers and monitors at once) at a random moment. What it left — its
+//! socket directory with sockets and logs, a rank group vault caught before
+//! its name went — is listed by `nodeipc ls` and removed by `nodeipc clean`,
+//! which refuses, while the demo still runs, to touch anything it uses.
+
+use std::os::unix::process::CommandExt;
+use std::path::PathBuf;
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use nodeipc_shm::Region;
+use nodeipc_testkit::{NOBODY, Watchdog, is_root, shm_leftovers, skip, spawn_child};
+
+fn nodeipc(args: &[&str]) -> Output {
+    spawn_child(
+        Command::new(env!("CARGO_BIN_EXE_nodeipc"))
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped()),
+    )
+    .output_timeout(Duration::from_secs(60))
+}
+
+fn ok(args: &[&str]) -> String {
+    let out = nodeipc(args);
+    assert!(
+        out.status.success(),
+        "nodeipc {args:?}: {:?}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        out.stderr.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// The demo's socket directory: `/tmp/nodeipc-demo-<pid>-<nonce>`.
+fn demo_dir(pid: u32) -> Option<PathBuf> {
+    let prefix = format!("nodeipc-demo-{pid}-");
+    std::fs::read_dir(std::env::temp_dir())
+        .ok()?
+        .flatten()
+        .find(|e| e.file_name().to_string_lossy().starts_with(&prefix))
+        .map(|e| e.path())
+}
+
+/// Every process of process group `pgid`.
+fn group_members(pgid: u32) -> Vec<u32> {
+    let mut pids = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|s| s.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+            continue;
+        };
+        let fields: Vec<&str> = stat
+            .rsplit_once(')')
+            .map(|(_, rest)| rest.split_whitespace().collect())
+            .unwrap_or_default();
+        // After the name: state, ppid, pgrp.
+        if fields.get(2).and_then(|g| g.parse::<u32>().ok()) == Some(pgid) && fields[0] != "Z" {
+            pids.push(pid);
+        }
+    }
+    pids
+}
+
+fn pid(raw: u32) -> rustix::process::Pid {
+    rustix::process::Pid::from_raw(raw as i32).expect("pid")
+}
+
+/// xorshift64*, seeded from the clock and printed.
+fn delays(count: usize) -> Vec<Duration> {
+    let mut x = std::env::var("NODEIPC_CRASH_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_nanos() as u64
+        })
+        .max(1);
+    println!("kill delays seeded with {x} (NODEIPC_CRASH_SEED)");
+    (0..count)
+        .map(|_| {
+            x ^= x >> 12;
+            x ^= x << 25;
+            x ^= x >> 27;
+            Duration::from_millis(x.wrapping_mul(0x2545_f491_4f6c_dd1d) % 400)
+        })
+        .collect()
+}
+
+#[test]
+fn clean_removes_what_a_demo_killed_whole_left_and_nothing_while_it_runs() {
+    let _dog = Watchdog::new("clean after kill -9", Duration::from_secs(300));
+    // Orphaned workers and monitors come to us, to be reaped (pid 1 may not).
+    rustix::process::set_child_subreaper(Some(rustix::process::getpid())).unwrap();
+    let mut vaults_removed = 0;
+    for (round, delay) in delays(6).into_iter().enumerate() {
+        let mut demo = spawn_child(
+            Command::new(env!("CARGO_BIN_EXE_nodeipc"))
+                .args(["demo", "--workers", "2", "--requests", "100000000"])
+                .process_group(0)
+                .stdout(Stdio::null())
+                .stderr(Stdio::null()),
+        );
+        let demo_pid = demo.id();
+        let prefix = format!("/nodeipc-demo-{demo_pid}-");
+        let started = Instant::now();
+        // Rounds kill at different moments: as soon as the directory is
+        // there, once the monitors listen (plus a random delay), or the
+        // moment the rank group's vault has a name.
+        let dir = loop {
+            if let Some(dir) = demo_dir(demo_pid) {
+                let ready = match round % 3 {
+                    0 => dir.join("monitor-1.sock").exists(),
+                    1 => true,
+                    _ => !shm_leftovers(&prefix).is_empty(),
+                };
+                if ready {
+                    break dir;
+                }
+            }
+            assert!(
+                started.elapsed() < Duration::from_secs(30),
+                "the demo never got that far"
+            );
+            if round % 3 != 2 {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        };
+        if round % 3 == 0 {
+            std::thread::sleep(delay);
+        }
+
+        if round == 0 {
+            // While it runs, nothing of it goes.
+            let listing = ok(&["ls", "--prefix", &prefix]);
+            assert!(listing.contains(&dir.display().to_string()), "{listing}");
+            assert!(listing.contains(&demo_pid.to_string()), "{listing}");
+            let report = ok(&["clean", "--prefix", &prefix]);
+            assert!(
+                report.contains(&format!("kept directory {} (in use by pid", dir.display())),
+                "{report}"
+            );
+            assert!(
+                report
+                    .lines()
+                    .last()
+                    .is_some_and(|l| l.starts_with("0 removed")),
+                "{report}"
+            );
+            assert!(dir.exists(), "clean removed the directory of a live demo");
+        }
+
+        // The whole run, killed from outside.
+        let members = group_members(demo_pid);
+        rustix::process::kill_process_group(pid(demo_pid), rustix::process::Signal::KILL).unwrap();
+        demo.kill();
+        for member in members.into_iter().filter(|&m| m != demo_pid) {
+            let _ =
+                rustix::process::waitpid(Some(pid(member)), rustix::process::WaitOptions::empty());
+        }
+        assert!(
+            group_members(demo_pid).is_empty(),
+            "a process of the demo survived"
+        );
+        assert!(
+            dir.exists(),
+            "round {round}: a demo killed whole cannot remove its directory"
+        );
+
+        let listing = ok(&["ls", "--prefix", &prefix]);
+        assert!(listing.contains(&dir.display().to_string()), "{listing}");
+        let plan = ok(&["clean", "--prefix", &prefix, "--dry-run"]);
+        assert!(
+            plan.contains(&format!("would remove directory {}", dir.display())),
+            "{plan}"
+        );
+        assert!(dir.exists(), "a dry run removed the directory");
+        let report = ok(&["clean", "--prefix", &prefix]);
+        assert!(
+            report.contains(&format!("removed directory {}", dir.display())),
+            "{report}"
+        );
+        assert!(report.trim_end().ends_with(", 0 kept"), "{report}");
+        assert!(!dir.exists(), "round {round}: {report}");
+        assert!(
+            shm_leftovers(&prefix).is_empty(),
+            "round {round}: {:?}",
+            shm_leftovers(&prefix)
+        );
+        vaults_removed += usize::from(report.contains("removed region"));
+        println!(
+            "round {round}: clean said: {}",
+            report.trim_end().replace('\n', "; ")
+        );
+    }
+    println!("{vaults_removed} rank group vault(s) caught with a name and removed by clean");
+}
+
+/// A directory of ours, named like a demo's whose creator is gone.
+fn stale_demo_dir() -> PathBuf {
+    let mut gone = Command::new("true").spawn().unwrap();
+    let dead = gone.id();
+    gone.wait().unwrap();
+    let dir = std::env::temp_dir().join(format!(
+        "nodeipc-demo-{dead}-{:x}",
+        std::process::id() as u64 * 1000
+            + u64::from(Instant::now().elapsed().subsec_nanos() % 1000)
+    ));
+    std::fs::create_dir(&dir).unwrap();
+    dir
+}
+
+#[test]
+fn clean_keeps_a_directory_a_live_process_uses_and_a_region_it_maps() {
+    let _dog = Watchdog::new("clean keeps what is used", Duration::from_secs(120));
+    let dir = stale_demo_dir();
+    let name = dir.file_name().unwrap().to_string_lossy().into_owned();
+    let prefix = format!("/{name}");
+    // A socket bound there by a live process (this one), and a region of the
+    // same prefix it maps.
+    let listener = std::os::unix::net::UnixListener::bind(dir.join("logon.sock")).unwrap();
+    let region = Region::create(&format!("{prefix}-group"), 4096).unwrap();
+    let report = ok(&["clean", "--prefix", &prefix]);
+    assert!(
+        report.contains("kept directory") && report.contains("kept region"),
+        "{report}"
+    );
+    assert!(report.contains(&std::process::id().to_string()), "{report}");
+    assert!(dir.exists() && !shm_leftovers(&prefix).is_empty());
+
+    // A process working in it.
+    drop(listener);
+    let mut worker = spawn_child(Command::new("sleep").arg("30").current_dir(&dir));
+    let report = ok(&["clean", "--prefix", &prefix, "--dry-run"]);
+    assert!(
+        report.contains(&format!(
+            "kept directory {} (in use by pid {})",
+            dir.display(),
+            worker.id()
+        )),
+        "{report}"
+    );
+    worker.kill();
+
+    // Nothing uses either any more: both go.
+    region.persist();
+    drop(region);
+    let report = ok(&["clean", "--prefix", &prefix]);
+    assert!(report.contains("2 removed, 0 kept"), "{report}");
+    assert!(!dir.exists());
+    assert!(shm_leftovers(&prefix).is_empty());
+}
+
+#[test]
+fn clean_leaves_another_users_directory_links_and_names_not_ours() {
+    let _dog = Watchdog::new("clean and strangers", Duration::from_secs(120));
+    let dir = stale_demo_dir();
+    let name = dir.file_name().unwrap().to_string_lossy().into_owned();
+    let prefix = format!("/{name}");
+    // Named like ours but not quite, and a symlink named exactly like ours.
+    let unrelated = std::env::temp_dir().join(format!("{name}-not-ours"));
+    std::fs::create_dir(&unrelated).unwrap();
+    let link = std::env::temp_dir().join(format!("{name}0"));
+    std::os::unix::fs::symlink(&unrelated, &link).unwrap();
+    if is_root() {
+        std::os::unix::fs::chown(&dir, Some(NOBODY.0), Some(NOBODY.1)).unwrap();
+        let report = ok(&["clean", "--prefix", &prefix]);
+        assert!(
+            report.contains(&format!(
+                "kept directory {} (owned by uid {})",
+                dir.display(),
+                NOBODY.0
+            )),
+            "{report}"
+        );
+        assert!(report.ends_with("0 removed, 1 kept\n"), "{report}");
+        assert!(dir.exists());
+    } else {
+        skip(
+            "clean_leaves_another_users_directory_links_and_names_not_ours",
+            "needs root to chown",
+        );
+        let report = ok(&["clean", "--prefix", &prefix]);
+        assert!(report.ends_with("1 removed, 0 kept\n"), "{report}");
+    }
+    assert!(
+        unrelated.exists(),
+        "a directory not named like ours was removed"
+    );
+    assert!(
+        link.symlink_metadata().is_ok(),
+        "a symlink was followed or removed"
+    );
+    std::fs::remove_file(&link).unwrap();
+    std::fs::remove_dir(&unrelated).unwrap();
+    let _ = std::fs::remove_dir(&dir);
+}

@@ -1,0 +1,261 @@
+//! Property tests over every decoder that reads what another process wrote:
+//! frames of every protobuf message, descriptor handles, the barrier's vault,
+//! the channel's headers and slots, the handshake's logon and reply, the
+//! monitor's socket. Arbitrary bytes in, never a panic, never a read outside
+//! the buffer, always an error that says what was wrong.
+//!
+//! The drivers (`fuzz_props/drivers.rs`) are shared with the cargo-fuzz
+//! targets in `fuzz/`, which run the same code for minutes instead of cases.
+
+#[path = "fuzz_props/drivers.rs"]
+mod drivers;
+
+use std::time::Duration;
+
+use nodeipc_barrier::{Group, GroupOptions};
+use nodeipc_shm::{OpenOptions, Region};
+use nodeipc_testkit::{Watchdog, shm_leftovers, unique_name};
+use proptest::collection::vec;
+use proptest::prelude::*;
+
+/// Arbitrary bytes, or arbitrary bytes after a fixed prefix (the flag bytes
+/// that let a driver past the checks it would otherwise stop at).
+fn bytes_after(prefixes: Vec<Vec<u8>>, max: usize) -> impl Strategy<Value = Vec<u8>> {
+    let prefixed = (proptest::sample::select(prefixes), vec(any::<u8>(), 0..max)).prop_map(
+        |(mut prefix, rest)| {
+            prefix.extend(rest);
+            prefix
+        },
+    );
+    prop_oneof![vec(any::<u8>(), 0..max), prefixed]
+}
+
+/// Nothing a driver created under `tag` is left in `/dev/shm`.
+fn nothing_left(tag: &str) {
+    let ours = format!("{tag}-{}-", std::process::id());
+    assert!(
+        shm_leftovers(&ours).is_empty(),
+        "{:?}",
+        shm_leftovers(&ours)
+    );
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(512))]
+
+    #[test]
+    fn frames_of_every_message_type_decode_or_say_why(data in vec(any::<u8>(), 0..160)) {
+        drivers::frame(&data);
+    }
+
+    #[test]
+    fn fd_handles_from_any_bytes_round_trip_or_name_the_field(
+        data in prop_oneof![
+            vec(any::<u8>(), 0..40),
+            vec(any::<u8>(), 24..=24),
+            bytes_after(vec![b"NIFH\x01\x00\x00\x00".to_vec()], 17),
+        ]
+    ) {
+        drivers::fd_handle(&data);
+    }
+
+    #[test]
+    fn logons_from_any_bytes_are_decided_or_refused_with_a_reason(
+        data in bytes_after(vec![vec![0x08, 0x01, 0x10, 0x01]], 64)
+    ) {
+        drivers::logon(&data);
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(192))]
+
+    #[test]
+    fn a_hostile_vault_is_joined_or_refused_naming_the_field(
+        data in bytes_after(
+            vec![vec![0xff, 0x01], vec![0xff, 0xff], vec![0xef, 0x01], vec![0xfe, 0x01], vec![0xfb, 0x01]],
+            600,
+        )
+    ) {
+        let _dog = Watchdog::new("hostile vault", Duration::from_secs(120));
+        drivers::vault(&data);
+    }
+
+    #[test]
+    fn hostile_channel_headers_are_refused_naming_the_field(
+        data in bytes_after(
+            (0..13).map(|i: u32| {
+                let keep = !(1u16 << i);
+                vec![0x01, 0x40, 0x40, 0x10, keep as u8, (keep >> 8) as u8, 0xff]
+            }).collect(),
+            300,
+        )
+    ) {
+        let _dog = Watchdog::new("hostile channel headers", Duration::from_secs(120));
+        drivers::channel_headers(&data);
+    }
+
+    #[test]
+    fn hostile_slots_frames_and_entries_give_errors_not_panics(data in vec(any::<u8>(), 0..400)) {
+        let _dog = Watchdog::new("hostile channel slots", Duration::from_secs(120));
+        drivers::channel_slots(&data);
+    }
+}
+
+#[test]
+fn a_hostile_handshake_server_gives_clients_errors_not_panics() {
+    let _dog = Watchdog::new("hostile handshake server", Duration::from_secs(300));
+    let server = drivers::FakeServer::start();
+    let mut runner = proptest::test_runner::TestRunner::new(ProptestConfig::with_cases(128));
+    let strategy = bytes_after(
+        vec![
+            // A LogonReply frame's prefix, then an Accept.
+            vec![0x00, 0x40, 0x00, 0x00, 0x00],
+            vec![0x02, 0x00, 0x80, 0x00, 0x01, 0x00, 0x00, 0x00, 0x0a],
+        ],
+        200,
+    );
+    runner
+        .run(&strategy, |data| {
+            drivers::logon_reply(&server, &data);
+            Ok(())
+        })
+        .unwrap();
+    drop(server);
+    nothing_left("fuzz-hs");
+}
+
+#[test]
+fn any_bytes_on_the_monitor_socket_get_frames_back_and_the_server_keeps_serving() {
+    let _dog = Watchdog::new("hostile monitor client", Duration::from_secs(300));
+    let fixture = drivers::MonitorFixture::start();
+    let mut runner = proptest::test_runner::TestRunner::new(ProptestConfig::with_cases(256));
+    let strategy = bytes_after(
+        vec![
+            // Well-formed frame prefixes, so the decoder sees the bodies.
+            vec![0x02, 0x00, 0x00, 0x00],
+            vec![0x10, 0x00, 0x00, 0x00, 0x0a],
+            // An oversize prefix.
+            vec![0xff, 0xff, 0xff, 0x7f],
+        ],
+        300,
+    );
+    runner
+        .run(&strategy, |data| {
+            drivers::monitor_stream(&fixture, &data);
+            Ok(())
+        })
+        .unwrap();
+}
+
+#[test]
+fn the_drivers_leave_nothing_in_dev_shm() {
+    let _dog = Watchdog::new("drivers leave nothing", Duration::from_secs(120));
+    for seed in 0..64u8 {
+        let data: Vec<u8> = (0..200u32)
+            .map(|i| (i as u8).wrapping_mul(31) ^ seed)
+            .collect();
+        drivers::vault(&data);
+        drivers::channel_headers(&data);
+        drivers::channel_slots(&data);
+    }
+    nothing_left("fuzz-vault");
+    nothing_left("fuzz-chh");
+    nothing_left("fuzz-chs");
+}
+
+/// The vault offsets the drivers fix up are where a real rank 0 writes.
+#[test]
+fn the_vault_offsets_the_drivers_use_are_the_real_ones() {
+    use drivers::vault_layout as v;
+    let _dog = Watchdog::new("vault offsets", Duration::from_secs(60));
+    let name = unique_name("vault-offsets");
+    let rank0 = {
+        let name = name.clone();
+        std::thread::spawn(move || {
+            let mut group =
+                Group::join(GroupOptions::new(name, 0, 2).timeout(Duration::from_secs(20)))?;
+            group.barrier()?;
+            group.all_gather(b"zero")
+        })
+    };
+    // Before rank 1 joins, the vault has its name: look at it as rank 0 wrote it.
+    let region = Region::open(&name, OpenOptions::wait(1024, Duration::from_secs(20))).unwrap();
+    let word = |at: usize| {
+        let mut b = [0u8; 4];
+        region.read_at(at, &mut b).unwrap();
+        u32::from_le_bytes(b)
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while word(v::RANKS + 12) & 1 == 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "rank 0 never registered"
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let mut magic = [0u8; 8];
+    region.read_at(v::MAGIC, &mut magic).unwrap();
+    assert_eq!(&magic, v::MAGIC_VALUE);
+    assert_eq!(word(v::VERSION), 1);
+    assert_eq!(word(v::WORLD), 2);
+    assert_eq!(word(v::SLOT), 64);
+    assert_eq!(word(v::INIT), 1);
+    assert_eq!(word(v::JOINED), 1);
+    assert_eq!(word(v::POISON), 0);
+    assert_eq!(word(v::RANKS + 8), std::process::id());
+    assert_eq!(region.len(), v::size(2, 64));
+    let mut group =
+        Group::join(GroupOptions::new(&name, 1, 2).timeout(Duration::from_secs(20))).unwrap();
+    group.barrier().unwrap();
+    group.all_gather(b"one").unwrap();
+    rank0.join().unwrap().unwrap();
+}
+
+/// The channel header offsets the drivers rewrite are where a coordinator
+/// writes (`channel/README.md`, "The layout").
+#[test]
+fn the_channel_header_offsets_the_drivers_use_are_the_real_ones() {
+    use nodeipc_channel::{ChannelConfig, Coordinator};
+    let config = ChannelConfig::new(unique_name("header-offsets"), 3)
+        .depth(2)
+        .request_capacity(300)
+        .response_slot_size(200)
+        .init_slot_size(100);
+    let mut coordinator = Coordinator::create_anonymous(config).unwrap();
+    let map = |fd: std::os::fd::BorrowedFd<'_>| {
+        Region::from_fd(fd.try_clone_to_owned().unwrap()).unwrap()
+    };
+    let (request, response) = (
+        map(coordinator.request_fd()),
+        map(coordinator.response_fd()),
+    );
+    let read = |region: &Region, (at, width): (usize, usize)| {
+        let mut b = [0u8; 8];
+        region.read_at(at, &mut b[..width]).unwrap();
+        u64::from_le_bytes(b)
+    };
+    let r: Vec<u64> = drivers::REQUEST_FIELDS
+        .iter()
+        .map(|&f| read(&request, f))
+        .collect();
+    let pid = u64::from(std::process::id());
+    let start = nodeipc_fdpass::process_start_time(std::process::id()).unwrap();
+    let magic = u64::from_le_bytes(*b"NIPCREQ1");
+    assert_eq!(r, [magic, 1, 3, 2, 2, 300, 200, 100, pid, 0, 1, start, 0]);
+    let s: Vec<u64> = drivers::RESPONSE_FIELDS
+        .iter()
+        .map(|&f| read(&response, f))
+        .collect();
+    assert_eq!(s, [u64::from_le_bytes(*b"NIPCRSP1"), 1, 3, 200, 100, 1]);
+    // Requests sent moves with each send; closed is set on drop.
+    let send = std::thread::spawn(move || {
+        coordinator
+            .send(&nodeipc_proto::execute::ExecuteRequest::default())
+            .unwrap();
+        drop(coordinator);
+    });
+    send.join().unwrap();
+    assert_eq!(read(&request, drivers::REQUEST_FIELDS[12]), 1);
+    assert_eq!(read(&request, drivers::REQUEST_FIELDS[9]), 1);
+}
