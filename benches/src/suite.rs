@@ -19,13 +19,14 @@ pub struct Options {
 }
 
 impl Options {
+    /// Interleaved rounds: each measures one batch of every contender.
     fn batches(self) -> usize {
-        if self.quick { 7 } else { 21 }
+        if self.quick { 7 } else { 15 }
     }
 
     /// Operations per batch, scaled from the full size.
     fn ops(self, full: u64) -> u64 {
-        if self.quick { (full / 4).max(2) } else { full }
+        if self.quick { (full / 3).max(2) } else { full }
     }
 }
 
@@ -105,17 +106,61 @@ fn escape(text: &str) -> String {
     text.replace('\\', "\\\\").replace('"', "\\\"")
 }
 
-/// Runs `batches` batches of `ops` operations with `run` (which returns the
-/// time for the operations it was asked for) and summarises ns per operation.
-fn batches(
-    batches: usize,
+/// One implementation in a comparison: how many operations a batch holds,
+/// and how to run a batch (set-up and tear-down excluded from its time).
+struct Contender<'a> {
+    name: String,
     ops: u64,
-    mut run: impl FnMut(u64) -> io::Result<Duration>,
-) -> io::Result<Summary> {
-    let per_op: Vec<f64> = (0..batches)
-        .map(|_| run(ops).map(|d| d.as_nanos() as f64 / ops as f64))
-        .collect::<io::Result<_>>()?;
-    Ok(Summary::of(&per_op).expect("at least one batch"))
+    /// Multiplies the per-operation time (per descriptor, say).
+    scale: f64,
+    run: Box<dyn FnMut(u64) -> io::Result<Duration> + 'a>,
+}
+
+impl<'a> Contender<'a> {
+    fn new(
+        name: impl Into<String>,
+        ops: u64,
+        run: impl FnMut(u64) -> io::Result<Duration> + 'a,
+    ) -> Self {
+        Contender {
+            name: name.into(),
+            ops: ops.max(2),
+            scale: 1.0,
+            run: Box::new(run),
+        }
+    }
+
+    fn scaled(mut self, scale: f64) -> Self {
+        self.scale = scale;
+        self
+    }
+}
+
+/// Measures the contenders in interleaved rounds — one batch of each per
+/// round — so ours and its baselines see the same conditions (on a VM the
+/// cost of a cache-line transfer changes as the host moves its vCPUs).
+fn interleave(rounds: usize, mut contenders: Vec<Contender<'_>>) -> io::Result<Vec<Measured>> {
+    let mut samples: Vec<Vec<f64>> = contenders
+        .iter()
+        .map(|_| Vec::with_capacity(rounds))
+        .collect();
+    for _ in 0..rounds {
+        for (contender, samples) in contenders.iter_mut().zip(&mut samples) {
+            let elapsed = (contender.run)(contender.ops)?;
+            samples.push(elapsed.as_nanos() as f64 / contender.ops as f64 * contender.scale);
+        }
+    }
+    Ok(contenders
+        .into_iter()
+        .zip(samples)
+        .map(|(c, s)| measured(c.name, Summary::of(&s).expect("at least one round")))
+        .collect())
+}
+
+/// Splits measured contenders into ours (the first) and the baselines.
+fn split(mut all: Vec<Measured>) -> (Measured, Vec<Measured>) {
+    let ours = all.remove(0);
+    (ours, all)
 }
 
 fn measured(name: impl Into<String>, ns: Summary) -> Measured {
@@ -125,14 +170,17 @@ fn measured(name: impl Into<String>, ns: Summary) -> Measured {
     }
 }
 
-/// A ring of `members` processes passing the token: ns per lap.
-fn ring(handoff: Handoff, members: usize, options: Options, laps: u64) -> io::Result<Measured> {
-    let n = options.batches();
-    let mut session = Ring::new(handoff, members, laps * (n as u64 + 1), true)?;
-    session.run(laps)?;
-    let ns = batches(n, laps, |l| session.run(l))?;
-    session.finish()?;
-    Ok(measured(handoff.name(), ns))
+/// A contender passing a token around a ring of `members` processes: one
+/// batch is a fresh ring, warmed up, then `laps` laps.
+fn ring(handoff: Handoff, members: usize, laps: u64) -> Contender<'static> {
+    Contender::new(handoff.name(), laps, move |laps| {
+        let warm_up = (laps / 4).max(20);
+        let mut ring = Ring::new(handoff, members, laps + warm_up, true)?;
+        ring.run(warm_up)?;
+        let elapsed = ring.run(laps)?;
+        ring.finish()?;
+        Ok(elapsed)
+    })
 }
 
 /// Semaphores: the round trip between two processes on two cores, and a
@@ -142,22 +190,19 @@ fn ring(handoff: Handoff, members: usize, options: Options, laps: u64) -> io::Re
 /// A peer that failed.
 pub fn sem(options: Options) -> io::Result<Vec<Row>> {
     let laps = options.ops(8_000);
-    let ours = ring(Handoff::ShmSemaphore, 2, options, laps)?;
-    let mut baselines = Vec::new();
+    let mut contenders = vec![
+        ring(Handoff::ShmSemaphore, 2, laps),
+        ring(Handoff::CacheLine, 2, laps),
+    ];
     for handoff in [
-        Handoff::CacheLine,
         Handoff::Futex,
         Handoff::GlibcSemaphore,
         Handoff::Pipe,
         Handoff::UnixStream,
     ] {
-        let laps = if matches!(handoff, Handoff::CacheLine) {
-            laps
-        } else {
-            laps / 4
-        };
-        baselines.push(ring(handoff, 2, options, laps.max(2))?);
+        contenders.push(ring(handoff, 2, laps / 8));
     }
+    let (ours, baselines) = split(interleave(options.batches(), contenders)?);
     let round_trip = Row {
         bench: "sem",
         what: "semaphore round trip, 2 processes".into(),
@@ -167,11 +212,12 @@ pub fn sem(options: Options) -> io::Result<Vec<Row>> {
         note: None,
     };
     let laps = options.ops(2_000);
-    let ours = ring(Handoff::ShmSemaphore, 4, options, laps)?;
-    let baselines = vec![
-        ring(Handoff::GlibcSemaphore, 4, options, laps / 4)?,
-        ring(Handoff::Futex, 4, options, laps / 4)?,
+    let contenders = vec![
+        ring(Handoff::ShmSemaphore, 4, laps),
+        ring(Handoff::GlibcSemaphore, 4, laps / 4),
+        ring(Handoff::Futex, 4, laps / 4),
     ];
+    let (ours, baselines) = split(interleave(options.batches(), contenders)?);
     let oversubscribed = Row {
         bench: "sem",
         what: "token ring of 4 processes (more than the cores)".into(),
@@ -196,43 +242,48 @@ pub fn fdpass(options: Options, fds: Option<usize>) -> io::Result<Vec<Row>> {
     };
     for per_message in sizes {
         let messages = options.ops(if per_message > 8 { 400 } else { 2_000 });
-        let per_fd = |which| {
-            batches(options.batches(), messages, |m| {
-                fdpass::scm_rights(which, per_message, m)
+        let per_fd = 1.0 / per_message as f64;
+        let contenders = vec![
+            Contender::new("nodeipc send_fds/recv_fds", messages, move |m| {
+                fdpass::scm_rights(Impl::Ours, per_message, m)
             })
-            .map(|s| scale(s, 1.0 / per_message as f64))
-        };
+            .scaled(per_fd),
+            Contender::new("bare sendmsg/recvmsg", messages, move |m| {
+                fdpass::scm_rights(Impl::Bare, per_message, m)
+            })
+            .scaled(per_fd),
+        ];
+        let (ours, baselines) = split(interleave(options.batches(), contenders)?);
         rows.push(Row {
             bench: "fdpass",
             what: format!("SCM_RIGHTS to another process, {per_message} fds a message, per fd"),
             params: vec![("fds", per_message as u64)],
-            ours: measured("nodeipc send_fds/recv_fds", per_fd(Impl::Ours)?),
-            baselines: vec![measured("bare sendmsg/recvmsg", per_fd(Impl::Bare)?)],
+            ours,
+            baselines,
             note: None,
         });
     }
     if fds.is_none() {
         let count = options.ops(20_000);
-        let per = |which| batches(options.batches(), count, |c| fdpass::pidfd_getfd(which, c));
+        let contenders = vec![
+            Contender::new("nodeipc Pidfd::get_fd", count, |c| {
+                fdpass::pidfd_getfd(Impl::Ours, c)
+            }),
+            Contender::new("bare pidfd_getfd", count, |c| {
+                fdpass::pidfd_getfd(Impl::Bare, c)
+            }),
+        ];
+        let (ours, baselines) = split(interleave(options.batches(), contenders)?);
         rows.push(Row {
             bench: "fdpass",
             what: "pidfd_getfd from another process, per fd".into(),
             params: vec![("fds", 1)],
-            ours: measured("nodeipc Pidfd::get_fd", per(Impl::Ours)?),
-            baselines: vec![measured("bare pidfd_getfd", per(Impl::Bare)?)],
+            ours,
+            baselines,
             note: None,
         });
     }
     Ok(rows)
-}
-
-fn scale(summary: Summary, factor: f64) -> Summary {
-    Summary {
-        median: summary.median * factor,
-        p99: summary.p99 * factor,
-        min: summary.min * factor,
-        samples: summary.samples,
-    }
 }
 
 /// Barriers of `ranks` processes (2 and 8 unless given), each a process,
@@ -245,18 +296,22 @@ pub fn barrier(options: Options, ranks: Option<u32>, iters: Option<u64>) -> io::
     let mut rows = Vec::new();
     for ranks in ranks.map_or(vec![2, 8], |r| vec![r]) {
         let iters = iters.unwrap_or_else(|| options.ops(if ranks > 2 { 2_000 } else { 8_000 }));
-        let per = |kind| barrier::barrier_batches(kind, ranks, options.batches(), iters);
-        let ours = measured("nodeipc Group::barrier", per(BarrierKind::Nodeipc)?);
-        let mut baselines = vec![
-            measured(
+        let kind = |name: &str, kind: BarrierKind, ops: u64| {
+            Contender::new(name, ops, move |i| barrier::barriers(kind, ranks, i))
+        };
+        let mut contenders = vec![
+            kind("nodeipc Group::barrier", BarrierKind::Nodeipc, iters),
+            kind(
                 "pthread_barrier (process-shared)",
-                per(BarrierKind::Pthread)?,
+                BarrierKind::Pthread,
+                iters / 8,
             ),
-            measured("spin barrier", per(BarrierKind::Spin)?),
+            kind("spin barrier", BarrierKind::Spin, iters),
         ];
         if ranks == 2 {
-            baselines.push(ring(Handoff::CacheLine, 2, options, iters)?);
+            contenders.push(ring(Handoff::CacheLine, 2, iters));
         }
+        let (ours, baselines) = split(interleave(options.batches(), contenders)?);
         rows.push(Row {
             bench: "barrier",
             what: format!("barrier of {ranks} processes"),
@@ -279,6 +334,29 @@ pub fn barrier(options: Options, ranks: Option<u32>, iters: Option<u64>) -> io::
 }
 
 /// One channel shape: ours (at `depth`) against the lock-step baselines.
+fn channel_contender(
+    which: ChannelImpl,
+    workers: u32,
+    payload: usize,
+    depth: u32,
+    iters: u64,
+) -> Contender<'static> {
+    let name = match (which, depth) {
+        (ChannelImpl::Nodeipc, 1) => "nodeipc channel".to_owned(),
+        (ChannelImpl::Nodeipc, depth) => format!("nodeipc channel, depth {depth}"),
+        (which, _) => which.name().to_owned(),
+    };
+    Contender::new(name, iters, move |iters| {
+        let warm_up = (iters / 4).max(2);
+        let mut session =
+            ChannelSession::start_with_depth(which, workers, payload, depth, iters + warm_up)?;
+        session.run(warm_up)?;
+        let elapsed = session.run(iters)?;
+        session.finish()?;
+        Ok(elapsed)
+    })
+}
+
 fn channel_row(
     options: Options,
     workers: u32,
@@ -286,31 +364,28 @@ fn channel_row(
     depth: u32,
     iters: u64,
     baselines: &[ChannelImpl],
+    floor: bool,
 ) -> io::Result<Row> {
-    let per = |which: ChannelImpl, depth: u32, iters: u64| -> io::Result<Summary> {
-        let n = options.batches();
-        let mut session = ChannelSession::start_with_depth(
+    let mut contenders = vec![channel_contender(
+        ChannelImpl::Nodeipc,
+        workers,
+        payload,
+        depth,
+        iters,
+    )];
+    for &which in baselines {
+        contenders.push(channel_contender(
             which,
             workers,
             payload,
-            depth,
-            iters * (n as u64 + 1),
-        )?;
-        session.run(iters)?;
-        let summary = batches(n, iters, |i| session.run(i))?;
-        session.finish()?;
-        Ok(summary)
-    };
-    let name = if depth > 1 {
-        format!("nodeipc channel, depth {depth}")
-    } else {
-        "nodeipc channel".to_owned()
-    };
-    let ours = measured(name, per(ChannelImpl::Nodeipc, depth, iters)?);
-    let mut measured_baselines = Vec::new();
-    for &which in baselines {
-        measured_baselines.push(measured(which.name(), per(which, 1, (iters / 4).max(2))?));
+            1,
+            (iters / 8).max(2),
+        ));
     }
+    if floor {
+        contenders.push(ring(Handoff::CacheLine, 2, iters));
+    }
+    let (ours, baselines) = split(interleave(options.batches(), contenders)?);
     Ok(Row {
         bench: "channel",
         what: format!("execute round trip, {workers} worker(s), {payload}-byte payload"),
@@ -320,7 +395,7 @@ fn channel_row(
             ("depth", u64::from(depth)),
         ],
         ours,
-        baselines: measured_baselines,
+        baselines,
         note: None,
     })
 }
@@ -338,26 +413,20 @@ pub fn channel(
 ) -> io::Result<Vec<Row>> {
     use ChannelImpl::{GlibcLockstep, UnixSocket};
     if let Some((workers, payload, iters)) = shape {
+        let baselines = [GlibcLockstep, UnixSocket];
         return Ok(vec![channel_row(
-            options,
-            workers,
-            payload,
-            depth,
-            iters,
-            &[GlibcLockstep, UnixSocket],
+            options, workers, payload, depth, iters, &baselines, false,
         )?]);
     }
-    let mut small = channel_row(
+    let small = channel_row(
         options,
         1,
         64,
         1,
         options.ops(8_000),
         &[GlibcLockstep, UnixSocket],
+        true,
     )?;
-    small
-        .baselines
-        .push(ring(Handoff::CacheLine, 2, options, options.ops(8_000))?);
 
     let mib = 1 << 20;
     let mut large = channel_row(
@@ -365,8 +434,9 @@ pub fn channel(
         1,
         mib,
         4,
-        options.ops(80),
+        options.ops(160),
         &[GlibcLockstep, UnixSocket],
+        false,
     )?;
     let bandwidth = memcpy_bandwidth(
         mib,
@@ -388,7 +458,15 @@ pub fn channel(
         100.0 * memcpy_ns / large.ours.ns.median,
         bandwidth / 1e9
     ));
-    let wide = channel_row(options, 8, 64, 1, options.ops(2_000), &[GlibcLockstep])?;
+    let wide = channel_row(
+        options,
+        8,
+        64,
+        1,
+        options.ops(2_000),
+        &[GlibcLockstep],
+        false,
+    )?;
     Ok(vec![small, large, wide])
 }
 
@@ -397,24 +475,28 @@ pub fn channel(
 /// # Errors
 /// The monitor failing to start or refusing a heartbeat.
 pub fn monitor(options: Options) -> io::Result<Vec<Row>> {
-    let mut session = MonitorSession::start()?;
-    let fast = batches(options.batches(), options.ops(2_000_000), |n| {
-        session.run(Beat::FastPath, n)
-    })?;
-    let socket = batches(options.batches(), options.ops(4_000), |n| {
-        session.run(Beat::Socket, n)
-    })?;
+    let session = std::cell::RefCell::new(MonitorSession::start()?);
+    let contenders = vec![
+        Contender::new(Beat::FastPath.name(), options.ops(2_000_000), |n| {
+            session.borrow_mut().run(Beat::FastPath, n)
+        }),
+        Contender::new(Beat::Socket.name(), options.ops(4_000), |n| {
+            session.borrow_mut().run(Beat::Socket, n)
+        }),
+    ];
+    let (ours, baselines) = split(interleave(options.batches(), contenders)?);
+    let note = format!(
+        "{:.0} heartbeats/s through shared memory, {:.0}/s over the socket",
+        1e9 / ours.ns.median,
+        1e9 / baselines[0].ns.median
+    );
     Ok(vec![Row {
         bench: "monitor",
         what: "one heartbeat to a rank monitor in another process".into(),
         params: vec![],
-        ours: measured(Beat::FastPath.name(), fast),
-        baselines: vec![measured(Beat::Socket.name(), socket)],
-        note: Some(format!(
-            "{:.0} heartbeats/s through shared memory, {:.0}/s over the socket",
-            1e9 / fast.median,
-            1e9 / socket.median
-        )),
+        ours,
+        baselines,
+        note: Some(note),
     }])
 }
 
