@@ -77,7 +77,6 @@ fn shape(
             BenchmarkId::from_parameter("iceoryx2 request-response"),
             |b| {
                 b.iter_custom(|rounds| {
-                    let _pinned = nodeipc_benches::machine::Pinned::to(0).ok();
                     let mut session = iceoryx::IceoryxSession::start(payload, rounds + WARM_UP)
                         .expect("iceoryx2 start");
                     session.run(WARM_UP).expect("warm-up");

@@ -23,12 +23,45 @@ fn rounds(payload: usize) -> u64 {
     (2_000_000 / (payload as u64 + 2_000)).clamp(20, 2_000)
 }
 
-fn measure(mut run: impl FnMut(u64) -> Duration, rounds: u64) -> f64 {
-    run(rounds / 4 + 1); // warm-up
-    let per: Vec<f64> = (0..BATCHES)
-        .map(|_| run(rounds).as_nanos() as f64 / rounds as f64)
-        .collect();
-    Summary::of(&per).expect("batches").median
+/// One implementation in the chart.
+#[derive(Clone, Copy)]
+enum Contender {
+    Channel(ChannelImpl),
+    Iceoryx2,
+}
+
+impl Contender {
+    fn name(self) -> String {
+        match self {
+            Contender::Channel(which) => which.name().to_owned(),
+            Contender::Iceoryx2 => "iceoryx2 request-response (raw bytes, polling)".to_owned(),
+        }
+    }
+
+    /// One batch: a fresh pair of processes, warmed up, then `rounds` round
+    /// trips; nanoseconds per round trip.
+    fn batch(self, payload: usize, rounds: u64) -> f64 {
+        let warm_up = rounds / 4 + 1;
+        let elapsed: Duration = match self {
+            Contender::Channel(which) => {
+                let mut session =
+                    ChannelSession::start(which, 1, payload, warm_up + rounds).expect("session");
+                session.run(warm_up).expect("warm-up");
+                let elapsed = session.run(rounds).expect("round trips");
+                session.finish().expect("finish");
+                elapsed
+            }
+            Contender::Iceoryx2 => {
+                let mut session =
+                    iceoryx::IceoryxSession::start(payload, warm_up + rounds).expect("iceoryx2");
+                session.run(warm_up).expect("iceoryx2 warm-up");
+                let elapsed = session.run(rounds).expect("iceoryx2 round trips");
+                session.finish().expect("iceoryx2 finish");
+                elapsed
+            }
+        };
+        elapsed.as_nanos() as f64 / rounds as f64
+    }
 }
 
 fn main() {
@@ -37,45 +70,29 @@ fn main() {
     let out = std::env::args()
         .nth(1)
         .unwrap_or_else(|| "channel-latency.svg".to_owned());
-    let impls = [
-        ChannelImpl::Nodeipc,
-        ChannelImpl::GlibcLockstep,
-        ChannelImpl::UnixSocket,
+    let contenders = [
+        Contender::Channel(ChannelImpl::Nodeipc),
+        Contender::Channel(ChannelImpl::GlibcLockstep),
+        Contender::Channel(ChannelImpl::UnixSocket),
+        Contender::Iceoryx2,
     ];
-    let mut series: Vec<(String, Vec<f64>)> = Vec::new();
-    for which in impls {
-        let mut points = Vec::new();
-        for payload in PAYLOADS {
-            let rounds = rounds(payload);
-            let total = rounds * (BATCHES as u64 + 1) + rounds / 4 + 1;
-            let mut session = ChannelSession::start(which, 1, payload, total).expect("session");
-            points.push(measure(|n| session.run(n).expect("round trips"), rounds));
-            session.finish().expect("finish");
-            eprintln!(
-                "{} {payload} B: {:.0} ns",
-                which.name(),
-                points.last().unwrap()
-            );
-        }
-        series.push((which.name().to_owned(), points));
-    }
-    let mut points = Vec::new();
+    let mut series: Vec<(String, Vec<f64>)> =
+        contenders.iter().map(|c| (c.name(), Vec::new())).collect();
     for payload in PAYLOADS {
-        let rounds = rounds(payload);
-        let total = rounds * (BATCHES as u64 + 1) + rounds / 4 + 1;
-        let _pinned = nodeipc_benches::machine::Pinned::to(0).ok();
-        let mut session = iceoryx::IceoryxSession::start(payload, total).expect("iceoryx2");
-        points.push(measure(
-            |n| session.run(n).expect("iceoryx2 round trips"),
-            rounds,
-        ));
-        session.finish().expect("iceoryx2 finish");
-        eprintln!("iceoryx2 {payload} B: {:.0} ns", points.last().unwrap());
+        // Interleaved batches: every contender sees the same moments of a
+        // shared, noisy machine.
+        let mut samples = vec![Vec::with_capacity(BATCHES); contenders.len()];
+        for _ in 0..BATCHES {
+            for (contender, samples) in contenders.iter().zip(&mut samples) {
+                samples.push(contender.batch(payload, rounds(payload)));
+            }
+        }
+        for ((name, points), samples) in series.iter_mut().zip(&samples) {
+            let median = Summary::of(samples).expect("batches").median;
+            eprintln!("{name} {payload} B: {median:.0} ns");
+            points.push(median);
+        }
     }
-    series.push((
-        "iceoryx2 request-response (raw bytes, polling)".to_owned(),
-        points,
-    ));
 
     let mut csv = String::from("payload_bytes");
     for (name, _) in &series {
@@ -90,6 +107,9 @@ fn main() {
         csv.push('\n');
     }
     let csv_path = std::path::Path::new(&out).with_extension("csv");
+    if let Some(dir) = std::path::Path::new(&out).parent() {
+        std::fs::create_dir_all(dir).expect("create the output directory");
+    }
     std::fs::write(&csv_path, &csv).expect("write CSV");
     std::fs::write(&out, svg(&series)).expect("write SVG");
     println!("wrote {out} and {}", csv_path.display());

@@ -1,6 +1,8 @@
 //! iceoryx2's request-response between two processes, for the channel suite:
-//! the client sends a byte slice of the payload size, the server answers
-//! with 4 bytes; both poll (iceoryx2's fastest mode), each on its own core.
+//! the client sends a byte slice of the payload size, the server reads all
+//! of it in place (as any server that uses a request must; our worker copies
+//! it into an owned message) and answers with an 8-byte digest the client
+//! checks; both poll (iceoryx2's fastest mode), each on its own core.
 
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
@@ -8,7 +10,9 @@ use std::time::{Duration, Instant};
 
 use iceoryx2::prelude::*;
 
-/// Set in the server process's environment: `SERVICE PAYLOAD ROUNDS`.
+/// Set in the server process's environment: `SERVICE PAYLOAD ROUNDS CPU`
+/// (`CPU` is `-` for no pinning; the parent decides, since a child of a
+/// pinned parent would count only the one core it inherited).
 const SERVER_ENV: &str = "NODEIPC_BENCH_ICEORYX2_SERVER";
 const TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -31,20 +35,21 @@ pub(crate) fn run_if_server() {
 
 fn serve(spec: &str) -> Result<()> {
     let mut parts = spec.split(' ');
-    let (Some(service), Some(payload), Some(rounds)) = (parts.next(), parts.next(), parts.next())
+    let (Some(service), Some(payload), Some(rounds), Some(cpu)) =
+        (parts.next(), parts.next(), parts.next(), parts.next())
     else {
         return Err("bad server arguments".into());
     };
     let (payload, rounds): (usize, u64) = (payload.parse()?, rounds.parse()?);
-    if nodeipc_benches::machine::cores() >= 2 {
-        nodeipc_benches::machine::pin_current_thread(1)?;
+    if cpu != "-" {
+        nodeipc_benches::machine::pin_current_thread(cpu.parse()?)?;
     }
     let node = NodeBuilder::new().create::<ipc::Service>()?;
     let service = node
         .service_builder(&service.try_into()?)
         .request_response::<[u8], [u8]>()
         .open_or_create()?;
-    let server = service.server_builder().initial_max_slice_len(4).create()?;
+    let server = service.server_builder().initial_max_slice_len(8).create()?;
     println!("ready");
     let start = Instant::now();
     let mut served = 0;
@@ -54,9 +59,9 @@ fn serve(spec: &str) -> Result<()> {
             if len != payload {
                 return Err(format!("a {len}-byte request, expected {payload}").into());
             }
-            let response = request.loan_slice_uninit(4)?;
+            let response = request.loan_slice_uninit(8)?;
             response
-                .write_from_slice(&(len as u32).to_le_bytes())
+                .write_from_slice(&digest(request.payload()).to_le_bytes())
                 .send()?;
             served += 1;
         } else {
@@ -69,6 +74,19 @@ fn serve(spec: &str) -> Result<()> {
     Ok(())
 }
 
+/// XOR of the payload's 8-byte words (and its tail): cheap, but it reads
+/// every byte, so the server cannot answer without touching the request.
+fn digest(bytes: &[u8]) -> u64 {
+    let words = bytes.chunks_exact(8);
+    let tail = words
+        .remainder()
+        .iter()
+        .fold(0u64, |d, &b| d.rotate_left(8) ^ u64::from(b));
+    words.fold(tail, |d, w| {
+        d ^ u64::from_le_bytes(w.try_into().expect("8 bytes"))
+    })
+}
+
 /// A client and a server process, ready for `rounds` round trips.
 pub(crate) struct IceoryxSession {
     server: Child,
@@ -76,6 +94,11 @@ pub(crate) struct IceoryxSession {
     _node: Node<ipc::Service>,
     client: iceoryx2::port::client::Client<ipc::Service, [u8], (), [u8], ()>,
     payload: Vec<u8>,
+    /// What the server must answer for `payload`.
+    digest: [u8; 8],
+    /// The client polls on core 0 while the server polls on core 1: two
+    /// pollers sharing a core would take turns a scheduler slice at a time.
+    _pinned: Option<nodeipc_benches::machine::Pinned>,
 }
 
 impl IceoryxSession {
@@ -85,8 +108,10 @@ impl IceoryxSession {
             std::process::id(),
             Instant::now().elapsed().subsec_nanos()
         );
+        let pin = nodeipc_benches::machine::cores() >= 2;
+        let cpu = if pin { "1" } else { "-" };
         let mut server = Command::new(std::env::current_exe()?)
-            .env(SERVER_ENV, format!("{name} {payload} {rounds}"))
+            .env(SERVER_ENV, format!("{name} {payload} {rounds} {cpu}"))
             .stdout(Stdio::piped())
             .spawn()?;
         let mut line = String::new();
@@ -104,11 +129,18 @@ impl IceoryxSession {
             .client_builder()
             .initial_max_slice_len(payload.max(1))
             .create()?;
+        let pinned = if pin {
+            Some(nodeipc_benches::machine::Pinned::to(0)?)
+        } else {
+            None
+        };
         Ok(IceoryxSession {
             server,
             _node: node,
             client,
             payload: vec![0x5a; payload],
+            digest: digest(&vec![0x5a; payload]).to_le_bytes(),
+            _pinned: pinned,
         })
     }
 
@@ -121,8 +153,8 @@ impl IceoryxSession {
             let waiting = Instant::now();
             loop {
                 if let Some(response) = pending.receive()? {
-                    if response.payload().len() != 4 {
-                        return Err("a response of the wrong size".into());
+                    if response.payload() != self.digest.as_slice() {
+                        return Err("a response with the wrong digest".into());
                     }
                     break;
                 }

@@ -17,6 +17,12 @@ const LABEL: &str = "futex semaphore";
 /// a few microseconds of `PAUSE`, far less than one futex wake-up costs.
 const SPIN_POLLS: u32 = 128;
 
+/// How long a waiter keeps yielding before it parks: about what one futex
+/// wake-up costs on a virtual machine (a parked waiter pays the wake-up on
+/// top of the wait). Yielding, unlike spinning, gives the core away at once
+/// when another process wants it, so more processes than cores lose little.
+const YIELD_FOR: Duration = Duration::from_micros(50);
+
 /// A counting semaphore that lives inside a shared region: the count is a
 /// 32-bit futex word, beside it the number of parked waiters.
 ///
@@ -26,8 +32,8 @@ const SPIN_POLLS: u32 = 128;
 ///
 /// - `wait` takes the count if positive; otherwise it polls it briefly (a
 ///   peer on another core often posts within a cache-line round trip), then
-///   yields a few times (crossbeam's `Backoff`), then parks with `FUTEX_WAIT`
-///   for the time left.
+///   yields (crossbeam's `Backoff`) for up to 50 µs — about what a wake-up
+///   costs — then parks with `FUTEX_WAIT` for the time left.
 /// - `post` increments the count and issues `FUTEX_WAKE` only when a waiter
 ///   is parked: an uncontended post is one atomic add and one load.
 ///
@@ -82,8 +88,10 @@ impl ShmSemaphore {
     /// within a few cache-line transfers, so the waiter first polls the count
     /// with plain loads at a constant interval (an exponential back-off would
     /// leave gaps of microseconds between looks and miss the post by that
-    /// much). Then it yields a few times (crossbeam's `Backoff`), which lets
-    /// the poster run when there are more processes than cores. Then it
+    /// much). Then it yields (crossbeam's `Backoff`) for up to
+    /// [`YIELD_FOR`], which lets the poster run when there are more processes
+    /// than cores and catches a post that is a few microseconds of work away
+    /// (a large request being encoded) without paying a wake-up. Then it
     /// parks. The clock is read only once polling has failed: on this kind of
     /// machine a clock read costs as much as a cache-line round trip.
     fn wait_for(&self, timeout: Option<Duration>) -> Result<()> {
@@ -114,7 +122,7 @@ impl ShmSemaphore {
                 Some(deadline) => Some(deadline - now),
                 None => None,
             };
-            if backoff.is_completed() {
+            if backoff.is_completed() && now - start >= YIELD_FOR {
                 self.park(left)?;
             } else {
                 backoff.snooze();
