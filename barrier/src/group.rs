@@ -20,6 +20,9 @@ const LIVENESS_SLICE: Duration = Duration::from_millis(50);
 /// How many times a waiter looks at the generation before it starts
 /// yielding: a few microseconds, far less than a futex wake-up.
 const SPIN_POLLS: u32 = 128;
+/// The same with more ranks than cores: the ranks still to arrive need
+/// this core, so a waiter looks only briefly before yielding it.
+const OVERSUBSCRIBED_SPIN_POLLS: u32 = 16;
 /// How long a waiter keeps yielding its core before it parks.
 const YIELD_BUDGET: Duration = Duration::from_micros(100);
 
@@ -66,6 +69,9 @@ pub struct Group {
     timeout: Duration,
     /// Collectives so far: picks which of the two slot buffers the next uses.
     epoch: u64,
+    /// Cores this process may run on: with more ranks waiting than that,
+    /// polling only delays the ranks that still have to arrive.
+    cores: u32,
 }
 
 impl Group {
@@ -149,6 +155,7 @@ impl Group {
             peers: Vec::new(),
             transport: Transport::Pidfd,
             mesh: None,
+            cores: thread::available_parallelism().map_or(1, |n| n.get() as u32),
             timeout: options.timeout,
             epoch: 0,
         };
@@ -412,7 +419,12 @@ impl Group {
             return Ok(());
         }
         let passed = || wake.generation.load(Ordering::Acquire) != generation;
-        for _ in 0..SPIN_POLLS {
+        let polls = if parties > self.cores {
+            OVERSUBSCRIBED_SPIN_POLLS
+        } else {
+            SPIN_POLLS
+        };
+        for _ in 0..polls {
             std::hint::spin_loop();
             if passed() {
                 return Ok(());
