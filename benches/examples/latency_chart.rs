@@ -16,7 +16,7 @@ use nodeipc_benches::{Summary, run_if_peer};
 mod iceoryx;
 
 const PAYLOADS: [usize; 6] = [64, 1 << 10, 16 << 10, 128 << 10, 512 << 10, 1 << 20];
-const BATCHES: usize = 9;
+const BATCHES: usize = 15;
 
 /// Round trips per batch: about the same time per batch whatever the size.
 fn rounds(payload: usize) -> u64 {
