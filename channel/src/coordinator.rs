@@ -5,7 +5,7 @@ use std::os::fd::BorrowedFd;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::{self, JoinHandle};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use nodeipc_fdpass::{Pidfd, open_verified};
 use nodeipc_proto::execute::{ExecuteRequest, ExecuteResponse};
@@ -16,7 +16,8 @@ use crate::aggregate::{aggregate, validate};
 use crate::config::{ChannelConfig, Direction, Role};
 use crate::layout::{self, Layout, worker_flags};
 use crate::sems::SemSet;
-use crate::{Error, Result, wait};
+use crate::wait::{self, Poll};
+use crate::{Error, Result};
 
 /// Called by the response thread with each aggregated response, or with the
 /// error that ended its gather.
@@ -197,8 +198,7 @@ impl Coordinator {
     /// # Errors
     /// [`Error::Timeout`] naming how many joined; [`Error::WorkerDied`].
     pub fn wait_for_workers(&self, timeout: Duration) -> Result<()> {
-        let start = Instant::now();
-        let mut pause = Duration::from_micros(50);
+        let mut poll = Poll::new(Duration::from_micros(50), Duration::from_millis(5), timeout);
         loop {
             let mut joined = 0;
             for rank in 0..self.shared.config.workers {
@@ -210,18 +210,12 @@ impl Coordinator {
             if joined == self.shared.config.workers {
                 break;
             }
-            if start.elapsed() >= timeout {
-                return Err(Error::Timeout {
-                    channel: self.shared.config.name.clone(),
-                    op: format!(
-                        "waiting for workers to join ({joined} of {} did)",
-                        self.shared.config.workers
-                    ),
-                    waited: start.elapsed(),
-                });
-            }
-            thread::sleep(pause);
-            pause = (pause * 2).min(Duration::from_millis(5));
+            poll.pause(&self.shared.config.name, || {
+                format!(
+                    "waiting for workers to join ({joined} of {} did)",
+                    self.shared.config.workers
+                )
+            })?;
         }
         let _ = self.shared.request.unlink_now();
         let _ = self.shared.response.unlink_now();
@@ -344,8 +338,11 @@ impl Coordinator {
             gatherer.next += 1;
             return Ok((rank as u32, response));
         }
-        let start = Instant::now();
-        let mut pause = Duration::from_micros(5);
+        let mut poll = Poll::new(
+            Duration::from_micros(5),
+            Duration::from_millis(1),
+            shared.config.timeout,
+        );
         loop {
             for rank in 0..shared.config.workers {
                 let r = rank as usize;
@@ -369,19 +366,9 @@ impl Coordinator {
             for rank in 0..shared.config.workers {
                 shared.check_worker(rank)?;
             }
-            if start.elapsed() >= shared.config.timeout {
-                return Err(Error::Timeout {
-                    channel: shared.config.name.clone(),
-                    op: format!("waiting for any worker's response to request {n}"),
-                    waited: start.elapsed(),
-                });
-            }
-            if pause < Duration::from_micros(50) {
-                thread::yield_now();
-            } else {
-                thread::sleep(pause);
-            }
-            pause = (pause * 2).min(Duration::from_millis(1));
+            poll.pause(&shared.config.name, || {
+                format!("waiting for any worker's response to request {n}")
+            })?;
         }
     }
 
@@ -621,8 +608,11 @@ impl Shared {
     /// `recv_first`: the worker may be blocked on its full slot until then.
     fn wait_frame_draining(&self, rank: u32) -> Result<()> {
         let produce = self.sem(Direction::Request, Role::Produce, rank);
-        let start = Instant::now();
-        let mut pause = Duration::from_micros(5);
+        let mut poll = Poll::new(
+            Duration::from_micros(5),
+            Duration::from_millis(1),
+            self.config.timeout,
+        );
         loop {
             if produce.try_wait().map_err(|source| Error::Sem {
                 channel: self.config.name.clone(),
@@ -647,19 +637,9 @@ impl Shared {
                 }
             }
             self.check_worker(rank)?;
-            if start.elapsed() >= self.config.timeout {
-                return Err(Error::Timeout {
-                    channel: self.config.name.clone(),
-                    op: format!("waiting for worker {rank} to free a request frame"),
-                    waited: start.elapsed(),
-                });
-            }
-            if pause < Duration::from_micros(50) {
-                thread::yield_now();
-            } else {
-                thread::sleep(pause);
-            }
-            pause = (pause * 2).min(Duration::from_millis(1));
+            poll.pause(&self.config.name, || {
+                format!("waiting for worker {rank} to free a request frame")
+            })?;
         }
     }
 
