@@ -63,7 +63,8 @@ impl Row {
     }
 
     /// One JSON object: `bench`, the parameters, `ns_per_op` (ours),
-    /// `p99_ns_per_op`, and per baseline its `ns_per_op` and the `ratio`.
+    /// `p99_ns_per_op`, per baseline its `ns_per_op` and the `ratio`, the
+    /// row's `note` if it has one, and the `machine` it ran on.
     pub fn to_json(&self) -> String {
         let mut out = format!(
             "{{\"bench\":\"{}\",\"what\":\"{}\"",
@@ -97,7 +98,14 @@ impl Row {
             .iter()
             .map(|b| format!("\"{}\":{:.4}", escape(&b.name), self.ratio(b)))
             .collect();
-        out.push_str(&format!(",\"ratio\":{{{}}}}}", ratios.join(",")));
+        out.push_str(&format!(",\"ratio\":{{{}}}", ratios.join(",")));
+        if let Some(note) = &self.note {
+            out.push_str(&format!(",\"note\":\"{}\"", escape(note)));
+        }
+        out.push_str(&format!(
+            ",\"machine\":\"{}\"}}",
+            escape(&crate::machine::describe())
+        ));
         out
     }
 }
