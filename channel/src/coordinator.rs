@@ -48,6 +48,14 @@ struct ResponseThread {
     handle: JoinHandle<ResponseHandler>,
 }
 
+/// Who waits on a worker: the response thread also stops waiting when
+/// asked to stop.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Waiter {
+    Caller,
+    ResponseThread,
+}
+
 /// What the sending side and the response thread share.
 pub(crate) struct Shared {
     pub(crate) config: ChannelConfig,
@@ -387,7 +395,7 @@ impl Coordinator {
         let mut drained = 0;
         for rank in 0..shared.config.workers {
             while gatherer.consumed[rank as usize] < next {
-                let _ = shared.consume(rank, Slot::Response)?;
+                let _ = shared.consume(Waiter::Caller, rank, Slot::Response)?;
                 gatherer.consumed[rank as usize] += 1;
                 drained += 1;
             }
@@ -398,7 +406,7 @@ impl Coordinator {
 
     fn gather(&mut self, slot: Slot) -> Result<Vec<Result<ExecuteResponse>>> {
         self.check_no_thread()?;
-        self.shared.gather(slot)
+        self.shared.gather(Waiter::Caller, slot)
     }
 
     fn check_no_thread(&self) -> Result<()> {
@@ -590,6 +598,18 @@ impl Shared {
     }
 
     fn wait_worker(&self, direction: Direction, role: Role, rank: u32) -> Result<()> {
+        self.wait_worker_as(Waiter::Caller, direction, role, rank)
+    }
+
+    /// [`wait_worker`](Shared::wait_worker) for `waiter`: the response thread
+    /// also gives up (within a wait slice) once it is asked to stop.
+    fn wait_worker_as(
+        &self,
+        waiter: Waiter,
+        direction: Direction,
+        role: Role,
+        rank: u32,
+    ) -> Result<()> {
         let what = || match direction {
             Direction::Request => format!("waiting for worker {rank} to free a request frame"),
             Direction::Response => format!("waiting for worker {rank}'s response"),
@@ -599,7 +619,15 @@ impl Shared {
             self.config.timeout,
             &self.config.name,
             what,
-            || self.check_worker(rank),
+            || {
+                if waiter == Waiter::ResponseThread && self.stop.load(Ordering::SeqCst) {
+                    return Err(Error::ResponseThread {
+                        channel: self.config.name.clone(),
+                        reason: "the response thread was asked to stop",
+                    });
+                }
+                self.check_worker(rank)
+            },
         )
     }
 
@@ -646,8 +674,8 @@ impl Shared {
     /// Takes worker `rank`'s next response from `slot`, waiting for it. The
     /// outer result is the wait (a dead worker, a timeout); the inner one
     /// the response's own validity.
-    fn consume(&self, rank: u32, slot: Slot) -> Result<Result<ExecuteResponse>> {
-        self.wait_worker(Direction::Response, Role::Consume, rank)?;
+    fn consume(&self, waiter: Waiter, rank: u32, slot: Slot) -> Result<Result<ExecuteResponse>> {
+        self.wait_worker_as(waiter, Direction::Response, Role::Consume, rank)?;
         Ok(self.read_and_release(rank, slot))
     }
 
@@ -692,7 +720,10 @@ impl Shared {
         validate(&self.config.name, rank, response)
     }
 
-    fn gather(&self, slot: Slot) -> Result<Vec<Result<ExecuteResponse>>> {
+    /// Every worker's response to the next request. Interrupted (by a stop
+    /// of the response thread, a dead worker, a timeout), it keeps what it
+    /// gathered: the next gather goes on from there.
+    fn gather(&self, waiter: Waiter, slot: Slot) -> Result<Vec<Result<ExecuteResponse>>> {
         let mut gatherer = self.lock_gatherer();
         let n = gatherer.next;
         self.check_outstanding(n)?;
@@ -703,10 +734,10 @@ impl Shared {
             }
             while gatherer.consumed[r] < n {
                 // A response recv_first did not need: consume and drop it.
-                let _ = self.consume(rank, Slot::Response)?;
+                let _ = self.consume(waiter, rank, Slot::Response)?;
                 gatherer.consumed[r] += 1;
             }
-            let response = self.consume(rank, slot)?;
+            let response = self.consume(waiter, rank, slot)?;
             gatherer.consumed[r] += 1;
             gatherer.partial[r] = Some(response);
         }
@@ -730,11 +761,14 @@ impl Shared {
                 self.wait_idle(next);
                 continue;
             }
-            match self.gather(Slot::Response) {
+            match self.gather(Waiter::ResponseThread, Slot::Response) {
                 Ok(responses) => {
                     let all: Result<Vec<_>> = responses.into_iter().collect();
                     handler(all.and_then(aggregate));
                 }
+                // Asked to stop mid-gather: what was gathered stays for the
+                // next gather, and the handler hears nothing.
+                Err(_) if self.stop.load(Ordering::SeqCst) => break,
                 Err(e) => {
                     handler(Err(e));
                     break;
