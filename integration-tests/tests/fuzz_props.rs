@@ -125,6 +125,76 @@ fn a_hostile_handshake_server_gives_clients_errors_not_panics() {
     nothing_left("fuzz-hs");
 }
 
+/// An accept whose descriptors are described as `described` (kind, size),
+/// sent with `regions`, framed as the handshake frames a reply.
+fn accept_frame(described: &[(i32, u64)]) -> Vec<u8> {
+    use nodeipc_proto::handshake::{Accept, LogonReply, PROTOCOL_VERSION, PassedFd, logon_reply};
+    use prost::Message;
+    let reply = LogonReply {
+        reply: Some(logon_reply::Reply::Accept(Accept {
+            protocol_version: PROTOCOL_VERSION,
+            fds: described
+                .iter()
+                .map(|&(kind, size)| PassedFd { kind, size })
+                .collect(),
+            ..Accept::default()
+        })),
+    };
+    let body = reply.encode_to_vec();
+    let mut frame = (body.len() as u32).to_le_bytes().to_vec();
+    frame.extend(body);
+    frame
+}
+
+#[test]
+fn a_server_that_misdescribes_its_descriptors_is_refused_naming_which() {
+    use nodeipc_proto::handshake::FdKind;
+    let _dog = Watchdog::new("misdescribed descriptors", Duration::from_secs(60));
+    let server = drivers::FakeServer::start();
+    let logon = || {
+        nodeipc_channel::connect(
+            server.path(),
+            &nodeipc_channel::worker_logon(0),
+            Duration::from_secs(5),
+        )
+    };
+    let cases: [(&[(i32, u64)], usize, &str); 3] = [
+        // A role the protocol does not define, and one left unset.
+        (
+            &[(99, 4096)],
+            4096,
+            "descriptor 0 of the accept has no known role (kind 99)",
+        ),
+        (
+            &[(FdKind::RequestRegion as i32, 4096), (0, 4096)],
+            4096,
+            "descriptor 1 of the accept has no known role (kind 0)",
+        ),
+        // A region smaller than the size the client would map.
+        (
+            &[(FdKind::RequestRegion as i32, 1 << 20)],
+            4096,
+            "descriptor 0 (FD_KIND_REQUEST_REGION) holds 4096 bytes, the accept says 1048576",
+        ),
+    ];
+    for (described, size, expected) in cases {
+        let regions = described
+            .iter()
+            .map(|_| Region::anonymous(size).expect("memfd"))
+            .collect();
+        server.answer(accept_frame(described), regions);
+        match logon() {
+            Err(nodeipc_channel::Error::Handshake { reason, .. }) => assert!(
+                reason.contains(expected),
+                "refused for another reason: {reason} (expected {expected})"
+            ),
+            Err(other) => panic!("expected a handshake error saying {expected:?}, got {other}"),
+            Ok(_) => panic!("accepted descriptors described as {described:?}"),
+        }
+    }
+    drop(server);
+}
+
 #[test]
 fn any_bytes_on_the_monitor_socket_get_frames_back_and_the_server_keeps_serving() {
     let _dog = Watchdog::new("hostile monitor client", Duration::from_secs(300));

@@ -204,17 +204,37 @@ pub fn connect(path: impl AsRef<Path>, logon: &Logon, timeout: Duration) -> Resu
                     fds.len()
                 )));
             }
+            // The server is trusted only as far as we check it: every
+            // descriptor must have a known role and be at least as large as
+            // the accept says, since that size is what gets mapped.
             let fds = accept
                 .fds
                 .iter()
                 .zip(fds)
-                .map(|(described, fd)| {
-                    (
-                        FdKind::try_from(described.kind).unwrap_or(FdKind::Unspecified),
-                        fd,
-                    )
+                .enumerate()
+                .map(|(index, (described, fd))| {
+                    let kind = match FdKind::try_from(described.kind) {
+                        Ok(FdKind::Unspecified) | Err(_) => {
+                            return Err(handshake(format!(
+                                "descriptor {index} of the accept has no known role (kind {})",
+                                described.kind
+                            )));
+                        }
+                        Ok(kind) => kind,
+                    };
+                    let actual = rustix::fs::fstat(&fd)
+                        .map_err(|e| handshake(format!("fstat of descriptor {index}: {e}")))?
+                        .st_size;
+                    if u64::try_from(actual).map_or(true, |actual| actual < described.size) {
+                        return Err(handshake(format!(
+                            "descriptor {index} ({}) holds {actual} bytes, the accept says {}",
+                            kind.as_str_name(),
+                            described.size
+                        )));
+                    }
+                    Ok((kind, fd))
                 })
-                .collect();
+                .collect::<Result<Vec<_>>>()?;
             Ok(Session {
                 accept,
                 fds,

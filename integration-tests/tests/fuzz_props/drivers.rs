@@ -815,6 +815,16 @@ impl FakeServer {
     pub fn path(&self) -> &Path {
         &self.path
     }
+
+    /// Answers the next connection with `reply` (its first byte carrying
+    /// `regions`' descriptors).
+    pub fn answer(&self, reply: Vec<u8>, regions: Vec<Region>) {
+        self.scripts
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .send((reply, regions))
+            .expect("fake server alive");
+    }
 }
 
 impl Drop for FakeServer {
@@ -841,12 +851,7 @@ pub fn logon_reply(server: &FakeServer, data: &[u8]) {
     if reply.is_empty() {
         return;
     }
-    server
-        .scripts
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .send((reply, regions))
-        .expect("fake server alive");
+    server.answer(reply, regions);
     match connect(server.path(), &worker_logon(0), Duration::from_millis(500)) {
         Ok(session) => {
             assert_eq!(session.fds.len(), session.accept.fds.len());
