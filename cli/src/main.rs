@@ -68,7 +68,10 @@ pub(crate) type CmdResult = Result<(), Failure>;
 fn main() -> ExitCode {
     // Benchmark peers and monitors are this binary, spawned again.
     nodeipc_benches::run_if_peer();
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => return usage_error(e),
+    };
     let result = match cli.command {
         Command::Demo(args) => demo::run(args),
         Command::Bench(args) => bench_cmd::run(args),
@@ -88,6 +91,28 @@ fn main() -> ExitCode {
         Err(Failure::Timeout(line)) => {
             eprintln!("nodeipc: {line}");
             ExitCode::from(3)
+        }
+    }
+}
+
+/// Help and version go out as clap writes them; a usage error becomes one
+/// line on stderr (what was wrong, then where to look) and exit code 2, like
+/// every other failure of this command.
+fn usage_error(error: clap::Error) -> ExitCode {
+    use clap::error::ErrorKind;
+    match error.kind() {
+        ErrorKind::DisplayHelp
+        | ErrorKind::DisplayVersion
+        | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => error.exit(),
+        _ => {
+            let text = error.to_string();
+            let first = text
+                .lines()
+                .next()
+                .unwrap_or("bad arguments")
+                .trim_start_matches("error: ");
+            eprintln!("nodeipc: {first} (see --help)");
+            ExitCode::from(2)
         }
     }
 }

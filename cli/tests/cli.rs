@@ -230,6 +230,14 @@ fn demo_runs_the_whole_pipeline_reports_and_leaves_nothing() {
 #[test]
 fn demo_refuses_bad_arguments_with_one_line() {
     let out = nodeipc(&["demo", "--workers", "0"]);
-    assert_eq!(out.status.code(), Some(2), "clap's usage error");
-    assert!(String::from_utf8_lossy(&out.stderr).contains("--workers"));
+    assert_eq!(out.status.code(), Some(2), "a usage error");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(stderr.lines().count(), 1, "one line: {stderr:?}");
+    assert!(stderr.contains("--workers"), "{stderr}");
+    assert!(stderr.contains("1..=64"), "names the range: {stderr}");
+    let out = nodeipc(&["frobnicate"]);
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(stderr.lines().count(), 1, "one line: {stderr:?}");
+    assert!(stderr.contains("frobnicate"), "{stderr}");
 }
