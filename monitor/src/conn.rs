@@ -43,6 +43,9 @@ pub(crate) struct Conn {
     stream: UnixStream,
     /// Who the kernel says connected.
     pub(crate) peer: Credentials,
+    /// The connecting process's start time, read when it connected: Init
+    /// checks it again, so a pid reused since then is not taken for it.
+    pub(crate) peer_start: Option<u64>,
     input: Vec<u8>,
     output: VecDeque<Outgoing>,
     /// The peer closed its end (or reading failed).
@@ -53,9 +56,13 @@ pub(crate) struct Conn {
 
 impl Conn {
     pub(crate) fn new(stream: UnixStream, peer: Credentials) -> Conn {
+        let peer_start = (peer.pid != 0)
+            .then(|| nodeipc_fdpass::process_start_time(peer.pid))
+            .flatten();
         Conn {
             stream,
             peer,
+            peer_start,
             input: Vec::new(),
             output: VecDeque::new(),
             closed: false,

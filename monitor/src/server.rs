@@ -60,6 +60,8 @@ impl StopHandle {
 struct Waiting {
     stream: UnixStream,
     peer: Credentials,
+    /// As [`Conn::peer_start`], read when it connected.
+    peer_start: Option<u64>,
     since: Instant,
 }
 
@@ -454,6 +456,9 @@ impl MonitorServer {
                 self.waiting.push_back(Waiting {
                     stream,
                     peer,
+                    peer_start: (peer.pid != 0)
+                        .then(|| nodeipc_fdpass::process_start_time(peer.pid))
+                        .flatten(),
                     since: Instant::now(),
                 });
             }
@@ -521,6 +526,7 @@ impl MonitorServer {
                 w.since.elapsed().as_millis()
             ));
             let mut conn = Conn::new(w.stream, w.peer);
+            conn.peer_start = w.peer_start;
             conn.fill();
             self.conn = Some(conn);
             // Frames it sent while waiting are answered now.

@@ -126,7 +126,7 @@ impl MonitorServer {
                 ),
             });
         }
-        let Some(peer) = self.conn.as_ref().map(|c| c.peer) else {
+        let Some((peer, peer_start)) = self.conn.as_ref().map(|c| (c.peer, c.peer_start)) else {
             return Err("no connection".to_owned());
         };
         let Some(info) = init.rank else {
@@ -137,6 +137,15 @@ impl MonitorServer {
                 "the connecting process lives in a pid namespace the monitor cannot see (SO_PEERCRED pid 0); run the monitor in the rank's pid namespace"
                     .to_owned(),
             );
+        }
+        // SO_PEERCRED's pid was read when the client connected (it may have
+        // waited for the rank connection since): the process must still be
+        // the one that connected, not another that got its pid since.
+        if peer_start.is_none() || nodeipc_fdpass::process_start_time(peer.pid) != peer_start {
+            return Err(format!(
+                "the connecting process (pid {}) has exited since it connected; a process that holds its socket now cannot register in its name",
+                peer.pid
+            ));
         }
         let pid = if info.pid == 0 { peer.pid } else { info.pid };
         let pidfd = Pidfd::open(pid).map_err(|e| format!("cannot watch pid {pid}: {e}"))?;

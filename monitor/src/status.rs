@@ -71,7 +71,11 @@ pub enum RankState {
     Terminated,
     /// The rank's connection went while a restart is expected.
     Restarting,
-    /// The monitor shut down.
+    /// The monitor shut down. Nothing is served after that, so no status
+    /// query returns it: a client sees this state as the socket refusing
+    /// connections (the log's `shutting down` line records why). It is in
+    /// the protocol so that the state machine is complete for anyone who
+    /// relays a monitor's states.
     Closed,
 }
 
