@@ -203,6 +203,23 @@ pub enum Error {
         reason: String,
     },
 
+    /// A system call on a process (`pidfd_open`, `pidfd_send_signal`,
+    /// `pidfd_getfd`, a poll of its pidfd) failed for a reason no other
+    /// variant covers; names the process and, for `pidfd_getfd`, the
+    /// descriptor. The errno is kept in `source`.
+    #[error("{op} failed for process {pid}{}: {source}", descriptor_suffix(*.fd))]
+    ProcessIo {
+        /// The call.
+        op: &'static str,
+        /// The process it was about.
+        pid: u32,
+        /// The descriptor in that process, for `pidfd_getfd`.
+        fd: Option<i32>,
+        /// The error with its raw errno.
+        #[source]
+        source: io::Error,
+    },
+
     /// A system call failed; the errno is kept in `source`.
     #[error("{op} failed: {source}")]
     Io {
@@ -221,6 +238,26 @@ impl Error {
             source: source.into(),
         }
     }
+
+    pub(crate) fn process_io(
+        op: &'static str,
+        pid: u32,
+        fd: Option<i32>,
+        source: impl Into<io::Error>,
+    ) -> Self {
+        Error::ProcessIo {
+            op,
+            pid,
+            fd,
+            source: source.into(),
+        }
+    }
+}
+
+/// `", descriptor <fd>"` when there is one, for [`Error::ProcessIo`].
+fn descriptor_suffix(fd: Option<i32>) -> String {
+    fd.map(|fd| format!(", descriptor {fd}"))
+        .unwrap_or_default()
 }
 
 impl From<Error> for io::Error {
@@ -228,7 +265,9 @@ impl From<Error> for io::Error {
     /// error of the closest kind carrying the full message.
     fn from(error: Error) -> io::Error {
         let kind = match &error {
-            Error::Io { source, .. } | Error::Listen { source, .. } => {
+            Error::Io { source, .. }
+            | Error::ProcessIo { source, .. }
+            | Error::Listen { source, .. } => {
                 return io::Error::new(source.kind(), error.to_string());
             }
             Error::AlreadyServing { .. } => io::ErrorKind::AddrInUse,

@@ -32,7 +32,8 @@ impl Pidfd {
     ///
     /// # Errors
     /// [`Error::ProcessGone`] if there is no such process;
-    /// [`Error::Unsupported`] on kernels before 5.3; [`Error::Io`].
+    /// [`Error::Unsupported`] on kernels before 5.3; [`Error::ProcessIo`]
+    /// naming the pid (`EMFILE`, say).
     ///
     /// # References
     /// - [Linux `pidfd_open(2)`](https://man7.org/linux/man-pages/man2/pidfd_open.2.html)
@@ -54,7 +55,7 @@ impl Pidfd {
                 call: "pidfd_open",
                 needs: "5.3",
             },
-            e => Error::io("pidfd_open", e),
+            e => Error::process_io("pidfd_open", pid, None, e),
         })?;
         Ok(Pidfd { fd, pid })
     }
@@ -67,8 +68,8 @@ impl Pidfd {
     /// Sends `signal` to the process (`pidfd_send_signal`).
     ///
     /// # Errors
-    /// [`Error::ProcessGone`] if it has exited; [`Error::Io`] (`EPERM` for a
-    /// process of another user).
+    /// [`Error::ProcessGone`] if it has exited; [`Error::ProcessIo`] naming
+    /// the pid (`EPERM` for a process of another user).
     #[doc(alias = "pidfd_send_signal")]
     pub fn send_signal(&self, signal: Signal) -> Result<()> {
         rustix::process::pidfd_send_signal(&self.fd, signal).map_err(|e| match e {
@@ -76,7 +77,7 @@ impl Pidfd {
                 pid: self.pid,
                 reason: "it has exited",
             },
-            e => Error::io("pidfd_send_signal", e),
+            e => Error::process_io("pidfd_send_signal", self.pid, None, e),
         })
     }
 
@@ -89,7 +90,7 @@ impl Pidfd {
     /// Waits up to `timeout` for the process to exit; `Ok(true)` if it did.
     ///
     /// # Errors
-    /// [`Error::Io`] from `poll`.
+    /// [`Error::ProcessIo`] naming the pid, from `poll`.
     pub fn wait_exit(&self, timeout: Duration) -> Result<bool> {
         self.poll_exit(Some(timeout))
     }
@@ -107,7 +108,7 @@ impl Pidfd {
                 Ok(0) => return Ok(false),
                 Ok(_) => return Ok(true),
                 Err(Errno::INTR) => continue,
-                Err(e) => return Err(Error::io("poll(pidfd)", e)),
+                Err(e) => return Err(Error::process_io("poll(pidfd)", self.pid, None, e)),
             }
         }
     }
@@ -118,7 +119,8 @@ impl Pidfd {
     /// # Errors
     /// [`Error::NotPermitted`] when the kernel refuses (another user, Yama,
     /// seccomp) with the ways out in its message; [`Error::NoSuchFd`];
-    /// [`Error::ProcessGone`]; [`Error::Unsupported`] before Linux 5.6.
+    /// [`Error::ProcessGone`]; [`Error::Unsupported`] before Linux 5.6;
+    /// [`Error::ProcessIo`] naming the pid and `target` (`EMFILE`, say).
     ///
     /// # References
     /// - [Linux `pidfd_getfd(2)`](https://man7.org/linux/man-pages/man2/pidfd_getfd.2.html)
@@ -136,7 +138,7 @@ impl Pidfd {
                 call: "pidfd_getfd",
                 needs: "5.6",
             },
-            e => Error::io("pidfd_getfd", e),
+            e => Error::process_io("pidfd_getfd", pid, Some(fd), e),
         })
     }
 }

@@ -16,6 +16,12 @@ use crate::{Error, Result};
 /// The most descriptors one message can carry (`SCM_MAX_FD` in the kernel).
 pub const SCM_MAX_FD: usize = 253;
 
+/// Bytes in `sockaddr_un.sun_path` on Linux: the longest path a socket
+/// address holds (without a terminating NUL; the kernel accepts that when
+/// sending to it). [`Listener::bind`](crate::Listener::bind) keeps one byte for
+/// the NUL.
+const SUN_PATH_LEN: usize = 108;
+
 /// Room for the largest control message we ever send or accept.
 const CONTROL_SPACE: usize = rustix::cmsg_space!(ScmRights(SCM_MAX_FD));
 
@@ -69,7 +75,10 @@ pub fn send_fds(socket: impl AsFd, payload: &[u8], fds: &[BorrowedFd<'_>]) -> Re
 /// at `path`.
 ///
 /// # Errors
-/// As [`send_fds`]; [`Error::Io`] if `path` is too long for a socket address.
+/// As [`send_fds`]; [`Error::PathTooLong`] naming `path` if it is longer
+/// than a socket address holds (108 bytes), before anything is
+/// sent; [`Error::Io`] if it is no valid socket address otherwise (a NUL
+/// byte in it).
 #[doc(alias = "sendmsg")]
 pub fn send_fds_to(
     socket: impl AsFd,
@@ -77,7 +86,20 @@ pub fn send_fds_to(
     payload: &[u8],
     fds: &[BorrowedFd<'_>],
 ) -> Result<usize> {
-    let address = SocketAddrUnix::new(path.as_ref()).map_err(|e| Error::io("sockaddr_un", e))?;
+    let path = path.as_ref();
+    let len = path.as_os_str().len();
+    let too_long = || Error::PathTooLong {
+        path: path.to_owned(),
+        len,
+        max: SUN_PATH_LEN,
+    };
+    if len > SUN_PATH_LEN {
+        return Err(too_long());
+    }
+    let address = SocketAddrUnix::new(path).map_err(|e| match e {
+        Errno::NAMETOOLONG => too_long(),
+        e => Error::io("sockaddr_un", e),
+    })?;
     send_impl(socket.as_fd(), Some(&address), payload, fds)
 }
 

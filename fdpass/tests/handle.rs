@@ -2,13 +2,15 @@
 //! cross-process cases live in `integration-tests/tests/fdpass_processes.rs`.
 
 use std::io::{Read, Write};
-use std::os::fd::AsFd;
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use nodeipc_fdpass::{
     Error, FdHandle, ForeignFd, Pidfd, Transport, peer_credentials, pidfd_getfd_available,
     require_peer_uid,
 };
+use nodeipc_testkit::spawn_child;
 use proptest::prelude::*;
 
 #[test]
@@ -28,16 +30,33 @@ fn export_import_round_trip_shares_the_open_file() {
 
 #[test]
 fn a_closed_descriptor_is_no_such_fd() {
+    // The kernel hands out the lowest free number and this process holds a
+    // handful, so a number just under the soft limit (capped, to keep the
+    // descriptor table small) stays free once closed: no other test thread
+    // can be given it before the import below.
+    let soft = rustix::process::getrlimit(rustix::process::Resource::Nofile)
+        .current
+        .unwrap_or(u64::MAX);
+    let min = soft.min(4096).saturating_sub(64);
+    assert!(
+        min >= 256,
+        "RLIMIT_NOFILE soft limit {soft} leaves no room for a descriptor no thread reaches"
+    );
     let (reader, _writer) = std::io::pipe().unwrap();
-    let handle = FdHandle::export(&reader).unwrap();
-    drop(reader);
+    let high = rustix::io::fcntl_dupfd_cloexec(&reader, min as i32).unwrap();
+    let number = high.as_raw_fd();
+    assert!(
+        number >= min as i32,
+        "asked for at least {min}, got {number}"
+    );
+    let handle = FdHandle::export(&high).unwrap();
+    assert_eq!(handle.fd.raw(), number);
+    // While it is open the handle imports: the refusal below is about the close.
+    drop(handle.import().unwrap());
+    drop(high);
     match handle.import() {
-        Err(Error::NoSuchFd { pid, fd }) => {
-            assert_eq!((pid, fd), (std::process::id(), handle.fd.raw()))
-        }
-        // The number may have been reused by another test thread: then it imports that.
-        Ok(_) => {}
-        Err(other) => panic!("expected NoSuchFd, got {other}"),
+        Err(Error::NoSuchFd { pid, fd }) => assert_eq!((pid, fd), (std::process::id(), number)),
+        other => panic!("expected NoSuchFd for closed descriptor {number}, got {other:?}"),
     }
 }
 
@@ -173,4 +192,76 @@ fn peer_credentials_of_a_socket_pair_are_ours() {
     assert_eq!(cred.uid, rustix::process::geteuid().as_raw());
     assert_eq!(cred.gid, rustix::process::getegid().as_raw());
     assert_eq!(require_peer_uid(a.as_fd(), &[]).unwrap(), cred);
+}
+
+/// Set in the child of [`pidfd_failures_name_the_process_and_the_descriptor`].
+const FULL_TABLE_CHILD: &str = "NODEIPC_FDPASS_TEST_FULL_TABLE_CHILD";
+
+/// The child's part: with its descriptor table full (`EMFILE`), opening a
+/// pidfd and importing a descriptor fail; print what they said.
+fn full_table_child() {
+    let me = std::process::id();
+    let pidfd = Pidfd::open(me).unwrap();
+    let limit = rustix::process::getrlimit(rustix::process::Resource::Nofile);
+    rustix::process::setrlimit(
+        rustix::process::Resource::Nofile,
+        rustix::process::Rlimit {
+            current: Some(256),
+            maximum: limit.maximum,
+        },
+    )
+    .unwrap();
+    let mut filler: Vec<OwnedFd> = Vec::new();
+    let full = loop {
+        match rustix::io::fcntl_dupfd_cloexec(std::io::stdin(), 0) {
+            Ok(fd) => filler.push(fd),
+            Err(e) => break e,
+        }
+    };
+    let open = Pidfd::open(me).map(drop);
+    let import = pidfd.get_fd(ForeignFd::new(0)).map(drop);
+    drop(filler);
+    assert_eq!(full, rustix::io::Errno::MFILE, "the table did not fill up");
+    for (what, result) in [("open", open), ("get_fd", import)] {
+        match result {
+            Err(err @ Error::ProcessIo { .. }) => println!("child {what}: {err}"),
+            other => println!("child {what}: not ProcessIo: {other:?}"),
+        }
+    }
+}
+
+#[test]
+fn pidfd_failures_name_the_process_and_the_descriptor() {
+    if std::env::var_os(FULL_TABLE_CHILD).is_some() {
+        println!(); // our lines start after the harness's "test … ..."
+        full_table_child();
+        return;
+    }
+    let child = spawn_child(
+        Command::new(std::env::current_exe().unwrap())
+            .args([
+                "--exact",
+                "pidfd_failures_name_the_process_and_the_descriptor",
+                "--nocapture",
+                "--test-threads=1",
+            ])
+            .env(FULL_TABLE_CHILD, "1")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped()),
+    );
+    let pid = child.id();
+    let out = child.output_timeout(Duration::from_secs(30));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let context = format!("{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "the child failed: {context}");
+    let emfile = std::io::Error::from_raw_os_error(rustix::io::Errno::MFILE.raw_os_error());
+    for expected in [
+        format!("child open: pidfd_open failed for process {pid}: {emfile}"),
+        format!("child get_fd: pidfd_getfd failed for process {pid}, descriptor 0: {emfile}"),
+    ] {
+        assert!(
+            stdout.lines().any(|l| l == expected),
+            "expected `{expected}`: {context}"
+        );
+    }
 }

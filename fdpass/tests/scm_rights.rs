@@ -276,3 +276,33 @@ fn sending_to_a_closed_peer_is_epipe() {
     };
     assert_eq!(errno, Some(rustix::io::Errno::PIPE.raw_os_error()), "{err}");
 }
+
+#[test]
+fn an_overlong_path_is_refused_naming_it_before_sending() {
+    let _serial = serial();
+    let dir = TempDir::new("longpath");
+    let sender = std::os::unix::net::UnixDatagram::unbound().unwrap();
+    let files = memfds(1);
+    let base = dir.path().to_str().unwrap().to_owned();
+    let path_of = |len: usize| format!("{base}/{}", "x".repeat(len - base.len() - 1));
+    let long = path_of(109);
+    let err = send_fds_to(&sender, &long, b"x", &borrowed(&files)).unwrap_err();
+    let message = err.to_string();
+    match err {
+        Error::PathTooLong { path, len, max } => {
+            assert_eq!((path.to_str(), len, max), (Some(long.as_str()), 109, 108))
+        }
+        other => panic!("expected PathTooLong, got {other:?}"),
+    }
+    assert!(
+        message.contains(&long) && message.contains("109 bytes"),
+        "{message}"
+    );
+    // 108 bytes fit a socket address: that path gets as far as sendmsg,
+    // which finds no socket there.
+    let longest = path_of(108);
+    match send_fds_to(&sender, &longest, b"x", &borrowed(&files)) {
+        Err(Error::Io { op: "sendmsg", .. }) => {}
+        other => panic!("expected sendmsg to fail for {longest:?}, got {other:?}"),
+    }
+}

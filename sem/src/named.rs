@@ -20,6 +20,11 @@ pub const SEM_VALUE_MAX: u32 = i32::MAX as u32;
 const SEM_MODE: u32 = 0o600;
 
 // glibc has had `sem_clockwait` since 2.30; the `libc` crate does not declare it.
+// SAFETY: the signature matches glibc's prototype in <semaphore.h>,
+// `int sem_clockwait(sem_t *restrict, clockid_t, const struct timespec *restrict)`,
+// with the `libc` crate's `sem_t`, `clockid_t`, `timespec` and `c_int` being the
+// types glibc uses on this target; the symbol is glibc's own (a glibc older
+// than 2.30 fails to link rather than call something else).
 unsafe extern "C" {
     fn sem_clockwait(
         sem: *mut libc::sem_t,
@@ -73,8 +78,9 @@ impl NamedSemaphore {
     ///
     /// # Errors
     /// [`Error::InvalidName`], [`Error::InvalidValue`] (above
-    /// [`SEM_VALUE_MAX`]), [`Error::AlreadyExists`], [`Error::Io`]. On error
-    /// nothing is left under the name.
+    /// [`SEM_VALUE_MAX`]), [`Error::AlreadyExists`], [`Error::Untrusted`] (the
+    /// file turned out to be another user's, or to have the wrong mode, when
+    /// we checked it), [`Error::Io`]. On error nothing is left under the name.
     ///
     /// # References
     /// - [POSIX `sem_open`](https://pubs.opengroup.org/onlinepubs/9799919799/functions/sem_open.html)
@@ -112,9 +118,9 @@ impl NamedSemaphore {
             unlink_on_drop: AtomicBool::new(false),
         };
         let finish = || {
-            let file = open_file(name).map_err(|e| Error::io("open", name, e))?;
+            let file = open_file(name).map_err(|e| refused("open", name, e))?;
             fs::fchmod(&file, Mode::from_raw_mode(SEM_MODE))
-                .map_err(|e| Error::io("fchmod", name, e))?;
+                .map_err(|e| refused("fchmod", name, e))?;
             verify(name, &file)
         };
         match finish() {
@@ -136,26 +142,18 @@ impl NamedSemaphore {
     ///
     /// # Errors
     /// [`Error::InvalidName`], [`Error::NotFound`], [`Error::Untrusted`]
-    /// (also when the file was replaced while we opened it), [`Error::Io`].
+    /// (also when the file was replaced while we opened it, and when the
+    /// kernel denies access to another user's semaphore: the error names its
+    /// owner and mode), [`Error::Io`].
     #[doc(alias = "sem_open")]
     pub fn open(name: &str) -> Result<NamedSemaphore> {
         let c_name = checked_name(name)?;
-        let file = open_file(name).map_err(|e| match e {
-            Errno::NOENT => Error::NotFound {
-                name: name.to_owned(),
-            },
-            e => Error::io("open", name, e),
-        })?;
+        let file = open_file(name).map_err(|e| open_refused("open", name, e))?;
         let identity = verify(name, &file)?;
         // SAFETY: `c_name` is a valid C string; without O_CREAT no variadic
         // arguments are read.
         let raw = unsafe { libc::sem_open(c_name.as_ptr(), 0) };
-        let sem = opened(raw).map_err(|e| match e {
-            Errno::NOENT => Error::NotFound {
-                name: name.to_owned(),
-            },
-            e => Error::io("sem_open", name, e),
-        })?;
+        let sem = opened(raw).map_err(|e| open_refused("sem_open", name, e))?;
         let semaphore = NamedSemaphore {
             sem,
             name: name.to_owned(),
@@ -402,6 +400,43 @@ fn open_file(name: &str) -> rustix::io::Result<OwnedFd> {
         OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
         Mode::empty(),
     )
+}
+
+/// The error for a failed `op` on the semaphore's file.
+///
+/// When the kernel denies access (`EACCES`, or `EPERM` from `fchmod`) to a
+/// file our checks would refuse anyway — another user's, or one whose mode
+/// is not 0600 — the answer is [`Error::Untrusted`] naming its owner and mode
+/// (from `lstat` of `/dev/shm/sem.<name>`, as the shm crate does for regions),
+/// not a bare errno. Anything else, and a denial we cannot explain by owner or
+/// mode, stays [`Error::Io`].
+fn refused(op: &'static str, name: &str, errno: Errno) -> Error {
+    if !matches!(errno, Errno::ACCESS | Errno::PERM) {
+        return Error::io(op, name, errno);
+    }
+    let expected_owner = rustix::process::geteuid().as_raw();
+    match fs::lstat(file_path(name)) {
+        Ok(stat) if stat.st_uid != expected_owner || stat.st_mode & 0o7777 != SEM_MODE => {
+            Error::Untrusted {
+                name: name.to_owned(),
+                owner: stat.st_uid,
+                mode: stat.st_mode & 0o7777,
+                expected_owner,
+            }
+        }
+        _ => Error::io(op, name, errno),
+    }
+}
+
+/// As [`refused`], for opening a semaphore someone else created: a missing
+/// file is [`Error::NotFound`].
+fn open_refused(op: &'static str, name: &str, errno: Errno) -> Error {
+    match errno {
+        Errno::NOENT => Error::NotFound {
+            name: name.to_owned(),
+        },
+        errno => refused(op, name, errno),
+    }
 }
 
 /// Checks the semaphore's file: a regular file of our uid with mode 0600.

@@ -1,26 +1,163 @@
 //! What only named semaphores have: names, exclusivity, owner and mode checks.
 
 use std::os::unix::fs::PermissionsExt;
+use std::os::unix::process::CommandExt;
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use nodeipc_sem::{Error, NamedSemaphore, SEM_VALUE_MAX, Semaphore};
-use nodeipc_testkit::{shm_leftovers, unique_name};
+use nodeipc_testkit::{NOBODY, Watchdog, is_root, shm_leftovers, skip, spawn_child, unique_name};
 
 fn sem_file(name: &str) -> String {
     format!("/dev/shm/sem.{}", &name[1..])
 }
 
+/// Removes a semaphore's file when dropped, so a test that panics (or whose
+/// child dies) leaves nothing under `/dev/shm`.
+struct RemoveOnDrop(String);
+
+impl Drop for RemoveOnDrop {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(sem_file(&self.0));
+    }
+}
+
+/// `name` padded with `s` to exactly `len` bytes.
+fn padded(name: &str, len: usize) -> String {
+    assert!(
+        name.len() <= len,
+        "{name} is already longer than {len} bytes"
+    );
+    format!("{name}{}", "s".repeat(len - name.len()))
+}
+
 #[test]
 fn names_are_checked_before_sem_open() {
-    let long = format!("/{}", "s".repeat(252));
-    for name in ["", "plain", "/a/b", "/", long.as_str(), "/nul\0"] {
+    let unique = unique_name("sem-len");
+    // The longest name whose file, sem.<name without '/'>, fits in 255 bytes.
+    let longest = padded(&unique, 252);
+    let too_long = padded(&unique, 253);
+    let _guard = RemoveOnDrop(longest.clone());
+    let without_slash = unique[1..].to_owned();
+    let nested = format!("{unique}/b");
+    let with_nul = format!("{unique}\0");
+    for name in [
+        "",
+        without_slash.as_str(),
+        nested.as_str(),
+        "/",
+        too_long.as_str(),
+        with_nul.as_str(),
+    ] {
         match NamedSemaphore::create(name, 0) {
             Err(Error::InvalidName { .. }) => {}
             other => panic!("{name:?}: expected InvalidName, got {other:?}"),
         }
     }
-    let longest = format!("/{}", "s".repeat(200));
-    drop(NamedSemaphore::create(&longest, 0).unwrap());
+    match NamedSemaphore::create(&too_long, 0) {
+        Err(Error::InvalidName { reason, .. }) => {
+            assert!(reason.contains("252 bytes"), "{reason}")
+        }
+        other => panic!("expected InvalidName for a 253-byte name, got {other:?}"),
+    }
+    assert!(
+        shm_leftovers(&unique).is_empty(),
+        "a refused name was created"
+    );
+    let sem = NamedSemaphore::create(&longest, 0).unwrap();
+    assert_eq!(shm_leftovers(&unique).len(), 1);
+    drop(sem);
+    assert!(shm_leftovers(&unique).is_empty());
+}
+
+/// Set in the child of [`another_users_semaphore_is_refused_naming_owner_and_mode`]:
+/// the name it opens as `nobody`.
+const OPEN_AS_NOBODY: &str = "NODEIPC_SEM_TEST_OPEN_AS_NOBODY";
+
+#[test]
+fn another_users_semaphore_is_refused_naming_owner_and_mode() {
+    if let Ok(name) = std::env::var(OPEN_AS_NOBODY) {
+        // The child, as nobody: report what `open` and `open_wait` said, on
+        // lines of their own (the harness has begun one: "test … ...").
+        println!();
+        let report = |what: &str, result: nodeipc_sem::Result<NamedSemaphore>| match result {
+            Err(Error::Untrusted {
+                owner,
+                mode,
+                expected_owner,
+                ..
+            }) => println!(
+                "child {what}: Untrusted owner={owner} mode={mode:04o} expected={expected_owner}"
+            ),
+            Err(other) => println!("child {what}: other error {other:?}"),
+            Ok(_) => println!("child {what}: opened"),
+        };
+        let result = NamedSemaphore::open(&name);
+        if let Err(err) = &result {
+            println!("child message: {err}");
+        }
+        report("open", result);
+        let start = Instant::now();
+        let result = NamedSemaphore::open_wait(&name, Duration::from_secs(5));
+        println!("child open_wait took {} ms", start.elapsed().as_millis());
+        report("open_wait", result);
+        return;
+    }
+    let _dog = Watchdog::new("sem of another uid", Duration::from_secs(60));
+    if !is_root() {
+        skip(
+            "another_users_semaphore_is_refused_naming_owner_and_mode",
+            "needs root to drop privileges",
+        );
+        return;
+    }
+    let name = unique_name("sem-foreign");
+    let _guard = RemoveOnDrop(name.clone());
+    let sem = NamedSemaphore::create(&name, 0).unwrap();
+    let out = spawn_child(
+        Command::new(std::env::current_exe().unwrap())
+            .args([
+                "--exact",
+                "another_users_semaphore_is_refused_naming_owner_and_mode",
+                "--nocapture",
+                "--test-threads=1",
+            ])
+            .env(OPEN_AS_NOBODY, &name)
+            .uid(NOBODY.0)
+            .gid(NOBODY.1)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped()),
+    )
+    .output_timeout(Duration::from_secs(30));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let context = format!("{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "child failed: {context}");
+    let root = rustix::process::geteuid().as_raw();
+    for what in ["open", "open_wait"] {
+        let expected = format!(
+            "child {what}: Untrusted owner={root} mode=0600 expected={}",
+            NOBODY.0
+        );
+        assert!(
+            stdout.lines().any(|l| l == expected),
+            "expected `{expected}`: {context}"
+        );
+    }
+    let message = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("child message: "))
+        .unwrap_or_else(|| panic!("no message from the child: {context}"));
+    for fragment in [name.as_str(), &format!("owner uid {root}"), "mode 0600"] {
+        assert!(message.contains(fragment), "{message:?} lacks {fragment:?}");
+    }
+    let waited: u64 = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("child open_wait took ")?.strip_suffix(" ms"))
+        .and_then(|ms| ms.parse().ok())
+        .unwrap_or_else(|| panic!("no open_wait time from the child: {context}"));
+    assert!(waited < 2000, "open_wait waited {waited} ms on a refusal");
+    drop(sem);
+    assert!(shm_leftovers(&name).is_empty());
 }
 
 #[test]

@@ -298,10 +298,42 @@ fn from_fd_refuses_what_is_not_a_region() {
     ));
 }
 
+/// The system's default huge page size in bytes (`Hugepagesize:` in
+/// `/proc/meminfo`), if it reports one.
+fn huge_page_size() -> Option<usize> {
+    let meminfo = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let kib = meminfo
+        .lines()
+        .find_map(|l| l.strip_prefix("Hugepagesize:"))?
+        .trim()
+        .strip_suffix("kB")?
+        .trim()
+        .parse::<usize>()
+        .ok()?;
+    Some(kib * 1024)
+}
+
 #[test]
 fn huge_pages_work_or_say_why_not() {
-    match Region::anonymous_huge(1) {
-        Ok(region) => assert!(region.len() >= 2 << 20 || region.len() >= 4096),
+    // Not a whole number of pages of any size, so it must be rounded up.
+    let asked = 4097;
+    match Region::anonymous_huge(asked) {
+        Ok(region) => {
+            let page = huge_page_size()
+                .expect("huge pages were given, yet /proc/meminfo reports no Hugepagesize");
+            let len = region.len();
+            assert!(len >= asked, "{len} bytes mapped, {asked} asked for");
+            assert_eq!(
+                len % page,
+                0,
+                "{len} bytes is not a whole number of {page}-byte huge pages"
+            );
+            assert_eq!(
+                len,
+                asked.div_ceil(page) * page,
+                "{asked} bytes should round up to one huge page"
+            );
+        }
         Err(Error::HugePagesUnavailable { reason, .. }) => {
             assert!(reason.contains("huge page"), "unhelpful reason: {reason}")
         }
