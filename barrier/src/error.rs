@@ -96,8 +96,10 @@ pub enum Error {
         group: String,
         /// The rank at fault.
         rank: u32,
-        /// What happened to it.
-        cause: &'static str,
+        /// What happened to it ("died", "timed out waiting for the
+        /// others", … or "poisoned the group with unknown cause N" for a
+        /// cause word this version does not know).
+        cause: String,
     },
 
     /// Data larger than a slot.

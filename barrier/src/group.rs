@@ -23,6 +23,10 @@ const SPIN_POLLS: u32 = 128;
 /// The same with more ranks than cores: the ranks still to arrive need
 /// this core, so a waiter looks only briefly before yielding it.
 const OVERSUBSCRIBED_SPIN_POLLS: u32 = 16;
+/// How many times a rank that finds the group poisoned but no cause stored
+/// yet yields before it reports the cause as unknown (0): the poisoner
+/// stores it right after the poison word, unless it died in between.
+const CAUSE_GRACE_YIELDS: u32 = 100;
 /// How long a waiter keeps yielding its core before it parks.
 const YIELD_BUDGET: Duration = Duration::from_micros(100);
 
@@ -491,7 +495,17 @@ impl Group {
             return Ok(());
         }
         let rank = poison - 1;
-        let cause = Cause::from_raw(header.poison_cause.load(Ordering::Acquire));
+        // The poisoner stores the cause just after winning the poison word:
+        // give it a moment before calling a missing cause unknown.
+        let mut raw = header.poison_cause.load(Ordering::Acquire);
+        for _ in 0..CAUSE_GRACE_YIELDS {
+            if raw != 0 {
+                break;
+            }
+            thread::yield_now();
+            raw = header.poison_cause.load(Ordering::Acquire);
+        }
+        let cause = Cause::from_raw(raw);
         Err(match cause {
             Cause::Died if rank < self.world_size => {
                 let pid = self
@@ -576,7 +590,7 @@ impl Group {
             .compare_exchange(0, rank + 1, Ordering::AcqRel, Ordering::Acquire)
             .is_ok()
         {
-            header.poison_cause.store(cause as u32, Ordering::Release);
+            header.poison_cause.store(cause.to_raw(), Ordering::Release);
         }
         for words in [
             self.layout.barrier(&self.region),

@@ -96,10 +96,14 @@ unsafe impl ShmSafe for RankEntry {}
 /// Why a group was poisoned, as stored in the vault.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Cause {
-    Died = 1,
-    Left = 2,
-    TimedOut = 3,
-    Failed = 4,
+    Died,
+    Left,
+    TimedOut,
+    Failed,
+    /// A value no cause of ours has: a vault written by another version, a
+    /// corrupted one, or a cause not stored yet (0). Kept as it was found,
+    /// so the error names it rather than guessing.
+    Unknown(u32),
 }
 
 impl Cause {
@@ -107,17 +111,31 @@ impl Cause {
         match raw {
             1 => Cause::Died,
             2 => Cause::Left,
+            3 => Cause::TimedOut,
             4 => Cause::Failed,
-            _ => Cause::TimedOut,
+            raw => Cause::Unknown(raw),
         }
     }
 
-    pub(crate) fn describe(self) -> &'static str {
+    /// The value stored in the vault's `poison_cause` word.
+    pub(crate) fn to_raw(self) -> u32 {
         match self {
-            Cause::Died => "died",
-            Cause::Left => "left the group",
-            Cause::TimedOut => "timed out waiting for the others",
-            Cause::Failed => "failed inside a collective operation",
+            Cause::Died => 1,
+            Cause::Left => 2,
+            Cause::TimedOut => 3,
+            Cause::Failed => 4,
+            Cause::Unknown(raw) => raw,
+        }
+    }
+
+    /// What happened to the rank at fault, completing "rank N …".
+    pub(crate) fn describe(self) -> String {
+        match self {
+            Cause::Died => "died".to_owned(),
+            Cause::Left => "left the group".to_owned(),
+            Cause::TimedOut => "timed out waiting for the others".to_owned(),
+            Cause::Failed => "failed inside a collective operation".to_owned(),
+            Cause::Unknown(raw) => format!("poisoned the group with unknown cause {raw}"),
         }
     }
 }
@@ -229,4 +247,30 @@ pub(crate) fn validate(group: &str, region: &Region, ours: Layout) -> Result<()>
         ));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Cause;
+
+    #[test]
+    fn every_known_cause_survives_the_vault_word() {
+        for cause in [Cause::Died, Cause::Left, Cause::TimedOut, Cause::Failed] {
+            assert_eq!(Cause::from_raw(cause.to_raw()), cause);
+            assert!(!cause.describe().contains("unknown"), "{cause:?}");
+        }
+        assert_eq!(Cause::from_raw(3), Cause::TimedOut);
+    }
+
+    #[test]
+    fn an_unknown_cause_is_kept_and_named_never_taken_for_a_timeout() {
+        for raw in [0u32, 5, 99, u32::MAX] {
+            let cause = Cause::from_raw(raw);
+            assert_eq!(cause, Cause::Unknown(raw));
+            assert_eq!(cause.to_raw(), raw);
+            let text = cause.describe();
+            assert!(text.contains(&format!("unknown cause {raw}")), "{text}");
+            assert!(!text.contains("timed out"), "{text}");
+        }
+    }
 }

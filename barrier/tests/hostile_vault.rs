@@ -226,3 +226,23 @@ fn a_poison_word_naming_no_rank_is_reported_not_trusted() {
         other => panic!("expected Poisoned, got {other:?}"),
     }
 }
+
+#[test]
+fn a_poison_cause_this_version_does_not_know_is_named_not_taken_for_a_timeout() {
+    let _dog = Watchdog::new("unknown poison cause", Duration::from_secs(60));
+    let name = unique_name("hostile-vault-cause");
+    let region = vault(&name);
+    let mut group = join(&name).unwrap();
+    // Poisoned by rank 0 (word 1) with cause 99, which no version writes.
+    region.write_at(28, &1u32.to_le_bytes()).unwrap();
+    region.write_at(32, &99u32.to_le_bytes()).unwrap();
+    match group.all_gather(b"x") {
+        Err(error @ Error::Poisoned { rank: 0, .. }) => {
+            let text = error.to_string();
+            assert!(text.contains("unknown cause 99"), "{text}");
+            assert!(!text.contains("timed out"), "{text}");
+            assert!(text.contains(&name), "{text}");
+        }
+        other => panic!("expected Poisoned with an unknown cause, got {other:?}"),
+    }
+}

@@ -2,6 +2,8 @@
 //! collectives, and the refusals. Real processes, deaths and kills are in
 //! `integration-tests/tests/barrier_processes.rs`.
 
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
+use std::os::unix::fs::MetadataExt;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::thread;
@@ -108,6 +110,14 @@ fn all_gather_and_broadcast_carry_every_ranks_bytes() {
     );
 }
 
+/// Which file a descriptor refers to: (device, inode).
+fn file_identity(fd: BorrowedFd<'_>) -> (u64, u64) {
+    let metadata = std::fs::File::from(fd.try_clone_to_owned().expect("dup"))
+        .metadata()
+        .expect("fstat");
+    (metadata.dev(), metadata.ino())
+}
+
 fn exchange_memfds(transport: TransportChoice) {
     let _dog = Watchdog::new("exchange_memfds", Duration::from_secs(60));
     let name = unique_name("xfds");
@@ -136,15 +146,41 @@ fn exchange_memfds(transport: TransportChoice) {
                     );
                 }
                 let root = u32::from(round) % 3;
+                // Every rank's file says whose it is: only the root's may come back.
                 let shared = Region::anonymous(64).unwrap();
-                shared.write_at(0, &[0xB0 + round]).unwrap();
+                shared.write_at(0, &[0xB0 + round, rank as u8]).unwrap();
                 let fd = group
                     .broadcast_fd(root, (rank == root).then(|| shared.as_fd()))
                     .unwrap();
-                let mut byte = [0u8];
-                Region::from_fd(fd).unwrap().read_at(0, &mut byte).unwrap();
-                if rank != root {
-                    assert_eq!(byte, [0xB0 + round]);
+                if rank == root {
+                    // `broadcast_fd` promises the root a duplicate of its own
+                    // descriptor: a new descriptor for the same open file.
+                    assert_ne!(
+                        fd.as_raw_fd(),
+                        shared.as_fd().as_raw_fd(),
+                        "root {root} got its own descriptor back, not a duplicate"
+                    );
+                    assert_eq!(
+                        file_identity(fd.as_fd()),
+                        file_identity(shared.as_fd()),
+                        "root {root} got back another file than the one it broadcast"
+                    );
+                }
+                let got = Region::from_fd(fd).unwrap();
+                let mut bytes = [0u8; 2];
+                got.read_at(0, &mut bytes).unwrap();
+                assert_eq!(
+                    bytes,
+                    [0xB0 + round, root as u8],
+                    "rank {rank} got the wrong file from root {root} in round {round}"
+                );
+                if rank == root {
+                    // The same file, not a copy: a write through the duplicate
+                    // shows through the original.
+                    got.write_at(8, b"dup").unwrap();
+                    let mut seen = [0u8; 3];
+                    shared.read_at(8, &mut seen).unwrap();
+                    assert_eq!(&seen, b"dup", "root {root}'s duplicate is another file");
                 }
             }
             group.transport()

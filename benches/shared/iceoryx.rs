@@ -3,20 +3,88 @@
 //! of it in place (as any server that uses a request must; our worker copies
 //! it into an owned message) and answers with an 8-byte digest the client
 //! checks; both poll (iceoryx2's fastest mode), each on its own core.
+//!
+//! Each session runs in an iceoryx2 domain of its own: a config (passed to
+//! the `NodeBuilder` of both processes) with a unique file prefix and root
+//! directory, removed when the session ends. iceoryx2's defaults would put
+//! files under `/dev/shm/iox2_*` (one of them world-writable) and
+//! `/tmp/iceoryx2/` that outlive the run.
 
 use std::io::{BufRead, BufReader};
+use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use iceoryx2::prelude::*;
 
-/// Set in the server process's environment: `SERVICE PAYLOAD ROUNDS CPU`
-/// (`CPU` is `-` for no pinning; the parent decides, since a child of a
-/// pinned parent would count only the one core it inherited).
+/// Set in the server process's environment: `SERVICE PAYLOAD ROUNDS CPU
+/// PREFIX ROOT` (`CPU` is `-` for no pinning; the parent decides, since a
+/// child of a pinned parent would count only the one core it inherited;
+/// `PREFIX` and `ROOT` name the session's [`Domain`]).
 const SERVER_ENV: &str = "NODEIPC_BENCH_ICEORYX2_SERVER";
 const TIMEOUT: Duration = Duration::from_secs(30);
 
 type Result<T> = std::result::Result<T, Box<dyn std::error::Error>>;
+
+/// Where one session's iceoryx2 objects live: every file in `/dev/shm`
+/// starts with `prefix`, everything else is under `root`. Both are unique to
+/// the session, so removing them touches no other iceoryx2 user.
+struct Domain {
+    prefix: String,
+    root: PathBuf,
+}
+
+impl Domain {
+    /// A fresh domain: `nodeipc_bench_<pid>_<n>_<nanos>_` and
+    /// `/tmp/nodeipc-bench-iceoryx2-<pid>-<n>-<nanos>/`.
+    fn unique() -> Domain {
+        static SESSIONS: AtomicU64 = AtomicU64::new(0);
+        let n = SESSIONS.fetch_add(1, Ordering::Relaxed);
+        let nanos = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.subsec_nanos())
+            .unwrap_or(0);
+        let pid = std::process::id();
+        Domain {
+            prefix: format!("nodeipc_bench_{pid}_{n}_{nanos:x}_"),
+            root: PathBuf::from(format!("/tmp/nodeipc-bench-iceoryx2-{pid}-{n}-{nanos:x}/")),
+        }
+    }
+
+    /// The iceoryx2 config both processes of the session use.
+    fn config(&self) -> Result<Config> {
+        let mut config = Config::default();
+        config.global.prefix = FileName::new(self.prefix.as_bytes())
+            .map_err(|e| format!("iceoryx2 refuses {:?} as a file prefix: {e}", self.prefix))?;
+        let root = self
+            .root
+            .to_str()
+            .ok_or("the iceoryx2 root path is not UTF-8")?;
+        config.global.set_root_path(
+            &Path::new(root.as_bytes())
+                .map_err(|e| format!("iceoryx2 refuses {root:?} as a root path: {e}"))?,
+        );
+        Ok(config)
+    }
+
+    /// Removes whatever the session's nodes left: files in `/dev/shm`
+    /// starting with the prefix, and the root directory.
+    fn remove_leftovers(&self) {
+        if let Ok(entries) = std::fs::read_dir("/dev/shm") {
+            for entry in entries.flatten() {
+                if entry
+                    .file_name()
+                    .to_str()
+                    .is_some_and(|name| name.starts_with(&self.prefix))
+                {
+                    let _ = std::fs::remove_file(entry.path());
+                }
+            }
+        }
+        let _ = std::fs::remove_dir_all(&self.root);
+    }
+}
 
 /// If this process was spawned as the iceoryx2 server, serves and exits.
 pub(crate) fn run_if_server() {
@@ -35,16 +103,31 @@ pub(crate) fn run_if_server() {
 
 fn serve(spec: &str) -> Result<()> {
     let mut parts = spec.split(' ');
-    let (Some(service), Some(payload), Some(rounds), Some(cpu)) =
-        (parts.next(), parts.next(), parts.next(), parts.next())
-    else {
-        return Err("bad server arguments".into());
+    let (Some(service), Some(payload), Some(rounds), Some(cpu), Some(prefix), Some(root)) = (
+        parts.next(),
+        parts.next(),
+        parts.next(),
+        parts.next(),
+        parts.next(),
+        parts.next(),
+    ) else {
+        return Err(format!(
+            "bad server arguments {spec:?}: expected SERVICE PAYLOAD ROUNDS CPU PREFIX ROOT"
+        )
+        .into());
+    };
+    // The client removes the domain once the session is over.
+    let domain = Domain {
+        prefix: prefix.to_owned(),
+        root: PathBuf::from(root),
     };
     let (payload, rounds): (usize, u64) = (payload.parse()?, rounds.parse()?);
     if cpu != "-" {
         nodeipc_benches::machine::pin_current_thread(cpu.parse()?)?;
     }
-    let node = NodeBuilder::new().create::<ipc::Service>()?;
+    let node = NodeBuilder::new()
+        .config(&domain.config()?)
+        .create::<ipc::Service>()?;
     let service = node
         .service_builder(&service.try_into()?)
         .request_response::<[u8], [u8]>()
@@ -87,40 +170,64 @@ fn digest(bytes: &[u8]) -> u64 {
     })
 }
 
-/// A client and a server process, ready for `rounds` round trips.
+/// The client's iceoryx2 objects; the client port drops before its node.
+struct Ports {
+    client: iceoryx2::port::client::Client<ipc::Service, [u8], (), [u8], ()>,
+    _node: Node<ipc::Service>,
+}
+
+/// A client and a server process, ready for `rounds` round trips. Dropping
+/// it (or [`finish`](IceoryxSession::finish)) stops the server if it still
+/// runs, drops the client's node and removes the session's domain.
 pub(crate) struct IceoryxSession {
     server: Child,
-    /// Keeps the client's node alive as long as the client.
-    _node: Node<ipc::Service>,
-    client: iceoryx2::port::client::Client<ipc::Service, [u8], (), [u8], ()>,
+    /// `None` only while starting and while dropping.
+    ports: Option<Ports>,
     payload: Vec<u8>,
     /// What the server must answer for `payload`.
     digest: [u8; 8],
     /// The client polls on core 0 while the server polls on core 1: two
     /// pollers sharing a core would take turns a scheduler slice at a time.
     _pinned: Option<nodeipc_benches::machine::Pinned>,
+    domain: Domain,
 }
 
 impl IceoryxSession {
     pub(crate) fn start(payload: usize, rounds: u64) -> Result<IceoryxSession> {
-        let name = format!(
-            "nodeipc-bench/iceoryx2-{}-{}",
-            std::process::id(),
-            Instant::now().elapsed().subsec_nanos()
-        );
+        let domain = Domain::unique();
+        let config = domain.config()?;
+        let name = format!("nodeipc-bench/iceoryx2-{}", domain.prefix);
         let pin = nodeipc_benches::machine::cores() >= 2;
         let cpu = if pin { "1" } else { "-" };
-        let mut server = Command::new(std::env::current_exe()?)
-            .env(SERVER_ENV, format!("{name} {payload} {rounds} {cpu}"))
+        let server = Command::new(std::env::current_exe()?)
+            .env(
+                SERVER_ENV,
+                format!(
+                    "{name} {payload} {rounds} {cpu} {} {}",
+                    domain.prefix,
+                    domain.root.display()
+                ),
+            )
             .stdout(Stdio::piped())
             .spawn()?;
+        // From here on, an early return drops the session: the server is
+        // stopped and the domain removed.
+        let mut session = IceoryxSession {
+            server,
+            ports: None,
+            payload: vec![0x5a; payload],
+            digest: digest(&vec![0x5a; payload]).to_le_bytes(),
+            _pinned: None,
+            domain,
+        };
         let mut line = String::new();
-        BufReader::new(server.stdout.take().ok_or("no stdout")?).read_line(&mut line)?;
+        BufReader::new(session.server.stdout.take().ok_or("no stdout")?).read_line(&mut line)?;
         if line.trim() != "ready" {
-            let _ = server.kill();
             return Err("the iceoryx2 server did not start".into());
         }
-        let node = NodeBuilder::new().create::<ipc::Service>()?;
+        let node = NodeBuilder::new()
+            .config(&config)
+            .create::<ipc::Service>()?;
         let service = node
             .service_builder(&name.as_str().try_into()?)
             .request_response::<[u8], [u8]>()
@@ -129,26 +236,26 @@ impl IceoryxSession {
             .client_builder()
             .initial_max_slice_len(payload.max(1))
             .create()?;
-        let pinned = if pin {
-            Some(nodeipc_benches::machine::Pinned::to(0)?)
-        } else {
-            None
-        };
-        Ok(IceoryxSession {
-            server,
-            _node: node,
+        session.ports = Some(Ports {
             client,
-            payload: vec![0x5a; payload],
-            digest: digest(&vec![0x5a; payload]).to_le_bytes(),
-            _pinned: pinned,
-        })
+            _node: node,
+        });
+        if pin {
+            session._pinned = Some(nodeipc_benches::machine::Pinned::to(0)?);
+        }
+        Ok(session)
     }
 
     /// `rounds` round trips; the time they took.
     pub(crate) fn run(&mut self, rounds: u64) -> Result<Duration> {
+        let client = &self
+            .ports
+            .as_ref()
+            .ok_or("the session has no client")?
+            .client;
         let start = Instant::now();
         for _ in 0..rounds {
-            let request = self.client.loan_slice_uninit(self.payload.len())?;
+            let request = client.loan_slice_uninit(self.payload.len())?;
             let pending = request.write_from_slice(&self.payload).send()?;
             let waiting = Instant::now();
             loop {
@@ -182,5 +289,8 @@ impl Drop for IceoryxSession {
             let _ = self.server.kill();
             let _ = self.server.wait();
         }
+        // Our node goes first (it removes what it can), then whatever is left.
+        self.ports = None;
+        self.domain.remove_leftovers();
     }
 }

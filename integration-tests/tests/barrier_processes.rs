@@ -1,8 +1,10 @@
 //! Rank groups of real processes: 2, 3, 8 and 16 ranks (more than the cores,
 //! so waiters must park), both descriptor transports, two groups at once,
-//! and a rank killed with SIGKILL in the middle of a barrier.
+//! subset barriers beside ranks that are not in them, and a rank killed with
+//! SIGKILL in the middle of a barrier.
 
 use std::process::{Command, Output, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use nodeipc_shm::Region;
@@ -100,6 +102,62 @@ fn two_groups_at_once_do_not_interfere() {
     for t in threads {
         t.join().unwrap();
     }
+}
+
+/// Ranks `0..n` of `world` do `iters` subset barriers (`rank subset`) while
+/// the others wait in the full barrier all then meet in.
+fn subset(world: u32, n: u32, iters: u64, transport: &str) {
+    let name = unique_name(&format!("subset{n}of{world}"));
+    let counter_name = format!("{name}-counter");
+    let counter = Region::create(&counter_name, 4096).unwrap();
+    let ranks: Vec<_> = (0..world)
+        .map(|r| {
+            rank(&[
+                "subset",
+                &name,
+                &r.to_string(),
+                &world.to_string(),
+                transport,
+                &counter_name,
+                &n.to_string(),
+                &iters.to_string(),
+            ])
+        })
+        .collect();
+    let expected = format!("subset {} full {world}", u64::from(n) * iters);
+    for (r, out) in outputs(ranks, Duration::from_secs(240)).iter().enumerate() {
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "rank {r} of {world} (subset of {n}) failed: {stdout}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(
+            stdout.contains(&expected),
+            "rank {r} of {world} (subset of {n}): {stdout:?} lacks {expected:?}"
+        );
+    }
+    let subset_count = counter.view::<AtomicU64>(0).unwrap().load(Ordering::SeqCst);
+    assert_eq!(
+        subset_count,
+        u64::from(n) * iters,
+        "the subset of {n} did not do all its barriers"
+    );
+    drop(counter);
+    assert!(
+        shm_leftovers(&name).is_empty(),
+        "{:?}",
+        shm_leftovers(&name)
+    );
+}
+
+#[test]
+fn a_subset_barrier_of_processes_lets_no_rank_pass_early_and_leaves_the_others_out() {
+    let _dog = Watchdog::new("subset barrier", Duration::from_secs(300));
+    subset(4, 2, 5_000, "auto");
+    // More subset ranks than cores, and outsiders parked in the full barrier.
+    subset(8, 5, 2_000, "auto");
+    subset(3, 3, 1_000, "scm");
 }
 
 #[test]

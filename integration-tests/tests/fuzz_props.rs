@@ -158,7 +158,10 @@ fn a_server_that_misdescribes_its_descriptors_is_refused_naming_which() {
             Duration::from_secs(5),
         )
     };
-    let cases: [(&[(i32, u64)], usize, &str); 3] = [
+    // How the accept describes the descriptors, the size of each region
+    // sent, and what the refusal must say.
+    type Case<'a> = (&'a [(i32, u64)], usize, &'a str);
+    let cases: [Case; 3] = [
         // A role the protocol does not define, and one left unset.
         (
             &[(99, 4096)],

@@ -438,3 +438,97 @@ fn a_client_that_never_reads_its_replies_does_not_block_the_server() {
     drop(raw);
     server.finish();
 }
+
+#[test]
+fn end_all_sections_closes_every_open_section_and_is_fine_with_none_open() {
+    let _dog = Watchdog::new("end_all_sections", Duration::from_secs(60));
+    let server = InProcess::start("mon-endall", quiet());
+    let mut client = MonitorClient::connect(&server.socket, T).unwrap();
+    let open_names = |client: &mut MonitorClient| -> Vec<String> {
+        client
+            .status()
+            .unwrap()
+            .open_sections
+            .into_iter()
+            .map(|s| s.name)
+            .collect()
+    };
+    // Before Init there is nothing to close: refused, naming why.
+    let refused = client.end_all_sections().unwrap_err();
+    assert!(
+        refused
+            .refusal_cause()
+            .is_some_and(|c| c.contains("Section before Init")),
+        "{refused}"
+    );
+    client.init(&RankInfo::this_process(0, 0)).unwrap();
+
+    // None open: fine, and still none open.
+    client.end_all_sections().unwrap();
+    assert_eq!(open_names(&mut client), Vec::<String>::new());
+
+    for name in ["load", "step", "save"] {
+        client.start_section(name).unwrap();
+    }
+    assert_eq!(open_names(&mut client), ["load", "step", "save"]);
+    client.end_all_sections().unwrap();
+    let status = client.status().unwrap();
+    assert!(
+        status.open_sections.is_empty(),
+        "sections left open: {:?}",
+        status.open_sections
+    );
+    assert!(status.ms_out_of_section.is_some(), "{status:?}");
+    // Each one is closed for real: closing it again is refused, opening it again works.
+    let again = client.end_section("step").unwrap_err();
+    assert!(
+        again
+            .refusal_cause()
+            .is_some_and(|c| c.contains("section \"step\" is not open")),
+        "{again}"
+    );
+    client.start_section("step").unwrap();
+    assert_eq!(open_names(&mut client), ["step"]);
+    client.end_all_sections().unwrap();
+    // Twice in a row: the second finds none open, which is fine.
+    client.end_all_sections().unwrap();
+    assert_eq!(open_names(&mut client), Vec::<String>::new());
+    server.finish();
+}
+
+#[test]
+fn end_all_sections_without_replies_closes_every_section_too() {
+    let _dog = Watchdog::new("end_all_sections_skipped", Duration::from_secs(60));
+    let server = InProcess::start(
+        "mon-endall-skip",
+        MonitorConfig {
+            skip_section_replies: true,
+            ..quiet()
+        },
+    );
+    let mut client = MonitorClient::connect(&server.socket, T).unwrap();
+    assert!(
+        client
+            .init(&RankInfo::this_process(0, 0))
+            .unwrap()
+            .skip_section_replies
+    );
+    client.end_all_sections().unwrap();
+    client.start_section("load").unwrap();
+    client.start_section("step").unwrap();
+    assert_eq!(client.status().unwrap().open_sections.len(), 2);
+    client.end_all_sections().unwrap();
+    // The status query is answered after the unanswered CloseAll: in order.
+    let status = client.status().unwrap();
+    assert!(
+        status.open_sections.is_empty(),
+        "sections left open: {:?}",
+        status.open_sections
+    );
+    assert!(
+        !server.log_text().contains("refused"),
+        "{}",
+        server.log_text()
+    );
+    server.finish();
+}

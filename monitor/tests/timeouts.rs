@@ -230,3 +230,88 @@ fn a_rank_on_the_shared_memory_path_that_stops_beating_is_killed() {
     );
     terminated(&served, "heartbeat timeout");
 }
+
+/// The state letter of `/proc/PID/stat` (`T`: stopped), if the process is there.
+fn process_state(pid: u32) -> Option<char> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name may hold anything, ')' too: the state follows the last one.
+    stat.rsplit_once(')')?.1.trim_start().chars().next()
+}
+
+#[test]
+fn a_stopped_rank_is_continued_so_that_its_termination_signal_kills_it() {
+    let _dog = Watchdog::new("stopped_rank", Duration::from_secs(60));
+    // SIGTERM and no escalation: only SIGCONT can let a stopped rank die.
+    let timeout = Duration::from_millis(600);
+    let served = Served::spawn(
+        "mon-stopped",
+        &config(r#"{"heartbeat_timeout_ms": 600, "termination_signal": "SIGTERM"}"#),
+    );
+    let mut rank = served.rank(&["--beats", "1", "--then", "hang"]);
+    rank.expect_line("registered", LINE);
+    rank.expect_line("hung", LINE);
+    let since = Instant::now();
+    let pid = rank.pid();
+    rustix::process::kill_process(
+        rustix::process::Pid::from_raw(pid as i32).expect("a child's pid"),
+        rustix::process::Signal::STOP,
+    )
+    .expect("SIGSTOP to the rank");
+    let stopping = Instant::now();
+    while process_state(pid) != Some('T') {
+        assert!(
+            stopping.elapsed() < Duration::from_secs(2),
+            "rank pid {pid} not stopped after SIGSTOP: state {:?}",
+            process_state(pid)
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    // The rank was stopped before the monitor fired, or this proves nothing.
+    let before = served.status();
+    assert_eq!(
+        before.state,
+        RankState::Running,
+        "the monitor fired before the rank was stopped: {before:?}"
+    );
+    assert_eq!(before.kill_after_ms, None, "{before:?}");
+    assert_eq!(before.termination_signal, libc::SIGTERM, "{before:?}");
+
+    // A stopped process does not act on SIGTERM until it is continued.
+    let limit = timeout + CHECK + Duration::from_secs(1);
+    let status = loop {
+        if let Some(status) = rank.guard.child().try_wait().expect("try_wait") {
+            break status;
+        }
+        assert!(
+            since.elapsed() <= limit + Duration::from_secs(4),
+            "rank pid {pid} still alive {:?} after its last heartbeat (state {:?}): \
+             the monitor did not continue it before its SIGTERM\n{}",
+            since.elapsed(),
+            process_state(pid),
+            served.log()
+        );
+        std::thread::sleep(Duration::from_millis(2));
+    };
+    let elapsed = since.elapsed();
+    assert_eq!(
+        status.signal(),
+        Some(libc::SIGTERM),
+        "the stopped rank ended with {status:?}, not SIGTERM"
+    );
+    assert!(
+        elapsed <= limit,
+        "the stopped rank died {elapsed:?} after its last beat; limit {limit:?}\n{}",
+        served.log()
+    );
+    assert!(
+        elapsed >= timeout / 2,
+        "killed after {elapsed:?}, before its timeout {timeout:?}"
+    );
+    terminated(&served, "heartbeat timeout");
+    let log = served.log();
+    assert!(log.contains("with SIGCONT then SIGTERM"), "{log}");
+    assert!(
+        !log.contains("SIGKILL"),
+        "escalation was not configured:\n{log}"
+    );
+}

@@ -2,6 +2,8 @@
 //! TRANSPORT [ARGS]`. Prints one line on stdout — `ok`, or the error's
 //! variant and message — and exits 0 on success, 2 on a group error.
 
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
+use std::os::unix::fs::MetadataExt;
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -26,6 +28,7 @@ fn main() -> ExitCode {
     let result = Group::join(options).and_then(|group| match mode.as_str() {
         "soak" => soak(group, rest),
         "hang-after" => hang_after(group, rest),
+        "subset" => subset(group, rest),
         _ => panic!("unknown mode {mode}"),
     });
     match result {
@@ -44,7 +47,8 @@ fn main() -> ExitCode {
 
 /// `soak COUNTER ITERS`: ITERS barriers with a check that no rank passes
 /// early (each adds one to a shared counter before the barrier and checks it
-/// after), then all-gathers, broadcasts and descriptor exchanges checked by content.
+/// after), then all-gathers, broadcasts, descriptor exchanges and descriptor
+/// broadcasts (from every rank in turn) checked by content.
 fn soak(mut group: Group, args: &[String]) -> Result<(), Error> {
     let [counter_name, iters] = args else {
         panic!("soak COUNTER ITERS")
@@ -98,7 +102,125 @@ fn soak(mut group: Group, args: &[String]) -> Result<(), Error> {
             );
         }
     }
+    for round in 0..2 * group.world_size() {
+        broadcast_fd_round(&mut group, round)?;
+    }
     println!("transport {:?}", group.transport());
+    Ok(())
+}
+
+/// One `broadcast_fd` from rank `round % world`, checked by content and by
+/// identity: the root broadcasts the (device, inode) of the file it sends,
+/// and every rank's descriptor must name that very file, not a copy.
+fn broadcast_fd_round(group: &mut Group, round: u32) -> Result<(), Error> {
+    let (rank, root) = (group.rank(), round % group.world_size());
+    let text = format!("fd from {root} at {round}");
+    let mine = (rank == root).then(|| {
+        let region = Region::anonymous(4096).unwrap();
+        region.write_at(0, text.as_bytes()).unwrap();
+        region
+    });
+    let fd = group.broadcast_fd(root, mine.as_ref().map(Region::as_fd))?;
+    let got = file_identity(fd.as_fd());
+    let sent = group.broadcast(root, &identity_bytes(got))?;
+    assert_eq!(
+        sent,
+        identity_bytes(got),
+        "rank {rank}'s descriptor from root {root} (round {round}) names another file than the root's"
+    );
+    if let Some(original) = &mine {
+        assert_ne!(
+            fd.as_raw_fd(),
+            original.as_fd().as_raw_fd(),
+            "root {root} got its own descriptor back, not a duplicate"
+        );
+        assert_eq!(
+            got,
+            file_identity(original.as_fd()),
+            "root {root} got back another file than the one it broadcast"
+        );
+    }
+    let region = Region::from_fd(fd).unwrap();
+    let mut bytes = vec![0u8; text.len()];
+    region.read_at(0, &mut bytes).unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&bytes),
+        text,
+        "rank {rank} read the wrong content from root {root}'s descriptor"
+    );
+    Ok(())
+}
+
+/// Which file a descriptor refers to: (device, inode).
+fn file_identity(fd: BorrowedFd<'_>) -> (u64, u64) {
+    let metadata = std::fs::File::from(fd.try_clone_to_owned().expect("dup"))
+        .metadata()
+        .expect("fstat");
+    (metadata.dev(), metadata.ino())
+}
+
+fn identity_bytes((dev, ino): (u64, u64)) -> Vec<u8> {
+    [dev.to_le_bytes(), ino.to_le_bytes()].concat()
+}
+
+/// `subset COUNTER N ITERS`: ranks below N do ITERS `barrier_subset(N)`,
+/// each adding one to the counter at offset 0 before and checking it after
+/// (no rank passes early, none runs two ahead); the other ranks check that
+/// `barrier_subset(N)` refuses them and go straight to the full barrier,
+/// where they wait while the subset works. Then every rank adds one to the
+/// counter at offset 64 and meets the others in a full barrier, after which
+/// both counters must be complete. Prints `subset COUNT full COUNT`.
+fn subset(group: Group, args: &[String]) -> Result<(), Error> {
+    let [counter_name, n, iters] = args else {
+        panic!("subset COUNTER N ITERS")
+    };
+    let (n, iters): (u32, u64) = (n.parse().unwrap(), iters.parse().unwrap());
+    let counter_region = Region::open(
+        counter_name,
+        OpenOptions::wait(128, Duration::from_secs(10)),
+    )
+    .unwrap();
+    let in_subset = counter_region.view::<AtomicU64>(0).unwrap();
+    let at_full = counter_region.view::<AtomicU64>(64).unwrap();
+    let rank = group.rank();
+    let parties = u64::from(n);
+    if rank < n {
+        for i in 0..iters {
+            in_subset.fetch_add(1, Ordering::SeqCst);
+            group.barrier_subset(n)?;
+            let seen = in_subset.load(Ordering::SeqCst);
+            assert!(
+                seen >= (i + 1) * parties,
+                "rank {rank} passed subset barrier {i} of {n} early: counter {seen}"
+            );
+            assert!(
+                seen <= (i + 2) * parties,
+                "rank {rank} saw a rank two subset barriers ahead: counter {seen}"
+            );
+        }
+    } else {
+        match group.barrier_subset(n) {
+            Err(Error::RankOutOfRange { .. }) => {}
+            other => panic!("rank {rank} outside the subset of {n} was let in: {other:?}"),
+        }
+    }
+    at_full.fetch_add(1, Ordering::SeqCst);
+    group.barrier()?;
+    let (subset_count, full_count) = (
+        in_subset.load(Ordering::SeqCst),
+        at_full.load(Ordering::SeqCst),
+    );
+    assert_eq!(
+        subset_count,
+        parties * iters,
+        "rank {rank} passed the full barrier before the subset of {n} finished"
+    );
+    assert_eq!(
+        full_count,
+        u64::from(group.world_size()),
+        "rank {rank} passed the full barrier before every rank arrived"
+    );
+    println!("subset {subset_count} full {full_count}");
     Ok(())
 }
 
