@@ -2,7 +2,7 @@
 //! responses.
 
 use std::os::fd::BorrowedFd;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::{self, JoinHandle};
 use std::time::Duration;
@@ -75,6 +75,10 @@ pub(crate) struct Shared {
     /// `send` must then drain them while it waits, or a slow worker blocked
     /// on its full slot could never free a request frame.
     stale: AtomicBool,
+    /// Requests sent. The request header holds a copy for the workers, but
+    /// any process mapping the region can write that one: what the
+    /// coordinator sends next and gathers is decided by this count alone.
+    sent: AtomicU64,
 }
 
 /// Which response slots a gather reads.
@@ -174,6 +178,7 @@ impl Coordinator {
                 thread_idle: AtomicBool::new(false),
                 stop: AtomicBool::new(false),
                 stale: AtomicBool::new(false),
+                sent: AtomicU64::new(0),
             }),
             handler: None,
             thread: None,
@@ -253,12 +258,23 @@ impl Coordinator {
             });
         }
         let header = layout::request_header(&shared.request);
-        let index = header.sent.load(Ordering::Relaxed);
+        let index = shared.sent.load(Ordering::Relaxed);
         for rank in 0..shared.config.workers {
-            if shared.stale.load(Ordering::Acquire) {
-                shared.wait_frame_draining(rank)?;
+            let freed = if shared.stale.load(Ordering::Acquire) {
+                shared.wait_frame_draining(rank)
             } else {
-                shared.wait_worker(Direction::Request, Role::Produce, rank)?;
+                shared.wait_worker(Direction::Request, Role::Produce, rank)
+            };
+            if let Err(e) = freed {
+                // Nothing is written: give back the frames already taken from
+                // the workers before this one, or they would stay taken and
+                // every later send would wait on them in vain.
+                for earlier in 0..rank {
+                    let _ = shared
+                        .sem(Direction::Request, Role::Produce, earlier)
+                        .post();
+                }
+                return Err(e);
             }
         }
         let frame = shared.layout.frame(index);
@@ -274,8 +290,9 @@ impl Coordinator {
             context: format!("channel {}", shared.config.name),
             source,
         })?;
-        // `sent` lies in memory every worker maps: a hostile one may have set
-        // it to anything, so no arithmetic on it may overflow.
+        // Ours first, then the workers' copy in the header (which a hostile
+        // worker may overwrite; nothing of ours is computed from it).
+        shared.sent.store(index.wrapping_add(1), Ordering::SeqCst);
         header.sent.store(index.wrapping_add(1), Ordering::SeqCst);
         for rank in 0..shared.config.workers {
             shared
@@ -547,10 +564,7 @@ impl Shared {
     }
 
     fn check_outstanding(&self, n: u64) -> Result<()> {
-        if n >= layout::request_header(&self.request)
-            .sent
-            .load(Ordering::Acquire)
-        {
+        if n >= self.sent.load(Ordering::Acquire) {
             return Err(Error::NothingOutstanding {
                 channel: self.config.name.clone(),
             });
@@ -754,10 +768,7 @@ impl Shared {
     fn response_loop(self: Arc<Self>, mut handler: ResponseHandler) -> ResponseHandler {
         while !self.stop.load(Ordering::SeqCst) {
             let next = self.lock_gatherer().next;
-            let sent = layout::request_header(&self.request)
-                .sent
-                .load(Ordering::SeqCst);
-            if next >= sent {
+            if next >= self.sent.load(Ordering::SeqCst) {
                 self.wait_idle(next);
                 continue;
             }
@@ -782,10 +793,7 @@ impl Shared {
     fn wait_idle(&self, next: u64) {
         let guard = self.idle.0.lock().unwrap_or_else(|e| e.into_inner());
         self.thread_idle.store(true, Ordering::SeqCst);
-        let sent = layout::request_header(&self.request)
-            .sent
-            .load(Ordering::SeqCst);
-        if sent <= next && !self.stop.load(Ordering::SeqCst) {
+        if self.sent.load(Ordering::SeqCst) <= next && !self.stop.load(Ordering::SeqCst) {
             let _ = self.idle.1.wait_timeout(guard, wait::SLICE);
         }
         self.thread_idle.store(false, Ordering::SeqCst);

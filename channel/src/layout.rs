@@ -1,6 +1,6 @@
 //! Where everything sits in the two regions, and the checks a header passes
 //! before it is trusted. The layout is a contract with C peers: `README.md`
-//! spells it out, and `c/worker.c` in the tests follows it.
+//! spells it out, and `integration-tests/c/channel_worker.c` follows it.
 //!
 //! Request region (written by the coordinator only):
 //! ```text
@@ -77,6 +77,15 @@ pub(crate) struct ResponseHeader {
     pub(crate) init: AtomicU32,
 }
 
+// The offsets the crate's README documents for C peers.
+const _: () = assert!(std::mem::offset_of!(ResponseHeader, magic) == 0);
+const _: () = assert!(std::mem::offset_of!(ResponseHeader, version) == 8);
+const _: () = assert!(std::mem::offset_of!(ResponseHeader, workers) == 12);
+const _: () = assert!(std::mem::offset_of!(ResponseHeader, response_slot_size) == 16);
+const _: () = assert!(std::mem::offset_of!(ResponseHeader, init_slot_size) == 24);
+const _: () = assert!(std::mem::offset_of!(ResponseHeader, init) == 32);
+const _: () = assert!(size_of::<ResponseHeader>() <= RESPONSE_HEADER);
+
 // SAFETY: `#[repr(C)]`, atomics only, any bit pattern valid, no pointers.
 unsafe impl ShmSafe for ResponseHeader {}
 
@@ -91,6 +100,17 @@ pub(crate) struct WorkerEntry {
     pub(crate) received: AtomicU64,
     _reserved: AtomicU64,
 }
+
+// The offsets `Layout::worker_entry` documents; entries are packed at a
+// stride of `WORKER_ENTRY`, so the size must be exactly that.
+const _: () = assert!(std::mem::offset_of!(WorkerEntry, pid) == 0);
+const _: () = assert!(std::mem::offset_of!(WorkerEntry, flags) == 4);
+const _: () = assert!(std::mem::offset_of!(WorkerEntry, start_time) == 8);
+const _: () = assert!(std::mem::offset_of!(WorkerEntry, received) == 16);
+const _: () = assert!(std::mem::offset_of!(WorkerEntry, _reserved) == 24);
+const _: () = assert!(size_of::<WorkerEntry>() == WORKER_ENTRY);
+const _: () = assert!(WORKER_ENTRY.is_multiple_of(align_of::<WorkerEntry>()));
+const _: () = assert!(RESPONSE_HEADER.is_multiple_of(align_of::<WorkerEntry>()));
 
 // SAFETY: `#[repr(C)]`, atomics only, any bit pattern valid, no pointers.
 unsafe impl ShmSafe for WorkerEntry {}

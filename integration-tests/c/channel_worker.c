@@ -5,7 +5,11 @@
  *   channel_worker NAME WORKERS DEPTH REQUEST_CAPACITY RESPONSE_SLOT_SIZE RANK COUNT
  *
  * Answers COUNT requests: each response echoes the request's execute_type
- * (as msg_type) and sequence. Every wait is bounded (10 s). Exit 0 on success. */
+ * (as msg_type) and sequence. Every wait is bounded (10 s). Exit 0 on success,
+ * 1 on a failure, a frame or field length past its frame among them.
+ *
+ * Every length read from shared memory is compared in 64 bits, never added
+ * to in 32: `len + 4` of a hostile u32 length wraps and passes any check. */
 #include <errno.h>
 #include <fcntl.h>
 #include <semaphore.h>
@@ -22,14 +26,18 @@
 #define REQUEST_HEADER 128
 #define RESPONSE_HEADER 64
 #define WORKER_ENTRY 32
+#define MAX_WORKERS 1024
+#define MAX_DEPTH 64
+#define MAX_SLOT ((uint64_t)1 << 30)
 
-static size_t round64(size_t n) { return (n + LINE - 1) / LINE * LINE; }
+/* Only called with n <= MAX_SLOT (checked at start), so n + 63 cannot wrap. */
+static uint64_t round64(uint64_t n) { return (n + LINE - 1) / LINE * LINE; }
 
 static void *map(const char *name, size_t *size) {
     int fd = shm_open(name, O_RDWR, 0);
     if (fd < 0) { perror(name); exit(1); }
     struct stat st;
-    fstat(fd, &st);
+    if (fstat(fd, &st) != 0) { perror("fstat"); exit(1); }
     *size = (size_t)st.st_size;
     void *p = mmap(NULL, *size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     close(fd);
@@ -90,8 +98,14 @@ int main(int argc, char **argv) {
     }
     const char *name = argv[1];
     int workers = atoi(argv[2]), depth = atoi(argv[3]), rank = atoi(argv[6]);
-    size_t capacity = strtoull(argv[4], NULL, 10), slot_size = strtoull(argv[5], NULL, 10);
+    uint64_t capacity = strtoull(argv[4], NULL, 10), slot_size = strtoull(argv[5], NULL, 10);
     long count = atol(argv[7]);
+    if (workers < 1 || workers > MAX_WORKERS || depth < 1 || depth > MAX_DEPTH
+        || rank < 0 || rank >= workers || capacity < 5 || capacity > MAX_SLOT
+        || slot_size < 5 || slot_size > MAX_SLOT) {
+        fprintf(stderr, "arguments out of range\n");
+        return 2;
+    }
 
     char region_name[512];
     size_t request_size, response_size;
@@ -99,6 +113,18 @@ int main(int argc, char **argv) {
     const uint8_t *request = map(region_name, &request_size);
     snprintf(region_name, sizeof region_name, "%s_response", name);
     uint8_t *response = map(region_name, &response_size);
+
+    /* The regions must hold the layout of these arguments before anything is
+     * written (the entry, the slot) or read. Every product below is at most
+     * 64 * 2^30 or 1024 * 2^30: no wrap in 64 bits. */
+    uint64_t sems_at = round64(RESPONSE_HEADER + (uint64_t)workers * WORKER_ENTRY);
+    uint64_t responses_at = sems_at + (uint64_t)workers * 4 * LINE;
+    if ((uint64_t)REQUEST_HEADER + (uint64_t)depth * round64(capacity) > request_size
+        || responses_at + (uint64_t)workers * round64(slot_size) > response_size) {
+        fprintf(stderr, "the regions are smaller than the layout of these arguments\n");
+        return 1;
+    }
+    uint8_t *slot = response + responses_at + (uint64_t)rank * round64(slot_size);
 
     sem_t *req_produce = sem(name, "request", "produce", rank);
     sem_t *req_consume = sem(name, "request", "consume", rank);
@@ -113,16 +139,12 @@ int main(int argc, char **argv) {
     memcpy(entry, &pid, 4);
     __atomic_fetch_or((uint32_t *)(entry + 4), 1u, __ATOMIC_SEQ_CST);
 
-    size_t sems_at = round64(RESPONSE_HEADER + (size_t)workers * WORKER_ENTRY);
-    size_t responses_at = sems_at + (size_t)workers * 4 * LINE;
-    uint8_t *slot = response + responses_at + (size_t)rank * round64(slot_size);
-
     for (long i = 0; i < count; i++) {
         wait10(req_consume);
-        const uint8_t *frame = request + REQUEST_HEADER + (size_t)(i % depth) * round64(capacity);
+        const uint8_t *frame = request + REQUEST_HEADER + (uint64_t)(i % depth) * round64(capacity);
         uint32_t len;
         memcpy(&len, frame, 4);
-        if (len + 4 > capacity) { fprintf(stderr, "frame length %u past the frame\n", len); return 1; }
+        if ((uint64_t)len + 4 > capacity) { fprintf(stderr, "frame length %u past the frame\n", len); return 1; }
         const uint8_t *p = frame + 4, *end = frame + 4 + len;
         uint64_t type = 0, sequence = 0;
         while (p && p < end) {
@@ -135,6 +157,11 @@ int main(int argc, char **argv) {
                 if ((key >> 3) == 2) sequence = value;
             } else if ((key & 7) == 2) {
                 p = varint(p, end, &value);
+                /* Compare with what is left, never form p + value: it may wrap. */
+                if (p && value > (uint64_t)(end - p)) {
+                    fprintf(stderr, "field length %llu past the frame\n", (unsigned long long)value);
+                    return 1;
+                }
                 if (p) p += value;
             } else {
                 break;
@@ -148,6 +175,7 @@ int main(int argc, char **argv) {
         if (type) { *q++ = 0x10; q = put_varint(q, type); }          /* msg_type = 2 */
         if (sequence) { *q++ = 0x18; q = put_varint(q, sequence); }  /* sequence = 3 */
         uint32_t out_len = (uint32_t)(q - message);
+        if ((uint64_t)out_len + 4 > slot_size) { fprintf(stderr, "a %u-byte response does not fit the slot\n", out_len); return 1; }
         memcpy(slot, &out_len, 4);
         memcpy(slot + 4, message, out_len);
         sem_post(resp_consume);

@@ -1,13 +1,14 @@
 //! The execute channel between real processes: 1, 2 and 8 workers, 10 000
 //! requests each checked by sequence, both semaphore kinds, depth 1 and 4,
-//! every gather mode, payload edges, a C worker, a worker killed mid-request,
-//! garbage in a response slot, and a coordinator that dies.
+//! every gather mode, payload edges, a C worker (and the lengths it refuses),
+//! a worker killed mid-request, garbage in a response slot, and a
+//! coordinator that dies.
 
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
-use nodeipc_channel::{ChannelConfig, Coordinator, Error, SemKind};
+use nodeipc_channel::{ChannelConfig, Coordinator, Direction, Error, Role, SemKind};
 use nodeipc_proto::execute::{
     ExecuteRequest, ExecuteResponse, ExecuteType, ForwardRequest, execute_request, execute_response,
 };
@@ -258,14 +259,17 @@ fn init_gather_reads_the_init_slots() {
     finish(children);
 }
 
+/// Compiles `c/channel_worker.c` into `dir`; `None` without a C compiler.
+fn c_worker_program(dir: &TempDir) -> Option<std::path::PathBuf> {
+    let source = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("c/channel_worker.c");
+    nodeipc_testkit::compile_c(&source, &dir.join("channel_worker"), &["-pthread"])
+}
+
 #[test]
 fn a_c_worker_takes_rank_0_with_named_semaphores() {
     let _dog = Watchdog::new("C worker", Duration::from_secs(120));
     let dir = TempDir::new("cworker");
-    let source = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("c/channel_worker.c");
-    let Some(program) =
-        nodeipc_testkit::compile_c(&source, &dir.join("channel_worker"), &["-pthread"])
-    else {
+    let Some(program) = c_worker_program(&dir) else {
         skip("a_c_worker_takes_rank_0", "no C compiler");
         return;
     };
@@ -308,6 +312,109 @@ fn a_c_worker_takes_rank_0_with_named_semaphores() {
     drop(coordinator);
     finish(vec![rust_worker]);
     assert!(shm_leftovers(&name).is_empty());
+}
+
+/// The C worker reads lengths a hostile peer may have written: a frame
+/// length near `u32::MAX` (which wraps when 4 is added in 32 bits) or a
+/// field length past the frame (which wraps a pointer) must be refused with
+/// exit 1 and a message, never read past the frame.
+#[test]
+fn a_c_worker_refuses_frame_and_field_lengths_past_its_frame() {
+    let _dog = Watchdog::new("C worker lengths", Duration::from_secs(120));
+    let dir = TempDir::new("cworker-len");
+    let Some(program) = c_worker_program(&dir) else {
+        skip(
+            "a_c_worker_refuses_frame_and_field_lengths",
+            "no C compiler",
+        );
+        return;
+    };
+    let varint = |mut v: u64| {
+        let mut out = Vec::new();
+        while v >= 0x80 {
+            out.push(v as u8 | 0x80);
+            v >>= 7;
+        }
+        out.push(v as u8);
+        out
+    };
+    let framed = |body: &[u8]| {
+        let mut frame = (body.len() as u32).to_le_bytes().to_vec();
+        frame.extend_from_slice(body);
+        frame
+    };
+    // execute_type = 2, then field 3 (length-delimited) claiming `len` bytes.
+    let field_claiming = |len: u64| {
+        let mut body = vec![0x08, 0x02, 0x1a];
+        body.extend(varint(len));
+        framed(&body)
+    };
+    let capacity = CAPACITY as u32;
+    let cases: Vec<(Vec<u8>, String)> = vec![
+        (
+            u32::MAX.to_le_bytes().to_vec(),
+            format!("frame length {} past the frame", u32::MAX),
+        ),
+        (
+            (u32::MAX - 3).to_le_bytes().to_vec(),
+            format!("frame length {} past the frame", u32::MAX - 3),
+        ),
+        (
+            (capacity - 3).to_le_bytes().to_vec(),
+            format!("frame length {} past the frame", capacity - 3),
+        ),
+        (
+            field_claiming(1),
+            "field length 1 past the frame".to_owned(),
+        ),
+        (
+            field_claiming(u64::MAX),
+            format!("field length {} past the frame", u64::MAX),
+        ),
+    ];
+    for (frame, expected) in cases {
+        let name = unique_name("cframe");
+        let config = config(&name, 1, SemKind::Named, 1);
+        let coordinator = Coordinator::create(config.clone()).unwrap();
+        // Opened while the names exist: they go once the worker has joined.
+        let consume = nodeipc_sem::NamedSemaphore::open(&config.semaphore_name(
+            Direction::Request,
+            Role::Consume,
+            0,
+        ))
+        .unwrap();
+        let c_worker = spawn_child(
+            Command::new(&program)
+                .args([&name, "1", "1", &CAPACITY.to_string()])
+                .arg(config.response_slot_size.to_string())
+                .args(["0", "1"])
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped()),
+        );
+        coordinator
+            .wait_for_workers(Duration::from_secs(20))
+            .unwrap();
+        // Play a hostile coordinator: the frame written by hand, the worker woken.
+        let request =
+            Region::from_fd(coordinator.request_fd().try_clone_to_owned().unwrap()).unwrap();
+        request.write_at(config.layout().frame(0), &frame).unwrap();
+        nodeipc_sem::Semaphore::post(&consume).unwrap();
+        let out = c_worker.output_timeout(Duration::from_secs(20));
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(
+            out.status.code(),
+            Some(1),
+            "{expected}: the C worker ended with {}: {stderr}",
+            out.status
+        );
+        assert!(stderr.contains(&expected), "{expected:?} not in {stderr:?}");
+        drop((request, consume, coordinator));
+        assert!(
+            shm_leftovers(&name).is_empty(),
+            "{:?}",
+            shm_leftovers(&name)
+        );
+    }
 }
 
 #[test]

@@ -140,13 +140,19 @@ pub fn connect(path: impl AsRef<Path>, logon: &Logon, timeout: Duration) -> Resu
             std::io::ErrorKind::BrokenPipe | std::io::ErrorKind::ConnectionReset
         )
     };
-    nodeipc_proto::write_frame(&mut stream, logon).map_err(|source| match source {
-        nodeipc_proto::Error::Io(e) if hung_up(&e) => closed_early(),
-        source => Error::Proto {
-            context: peer(),
-            source,
-        },
-    })?;
+    match nodeipc_proto::write_frame(&mut stream, logon) {
+        Ok(()) => {}
+        // A server that refuses us outright (too many clients) answers and
+        // closes without reading the logon: its answer may be waiting for us
+        // even though the write failed. The read below tells.
+        Err(nodeipc_proto::Error::Io(e)) if hung_up(&e) => {}
+        Err(source) => {
+            return Err(Error::Proto {
+                context: peer(),
+                source,
+            });
+        }
+    }
 
     // The descriptors ride on the reply's first byte.
     let mut prefix = [0u8; LEN_PREFIX];
