@@ -54,7 +54,9 @@ pub enum Ptracer {
 /// does nothing.
 ///
 /// # Errors
-/// [`Error::Io`] if the kernel refuses.
+/// [`Error::ProcessGone`] for a pid that cannot name a process (0, or past
+/// `i32::MAX`) and, under Yama, for one that names no live process;
+/// [`Error::Io`] if the kernel refuses otherwise.
 #[doc(alias = "PR_SET_PTRACER")]
 pub fn allow_ptracer(tracer: Ptracer) -> Result<()> {
     let tracer = match tracer {
@@ -70,10 +72,25 @@ pub fn allow_ptracer(tracer: Ptracer) -> Result<()> {
         Ptracer::None => PTracer::None,
     };
     match rustix::process::set_ptracer(tracer) {
-        // EINVAL: Yama is not loaded, so ptrace is not restricted by it.
-        Ok(()) | Err(Errno::INVAL) => Ok(()),
+        Ok(()) => Ok(()),
+        // Without Yama the call is EINVAL and ptrace is not restricted by
+        // it; with Yama, EINVAL means the pid names no live process, and
+        // nothing was allowed.
+        Err(Errno::INVAL) if !yama_loaded() => Ok(()),
+        Err(Errno::INVAL) => match tracer {
+            PTracer::ProcessID(pid) => Err(Error::ProcessGone {
+                pid: pid.as_raw_nonzero().get() as u32,
+                reason: "no such process to allow as ptracer",
+            }),
+            _ => Err(Error::io("prctl(PR_SET_PTRACER)", Errno::INVAL)),
+        },
         Err(e) => Err(Error::io("prctl(PR_SET_PTRACER)", e)),
     }
+}
+
+/// Whether the Yama security module is loaded (it has a sysctl then).
+fn yama_loaded() -> bool {
+    std::path::Path::new("/proc/sys/kernel/yama/ptrace_scope").exists()
 }
 
 /// A descriptor of one process, as a fixed-size value any channel can carry

@@ -154,3 +154,135 @@ fn a_c_program_shares_named_semaphores_both_ways() {
     opened.unlink_now().unwrap();
     assert!(shm_leftovers(&c_made).is_empty());
 }
+
+/// The Python peer of [`a_python_posix_ipc_process_shares_named_semaphores_both_ways`],
+/// run as `python3 -c PYTHON_PEER ROLE …`:
+///
+/// - `pong PING PONG ROUNDS`: opens both by name; ROUNDS times waits on PING
+///   (10 s at most) and posts PONG.
+/// - `create NAME VALUE`: creates NAME (`O_CREAT | O_EXCL`, 0600) and exits.
+const PYTHON_PEER: &str = r#"
+import sys
+import posix_ipc
+
+role = sys.argv[1]
+if role == "pong":
+    ping = posix_ipc.Semaphore(sys.argv[2])
+    pong = posix_ipc.Semaphore(sys.argv[3])
+    for i in range(int(sys.argv[4])):
+        try:
+            ping.acquire(10)
+        except posix_ipc.BusyError:
+            sys.exit("round %d: timed out waiting on %s" % (i, ping.name))
+        pong.release()
+    ping.close()
+    pong.close()
+elif role == "create":
+    made = posix_ipc.Semaphore(
+        sys.argv[2], posix_ipc.O_CREX, mode=0o600, initial_value=int(sys.argv[3])
+    )
+    made.close()
+else:
+    sys.exit("unknown role %r" % role)
+"#;
+
+/// Removes a named semaphore's file when dropped, so a test that panics (or
+/// whose peer dies) leaves nothing under `/dev/shm`.
+struct RemoveSemOnDrop(String);
+
+impl Drop for RemoveSemOnDrop {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(format!("/dev/shm/sem.{}", &self.0[1..]));
+    }
+}
+
+/// Whether `program` is an executable file in a directory of `PATH`.
+fn on_path(program: &str) -> bool {
+    std::env::var_os("PATH").is_some_and(|path| {
+        std::env::split_paths(&path).any(|dir| {
+            std::fs::metadata(dir.join(program)).is_ok_and(|m| {
+                m.is_file()
+                    && std::os::unix::fs::PermissionsExt::mode(&m.permissions()) & 0o111 != 0
+            })
+        })
+    })
+}
+
+/// Why `python3` cannot run the Python peer here, if it cannot.
+fn python_posix_ipc_missing() -> Option<String> {
+    if !on_path("python3") {
+        return Some("no python3 on PATH".to_owned());
+    }
+    let out = spawn_child(
+        Command::new("python3")
+            .args(["-c", "import posix_ipc"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped()),
+    )
+    .output_timeout(Duration::from_secs(30));
+    if out.status.success() {
+        return None;
+    }
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    Some(format!(
+        "python3 cannot import posix_ipc ({}); `python3 -m pip install posix_ipc` installs it",
+        stderr.lines().last().unwrap_or("no message").trim()
+    ))
+}
+
+#[test]
+fn a_python_posix_ipc_process_shares_named_semaphores_both_ways() {
+    const TEST: &str = "a_python_posix_ipc_process_shares_named_semaphores_both_ways";
+    let _dog = Watchdog::new(TEST, Duration::from_secs(60));
+    if let Some(why) = python_posix_ipc_missing() {
+        println!("skipped: {TEST}: {why}");
+        return;
+    }
+    // Rust creates, Python opens by name: Rust posts and Python waits,
+    // Python posts and Rust waits.
+    let (ping_name, pong_name) = (unique_name("pyping"), unique_name("pypong"));
+    let ping = NamedSemaphore::create(&ping_name, 0).unwrap();
+    let pong = NamedSemaphore::create(&pong_name, 0).unwrap();
+    let mut child = spawn_child(
+        Command::new("python3")
+            .args(["-c", PYTHON_PEER, "pong", &ping_name, &pong_name, "1000"])
+            .stderr(Stdio::piped()),
+    );
+    for i in 0..1000 {
+        ping.post().unwrap();
+        if let Err(e) = pong.wait_timeout(Duration::from_secs(10)) {
+            let status = child.wait_timeout(Duration::from_secs(10));
+            let mut stderr = String::new();
+            let _ =
+                std::io::Read::read_to_string(child.child().stderr.as_mut().unwrap(), &mut stderr);
+            panic!("round {i}: {e}; the Python peer exited {status}: {stderr}");
+        }
+    }
+    let status = child.wait_timeout(Duration::from_secs(10));
+    assert!(status.success(), "the Python peer failed: {status}");
+    assert_eq!((ping.value().unwrap(), pong.value().unwrap()), (0, 0));
+    drop((ping, pong));
+    assert!(shm_leftovers(&ping_name).is_empty() && shm_leftovers(&pong_name).is_empty());
+
+    // Python creates (0600), Rust opens it by name and accepts it.
+    let py_made = unique_name("pymade");
+    let _guard = RemoveSemOnDrop(py_made.clone());
+    let out = spawn_child(
+        Command::new("python3")
+            .args(["-c", PYTHON_PEER, "create", &py_made, "3"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped()),
+    )
+    .output_timeout(Duration::from_secs(20));
+    assert!(
+        out.status.success(),
+        "the Python peer failed to create {py_made}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let opened = NamedSemaphore::open(&py_made).unwrap();
+    assert_eq!(opened.value().unwrap(), 3);
+    opened.wait_timeout(Duration::from_secs(1)).unwrap();
+    assert_eq!(opened.value().unwrap(), 2);
+    opened.unlink_now().unwrap();
+    assert!(shm_leftovers(&py_made).is_empty());
+}

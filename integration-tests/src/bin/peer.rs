@@ -89,21 +89,6 @@ fn run(args: &[&str]) -> Result {
             region.read_at(0, &mut text)?;
             print!("{}", String::from_utf8_lossy(&text));
         }
-        // Connects to PATH, receives COUNT descriptors, writes "child <i>"
-        // into each, and answers "done".
-        ["scm-recv", path, count] => {
-            let socket = std::os::unix::net::UnixStream::connect(path)?;
-            let count: usize = count.parse()?;
-            let mut tag = [0u8; 5];
-            let fds = nodeipc_fdpass::recv_fds_exact(&socket, &mut tag, count)?;
-            if fds.len() != count || &tag != b"files" {
-                return Err(format!("got {} descriptors and {tag:?}", fds.len()).into());
-            }
-            for (i, fd) in fds.into_iter().enumerate() {
-                Region::from_fd(fd)?.write_at(0, format!("child {i}").as_bytes())?;
-            }
-            (&socket).write_all(b"done")?;
-        }
         // Connects to PATH and stays until the other end closes.
         ["connect-and-wait", path] => {
             let mut socket = std::os::unix::net::UnixStream::connect(path)?;
