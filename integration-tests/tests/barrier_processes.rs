@@ -1,14 +1,18 @@
 //! Rank groups of real processes: 2, 3, 8 and 16 ranks (more than the cores,
-//! so waiters must park), both descriptor transports, two groups at once,
-//! subset barriers beside ranks that are not in them, and a rank killed with
-//! SIGKILL in the middle of a barrier.
+//! so waiters must park), both descriptor transports, the automatic choice
+//! between them (unprivileged ranks, one of which refuses `pidfd_getfd`),
+//! two groups at once, subset barriers beside ranks that are not in them, and
+//! a rank killed with SIGKILL in the middle of a barrier.
 
+use std::os::unix::process::CommandExt;
 use std::process::{Command, Output, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use nodeipc_shm::Region;
-use nodeipc_testkit::{ChildGuard, Watchdog, shm_leftovers, spawn_child, unique_name};
+use nodeipc_testkit::{
+    ChildGuard, NOBODY, Watchdog, is_root, shm_leftovers, skip, spawn_child, unique_name,
+};
 
 fn rank(args: &[&str]) -> ChildGuard {
     spawn_child(
@@ -204,4 +208,172 @@ fn a_rank_killed_mid_barrier_gives_the_others_peer_died_within_a_second() {
         "survivors took {all_done:?}"
     );
     assert!(shm_leftovers(&name).is_empty());
+}
+
+/// Removes whatever `/dev/shm` holds under a name containing its fragment
+/// when dropped: the vault unprivileged ranks create is theirs, not ours, and
+/// a failed run must not leave it behind.
+struct RemoveLeftovers(String);
+
+impl Drop for RemoveLeftovers {
+    fn drop(&mut self) {
+        for leftover in shm_leftovers(&self.0) {
+            let _ = std::fs::remove_file(format!("/dev/shm/{leftover}"));
+        }
+    }
+}
+
+/// Whether Yama restricts `ptrace` (and so `pidfd_getfd`) between sibling
+/// processes even of one uid: then no unprivileged rank may use pidfds.
+fn yama_restricts_siblings() -> bool {
+    std::fs::read_to_string("/proc/sys/kernel/yama/ptrace_scope")
+        .is_ok_and(|scope| scope.trim() != "0")
+}
+
+/// `world` ranks of `rank exchange` as `nobody` (no capabilities, so no
+/// CAP_SYS_PTRACE), rank `undumpable` made non-dumpable before it joins; the
+/// group's transport choice is `transport`. Returns each rank's output, and
+/// checks that nothing is left in `/dev/shm`.
+fn unprivileged_exchange(world: u32, undumpable: Option<u32>, transport: &str) -> Vec<Output> {
+    let name = unique_name(&format!("auto{world}"));
+    let _cleanup = RemoveLeftovers(name.clone());
+    let undumpable = undumpable.map_or("none".to_owned(), |r| r.to_string());
+    let ranks: Vec<_> = (0..world)
+        .map(|r| {
+            spawn_child(
+                Command::new(env!("CARGO_BIN_EXE_rank"))
+                    .args([
+                        "exchange",
+                        &name,
+                        &r.to_string(),
+                        &world.to_string(),
+                        transport,
+                        &undumpable,
+                    ])
+                    .uid(NOBODY.0)
+                    .gid(NOBODY.1)
+                    .stdout(Stdio::piped())
+                    .stderr(Stdio::piped()),
+            )
+        })
+        .collect();
+    let outs = outputs(ranks, Duration::from_secs(120));
+    assert!(
+        shm_leftovers(&name).is_empty(),
+        "left in /dev/shm: {:?}",
+        shm_leftovers(&name)
+    );
+    outs
+}
+
+/// Checks one rank's report of a successful `rank exchange`: it ran as
+/// `nobody`, dumpable unless it is `undumpable`, its probe of each peer said
+/// what the kernel must say (only the non-dumpable rank refuses, and with
+/// EPERM), every descriptor arrived with the right content, and the group
+/// agreed on `expected`.
+fn check_exchange(r: u32, world: u32, undumpable: Option<u32>, out: &Output, expected: &str) {
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "rank {r} of {world} failed: {stdout}\n{stderr}"
+    );
+    let lines: Vec<&str> = stdout.lines().collect();
+    let dumpable = undumpable != Some(r);
+    let me = format!("uid {} dumpable {dumpable}", NOBODY.0);
+    assert!(
+        lines.contains(&me.as_str()),
+        "rank {r}: {stdout:?} lacks {me:?}"
+    );
+    for peer in (0..world).filter(|&p| p != r) {
+        let yes = format!("probe {peer} yes");
+        let refused = format!("probe {peer} no (NotPermitted");
+        if undumpable == Some(peer) {
+            // The point of the test: the kernel's permission check refuses
+            // this rank's pidfd_getfd on the non-dumpable peer.
+            assert!(
+                lines.iter().any(|l| l.starts_with(&refused)),
+                "rank {r}'s probe of the non-dumpable rank {peer} was not refused with EPERM: {stdout}"
+            );
+        } else if !yama_restricts_siblings() {
+            assert!(
+                lines.contains(&yes.as_str()),
+                "rank {r}'s probe of the dumpable rank {peer} failed: {stdout}"
+            );
+        }
+    }
+    // Three exchanges bring a descriptor from each peer; 2 × world
+    // broadcasts bring one each.
+    let verified = format!("verified {} descriptors", 3 * (world - 1) + 2 * world);
+    assert!(
+        lines.contains(&verified.as_str()),
+        "rank {r}: {stdout:?} lacks {verified:?}"
+    );
+    let transport = format!("transport {expected}");
+    assert!(
+        lines.contains(&transport.as_str()),
+        "rank {r} of {world} did not report {transport:?}: {stdout}"
+    );
+}
+
+#[test]
+fn auto_falls_back_to_scm_rights_when_one_rank_refuses_pidfd_getfd_and_still_passes_descriptors() {
+    let _dog = Watchdog::new("auto falls back", Duration::from_secs(240));
+    if !is_root() {
+        skip(
+            "auto_falls_back_to_scm_rights_when_one_rank_refuses_pidfd_getfd",
+            "needs root to run the ranks as nobody",
+        );
+        return;
+    }
+    // The non-dumpable rank first (it creates the vault and the socket
+    // directory), then last.
+    for (world, undumpable) in [(3, 0), (4, 3)] {
+        let outs = unprivileged_exchange(world, Some(undumpable), "auto");
+        for (r, out) in outs.iter().enumerate() {
+            check_exchange(r as u32, world, Some(undumpable), out, "ScmRights");
+        }
+    }
+    // The same group with pidfds forced: every rank is told why not, so the
+    // probe above did decide something.
+    let world = 3;
+    let outs = unprivileged_exchange(world, Some(1), "pidfd");
+    for (r, out) in outs.iter().enumerate() {
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert_eq!(
+            out.status.code(),
+            Some(2),
+            "rank {r} with pidfds forced: {stdout}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let last = stdout.lines().last().unwrap_or("");
+        assert!(
+            last.starts_with("Transport:") && last.contains("pidfd_getfd was asked for"),
+            "rank {r} with pidfds forced did not refuse the transport: {stdout}"
+        );
+    }
+}
+
+#[test]
+fn auto_picks_pidfd_when_every_unprivileged_rank_may_use_pidfd_getfd() {
+    let _dog = Watchdog::new("auto picks pidfd", Duration::from_secs(240));
+    if !is_root() {
+        skip(
+            "auto_picks_pidfd_when_every_unprivileged_rank_may_use_pidfd_getfd",
+            "needs root to run the ranks as nobody",
+        );
+        return;
+    }
+    if yama_restricts_siblings() {
+        skip(
+            "auto_picks_pidfd_when_every_unprivileged_rank_may_use_pidfd_getfd",
+            "Yama's ptrace_scope refuses pidfd_getfd between sibling ranks",
+        );
+        return;
+    }
+    let world = 3;
+    let outs = unprivileged_exchange(world, None, "auto");
+    for (r, out) in outs.iter().enumerate() {
+        check_exchange(r as u32, world, None, out, "Pidfd");
+    }
 }

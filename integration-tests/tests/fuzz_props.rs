@@ -30,6 +30,44 @@ fn bytes_after(prefixes: Vec<Vec<u8>>, max: usize) -> impl Strategy<Value = Vec<
     prop_oneof![vec(any::<u8>(), 0..max), prefixed]
 }
 
+/// Protobuf varint encoding.
+fn put_varint(out: &mut Vec<u8>, mut value: u64) {
+    while value >= 0x80 {
+        out.push(value as u8 | 0x80);
+        value >>= 7;
+    }
+    out.push(value as u8);
+}
+
+/// Input for `drivers::frame`: any message type, no limit, and one frame
+/// whose bytes are well-formed protobuf at the top level — fields 1 to 12 of
+/// any wire type with values of any content — so that a message refusing
+/// them finds the fault inside one of its fields and must say which.
+fn frames_of_well_formed_fields() -> impl Strategy<Value = Vec<u8>> {
+    let field = (1u64..=12, 0usize..4, any::<u64>(), vec(any::<u8>(), 0..24));
+    (any::<u8>(), vec(field, 0..6)).prop_map(|(which, fields)| {
+        let mut body = Vec::new();
+        for (number, wire, value, bytes) in fields {
+            let wire_type = [0u64, 2, 1, 5][wire];
+            put_varint(&mut body, number << 3 | wire_type);
+            match wire_type {
+                0 => put_varint(&mut body, value),
+                2 => {
+                    put_varint(&mut body, bytes.len() as u64);
+                    body.extend(bytes);
+                }
+                1 => body.extend(value.to_le_bytes()),
+                _ => body.extend((value as u32).to_le_bytes()),
+            }
+        }
+        // The message type, then a limit selector meaning "no limit".
+        let mut data = vec![which, 64];
+        data.extend((body.len() as u32).to_le_bytes());
+        data.extend(body);
+        data
+    })
+}
+
 /// Nothing a driver created under `tag` is left in `/dev/shm`.
 fn nothing_left(tag: &str) {
     let ours = format!("{tag}-{}-", std::process::id());
@@ -44,7 +82,9 @@ proptest! {
     #![proptest_config(ProptestConfig::with_cases(512))]
 
     #[test]
-    fn frames_of_every_message_type_decode_or_say_why(data in vec(any::<u8>(), 0..160)) {
+    fn frames_of_every_message_type_decode_or_say_why(
+        data in prop_oneof![vec(any::<u8>(), 0..160), frames_of_well_formed_fields()]
+    ) {
         drivers::frame(&data);
     }
 
@@ -198,6 +238,47 @@ fn a_server_that_misdescribes_its_descriptors_is_refused_naming_which() {
     drop(server);
 }
 
+/// The frames of a well-behaved rank's messages, one after the other.
+fn client_frames(messages: &[nodeipc_proto::monitor::ClientMessage]) -> Vec<u8> {
+    messages
+        .iter()
+        .flat_map(|m| nodeipc_proto::encode_frame_to_vec(m).expect("encode"))
+        .collect()
+}
+
+fn client(
+    msg: nodeipc_proto::monitor::client_message::Msg,
+) -> nodeipc_proto::monitor::ClientMessage {
+    nodeipc_proto::monitor::ClientMessage { msg: Some(msg) }
+}
+
+/// Registers the connecting process (pid 0).
+fn init() -> nodeipc_proto::monitor::ClientMessage {
+    use nodeipc_proto::monitor::{Init, RankInfo, client_message::Msg};
+    client(Msg::Init(Init {
+        rank: Some(RankInfo::default()),
+        want_heartbeat_region: false,
+    }))
+}
+
+fn heartbeat() -> nodeipc_proto::monitor::ClientMessage {
+    use nodeipc_proto::monitor::{Heartbeat, client_message::Msg};
+    client(Msg::Heartbeat(Heartbeat { state: None }))
+}
+
+fn section(name: &str, action: i32) -> nodeipc_proto::monitor::ClientMessage {
+    use nodeipc_proto::monitor::{Section, client_message::Msg};
+    client(Msg::Section(Section {
+        name: name.to_owned(),
+        action,
+    }))
+}
+
+fn status_query() -> nodeipc_proto::monitor::ClientMessage {
+    use nodeipc_proto::monitor::{StatusQuery, client_message::Msg};
+    client(Msg::StatusQuery(StatusQuery {}))
+}
+
 #[test]
 fn any_bytes_on_the_monitor_socket_get_frames_back_and_the_server_keeps_serving() {
     let _dog = Watchdog::new("hostile monitor client", Duration::from_secs(300));
@@ -210,6 +291,12 @@ fn any_bytes_on_the_monitor_socket_get_frames_back_and_the_server_keeps_serving(
             vec![0x10, 0x00, 0x00, 0x00, 0x0a],
             // An oversize prefix.
             vec![0xff, 0xff, 0xff, 0x7f],
+            // A rank that registers, beats, opens a section and asks for the
+            // status, so the answers that depend on the connection's state
+            // (heartbeats counted, sections open) are checked too.
+            client_frames(&[init(), heartbeat(), heartbeat(), status_query()]),
+            client_frames(&[init(), section("step", 1), heartbeat(), status_query()]),
+            client_frames(&[heartbeat(), status_query(), init(), status_query()]),
         ],
         300,
     );

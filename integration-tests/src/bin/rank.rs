@@ -1,5 +1,5 @@
 //! One rank of a group, for the barrier tests: `rank MODE NAME RANK WORLD
-//! TRANSPORT [ARGS]`. Prints one line on stdout — `ok`, or the error's
+//! TRANSPORT [ARGS]`. Prints one last line on stdout — `ok`, or the error's
 //! variant and message — and exits 0 on success, 2 on a group error.
 
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
@@ -9,7 +9,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use nodeipc_barrier::{Error, Group, GroupOptions, TransportChoice};
+use nodeipc_fdpass::{ForeignFd, Pidfd, pidfd_getfd_available};
 use nodeipc_shm::{OpenOptions, Region};
+use rustix::process::{DumpableBehavior, dumpable_behavior, set_dumpable_behavior};
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -22,13 +24,21 @@ fn main() -> ExitCode {
         "scm" => TransportChoice::ScmRights,
         _ => TransportChoice::Auto,
     };
-    let options = GroupOptions::new(name.as_str(), rank.parse().unwrap(), world.parse().unwrap())
+    let rank: u32 = rank.parse().unwrap();
+    if mode == "exchange" && rest.first().and_then(|r| r.parse::<u32>().ok()) == Some(rank) {
+        // Before joining, so every peer's probe already meets it: a
+        // non-dumpable process refuses pidfd_getfd (and ptrace) to peers of
+        // its own uid that lack CAP_SYS_PTRACE.
+        set_dumpable_behavior(DumpableBehavior::NotDumpable).expect("PR_SET_DUMPABLE 0");
+    }
+    let options = GroupOptions::new(name.as_str(), rank, world.parse().unwrap())
         .timeout(Duration::from_secs(60))
         .transport(transport);
     let result = Group::join(options).and_then(|group| match mode.as_str() {
         "soak" => soak(group, rest),
         "hang-after" => hang_after(group, rest),
         "subset" => subset(group, rest),
+        "exchange" => exchange(group),
         _ => panic!("unknown mode {mode}"),
     });
     match result {
@@ -81,6 +91,52 @@ fn soak(mut group: Group, args: &[String]) -> Result<(), Error> {
         let said = group.broadcast(root, format!("from {root} at {round}").as_bytes())?;
         assert_eq!(said, format!("from {root} at {round}").as_bytes());
     }
+    descriptor_rounds(&mut group)?;
+    println!("transport {:?}", group.transport());
+    Ok(())
+}
+
+/// `exchange [UNDUMPABLE]` (the rank numbered UNDUMPABLE made itself
+/// non-dumpable before joining, see `main`): prints who this process runs as
+/// (`uid U dumpable BOOL`), what a `pidfd_getfd` probe of each peer says now
+/// (`probe R yes`, or `probe R no (ERROR)` with the error a real call gets),
+/// then runs the descriptor rounds of `soak`, checked by content, and prints
+/// `verified N descriptors` and `transport T`.
+fn exchange(mut group: Group) -> Result<(), Error> {
+    let dumpable = dumpable_behavior().expect("PR_GET_DUMPABLE");
+    println!(
+        "uid {} dumpable {}",
+        rustix::process::geteuid().as_raw(),
+        dumpable == DumpableBehavior::Dumpable
+    );
+    for (r, pid) in group.pids().into_iter().enumerate() {
+        if r as u32 == group.rank() {
+            continue;
+        }
+        if pidfd_getfd_available(pid) {
+            println!("probe {r} yes");
+        } else {
+            // What the kernel says to a real call, for the test to check
+            // that the refusal is the permission check (EPERM).
+            let why = match Pidfd::open(pid).and_then(|p| p.get_fd(ForeignFd::new(i32::MAX))) {
+                Ok(_) => "a descriptor came back".to_owned(),
+                Err(e) => format!("{e:?}"),
+            };
+            println!("probe {r} no ({why})");
+        }
+    }
+    let verified = descriptor_rounds(&mut group)?;
+    println!("verified {verified} descriptors");
+    println!("transport {:?}", group.transport());
+    Ok(())
+}
+
+/// Descriptor exchanges (three rounds) and descriptor broadcasts (from every
+/// rank in turn, twice), every descriptor checked by content; returns how
+/// many descriptors this rank received and checked.
+fn descriptor_rounds(group: &mut Group) -> Result<u32, Error> {
+    let rank = group.rank();
+    let mut verified = 0;
     for round in 0..3u8 {
         let region = Region::anonymous(4096).unwrap();
         region.write_at(0, &[rank as u8, round, 0xEE]).unwrap();
@@ -100,13 +156,14 @@ fn soak(mut group: Group, args: &[String]) -> Result<(), Error> {
                 [r as u8, round, 0xEE],
                 "rank {rank} got rank {r}'s file wrong"
             );
+            verified += 1;
         }
     }
     for round in 0..2 * group.world_size() {
-        broadcast_fd_round(&mut group, round)?;
+        broadcast_fd_round(group, round)?;
+        verified += 1;
     }
-    println!("transport {:?}", group.transport());
-    Ok(())
+    Ok(verified)
 }
 
 /// One `broadcast_fd` from rank `round % world`, checked by content and by

@@ -128,23 +128,99 @@ fn frame_of<M: Message + Default + PartialEq + std::fmt::Debug>(buf: &[u8], max:
             );
         }
         Err(ProtoError::Decode(e)) => {
-            assert!(
-                !e.to_string().is_empty(),
-                "{name}: a decode error that says nothing"
-            );
+            let size = nodeipc_proto::frame_len(buf, max).expect("a decode error has a frame");
+            check_decode_error::<M>(&e, &buf[LEN_PREFIX..size]);
         }
         Err(other) => panic!("{name}: unexpected error {other}"),
     }
     // The same bytes as a stream: frames until the first error, never more
-    // frames than the bytes could hold.
+    // frames than the bytes could hold; a frame that does not decode says
+    // why as the buffer's does (its bytes are in `scratch`).
     let mut stream = buf;
     let mut scratch = Vec::new();
     for _ in 0..=buf.len() / LEN_PREFIX {
-        if read_frame::<M>(&mut stream, max, &mut scratch).is_err() {
-            return;
+        match read_frame::<M>(&mut stream, max, &mut scratch) {
+            Ok(_) => {}
+            Err(ProtoError::Decode(e)) => {
+                check_decode_error::<M>(&e, &scratch);
+                return;
+            }
+            Err(_) => return,
         }
     }
     assert!(stream.is_empty(), "{name}: more frames than bytes");
+}
+
+/// How prost says what was wrong with a message's bytes: the start of each
+/// description prost 0.14 gives (`DecodeErrorKind`).
+const DECODE_FAULTS: &[&str] = &[
+    "length delimiter exceeds maximum usize value",
+    "invalid varint",
+    "recursion limit reached",
+    "invalid wire type value: ",
+    "invalid key value: ",
+    "invalid tag value: 0",
+    "invalid wire type: ",
+    "buffer underflow",
+    "delimited length exceeded",
+    "unexpected end group tag",
+    "invalid string value: data is not UTF-8 encoded",
+];
+
+/// The `(message, field)` path and the description in a prost decode error's
+/// text: `failed to decode Protobuf message: Inner.f: Outer.g: what was
+/// wrong`, innermost first. `None` when the text is not shaped so.
+fn split_decode_error(text: &str) -> Option<(Vec<(&str, &str)>, &str)> {
+    let ident = |s: &str| !s.is_empty() && s.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+    let mut rest = text.strip_prefix("failed to decode Protobuf message: ")?;
+    let mut path = Vec::new();
+    while let Some((head, tail)) = rest.split_once(": ") {
+        match head.split_once('.') {
+            Some((message, field)) if ident(message) && ident(field) => {
+                path.push((message, field));
+                rest = tail;
+            }
+            _ => break,
+        }
+    }
+    Some((path, rest))
+}
+
+/// A decode error of `M` from `body` says what was wrong: prost's text, a
+/// fault prost knows, a path of `Message.field` steps ending (outermost) at
+/// a field of `M` — and a path there must be whenever the fault lies inside
+/// a field, that is whenever `body` is well-formed protobuf at the top level
+/// (it skips cleanly as fields nobody knows). Returns the error's text.
+pub fn check_decode_error<M: Message + Default>(error: &prost::DecodeError, body: &[u8]) -> String {
+    let text = error.to_string();
+    let type_name = std::any::type_name::<M>();
+    let short = type_name.rsplit("::").next().unwrap_or(type_name);
+    let Some((path, fault)) = split_decode_error(&text) else {
+        panic!("{short}: a decode error not in prost's words: {text:?}");
+    };
+    assert!(
+        DECODE_FAULTS.iter().any(|f| fault.starts_with(f)),
+        "{short}: a decode error naming no known fault: {text:?}"
+    );
+    for &(message, field) in &path {
+        assert!(
+            message.starts_with(|c: char| c.is_ascii_uppercase())
+                && field.starts_with(|c: char| c.is_ascii_lowercase()),
+            "{short}: a decode error whose path is not Message.field steps: {text:?}"
+        );
+    }
+    match path.last() {
+        Some(&(outer, _)) => assert_eq!(
+            outer, short,
+            "{short}: a decode error whose path starts at another message: {text:?}"
+        ),
+        None => assert!(
+            <() as Message>::decode(body).is_err(),
+            "{short}: the bytes are well-formed protobuf, so the fault is inside a field, \
+             but the error names none: {text:?} (bytes {body:02x?})"
+        ),
+    }
+    text
 }
 
 /// Every message type of the three `.proto` files, the first byte choosing
@@ -748,10 +824,17 @@ pub fn logon(data: &[u8]) {
             // well-framed one.
             match handshake::Logon::decode(data) {
                 Ok(logon) => logon,
-                Err(_) => return,
+                Err(e) => {
+                    check_decode_error::<handshake::Logon>(&e, data);
+                    return;
+                }
             }
         }
-        Err(ProtoError::Decode(_)) => return,
+        Err(ProtoError::Decode(e)) => {
+            // The frame's bytes were read into `scratch`.
+            check_decode_error::<handshake::Logon>(&e, &scratch);
+            return;
+        }
         Err(other) => panic!("unexpected error {other}"),
     };
     match offer().decide(&logon, &us()) {
@@ -932,9 +1015,13 @@ impl Drop for MonitorFixture {
     }
 }
 
-/// Arbitrary bytes on the rank socket: every answer is a well-formed
-/// `ServerMessage` frame, the server closes the connection once we stop
-/// sending, and it answers the next client.
+/// Arbitrary bytes on the rank socket: every frame the bytes hold gets the
+/// answer the protocol calls for, in order — an Error quoting the decode
+/// error for a frame that is not a `ClientMessage`, an Error and the end for
+/// an oversize prefix, and for a message what the connection's state calls
+/// for (see [`RankConnection`]): Errors name what was wrong. The server
+/// closes the connection once we stop sending, forgets its rank, and
+/// answers the next client.
 pub fn monitor_stream(fixture: &MonitorFixture, data: &[u8]) {
     let mut stream = UnixStream::connect(&fixture.socket).expect("connect");
     stream
@@ -950,18 +1037,326 @@ pub fn monitor_stream(fixture: &MonitorFixture, data: &[u8]) {
             "the monitor neither answered nor closed within 5 s"
         );
     }
+    let mut answers = Vec::new();
     let mut rest = replies.as_slice();
     let mut scratch = Vec::new();
     while !rest.is_empty() {
-        read_frame::<monitor::ServerMessage>(&mut rest, nodeipc_monitor::MAX_FRAME, &mut scratch)
-            .expect("every answer is a well-formed ServerMessage frame");
+        answers.push(
+            read_frame::<monitor::ServerMessage>(
+                &mut rest,
+                nodeipc_monitor::MAX_FRAME,
+                &mut scratch,
+            )
+            .expect("every answer is a well-formed ServerMessage frame"),
+        );
     }
+    let mut answers = answers.into_iter();
+    let mut connection = RankConnection::default();
+    let mut sent = data;
+    let mut frames = 0;
+    loop {
+        let size = match nodeipc_proto::frame_len(sent, nodeipc_monitor::MAX_FRAME) {
+            Ok(size) => size,
+            Err(ProtoError::TooLarge { size, .. }) => {
+                let answer = answers
+                    .next()
+                    .unwrap_or_else(|| panic!("an oversize prefix (frame {frames}) got no answer"));
+                let cause = error_cause(&answer, "an oversize prefix");
+                assert!(
+                    cause.contains("exceeds the limit") && cause.contains(&size.to_string()),
+                    "the refusal of an oversize prefix of {size} bytes does not say so: {cause:?}"
+                );
+                break;
+            }
+            // A partial frame when the stream ends is never answered.
+            Err(_) => break,
+        };
+        let body = &sent[LEN_PREFIX..size];
+        sent = &sent[size..];
+        let answer = answers
+            .next()
+            .unwrap_or_else(|| panic!("frame {frames} ({body:02x?}) got no answer"));
+        match monitor::ClientMessage::decode(body) {
+            Ok(msg) => connection.answered(&msg, &answer),
+            Err(e) => {
+                let text = check_decode_error::<monitor::ClientMessage>(&e, body);
+                let cause = error_cause(&answer, "a frame that is not a ClientMessage");
+                assert!(
+                    cause.contains("holds no valid message") && cause.ends_with(&text),
+                    "the refusal of a malformed frame does not say what was wrong \
+                     (expected prost's {text:?}): {cause:?}"
+                );
+            }
+        }
+        frames += 1;
+    }
+    let extra: Vec<_> = answers.collect();
+    assert!(
+        extra.is_empty(),
+        "{} answers more than the {frames} frames sent: {extra:?}",
+        extra.len()
+    );
     let n = fixture.exchanges.fetch_add(1, Ordering::Relaxed);
     if n.is_multiple_of(16) {
         let status =
             nodeipc_monitor::ControlClient::connect(&fixture.socket, Duration::from_secs(5))
                 .and_then(|mut c| c.status())
                 .expect("the monitor still answers");
-        assert!(status.heartbeats < u64::MAX);
+        // The connection is gone, and with it its rank: no heartbeat of it
+        // counts any more (and never more than it sent).
+        assert!(
+            status.rank.is_none() && status.heartbeats == 0,
+            "a closed connection's rank is still registered ({:?}, {} heartbeats; {} sent)",
+            status.rank,
+            status.heartbeats,
+            connection.heartbeats_sent
+        );
     }
+}
+
+/// The cause of an Error answer; any other answer to `what` is a failure.
+fn error_cause<'m>(answer: &'m monitor::ServerMessage, what: &str) -> &'m str {
+    match &answer.msg {
+        Some(monitor::server_message::Msg::Error(e)) => {
+            assert!(!e.cause.is_empty(), "an Error without a cause for {what}");
+            &e.cause
+        }
+        other => panic!("{what} was answered with {other:?}, not an Error"),
+    }
+}
+
+/// What the monitor knows of one rank connection, as its answers must show
+/// it: the pid registered by an accepted Init (none before), the heartbeats
+/// accepted since, the sections open (`monitor.proto` and the server's rules).
+#[derive(Default)]
+pub struct RankConnection {
+    registered: Option<u32>,
+    heartbeats: u64,
+    heartbeats_sent: u64,
+    sections: Vec<String>,
+}
+
+impl RankConnection {
+    /// Checks `answer` against what `msg` calls for, and moves on.
+    fn answered(&mut self, msg: &monitor::ClientMessage, answer: &monitor::ServerMessage) {
+        use monitor::client_message::Msg as C;
+        use monitor::server_message::Msg as S;
+        let us = std::process::id();
+        let outcome = match &answer.msg {
+            Some(S::Error(e)) => Err(e.cause.as_str()),
+            Some(S::Ok(ok)) => Ok(ok),
+            Some(S::Status(status)) => {
+                assert!(
+                    matches!(msg.msg, Some(C::StatusQuery(_))),
+                    "{msg:?} was answered with a Status"
+                );
+                assert_eq!(
+                    status.rank.as_ref().map(|r| r.pid),
+                    self.registered,
+                    "the Status names another rank than the Init accepted"
+                );
+                // Every heartbeat the monitor counted is one it accepted
+                // on this connection since Init (the shared-memory region,
+                // if one went with the Init's answer, was dropped unused).
+                assert_eq!(
+                    status.heartbeats, self.heartbeats,
+                    "the Status counts {} heartbeats; {} were accepted ({} sent)",
+                    status.heartbeats, self.heartbeats, self.heartbeats_sent
+                );
+                let open: Vec<&str> = status
+                    .open_sections
+                    .iter()
+                    .map(|s| s.name.as_str())
+                    .collect();
+                assert_eq!(open, self.sections, "the Status's open sections");
+                return;
+            }
+            None => panic!("an answer with nothing set, to {msg:?}"),
+        };
+        // Whether a refusal (`Err`) names what was wrong: it contains one of
+        // `terms`.
+        let refused = |outcome: &Result<&monitor::Ok, &str>, terms: &[&str]| match outcome {
+            Err(cause) => {
+                assert!(
+                    terms.iter().any(|t| cause.contains(t)),
+                    "refusing {msg:?}, the cause names none of {terms:?}: {cause:?}"
+                );
+            }
+            Ok(_) => panic!("{msg:?} was accepted; expected an Error naming one of {terms:?}"),
+        };
+        match &msg.msg {
+            None => refused(&outcome, &["empty ClientMessage"]),
+            Some(C::StatusQuery(_)) => panic!("a StatusQuery was answered with {answer:?}"),
+            Some(C::Init(init)) => {
+                let Some(info) = &init.rank else {
+                    let term = if self.registered.is_some() {
+                        "already registered"
+                    } else {
+                        "without rank info"
+                    };
+                    return refused(&outcome, &[term]);
+                };
+                if self.registered.is_some() {
+                    return refused(&outcome, &["already registered"]);
+                }
+                let pid = if info.pid == 0 { us } else { info.pid };
+                match outcome {
+                    Ok(ok) => {
+                        assert!(
+                            pid == us || is_descendant_of(pid, us),
+                            "an Init naming pid {pid}, neither us ({us}) nor our descendant, was accepted"
+                        );
+                        assert!(
+                            ok.config.is_some(),
+                            "an Ok to Init without the configuration"
+                        );
+                        self.registered = Some(pid);
+                        self.heartbeats = 0;
+                        self.sections.clear();
+                    }
+                    Err(cause) => {
+                        assert_ne!(pid, us, "our own Init was refused: {cause}");
+                        assert!(
+                            cause.contains(&pid.to_string()),
+                            "the refusal of an Init naming pid {pid} does not name it: {cause:?}"
+                        );
+                        refused(
+                            &outcome,
+                            &[
+                                "cannot watch pid",
+                                "is neither the connecting process",
+                                "exited during registration",
+                            ],
+                        );
+                    }
+                }
+            }
+            Some(C::Heartbeat(beat)) => {
+                self.heartbeats_sent += 1;
+                if beat
+                    .state
+                    .as_ref()
+                    .is_some_and(|s| s.len() > nodeipc_monitor::MAX_STATE)
+                {
+                    refused(&outcome, &["heartbeat state of"]);
+                } else if self.registered.is_none() {
+                    refused(&outcome, &["Heartbeat before Init"]);
+                } else {
+                    assert!(outcome.is_ok(), "a heartbeat was refused: {outcome:?}");
+                    self.heartbeats += 1;
+                }
+            }
+            Some(C::Section(section)) => {
+                use monitor::SectionAction as A;
+                if self.registered.is_none() {
+                    return refused(&outcome, &["Section before Init"]);
+                }
+                let name = section.name.as_str();
+                let bad_name = section_name_fault(name);
+                let open = self.sections.iter().position(|n| n == name);
+                match A::try_from(section.action).unwrap_or(A::Unspecified) {
+                    A::Unspecified => {
+                        refused(&outcome, &["is not OPEN (1), CLOSE (2) or CLOSE_ALL (3)"])
+                    }
+                    A::Open | A::Close if bad_name.is_some() => {
+                        refused(&outcome, &[bad_name.unwrap_or_default()])
+                    }
+                    A::Open if open.is_some() => refused(&outcome, &["is already open"]),
+                    A::Open if self.sections.len() >= nodeipc_monitor::MAX_SECTIONS => {
+                        refused(&outcome, &["sections are open already"])
+                    }
+                    A::Open => {
+                        assert!(
+                            outcome.is_ok(),
+                            "opening section {name:?} was refused: {outcome:?}"
+                        );
+                        self.sections.push(name.to_owned());
+                    }
+                    A::Close => match open {
+                        None => refused(&outcome, &["is not open"]),
+                        Some(i) => {
+                            assert!(
+                                outcome.is_ok(),
+                                "closing section {name:?} was refused: {outcome:?}"
+                            );
+                            self.sections.remove(i);
+                        }
+                    },
+                    A::CloseAll => {
+                        assert!(
+                            outcome.is_ok(),
+                            "closing all sections was refused: {outcome:?}"
+                        );
+                        self.sections.clear();
+                    }
+                }
+            }
+            Some(C::UpdateConfig(update)) => {
+                let faults: Vec<&str> = update
+                    .timeouts
+                    .iter()
+                    .flat_map(|t| t.section_timeouts_ms.keys())
+                    .filter_map(|name| section_name_fault(name))
+                    .collect();
+                if !faults.is_empty() {
+                    return refused(&outcome, &faults);
+                }
+                // The monitor keeps the section timeouts of earlier
+                // connections: this update may take it past the limit.
+                match outcome {
+                    Ok(ok) => {
+                        let config = ok
+                            .config
+                            .as_ref()
+                            .expect("an Ok to UpdateConfig carries the configuration");
+                        let sections = config
+                            .timeouts
+                            .as_ref()
+                            .map_or(0, |t| t.section_timeouts_ms.len());
+                        assert!(
+                            sections <= nodeipc_monitor::MAX_SECTIONS,
+                            "{sections} section timeouts accepted"
+                        );
+                    }
+                    Err(_) => refused(&outcome, &["section timeouts; at most"]),
+                }
+            }
+        }
+    }
+}
+
+/// What the monitor says of a section name it refuses (empty, or longer than
+/// its limit); `None` for a name it takes.
+fn section_name_fault(name: &str) -> Option<&'static str> {
+    if name.is_empty() {
+        Some("non-empty name")
+    } else if name.len() > nodeipc_monitor::MAX_SECTION_NAME {
+        Some("section name of")
+    } else {
+        None
+    }
+}
+
+/// Whether `pid`'s chain of parents (`/proc/PID/stat`) reaches `ancestor`.
+fn is_descendant_of(pid: u32, ancestor: u32) -> bool {
+    let mut current = pid;
+    for _ in 0..64 {
+        if current == ancestor {
+            return true;
+        }
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{current}/stat")) else {
+            return false;
+        };
+        // The parent is the second field after the command name, which ends
+        // at the last ')'.
+        let parent = stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().nth(1))
+            .and_then(|p| p.parse::<u32>().ok());
+        match parent {
+            Some(parent) if parent != 0 && parent != current => current = parent,
+            _ => return false,
+        }
+    }
+    false
 }
