@@ -48,8 +48,11 @@ pub(crate) struct Conn {
     pub(crate) peer_start: Option<u64>,
     input: Vec<u8>,
     output: VecDeque<Outgoing>,
-    /// The peer closed its end (or reading failed).
-    pub(crate) closed: bool,
+    /// The peer stopped sending (end of file). It may still read: what it
+    /// sent before is answered, every reply delivered.
+    eof: bool,
+    /// Reading or writing failed: nothing more can be delivered.
+    broken: bool,
     /// Close once the pending replies are out.
     pub(crate) closing: bool,
 }
@@ -65,7 +68,8 @@ impl Conn {
             peer_start,
             input: Vec::new(),
             output: VecDeque::new(),
-            closed: false,
+            eof: false,
+            broken: false,
             closing: false,
         }
     }
@@ -73,14 +77,14 @@ impl Conn {
     /// Reads what is available, up to the buffer's limit.
     pub(crate) fn fill(&mut self) {
         let mut chunk = [0u8; 8192];
-        while !self.closed && self.input.len() < INPUT_CAP {
+        while !self.eof && !self.broken && self.input.len() < INPUT_CAP {
             let room = (INPUT_CAP - self.input.len()).min(chunk.len());
             match self.stream.read(&mut chunk[..room]) {
-                Ok(0) => self.closed = true,
+                Ok(0) => self.eof = true,
                 Ok(n) => self.input.extend_from_slice(&chunk[..n]),
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(_) => self.closed = true,
+                Err(_) => self.broken = true,
             }
         }
     }
@@ -119,7 +123,7 @@ impl Conn {
     pub(crate) fn send<M: Message>(&mut self, msg: &M, fd: Option<OwnedFd>) {
         match nodeipc_proto::encode_frame_to_vec(msg) {
             Ok(bytes) => self.output.push_back(Outgoing { bytes, sent: 0, fd }),
-            Err(_) => self.closed = true,
+            Err(_) => self.broken = true,
         }
         self.flush();
     }
@@ -163,7 +167,7 @@ impl Conn {
                 Ok(sent) => front.sent = sent,
                 Err(()) => {
                     self.output.clear();
-                    self.closed = true;
+                    self.broken = true;
                     return;
                 }
             }
@@ -175,13 +179,32 @@ impl Conn {
         !self.output.is_empty()
     }
 
-    /// Whether the connection is done: closed by the peer (and nothing
-    /// buffered left to answer), or closing with every reply sent.
-    pub(crate) fn finished(&self) -> bool {
-        if self.closing {
-            return self.closed || self.output.is_empty();
+    /// What to wait for: input until the peer's end of file (after it the
+    /// socket stays readable, and asking would spin), room while replies wait.
+    pub(crate) fn poll_flags(&self) -> rustix::event::PollFlags {
+        use rustix::event::PollFlags;
+        let mut flags = PollFlags::empty();
+        if !self.eof {
+            flags |= PollFlags::IN;
         }
-        self.closed && (!self.output.is_empty() || frame_len(&self.input, MAX_FRAME).is_err())
+        if self.wants_write() {
+            flags |= PollFlags::OUT;
+        }
+        flags
+    }
+
+    /// Whether the connection is done: broken; or closed by the peer with
+    /// every frame it sent answered and every reply out; or closing with
+    /// every reply out. A peer that only shut down its sending side still
+    /// gets all its answers.
+    pub(crate) fn finished(&self) -> bool {
+        if self.broken {
+            return true;
+        }
+        if self.closing {
+            return self.output.is_empty();
+        }
+        self.eof && self.output.is_empty() && frame_len(&self.input, MAX_FRAME).is_err()
     }
 }
 

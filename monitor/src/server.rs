@@ -286,11 +286,7 @@ impl MonitorServer {
             fds.len() - 1
         });
         let conn_at = self.conn.as_ref().map(|c| {
-            let mut flags = PollFlags::IN;
-            if c.wants_write() {
-                flags |= PollFlags::OUT;
-            }
-            fds.push(PollFd::new(c, flags));
+            fds.push(PollFd::new(c, c.poll_flags()));
             fds.len() - 1
         });
         let pidfd_at = self.rank.as_ref().map(|r| {
@@ -299,11 +295,7 @@ impl MonitorServer {
         });
         let controls_at = fds.len();
         for c in &self.controls {
-            let mut flags = PollFlags::IN;
-            if c.wants_write() {
-                flags |= PollFlags::OUT;
-            }
-            fds.push(PollFd::new(c, flags));
+            fds.push(PollFd::new(c, c.poll_flags()));
         }
         let waiting_at = fds.len();
         for w in &self.waiting {

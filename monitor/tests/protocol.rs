@@ -532,3 +532,45 @@ fn end_all_sections_without_replies_closes_every_section_too() {
     );
     server.finish();
 }
+
+#[test]
+fn a_client_that_shuts_down_its_sending_side_still_gets_every_answer() {
+    let _dog = Watchdog::new("half close", Duration::from_secs(120));
+    let server = InProcess::start("mon-half-close", quiet());
+    let raw = Raw::connect(&server);
+    // Enough queries that the answers fill the socket before the client
+    // reads any: the server must keep them for a client that said EOF.
+    const QUERIES: usize = 15_000;
+    let frame = encode_frame_to_vec(&pb::ClientMessage {
+        msg: Some(Msg::StatusQuery(pb::StatusQuery {})),
+    })
+    .unwrap();
+    let mut writer = raw.stream.try_clone().unwrap();
+    let sending = std::thread::spawn(move || {
+        writer.write_all(&frame.repeat(QUERIES)).unwrap();
+        writer.shutdown(std::net::Shutdown::Write).unwrap();
+    });
+    // Read nothing until everything is sent and the server has seen the
+    // end of file with answers still waiting for room in the socket.
+    sending.join().unwrap();
+    std::thread::sleep(Duration::from_millis(200));
+    let mut reader = raw.stream;
+    let mut scratch = Vec::new();
+    let mut answers = 0;
+    loop {
+        match read_frame::<pb::ServerMessage>(&mut reader, MAX_FRAME, &mut scratch) {
+            Ok(reply) => {
+                assert!(
+                    matches!(reply.msg, Some(server_message::Msg::Status(_))),
+                    "answer {answers}: {reply:?}"
+                );
+                answers += 1;
+            }
+            // The server closes once everything is answered.
+            Err(nodeipc_proto::Error::Closed) => break,
+            Err(e) => panic!("after {answers} answers: {e}"),
+        }
+    }
+    assert_eq!(answers, QUERIES, "one answer for every query");
+    server.finish();
+}
