@@ -43,8 +43,9 @@ pub(crate) struct Conn {
     stream: UnixStream,
     /// Who the kernel says connected.
     pub(crate) peer: Credentials,
-    /// The connecting process's start time, read when it connected: Init
-    /// checks it again, so a pid reused since then is not taken for it.
+    /// A rank connection's process start time, read when it connected
+    /// ([`Conn::rank`]): Init checks it again, so a pid reused since then is
+    /// not taken for it. `None` on control connections.
     pub(crate) peer_start: Option<u64>,
     input: Vec<u8>,
     output: VecDeque<Outgoing>,
@@ -59,18 +60,24 @@ pub(crate) struct Conn {
 
 impl Conn {
     pub(crate) fn new(stream: UnixStream, peer: Credentials) -> Conn {
-        let peer_start = (peer.pid != 0)
-            .then(|| nodeipc_fdpass::process_start_time(peer.pid))
-            .flatten();
         Conn {
             stream,
             peer,
-            peer_start,
+            peer_start: None,
             input: Vec::new(),
             output: VecDeque::new(),
             eof: false,
             broken: false,
             closing: false,
+        }
+    }
+
+    /// A rank connection: as [`new`](Conn::new), with the start time of the
+    /// process that connected, read when it connected ([`start_time_of`]).
+    pub(crate) fn rank(stream: UnixStream, peer: Credentials, peer_start: Option<u64>) -> Conn {
+        Conn {
+            peer_start,
+            ..Conn::new(stream, peer)
         }
     }
 
@@ -212,4 +219,12 @@ impl AsFd for Conn {
     fn as_fd(&self) -> BorrowedFd<'_> {
         self.stream.as_fd()
     }
+}
+
+/// The start time of the process that connected (none for a peer whose pid
+/// we cannot see): read at accept, for [`Conn::rank`].
+pub(crate) fn start_time_of(peer: &Credentials) -> Option<u64> {
+    (peer.pid != 0)
+        .then(|| nodeipc_fdpass::process_start_time(peer.pid))
+        .flatten()
 }

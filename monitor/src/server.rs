@@ -20,7 +20,7 @@ use rustix::event::{EventfdFlags, PollFd, PollFlags};
 use rustix::io::Errno;
 
 use crate::bind::{self, control_socket_path};
-use crate::conn::{Conn, Incoming};
+use crate::conn::{Conn, Incoming, start_time_of};
 use crate::log::Logger;
 use crate::session::{Registered, Termination};
 use crate::signals::ShutdownSignals;
@@ -437,7 +437,7 @@ impl MonitorServer {
             if self.conn.is_none() && self.waiting.is_empty() {
                 self.log
                     .info(&format!("rank connection from pid {}", peer.pid));
-                self.conn = Some(Conn::new(stream, peer));
+                self.conn = Some(Conn::rank(stream, peer, start_time_of(&peer)));
             } else if self.waiting.len() >= MAX_WAITING {
                 let cause = format!(
                     "refused: {MAX_WAITING} clients already wait for the rank connection, which {}",
@@ -448,9 +448,7 @@ impl MonitorServer {
                 self.waiting.push_back(Waiting {
                     stream,
                     peer,
-                    peer_start: (peer.pid != 0)
-                        .then(|| nodeipc_fdpass::process_start_time(peer.pid))
-                        .flatten(),
+                    peer_start: start_time_of(&peer),
                     since: Instant::now(),
                 });
             }
@@ -517,8 +515,7 @@ impl MonitorServer {
                 w.peer.pid,
                 w.since.elapsed().as_millis()
             ));
-            let mut conn = Conn::new(w.stream, w.peer);
-            conn.peer_start = w.peer_start;
+            let mut conn = Conn::rank(w.stream, w.peer, w.peer_start);
             conn.fill();
             self.conn = Some(conn);
             // Frames it sent while waiting are answered now.
