@@ -7,10 +7,11 @@
 //! ```
 
 use std::fmt::Write as _;
-use std::time::Duration;
+use std::io;
 
-use nodeipc_benches::channel::{ChannelImpl, ChannelSession};
-use nodeipc_benches::{Summary, run_if_peer};
+use nodeipc_benches::channel::ChannelImpl;
+use nodeipc_benches::run_if_peer;
+use nodeipc_benches::suite::{Contender, channel_contender, interleave};
 
 #[path = "../shared/iceoryx.rs"]
 mod iceoryx;
@@ -23,45 +24,22 @@ fn rounds(payload: usize) -> u64 {
     (2_000_000 / (payload as u64 + 2_000)).clamp(20, 2_000)
 }
 
-/// One implementation in the chart.
-#[derive(Clone, Copy)]
-enum Contender {
-    Channel(ChannelImpl),
-    Iceoryx2,
-}
+/// What the chart calls iceoryx2.
+const ICEORYX2: &str = "iceoryx2 request-response (raw bytes, polling)";
 
-impl Contender {
-    fn name(self) -> String {
-        match self {
-            Contender::Channel(which) => which.name().to_owned(),
-            Contender::Iceoryx2 => "iceoryx2 request-response (raw bytes, polling)".to_owned(),
-        }
-    }
-
-    /// One batch: a fresh pair of processes, warmed up, then `rounds` round
-    /// trips; nanoseconds per round trip.
-    fn batch(self, payload: usize, rounds: u64) -> f64 {
-        let warm_up = rounds / 4 + 1;
-        let elapsed: Duration = match self {
-            Contender::Channel(which) => {
-                let mut session =
-                    ChannelSession::start(which, 1, payload, warm_up + rounds).expect("session");
-                session.run(warm_up).expect("warm-up");
-                let elapsed = session.run(rounds).expect("round trips");
-                session.finish().expect("finish");
-                elapsed
-            }
-            Contender::Iceoryx2 => {
-                let mut session =
-                    iceoryx::IceoryxSession::start(payload, warm_up + rounds).expect("iceoryx2");
-                session.run(warm_up).expect("iceoryx2 warm-up");
-                let elapsed = session.run(rounds).expect("iceoryx2 round trips");
-                session.finish().expect("iceoryx2 finish");
-                elapsed
-            }
-        };
-        elapsed.as_nanos() as f64 / rounds as f64
-    }
+/// iceoryx2 as a contender: each batch a fresh client and server, warmed up
+/// for a quarter of the batch, as the channel's contenders are.
+fn iceoryx2(payload: usize, rounds: u64) -> Contender<'static> {
+    Contender::new(ICEORYX2, rounds, move |rounds| {
+        let failed = |e: Box<dyn std::error::Error>| io::Error::other(e.to_string());
+        let warm_up = (rounds / 4).max(2);
+        let mut session =
+            iceoryx::IceoryxSession::start(payload, warm_up + rounds).map_err(failed)?;
+        session.run(warm_up).map_err(failed)?;
+        let elapsed = session.run(rounds).map_err(failed)?;
+        session.finish().map_err(failed)?;
+        Ok(elapsed)
+    })
 }
 
 fn main() {
@@ -70,27 +48,30 @@ fn main() {
     let out = std::env::args()
         .nth(1)
         .unwrap_or_else(|| "channel-latency.svg".to_owned());
-    let contenders = [
-        Contender::Channel(ChannelImpl::Nodeipc),
-        Contender::Channel(ChannelImpl::GlibcLockstep),
-        Contender::Channel(ChannelImpl::UnixSocket),
-        Contender::Iceoryx2,
+    let channels = [
+        ChannelImpl::Nodeipc,
+        ChannelImpl::GlibcLockstep,
+        ChannelImpl::UnixSocket,
     ];
-    let mut series: Vec<(String, Vec<f64>)> =
-        contenders.iter().map(|c| (c.name(), Vec::new())).collect();
+    let mut series: Vec<(String, Vec<f64>)> = channels
+        .iter()
+        .map(|which| which.name())
+        .chain([ICEORYX2])
+        .map(|name| (name.to_owned(), Vec::new()))
+        .collect();
     for payload in PAYLOADS {
+        let rounds = rounds(payload);
+        let mut contenders: Vec<Contender> = channels
+            .iter()
+            .map(|&which| channel_contender(which, 1, payload, 1, rounds).named(which.name()))
+            .collect();
+        contenders.push(iceoryx2(payload, rounds));
         // Interleaved batches: every contender sees the same moments of a
         // shared, noisy machine.
-        let mut samples = vec![Vec::with_capacity(BATCHES); contenders.len()];
-        for _ in 0..BATCHES {
-            for (contender, samples) in contenders.iter().zip(&mut samples) {
-                samples.push(contender.batch(payload, rounds(payload)));
-            }
-        }
-        for ((name, points), samples) in series.iter_mut().zip(&samples) {
-            let median = Summary::of(samples).expect("batches").median;
-            eprintln!("{name} {payload} B: {median:.0} ns");
-            points.push(median);
+        let measured = interleave(BATCHES, contenders).expect("round trips");
+        for ((name, points), measured) in series.iter_mut().zip(measured) {
+            eprintln!("{name} {payload} B: {:.0} ns", measured.ns.median);
+            points.push(measured.ns.median);
         }
     }
 

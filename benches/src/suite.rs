@@ -116,7 +116,7 @@ fn escape(text: &str) -> String {
 
 /// One implementation in a comparison: how many operations a batch holds,
 /// and how to run a batch (set-up and tear-down excluded from its time).
-struct Contender<'a> {
+pub struct Contender<'a> {
     name: String,
     ops: u64,
     /// Multiplies the per-operation time (per descriptor, say).
@@ -125,7 +125,8 @@ struct Contender<'a> {
 }
 
 impl<'a> Contender<'a> {
-    fn new(
+    /// `run(ops)` runs one batch of `ops` operations and returns their time.
+    pub fn new(
         name: impl Into<String>,
         ops: u64,
         run: impl FnMut(u64) -> io::Result<Duration> + 'a,
@@ -142,12 +143,21 @@ impl<'a> Contender<'a> {
         self.scale = scale;
         self
     }
+
+    /// The same contender under another name.
+    pub fn named(mut self, name: impl Into<String>) -> Self {
+        self.name = name.into();
+        self
+    }
 }
 
 /// Measures the contenders in interleaved rounds — one batch of each per
 /// round — so ours and its baselines see the same conditions (on a VM the
 /// cost of a cache-line transfer changes as the host moves its vCPUs).
-fn interleave(rounds: usize, mut contenders: Vec<Contender<'_>>) -> io::Result<Vec<Measured>> {
+///
+/// # Errors
+/// The first batch that failed.
+pub fn interleave(rounds: usize, mut contenders: Vec<Contender<'_>>) -> io::Result<Vec<Measured>> {
     let mut samples: Vec<Vec<f64>> = contenders
         .iter()
         .map(|_| Vec::with_capacity(rounds))
@@ -341,8 +351,9 @@ pub fn barrier(options: Options, ranks: Option<u32>, iters: Option<u64>) -> io::
     Ok(rows)
 }
 
-/// One channel shape: ours (at `depth`) against the lock-step baselines.
-fn channel_contender(
+/// A channel implementation as a contender: each batch a fresh coordinator
+/// and `workers` worker processes, warmed up for a quarter of the batch.
+pub fn channel_contender(
     which: ChannelImpl,
     workers: u32,
     payload: usize,
@@ -365,6 +376,7 @@ fn channel_contender(
     })
 }
 
+/// One channel shape: ours (at `depth`) against the lock-step baselines.
 fn channel_row(
     options: Options,
     workers: u32,
