@@ -40,3 +40,50 @@ pub mod monitor {
 pub use handshake::PROTOCOL_VERSION;
 /// The payload type of the execute messages' `bytes` fields.
 pub use prost::bytes::Bytes;
+
+/// Calls `$callback!` with the path of every message the three `.proto`
+/// files define, so that code that must cover them all (the tests, the fuzz
+/// drivers) keeps one list, the one beside the generated types.
+#[doc(hidden)]
+#[macro_export]
+macro_rules! every_message {
+    ($callback:ident) => {
+        $callback! {
+            $crate::execute::ExecuteRequest,
+            $crate::execute::ModelInit,
+            $crate::execute::ForwardRequest,
+            $crate::execute::PullKvRequest,
+            $crate::execute::RecoverCommand,
+            $crate::execute::Finalize,
+            $crate::execute::ExecuteResponse,
+            $crate::execute::InitResponse,
+            $crate::execute::ForwardResponse,
+            $crate::execute::PullKvResponse,
+            $crate::execute::PullKvResult,
+            $crate::execute::RecoverResponse,
+            $crate::handshake::Logon,
+            $crate::handshake::LogonReply,
+            $crate::handshake::Accept,
+            $crate::handshake::PassedFd,
+            $crate::handshake::ChannelGeometry,
+            $crate::handshake::Reject,
+            $crate::monitor::ClientMessage,
+            $crate::monitor::Init,
+            $crate::monitor::RankInfo,
+            $crate::monitor::Heartbeat,
+            $crate::monitor::Section,
+            $crate::monitor::UpdateConfig,
+            $crate::monitor::Timeouts,
+            $crate::monitor::StatusQuery,
+            $crate::monitor::ServerMessage,
+            $crate::monitor::Ok,
+            $crate::monitor::ShmHeartbeat,
+            $crate::monitor::Error,
+            $crate::monitor::EffectiveConfig,
+            $crate::monitor::Status,
+            $crate::monitor::OpenSection,
+            $crate::monitor::ControlRequest,
+            $crate::monitor::CloseConnection,
+        }
+    };
+}

@@ -6,13 +6,13 @@ use std::collections::BTreeMap;
 use std::fmt::Debug;
 
 use nodeipc_proto::execute::{
-    self, ExecuteRequest, ExecuteResponse, ExecuteType, Finalize, ForwardRequest, ForwardResponse,
+    ExecuteRequest, ExecuteResponse, ExecuteType, Finalize, ForwardRequest, ForwardResponse,
     InitResponse, ModelInit, PdErrorCode, PullKvRequest, PullKvResponse, PullKvResult,
     RecoverCommand, RecoverResponse, execute_request, execute_response,
 };
 use nodeipc_proto::handshake::{
-    self, Accept, ChannelGeometry, ClientKind, FdKind, Logon, LogonReply, PROTOCOL_VERSION,
-    PassedFd, Reject, RejectCode, SemaphoreKind, logon_reply,
+    Accept, ChannelGeometry, ClientKind, FdKind, Logon, LogonReply, PROTOCOL_VERSION, PassedFd,
+    Reject, RejectCode, SemaphoreKind, logon_reply,
 };
 use nodeipc_proto::monitor::{
     self, ClientMessage, EffectiveConfig, Heartbeat, Init, MonitorState, OpenSection, RankInfo,
@@ -442,43 +442,7 @@ macro_rules! empty_frames {
     };
 }
 
-empty_frames!(
-    execute::ExecuteRequest,
-    execute::ModelInit,
-    execute::ForwardRequest,
-    execute::PullKvRequest,
-    execute::RecoverCommand,
-    execute::Finalize,
-    execute::ExecuteResponse,
-    execute::InitResponse,
-    execute::ForwardResponse,
-    execute::PullKvResponse,
-    execute::PullKvResult,
-    execute::RecoverResponse,
-    handshake::Logon,
-    handshake::LogonReply,
-    handshake::Accept,
-    handshake::PassedFd,
-    handshake::ChannelGeometry,
-    handshake::Reject,
-    monitor::ClientMessage,
-    monitor::Init,
-    monitor::RankInfo,
-    monitor::Heartbeat,
-    monitor::Section,
-    monitor::UpdateConfig,
-    monitor::Timeouts,
-    monitor::StatusQuery,
-    monitor::ServerMessage,
-    monitor::Ok,
-    monitor::ShmHeartbeat,
-    monitor::Error,
-    monitor::EffectiveConfig,
-    monitor::Status,
-    monitor::OpenSection,
-    monitor::ControlRequest,
-    monitor::CloseConnection,
-);
+nodeipc_proto::every_message!(empty_frames);
 
 /// An empty message set in a oneof is not the same as no message: it costs
 /// two bytes (tag and zero length) and comes back set.

@@ -241,43 +241,7 @@ pub fn frame(data: &[u8]) {
             all[which as usize % all.len()](buf, max)
         }};
     }
-    dispatch!(
-        execute::ExecuteRequest,
-        execute::ModelInit,
-        execute::ForwardRequest,
-        execute::PullKvRequest,
-        execute::RecoverCommand,
-        execute::Finalize,
-        execute::ExecuteResponse,
-        execute::InitResponse,
-        execute::ForwardResponse,
-        execute::PullKvResponse,
-        execute::PullKvResult,
-        execute::RecoverResponse,
-        handshake::Logon,
-        handshake::LogonReply,
-        handshake::Accept,
-        handshake::PassedFd,
-        handshake::ChannelGeometry,
-        handshake::Reject,
-        monitor::ClientMessage,
-        monitor::Init,
-        monitor::RankInfo,
-        monitor::Heartbeat,
-        monitor::Section,
-        monitor::UpdateConfig,
-        monitor::Timeouts,
-        monitor::StatusQuery,
-        monitor::ServerMessage,
-        monitor::Ok,
-        monitor::ShmHeartbeat,
-        monitor::Error,
-        monitor::EffectiveConfig,
-        monitor::Status,
-        monitor::OpenSection,
-        monitor::ControlRequest,
-        monitor::CloseConnection,
-    );
+    nodeipc_proto::every_message!(dispatch)
 }
 
 // ---------------------------------------------------------------------------
