@@ -210,8 +210,19 @@ pub fn is_root() -> bool {
     rustix::process::geteuid().is_root()
 }
 
+/// Whether this run is CI's (`CI=true`), where a test that cannot run fails.
+pub fn in_ci() -> bool {
+    std::env::var("CI").is_ok_and(|v| v == "true" || v == "1")
+}
+
 /// Prints why a test is skipped; returns `true` so callers can `return` on it.
+///
+/// # Panics
+/// Under `CI=true`: a skipped test is not a passed one, so CI fails instead.
 pub fn skip(test: &str, why: &str) -> bool {
+    if in_ci() {
+        panic!("{test} cannot run under CI=true: {why}");
+    }
     eprintln!("SKIPPED {test}: {why}");
     true
 }
@@ -230,9 +241,70 @@ pub fn compile_c(source: &Path, output: &Path, extra_args: &[&str]) -> Option<Pa
     match status {
         Ok(s) if s.success() => Some(output.to_owned()),
         Ok(s) => panic!("{cc} failed to compile {}: {s}", source.display()),
+        Err(e) if in_ci() => panic!("no C compiler ({cc}: {e}) under CI=true"),
         Err(e) => {
             eprintln!("no C compiler ({cc}: {e})");
             None
         }
     }
+}
+
+/// Makes every later `chmod`, `fchmod`, `fchmodat` and `fchmodat2` of this
+/// process (and its children) fail with `EPERM`, through a seccomp filter.
+///
+/// For tests that must prove a file or directory got its mode in the one
+/// call that created it: code that creates with a loose mode and tightens
+/// it afterwards (leaving a window in which others can get in) fails under
+/// this filter, code that creates with the right mode does not. Call it only
+/// in a child process made for the purpose: it cannot be undone.
+///
+/// # Panics
+/// If the kernel refuses the filter, or on an architecture it does not know.
+pub fn deny_chmod() {
+    #[cfg(target_arch = "x86_64")]
+    const ARCH_AND_CALLS: (u32, [u32; 4]) = (0xc000_003e, [90, 91, 268, 452]);
+    #[cfg(target_arch = "aarch64")]
+    const ARCH_AND_CALLS: (u32, [u32; 4]) = (0xc000_00b7, [52, 52, 53, 452]);
+    const LD_W_ABS: u16 = 0x20;
+    const JEQ_K: u16 = 0x15;
+    const RET_K: u16 = 0x06;
+    const ALLOW: u32 = 0x7fff_0000;
+    const ERRNO_EPERM: u32 = 0x0005_0000 | 1;
+    let op = |code, jt, jf, k| libc::sock_filter { code, jt, jf, k };
+    let (arch, calls) = ARCH_AND_CALLS;
+    let filter = [
+        op(LD_W_ABS, 0, 0, 4), // seccomp_data.arch
+        op(JEQ_K, 1, 0, arch),
+        op(RET_K, 0, 0, ALLOW),
+        op(LD_W_ABS, 0, 0, 0), // seccomp_data.nr
+        op(JEQ_K, 4, 0, calls[0]),
+        op(JEQ_K, 3, 0, calls[1]),
+        op(JEQ_K, 2, 0, calls[2]),
+        op(JEQ_K, 1, 0, calls[3]),
+        op(RET_K, 0, 0, ALLOW),
+        op(RET_K, 0, 0, ERRNO_EPERM),
+    ];
+    let program = libc::sock_fprog {
+        len: filter.len() as u16,
+        filter: filter.as_ptr() as *mut libc::sock_filter,
+    };
+    // SAFETY: prctl with these arguments only sets a flag of this process.
+    let rc = unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) };
+    assert_eq!(
+        rc,
+        0,
+        "PR_SET_NO_NEW_PRIVS: {}",
+        std::io::Error::last_os_error()
+    );
+    // SAFETY: `program` points at `filter`, which outlives the call; the
+    // kernel copies the program before returning.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_seccomp,
+            libc::SECCOMP_SET_MODE_FILTER,
+            libc::SECCOMP_FILTER_FLAG_TSYNC,
+            &program as *const libc::sock_fprog,
+        )
+    };
+    assert_eq!(rc, 0, "seccomp: {}", std::io::Error::last_os_error());
 }

@@ -1,0 +1,10 @@
+#![doc = include_str!("../README.md")]
+#![deny(unsafe_op_in_unsafe_fn)]
+
+mod dir;
+mod error;
+mod open;
+
+pub use dir::{check_private_dir, create_private_dir, create_unique_private_dir};
+pub use error::{Error, Result, file_type_name};
+pub use open::{ModeRule, create_exclusive, open_regular, read_capped};

@@ -1,0 +1,186 @@
+//! Opening and creating files at paths others may have planted something at.
+
+use std::io::Read;
+use std::os::fd::OwnedFd;
+use std::path::Path;
+
+use rustix::fs::{self, FileType, Mode, OFlags, Stat};
+use rustix::io::Errno;
+
+use crate::{Error, Result, file_type_name};
+
+/// Which permission bits a file we open may carry (it must be ours in any case).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ModeRule {
+    /// Exactly these bits (0600 for the objects we create).
+    Exactly(u32),
+    /// No write permission for group or others, as `ssh` asks of its config:
+    /// the file may be readable by others, but only its owner can change it.
+    NotWritableByOthers,
+}
+
+impl ModeRule {
+    fn allows(self, mode: u32) -> bool {
+        match self {
+            ModeRule::Exactly(bits) => mode == bits,
+            ModeRule::NotWritableByOthers => mode & 0o022 == 0,
+        }
+    }
+
+    fn describe(self) -> String {
+        match self {
+            ModeRule::Exactly(bits) => format!("mode {bits:04o}"),
+            ModeRule::NotWritableByOthers => "no write permission for group or others".into(),
+        }
+    }
+}
+
+/// Opens an existing regular file of ours without blocking and without
+/// following a link, and checks it before anyone reads from it.
+///
+/// Performs `open(path, O_RDONLY or O_RDWR | O_NONBLOCK | O_NOFOLLOW |
+/// O_NOCTTY | O_CLOEXEC)`, then `fstat` on the descriptor: the file must be a
+/// regular file owned by our effective uid whose mode `rule` allows. A FIFO
+/// planted at the path opens at once (`O_NONBLOCK`) and is refused here, so
+/// no wait on a path can be stretched by whoever planted it.
+///
+/// # Errors
+/// [`Error::NotRegular`] (naming what was found, a symlink included),
+/// [`Error::Untrusted`] (naming owner and mode), [`Error::Io`] (`ENOENT`
+/// when nothing is there, with the errno kept).
+///
+/// # References
+/// - [Linux `open(2)`](https://man7.org/linux/man-pages/man2/open.2.html), `O_NONBLOCK` on FIFOs
+/// - [Linux `fifo(7)`](https://man7.org/linux/man-pages/man7/fifo.7.html)
+#[doc(alias = "open")]
+pub fn open_regular(path: &Path, write: bool, rule: ModeRule) -> Result<(OwnedFd, Stat)> {
+    let access = if write { OFlags::RDWR } else { OFlags::RDONLY };
+    let flags = access | OFlags::NONBLOCK | OFlags::NOFOLLOW | OFlags::NOCTTY | OFlags::CLOEXEC;
+    let fd = fs::open(path, flags, Mode::empty()).map_err(|e| opening(path, e))?;
+    let stat = fs::fstat(&fd).map_err(|e| Error::io("fstat", path, e))?;
+    check(path, &stat, rule)?;
+    Ok((fd, stat))
+}
+
+/// Reads a whole regular file of ours, refusing it before reading when it is
+/// larger than `max` bytes (and refusing anything [`open_regular`] refuses).
+///
+/// # Errors
+/// As [`open_regular`], and [`Error::TooLarge`] (also when the file grows
+/// past `max` while it is read).
+pub fn read_capped(path: &Path, rule: ModeRule, max: u64) -> Result<Vec<u8>> {
+    let (fd, stat) = open_regular(path, false, rule)?;
+    let size = stat.st_size as u64;
+    if size > max {
+        return Err(Error::TooLarge {
+            path: path.to_owned(),
+            size,
+            max,
+        });
+    }
+    let mut bytes = Vec::with_capacity(size as usize);
+    // One byte past the cap tells a file that grew from one that did not.
+    std::fs::File::from(fd)
+        .take(max + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|source| Error::Io {
+            op: "read",
+            path: path.to_owned(),
+            source,
+        })?;
+    if bytes.len() as u64 > max {
+        return Err(Error::TooLarge {
+            path: path.to_owned(),
+            size: bytes.len() as u64,
+            max,
+        });
+    }
+    Ok(bytes)
+}
+
+/// Creates a new file that nobody else has touched: `open(path, O_CREAT |
+/// O_EXCL | O_NOFOLLOW | O_RDWR | O_CLOEXEC, mode & 0700)`, then `fchmod(mode)` where
+/// the umask or a wider `mode` calls for it. Whatever already sits at the path
+/// (a file, a symlink, a FIFO) makes it fail with `EEXIST`; nothing is
+/// followed or truncated.
+///
+/// # Errors
+/// [`Error::Io`] (`EEXIST` when the path is taken).
+#[doc(alias = "O_EXCL")]
+pub fn create_exclusive(path: &Path, mode: u32) -> Result<OwnedFd> {
+    let flags = OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::RDWR | OFlags::CLOEXEC;
+    let fd = fs::open(path, flags, Mode::from_raw_mode(mode & 0o700))
+        .map_err(|e| Error::io("create", path, e))?;
+    let made = fs::fstat(&fd)
+        .map_err(|e| Error::io("fstat", path, e))?
+        .st_mode as u32
+        & 0o7777;
+    if made == mode {
+        return Ok(fd);
+    }
+    if let Err(e) = fs::fchmod(&fd, Mode::from_raw_mode(mode)) {
+        // We made it a moment ago with O_EXCL: it is ours to remove.
+        let _ = fs::unlink(path);
+        return Err(Error::io("fchmod", path, e));
+    }
+    Ok(fd)
+}
+
+/// Checks a `stat` against the rules: a regular file, ours, mode allowed.
+fn check(path: &Path, stat: &Stat, rule: ModeRule) -> Result<()> {
+    let file_type = FileType::from_raw_mode(stat.st_mode as _);
+    if file_type != FileType::RegularFile {
+        return Err(Error::NotRegular {
+            path: path.to_owned(),
+            found: file_type_name(file_type),
+            expected: "a regular file",
+        });
+    }
+    let owner = stat.st_uid;
+    let mode = stat.st_mode & 0o7777;
+    let expected_owner = rustix::process::geteuid().as_raw();
+    if owner != expected_owner || !rule.allows(mode) {
+        return Err(Error::Untrusted {
+            path: path.to_owned(),
+            owner,
+            mode,
+            expected_owner,
+            rule: rule.describe(),
+        });
+    }
+    Ok(())
+}
+
+/// The error for a failed open: `ELOOP` under `O_NOFOLLOW` is a symlink in
+/// the path's place; `EACCES` on a file we cannot even open names its owner
+/// and mode when `lstat` can see them.
+fn opening(path: &Path, errno: Errno) -> Error {
+    match errno {
+        Errno::LOOP => Error::NotRegular {
+            path: path.to_owned(),
+            found: "a symlink",
+            expected: "a regular file",
+        },
+        Errno::ACCESS | Errno::PERM => match fs::lstat(path) {
+            Ok(stat) => {
+                let file_type = FileType::from_raw_mode(stat.st_mode as _);
+                if file_type != FileType::RegularFile {
+                    return Error::NotRegular {
+                        path: path.to_owned(),
+                        found: file_type_name(file_type),
+                        expected: "a regular file",
+                    };
+                }
+                Error::Untrusted {
+                    path: path.to_owned(),
+                    owner: stat.st_uid,
+                    mode: stat.st_mode & 0o7777,
+                    expected_owner: rustix::process::geteuid().as_raw(),
+                    rule: "a file we may open".into(),
+                }
+            }
+            Err(_) => Error::io("open", path, errno),
+        },
+        errno => Error::io("open", path, errno),
+    }
+}

@@ -1,0 +1,235 @@
+//! The traps a path can hold, each refused by name and none of them blocking.
+
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use nodeipc_fs::{
+    Error, ModeRule, check_private_dir, create_exclusive, create_private_dir,
+    create_unique_private_dir, open_regular, read_capped,
+};
+use nodeipc_testkit::{NOBODY, TempDir, Watchdog, deny_chmod, is_root, skip, spawn_child};
+
+fn mkfifo(path: &std::path::Path, mode: u32) {
+    rustix::fs::mknodat(
+        rustix::fs::CWD,
+        path,
+        rustix::fs::FileType::Fifo,
+        rustix::fs::Mode::from_raw_mode(mode),
+        0,
+    )
+    .expect("mkfifo");
+}
+
+#[test]
+fn a_fifo_is_refused_at_once_not_waited_on() {
+    let _dog = Watchdog::new("fifo", Duration::from_secs(20));
+    let dir = TempDir::new("fs-fifo");
+    let path = dir.join("planted");
+    mkfifo(&path, 0o600);
+    for write in [false, true] {
+        match open_regular(&path, write, ModeRule::Exactly(0o600)) {
+            Err(Error::NotRegular { found, .. }) => assert_eq!(found, "a FIFO"),
+            other => panic!("a FIFO must be refused, got {other:?}"),
+        }
+    }
+    let err = read_capped(&path, ModeRule::NotWritableByOthers, 1 << 20).unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("found a FIFO, expected a regular file"),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_symlink_a_directory_and_a_device_are_refused_naming_what_they_are() {
+    let dir = TempDir::new("fs-types");
+    let target = dir.join("target");
+    std::fs::write(&target, b"x").unwrap();
+    std::fs::set_permissions(&target, PermissionsExt::from_mode(0o600)).unwrap();
+    let link = dir.join("link");
+    std::os::unix::fs::symlink(&target, &link).unwrap();
+    let found = |p: &std::path::Path| match open_regular(p, false, ModeRule::Exactly(0o600)) {
+        Err(Error::NotRegular { found, .. }) => found,
+        other => panic!("{} must be refused, got {other:?}", p.display()),
+    };
+    assert_eq!(found(&link), "a symlink");
+    assert_eq!(found(dir.path()), "a directory");
+    assert_eq!(
+        found(std::path::Path::new("/dev/zero")),
+        "a character device"
+    );
+    assert!(open_regular(&target, false, ModeRule::Exactly(0o600)).is_ok());
+}
+
+#[test]
+fn a_loose_mode_is_refused_naming_owner_and_mode() {
+    let dir = TempDir::new("fs-mode");
+    let path = dir.join("config");
+    std::fs::write(&path, b"{}").unwrap();
+    std::fs::set_permissions(&path, PermissionsExt::from_mode(0o666)).unwrap();
+    let err = open_regular(&path, false, ModeRule::NotWritableByOthers).unwrap_err();
+    match &err {
+        Error::Untrusted { mode, owner, .. } => {
+            assert_eq!(*mode, 0o666);
+            assert_eq!(*owner, rustix::process::geteuid().as_raw());
+        }
+        other => panic!("expected Untrusted, got {other:?}"),
+    }
+    assert!(err.to_string().contains("mode 0666"), "{err}");
+    assert!(
+        err.to_string()
+            .contains("no write permission for group or others"),
+        "{err}"
+    );
+    std::fs::set_permissions(&path, PermissionsExt::from_mode(0o644)).unwrap();
+    assert!(open_regular(&path, false, ModeRule::NotWritableByOthers).is_ok());
+    assert!(matches!(
+        open_regular(&path, false, ModeRule::Exactly(0o600)),
+        Err(Error::Untrusted { mode: 0o644, .. })
+    ));
+}
+
+#[test]
+fn a_file_of_another_owner_is_refused_even_with_a_tight_mode() {
+    if !is_root() {
+        skip("a_file_of_another_owner_is_refused", "needs root to chown");
+        return;
+    }
+    let dir = TempDir::new("fs-owner");
+    let path = dir.join("config");
+    std::fs::write(&path, b"{}").unwrap();
+    std::fs::set_permissions(&path, PermissionsExt::from_mode(0o600)).unwrap();
+    std::os::unix::fs::chown(&path, Some(NOBODY.0), Some(NOBODY.1)).unwrap();
+    match open_regular(&path, false, ModeRule::NotWritableByOthers) {
+        Err(Error::Untrusted { owner, .. }) => assert_eq!(owner, NOBODY.0),
+        other => panic!("expected Untrusted, got {other:?}"),
+    }
+}
+
+#[test]
+fn read_capped_refuses_a_large_file_before_reading_it() {
+    let dir = TempDir::new("fs-cap");
+    let path = dir.join("big");
+    let file = std::fs::File::create(&path).unwrap();
+    file.set_len(1 << 40).unwrap(); // sparse: a terabyte it must not read
+    std::fs::set_permissions(&path, PermissionsExt::from_mode(0o600)).unwrap();
+    match read_capped(&path, ModeRule::Exactly(0o600), 1 << 20) {
+        Err(Error::TooLarge { size, max, .. }) => assert_eq!((size, max), (1 << 40, 1 << 20)),
+        other => panic!("expected TooLarge, got {other:?}"),
+    }
+    file.set_len(5).unwrap();
+    assert_eq!(
+        read_capped(&path, ModeRule::Exactly(0o600), 5).unwrap(),
+        vec![0; 5]
+    );
+}
+
+#[test]
+fn create_exclusive_never_follows_or_reuses_what_is_there() {
+    let dir = TempDir::new("fs-excl");
+    let victim = dir.join("victim");
+    std::fs::write(&victim, b"keep").unwrap();
+    let link = dir.join("log");
+    std::os::unix::fs::symlink(&victim, &link).unwrap();
+    let err = create_exclusive(&link, 0o600).unwrap_err();
+    assert_eq!(err.raw_os_error(), Some(libc_eexist()), "{err}");
+    assert_eq!(std::fs::read(&victim).unwrap(), b"keep");
+    let fifo = dir.join("fifo");
+    mkfifo(&fifo, 0o666);
+    assert_eq!(
+        create_exclusive(&fifo, 0o600).unwrap_err().raw_os_error(),
+        Some(libc_eexist())
+    );
+    let fresh = dir.join("fresh");
+    drop(create_exclusive(&fresh, 0o600).unwrap());
+    assert_eq!(std::fs::metadata(&fresh).unwrap().mode() & 0o7777, 0o600);
+}
+
+fn libc_eexist() -> i32 {
+    rustix::io::Errno::EXIST.raw_os_error()
+}
+
+#[test]
+fn private_dirs_are_0700_ours_and_never_adopted() {
+    let parent = TempDir::new("fs-dir");
+    let made = create_unique_private_dir(parent.path(), "run-").unwrap();
+    assert!(
+        made.file_name()
+            .unwrap()
+            .to_str()
+            .unwrap()
+            .starts_with("run-")
+    );
+    check_private_dir(&made).unwrap();
+    // An existing directory, even a private one of ours, is not adopted.
+    assert_eq!(
+        create_private_dir(&made).unwrap_err().raw_os_error(),
+        Some(libc_eexist())
+    );
+    let loose = parent.join("loose");
+    std::fs::create_dir(&loose).unwrap();
+    std::fs::set_permissions(&loose, PermissionsExt::from_mode(0o755)).unwrap();
+    assert!(matches!(
+        check_private_dir(&loose),
+        Err(Error::Untrusted { mode: 0o755, .. })
+    ));
+    let link = parent.join("link");
+    std::os::unix::fs::symlink(&made, &link).unwrap();
+    assert!(matches!(
+        check_private_dir(&link),
+        Err(Error::NotRegular {
+            found: "a symlink",
+            ..
+        })
+    ));
+}
+
+/// Set in the child of the umask test: the directory to make there.
+const UMASK_CHILD: &str = "NODEIPC_FS_TEST_UMASK_CHILD";
+
+/// Regression: a private directory made by `mkdir` then `chmod 0700` is
+/// world-writable in between under umask 000. Under a filter that refuses
+/// every chmod, only code that gets the mode right in the one `mkdir` call
+/// (and the one `open(O_CREAT)` call) succeeds.
+#[test]
+fn regression_private_dirs_and_files_get_their_mode_in_the_creating_call() {
+    if let Ok(path) = std::env::var(UMASK_CHILD) {
+        let path = std::path::PathBuf::from(path);
+        rustix::process::umask(rustix::fs::Mode::empty());
+        deny_chmod();
+        assert!(std::fs::set_permissions(&path, PermissionsExt::from_mode(0o700)).is_err());
+        create_private_dir(&path).expect("create_private_dir under umask 000 without chmod");
+        drop(create_exclusive(&path.join("log"), 0o600).expect("create_exclusive without fchmod"));
+        let made = create_unique_private_dir(&path, "inner-").expect("unique dir");
+        println!("\nchild made {}", made.display());
+        return;
+    }
+    let _dog = Watchdog::new("umask child", Duration::from_secs(60));
+    let parent = TempDir::new("fs-umask");
+    let path = parent.join("private");
+    let out = spawn_child(
+        Command::new(std::env::current_exe().unwrap())
+            .args([
+                "--exact",
+                "regression_private_dirs_and_files_get_their_mode_in_the_creating_call",
+            ])
+            .args(["--nocapture", "--test-threads=1"])
+            .env(UMASK_CHILD, &path)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped()),
+    )
+    .output_timeout(Duration::from_secs(30));
+    let context = format!(
+        "{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "child failed: {context}");
+    assert!(context.contains("child made"), "{context}");
+    assert_eq!(std::fs::metadata(&path).unwrap().mode() & 0o7777, 0o700);
+    assert_eq!(
+        std::fs::metadata(path.join("log")).unwrap().mode() & 0o7777,
+        0o600
+    );
+}
