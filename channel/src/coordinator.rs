@@ -79,6 +79,10 @@ pub(crate) struct Shared {
     /// any process mapping the region can write that one: what the
     /// coordinator sends next and gathers is decided by this count alone.
     sent: AtomicU64,
+    /// Where a worker's answer is copied out of its slot before decoding,
+    /// sized once for the largest slot. Gathers run one at a time (under
+    /// `gatherer`), so this lock is never contended.
+    slot_copy: Mutex<Vec<u8>>,
 }
 
 /// Which response slots a gather reads.
@@ -165,6 +169,7 @@ impl Coordinator {
             consumed: vec![0; config.workers as usize],
             partial: (0..config.workers).map(|_| None).collect(),
         };
+        let largest_slot = layout.response_slot_size.max(layout.init_slot_size);
         Ok(Coordinator {
             shared: Arc::new(Shared {
                 config,
@@ -179,6 +184,7 @@ impl Coordinator {
                 stop: AtomicBool::new(false),
                 stale: AtomicBool::new(false),
                 sent: AtomicU64::new(0),
+                slot_copy: Mutex::new(vec![0; largest_slot]),
             }),
             handler: None,
             thread: None,
@@ -714,17 +720,7 @@ impl Shared {
             ),
             Slot::Init => (self.layout.init_slot(rank), self.layout.init_slot_size),
         };
-        let decoded = {
-            // SAFETY: we hold the worker's response-consume count: by the
-            // protocol it does not touch its slot until we post its produce
-            // below. A worker that breaks the protocol can only make us
-            // decode garbage, and every length is checked against the slot.
-            let bytes = unsafe { self.response.bytes(at, size) }.map_err(|source| Error::Shm {
-                channel: self.config.name.clone(),
-                source,
-            });
-            bytes.and_then(|bytes| decode_slot(&self.config.name, rank, slot, bytes, size))
-        };
+        let decoded = self.copy_out(rank, slot, at, size);
         let released = self.sem(Direction::Response, Role::Produce, rank).post();
         let response = decoded?;
         released.map_err(|source| Error::Sem {
@@ -732,6 +728,36 @@ impl Shared {
             source,
         })?;
         validate(&self.config.name, rank, response)
+    }
+
+    /// Copies worker `rank`'s answer out of its slot into the coordinator's
+    /// own buffer and decodes it there.
+    ///
+    /// The slot is the worker's to write and ours to read only while we hold
+    /// its response-consume count, but a broken or hostile worker may write
+    /// it at any moment: so no reference to the slot's bytes is ever made.
+    /// The length prefix is copied and checked against the slot first, then
+    /// just the frame; both copies land in a buffer sized once for the
+    /// largest slot, so nothing is allocated here.
+    fn copy_out(&self, rank: u32, slot: Slot, at: usize, size: usize) -> Result<ExecuteResponse> {
+        let shm = |source| Error::Shm {
+            channel: self.config.name.clone(),
+            source,
+        };
+        let mut buffer = self.slot_copy.lock().unwrap_or_else(|e| e.into_inner());
+        let prefix = nodeipc_proto::LEN_PREFIX;
+        self.response
+            .read_at(at, &mut buffer[..prefix])
+            .map_err(shm)?;
+        let len = match nodeipc_proto::frame_len(&buffer[..prefix], size) {
+            // Only the prefix is in the buffer yet: "truncated" is the
+            // frame it announces, which fits the slot; copy that much.
+            Ok(len) | Err(nodeipc_proto::Error::Truncated { need: len, .. }) => len,
+            Err(e) => return Err(slot_error(&self.config.name, rank, slot, size, e)),
+        };
+        self.response.read_at(at, &mut buffer[..len]).map_err(shm)?;
+        nodeipc_proto::decode_frame::<ExecuteResponse>(&buffer[..len], size)
+            .map_err(|e| slot_error(&self.config.name, rank, slot, size, e))
     }
 
     /// Every worker's response to the next request. Interrupted (by a stop
@@ -800,14 +826,15 @@ impl Shared {
     }
 }
 
-fn decode_slot(
+/// A slot's frame that could not be decoded, as the channel's error.
+fn slot_error(
     channel: &str,
     rank: u32,
     slot: Slot,
-    bytes: &[u8],
     size: usize,
-) -> Result<ExecuteResponse> {
-    nodeipc_proto::decode_frame::<ExecuteResponse>(bytes, size).map_err(|e| match e {
+    error: nodeipc_proto::Error,
+) -> Error {
+    match error {
         nodeipc_proto::Error::TooLarge { size: len, .. }
         | nodeipc_proto::Error::Truncated { need: len, .. } => Error::Corrupt {
             channel: channel.to_owned(),
@@ -826,5 +853,5 @@ fn decode_slot(
             context: format!("channel {channel}"),
             source,
         },
-    })
+    }
 }

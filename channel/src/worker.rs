@@ -33,11 +33,14 @@ pub struct Worker {
     /// Where a large request is copied out of the ring; its allocation comes
     /// back for the next one once the caller drops the previous request.
     copy: BytesMut,
+    /// Where a small request is copied out of the ring, sized once.
+    small: Vec<u8>,
 }
 
-/// Requests at least this large are copied out of the ring once and decoded
-/// from the copy without copying (or allocating) their payloads again;
-/// smaller ones are decoded in place.
+/// Requests at least this large are copied out of the ring into a buffer
+/// their payloads can borrow from, so decoding copies (and allocates) them
+/// no second time; smaller ones are copied into a fixed buffer and their
+/// payloads copied from there.
 const COPY_OUT_AT: usize = 64 << 10;
 
 impl Worker {
@@ -146,6 +149,7 @@ impl Worker {
         entry.flags.store(worker_flags::JOINED, Ordering::Release);
         // A new rank starts at the first request; a rejoining one where it left.
         let received = entry.received.load(Ordering::Acquire);
+        let small = vec![0; COPY_OUT_AT.min(layout.request_capacity)];
         Ok(Worker {
             config,
             layout,
@@ -156,6 +160,7 @@ impl Worker {
             coordinator,
             received,
             copy: BytesMut::new(),
+            small,
         })
     }
 
@@ -202,26 +207,7 @@ impl Worker {
             });
         }
         let frame = self.layout.frame(self.received);
-        let capacity = self.layout.request_capacity;
-        let decoded = {
-            // SAFETY: we hold our request-consume count for this frame: by the
-            // protocol the coordinator does not write it until every worker
-            // has posted its produce, which we do below. A coordinator that
-            // breaks it can only make us decode garbage, checked against the frame.
-            let bytes =
-                unsafe { self.request.bytes(frame, capacity) }.map_err(|source| Error::Shm {
-                    channel: self.config.name.clone(),
-                    source,
-                })?;
-            decode_into(
-                &self.config.name,
-                self.rank,
-                bytes,
-                capacity,
-                request,
-                &mut self.copy,
-            )
-        };
+        let decoded = self.copy_out(frame, request);
         // Where a rejoining worker resumes was read from its entry, which
         // any process mapping the region may have written: never overflow.
         self.received = self.received.wrapping_add(1);
@@ -233,6 +219,58 @@ impl Worker {
         decoded?;
         released.map_err(|source| Error::Sem {
             channel: self.config.name.clone(),
+            source,
+        })
+    }
+
+    /// Copies the request in `frame` out of the ring and decodes it into `request`.
+    ///
+    /// The frame is the coordinator's to write, and by the protocol it does
+    /// not while we hold our request-consume count, but any process mapping
+    /// the ring can: so no reference to the ring's bytes is ever made. The
+    /// length prefix is copied and checked against the frame first, then
+    /// just the message. Small requests land in a buffer sized once for the
+    /// frame and are decoded from there; large ones in `copy`, whose
+    /// allocation comes back once the caller drops the previous request,
+    /// and are decoded without copying their payloads a second time.
+    fn copy_out(&mut self, frame: usize, request: &mut ExecuteRequest) -> Result<()> {
+        let capacity = self.layout.request_capacity;
+        let (channel, rank) = (&self.config.name, self.rank);
+        let shm = |source| Error::Shm {
+            channel: channel.clone(),
+            source,
+        };
+        let mut prefix = [0u8; nodeipc_proto::LEN_PREFIX];
+        self.request.read_at(frame, &mut prefix).map_err(shm)?;
+        let len = match nodeipc_proto::frame_len(&prefix, capacity) {
+            // Only the prefix was copied: "truncated" is the frame it
+            // announces, which fits the ring's frame.
+            Ok(len) | Err(nodeipc_proto::Error::Truncated { need: len, .. }) => len,
+            Err(e) => return Err(frame_error(channel, rank, capacity, e)),
+        };
+        let body = frame + prefix.len();
+        let body_len = len - prefix.len();
+        // Dropping the previous request's payloads first lets `reserve` take
+        // back the copy buffer's allocation instead of making a new one.
+        request.clear();
+        let decoded = if body_len >= COPY_OUT_AT {
+            self.copy.clear();
+            self.copy.reserve(body_len);
+            let spare = &mut self.copy.spare_capacity_mut()[..body_len];
+            self.request.read_uninit(body, spare).map_err(shm)?;
+            // SAFETY: `read_uninit` initialised these `body_len` bytes of
+            // spare capacity, which `reserve` made room for.
+            unsafe { self.copy.set_len(body_len) };
+            request.merge(self.copy.split().freeze())
+        } else {
+            let small = &mut self.small[..body_len];
+            self.request.read_at(body, small).map_err(shm)?;
+            request.merge(&*small)
+        };
+        decoded.map_err(|source| Error::Decode {
+            channel: channel.clone(),
+            rank,
+            slot: "request frame",
             source,
         })
     }
@@ -372,15 +410,9 @@ fn wait_initialised(config: &ChannelConfig, request: &Region) -> Result<()> {
     Ok(())
 }
 
-fn decode_into(
-    channel: &str,
-    rank: u32,
-    bytes: &[u8],
-    capacity: usize,
-    request: &mut ExecuteRequest,
-    copy: &mut BytesMut,
-) -> Result<()> {
-    let len = nodeipc_proto::frame_len(bytes, capacity).map_err(|e| match e {
+/// A request frame that could not be decoded, as the channel's error.
+fn frame_error(channel: &str, rank: u32, capacity: usize, error: nodeipc_proto::Error) -> Error {
+    match error {
         nodeipc_proto::Error::TooLarge { size, .. }
         | nodeipc_proto::Error::Truncated { need: size, .. } => Error::Corrupt {
             channel: channel.to_owned(),
@@ -389,27 +421,15 @@ fn decode_into(
             len: size as u64,
             slot_size: capacity,
         },
+        nodeipc_proto::Error::Decode(source) => Error::Decode {
+            channel: channel.to_owned(),
+            rank,
+            slot: "request frame",
+            source,
+        },
         source => Error::Proto {
             context: format!("channel {channel}"),
             source,
         },
-    })?;
-    let message = &bytes[nodeipc_proto::LEN_PREFIX..len];
-    // Dropping the previous request's payloads first lets `reserve` take
-    // back the copy buffer's allocation instead of making a new one.
-    request.clear();
-    let decoded = if message.len() >= COPY_OUT_AT {
-        copy.clear();
-        copy.reserve(message.len());
-        copy.extend_from_slice(message);
-        request.merge(copy.split().freeze())
-    } else {
-        request.merge(message)
-    };
-    decoded.map_err(|source| Error::Decode {
-        channel: channel.to_owned(),
-        rank,
-        slot: "request frame",
-        source,
-    })
+    }
 }

@@ -547,6 +547,33 @@ impl Region {
         Ok(())
     }
 
+    /// Copies `buf.len()` bytes at `offset` into uninitialised memory (the
+    /// spare capacity of a buffer the caller reuses, say) and returns them,
+    /// now initialised. As [`read_at`](Region::read_at), without first
+    /// zeroing a buffer only to overwrite it.
+    ///
+    /// # Errors
+    /// [`Error::OutOfBounds`]; nothing is copied then.
+    pub fn read_uninit<'b>(
+        &self,
+        offset: usize,
+        buf: &'b mut [std::mem::MaybeUninit<u8>],
+    ) -> Result<&'b mut [u8]> {
+        self.check_range(offset, buf.len())?;
+        // SAFETY: the range was checked to lie in the live mapping, `buf` is a
+        // distinct local buffer, and no reference to the mapped bytes exists;
+        // a process writing the range meanwhile changes only what we copy.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                self.as_ptr().add(offset),
+                buf.as_mut_ptr().cast::<u8>(),
+                buf.len(),
+            );
+        }
+        // SAFETY: every byte of `buf` was written just above.
+        Ok(unsafe { &mut *(buf as *mut [std::mem::MaybeUninit<u8>] as *mut [u8]) })
+    }
+
     /// Copies `data` into the region at `offset`.
     ///
     /// # Errors
@@ -559,21 +586,6 @@ impl Region {
             std::ptr::copy_nonoverlapping(data.as_ptr(), self.as_ptr().add(offset), data.len())
         };
         Ok(())
-    }
-
-    /// The bytes at `offset..offset + len` as a slice, for zero-copy decoding.
-    ///
-    /// # Errors
-    /// [`Error::OutOfBounds`].
-    ///
-    /// # Safety
-    /// While the slice lives, no thread of any process may write the range
-    /// (the caller's protocol, such as holding a semaphore, guarantees it).
-    pub unsafe fn bytes(&self, offset: usize, len: usize) -> Result<&[u8]> {
-        self.check_range(offset, len)?;
-        // SAFETY: in bounds of the live mapping (checked above); the caller
-        // guarantees nobody writes the range while the slice lives.
-        Ok(unsafe { std::slice::from_raw_parts(self.as_ptr().add(offset), len) })
     }
 
     /// The bytes at `offset..offset + len` as a mutable slice, for encoding
