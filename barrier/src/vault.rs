@@ -4,8 +4,7 @@
 
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
-use crossbeam_utils::CachePadded;
-use nodeipc_shm::{Region, ShmSafe};
+use nodeipc_shm::{Padded, Region, ShmSafe};
 
 use crate::{Error, Result};
 
@@ -51,8 +50,8 @@ unsafe impl ShmSafe for Header {}
 /// count while waiters read the generation.
 #[repr(C)]
 pub(crate) struct BarrierWords {
-    pub(crate) count: CachePadded<AtomicU32>,
-    pub(crate) wake: CachePadded<Generation>,
+    pub(crate) count: Padded<AtomicU32>,
+    pub(crate) wake: Padded<Generation>,
 }
 
 /// The futex word waiters sleep on, and how many sleep on it: the last
@@ -66,7 +65,7 @@ pub(crate) struct Generation {
 // SAFETY: `#[repr(C)]`, atomics only, any bit pattern valid, no pointers.
 unsafe impl ShmSafe for Generation {}
 
-// SAFETY: `#[repr(C)]` of `CachePadded` atomics (themselves `ShmSafe`).
+// SAFETY: `#[repr(C)]` of `Padded` atomics (themselves `ShmSafe`).
 unsafe impl ShmSafe for BarrierWords {}
 
 /// Bits of [`RankEntry::flags`].
@@ -151,6 +150,24 @@ const HEADER_AT: usize = 0;
 const BARRIER_AT: usize = 256;
 const SUBSET_AT: usize = BARRIER_AT + size_of::<BarrierWords>();
 const RANKS_AT: usize = SUBSET_AT + size_of::<BarrierWords>();
+
+// Every process that maps a vault must agree on where each word sits: a
+// change to any of these is a new LAYOUT_VERSION.
+const _: () = assert!(size_of::<Header>() == 48 && size_of::<Header>() <= BARRIER_AT);
+const _: () = assert!(std::mem::offset_of!(Header, magic) == 0);
+const _: () = assert!(std::mem::offset_of!(Header, version) == 8);
+const _: () = assert!(std::mem::offset_of!(Header, world_size) == 12);
+const _: () = assert!(std::mem::offset_of!(Header, slot_size) == 16);
+const _: () = assert!(std::mem::offset_of!(Header, init) == 20);
+const _: () = assert!(std::mem::offset_of!(Header, poison) == 28);
+const _: () = assert!(std::mem::offset_of!(Header, nonce) == 40);
+const _: () = assert!(std::mem::offset_of!(BarrierWords, wake) == 128);
+const _: () = assert!(size_of::<BarrierWords>() == 256);
+const _: () = assert!(std::mem::offset_of!(Generation, sleepers) == 4);
+const _: () = assert!(SUBSET_AT == 512 && RANKS_AT == 768);
+const _: () = assert!(size_of::<RankEntry>() == 32);
+const _: () = assert!(std::mem::offset_of!(RankEntry, pid) == 8);
+const _: () = assert!(std::mem::offset_of!(RankEntry, flags) == 12);
 
 impl Layout {
     /// Enough of the vault to read the header.

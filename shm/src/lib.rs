@@ -11,7 +11,7 @@ pub use error::{Error, Result};
 pub use list::{Cleanup, KeepReason, ObjectKind, ShmObject, list, plan_cleanup, remove_stale};
 pub use name::{MAX_NAME_LEN, validate_name};
 pub use region::{OpenOptions, REGION_MODE, Region, unlink};
-pub use view::ShmSafe;
+pub use view::{Padded, ShmSafe};
 
 /// Where Linux keeps POSIX shared-memory objects and named semaphores.
 pub const SHM_DIR: &str = "/dev/shm";

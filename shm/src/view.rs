@@ -2,8 +2,6 @@
 
 use std::sync::atomic::{AtomicI32, AtomicI64, AtomicU8, AtomicU16, AtomicU32, AtomicU64};
 
-use crossbeam_utils::CachePadded;
-
 use crate::{Error, Region, Result};
 
 /// Types that may be viewed in shared memory through a plain `&T`.
@@ -35,11 +33,44 @@ shm_safe_atomics!(
 // and inherits every property of its element type.
 unsafe impl<T: ShmSafe, const N: usize> ShmSafe for [T; N] {}
 
-// SAFETY: `CachePadded` is a single-field struct aligned to (and padded up to)
-// a cache line; its one field is at offset 0, the padding is never read, and
-// the field's own properties carry over. Every process using a layout with it
-// is built from this same crate version.
-unsafe impl<T: ShmSafe> ShmSafe for CachePadded<T> {}
+/// A value alone on its own 128-byte line, for words that different
+/// processes write (an arrival count beside a wake-up word, say): sharing a
+/// line would make every write of one invalidate the other in every cache.
+///
+/// 128 bytes, not the 64 of a cache line: Intel's spatial prefetcher pulls
+/// lines in pairs. Unlike `crossbeam_utils::CachePadded`, whose alignment
+/// varies with the target and the crate version, this one is fixed, so a
+/// layout built on it is the same for every process that maps the region,
+/// whatever it was built with: the value sits at offset 0 and the whole
+/// takes a multiple of 128 bytes.
+#[derive(Default, Debug)]
+#[repr(C, align(128))]
+pub struct Padded<T> {
+    value: T,
+}
+
+const _: () = assert!(align_of::<Padded<AtomicU32>>() == 128);
+const _: () = assert!(size_of::<Padded<AtomicU32>>() == 128);
+const _: () = assert!(std::mem::offset_of!(Padded<AtomicU64>, value) == 0);
+
+impl<T> Padded<T> {
+    /// Wraps `value`.
+    pub const fn new(value: T) -> Padded<T> {
+        Padded { value }
+    }
+}
+
+impl<T> std::ops::Deref for Padded<T> {
+    type Target = T;
+
+    fn deref(&self) -> &T {
+        &self.value
+    }
+}
+
+// SAFETY: `#[repr(C, align(128))]` with one field at offset 0 (asserted
+// above); the padding is never read, and the field's own properties carry over.
+unsafe impl<T: ShmSafe> ShmSafe for Padded<T> {}
 
 impl Region {
     /// A reference to a `T` placed at `offset`, bounds- and alignment-checked.
