@@ -9,6 +9,7 @@
 
 pub mod barrier;
 pub mod channel;
+mod dispatch;
 pub mod fdpass;
 pub mod machine;
 pub mod monitor;
@@ -17,7 +18,8 @@ pub mod ring;
 pub mod stats;
 pub mod suite;
 
-pub use peer::{PEER_ENV, run_if_peer};
+pub use dispatch::run_if_peer;
+pub use peer::PEER_ENV;
 pub use ring::{Handoff, Ring};
 pub use stats::Summary;
 

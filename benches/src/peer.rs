@@ -1,10 +1,12 @@
 //! Peer processes for cross-process benchmarks.
 //!
-//! A benchmark spawns its own executable again with [`PEER_ENV`] set to a
-//! role; the executable's `main` calls [`run_if_peer`] first thing, so the
-//! same code serves the criterion suites and `nodeipc bench`. Descriptors a
-//! peer needs are inherited under their own numbers; everything else stays
-//! close-on-exec.
+//! A benchmark spawns its own executable again with
+//! [`PEER_ENV`] set to a role; the executable's
+//! `main` calls [`run_if_peer`](crate::run_if_peer) first thing, so the same
+//! code serves the criterion suites and `nodeipc bench`. Descriptors a peer
+//! needs are inherited under their own numbers; everything else stays
+//! close-on-exec. This module knows no benchmark: the roles are dispatched
+//! from `dispatch.rs`, above every benchmark module.
 
 use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd, RawFd};
@@ -14,33 +16,6 @@ use std::time::{Duration, Instant};
 
 /// Set in a peer's environment: its role and arguments, space-separated.
 pub const PEER_ENV: &str = "NODEIPC_BENCH_PEER";
-
-/// If this process was spawned as a benchmark peer, plays the role and
-/// exits; otherwise returns at once.
-pub fn run_if_peer() {
-    // A monitor spawned by a benchmark is this executable too.
-    nodeipc_monitor::run_if_server();
-    let Ok(spec) = std::env::var(PEER_ENV) else {
-        return;
-    };
-    let args: Vec<&str> = spec.split(' ').collect();
-    let result = match args.as_slice() {
-        ["ring", rest @ ..] => crate::ring::peer_main(rest),
-        ["barrier", rest @ ..] => crate::barrier::peer_main(rest),
-        ["chan-worker", rest @ ..] => crate::channel::peer_main(rest),
-        [role @ ("scm-sink" | "fd-holder"), rest @ ..] => crate::fdpass::peer_main(role, rest),
-        _ => Err(io::Error::other(format!(
-            "unknown benchmark peer role {spec:?}"
-        ))),
-    };
-    match result {
-        Ok(()) => std::process::exit(0),
-        Err(e) => {
-            eprintln!("benchmark peer ({spec}): {e}");
-            std::process::exit(1);
-        }
-    }
-}
 
 /// Spawned peers; killed and reaped on drop, however the benchmark ends.
 #[derive(Default)]

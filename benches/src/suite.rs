@@ -64,54 +64,45 @@ impl Row {
 
     /// One JSON object: `bench`, the parameters, `ns_per_op` (ours),
     /// `p99_ns_per_op`, per baseline its `ns_per_op` and the `ratio`, the
-    /// row's `note` if it has one, and the `machine` it ran on.
+    /// row's `note` if it has one, and the `machine` it ran on. A time that
+    /// is not a finite number (a batch that measured nothing) is `null`:
+    /// JSON has no NaN.
     pub fn to_json(&self) -> String {
-        let mut out = format!(
-            "{{\"bench\":\"{}\",\"what\":\"{}\"",
-            self.bench,
-            escape(&self.what)
-        );
+        let mut row = serde_json::Map::new();
+        row.insert("bench".into(), self.bench.into());
+        row.insert("what".into(), self.what.as_str().into());
         for (key, value) in &self.params {
-            out.push_str(&format!(",\"{key}\":{value}"));
+            row.insert((*key).into(), (*value).into());
         }
-        out.push_str(&format!(
-            ",\"impl\":\"{}\",\"ns_per_op\":{:.1},\"p99_ns_per_op\":{:.1}",
-            escape(&self.ours.name),
-            self.ours.ns.median,
-            self.ours.ns.p99
-        ));
-        let baselines: Vec<String> = self
+        row.insert("impl".into(), self.ours.name.as_str().into());
+        row.insert("ns_per_op".into(), rounded(self.ours.ns.median, 1));
+        row.insert("p99_ns_per_op".into(), rounded(self.ours.ns.p99, 1));
+        let baselines = self.baselines.iter().map(|b| {
+            let times = serde_json::json!({
+                "ns_per_op": rounded(b.ns.median, 1),
+                "p99_ns_per_op": rounded(b.ns.p99, 1),
+            });
+            (b.name.clone(), times)
+        });
+        row.insert("baselines".into(), baselines.collect());
+        let ratios = self
             .baselines
             .iter()
-            .map(|b| {
-                format!(
-                    "\"{}\":{{\"ns_per_op\":{:.1},\"p99_ns_per_op\":{:.1}}}",
-                    escape(&b.name),
-                    b.ns.median,
-                    b.ns.p99
-                )
-            })
-            .collect();
-        out.push_str(&format!(",\"baselines\":{{{}}}", baselines.join(",")));
-        let ratios: Vec<String> = self
-            .baselines
-            .iter()
-            .map(|b| format!("\"{}\":{:.4}", escape(&b.name), self.ratio(b)))
-            .collect();
-        out.push_str(&format!(",\"ratio\":{{{}}}", ratios.join(",")));
+            .map(|b| (b.name.clone(), rounded(self.ratio(b), 4)));
+        row.insert("ratio".into(), ratios.collect());
         if let Some(note) = &self.note {
-            out.push_str(&format!(",\"note\":\"{}\"", escape(note)));
+            row.insert("note".into(), note.as_str().into());
         }
-        out.push_str(&format!(
-            ",\"machine\":\"{}\"}}",
-            escape(&crate::machine::describe())
-        ));
-        out
+        row.insert("machine".into(), crate::machine::describe().into());
+        serde_json::Value::Object(row).to_string()
     }
 }
 
-fn escape(text: &str) -> String {
-    text.replace('\\', "\\\\").replace('"', "\\\"")
+/// `value` to `digits` decimals, as a JSON number, or `null` if not finite.
+fn rounded(value: f64, digits: i32) -> serde_json::Value {
+    let scale = 10f64.powi(digits);
+    serde_json::Number::from_f64((value * scale).round() / scale)
+        .map_or(serde_json::Value::Null, serde_json::Value::Number)
 }
 
 /// One implementation in a comparison: how many operations a batch holds,

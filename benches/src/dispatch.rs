@@ -1,0 +1,33 @@
+//! Which benchmark a peer process plays: the one module that knows them all,
+//! so the benchmark modules depend on `peer` and nothing depends on this.
+
+use std::io;
+
+use crate::peer::PEER_ENV;
+
+/// If this process was spawned as a benchmark peer, plays the role and
+/// exits; otherwise returns at once.
+pub fn run_if_peer() {
+    // A monitor spawned by a benchmark is this executable too.
+    nodeipc_monitor::run_if_server();
+    let Ok(spec) = std::env::var(PEER_ENV) else {
+        return;
+    };
+    let args: Vec<&str> = spec.split(' ').collect();
+    let result = match args.as_slice() {
+        ["ring", rest @ ..] => crate::ring::peer_main(rest),
+        ["barrier", rest @ ..] => crate::barrier::peer_main(rest),
+        ["chan-worker", rest @ ..] => crate::channel::peer_main(rest),
+        [role @ ("scm-sink" | "fd-holder"), rest @ ..] => crate::fdpass::peer_main(role, rest),
+        _ => Err(io::Error::other(format!(
+            "unknown benchmark peer role {spec:?}"
+        ))),
+    };
+    match result {
+        Ok(()) => std::process::exit(0),
+        Err(e) => {
+            eprintln!("benchmark peer ({spec}): {e}");
+            std::process::exit(1);
+        }
+    }
+}
