@@ -70,7 +70,10 @@ fn regression_a_directory_or_socket_opened_for_writing_is_named_not_an_errno() {
     for (path, expected) in [(dir.path(), "a directory"), (&*socket_path, "a socket")] {
         match open_regular(path, true, ModeRule::Exactly(0o600)) {
             Err(Error::NotRegular { found, .. }) => assert_eq!(found, expected),
-            other => panic!("{} must be refused as {expected}, got {other:?}", path.display()),
+            other => panic!(
+                "{} must be refused as {expected}, got {other:?}",
+                path.display()
+            ),
         }
     }
 }

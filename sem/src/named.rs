@@ -124,14 +124,14 @@ impl NamedSemaphore {
             })?;
         let words = SemWords::map(&file, name)?;
         let fd_path = format!("/proc/self/fd/{}", std::os::fd::AsRawFd::as_raw_fd(&file));
-        fs::linkat(CWD, &fd_path, CWD, file_path(name), AtFlags::SYMLINK_FOLLOW).map_err(
-            |e| match e {
+        fs::linkat(CWD, &fd_path, CWD, file_path(name), AtFlags::SYMLINK_FOLLOW).map_err(|e| {
+            match e {
                 Errno::EXIST => Error::AlreadyExists {
                     name: name.to_owned(),
                 },
                 e => Error::io("linkat", name, e),
-            },
-        )?;
+            }
+        })?;
         Ok(NamedSemaphore {
             words,
             name: name.to_owned(),

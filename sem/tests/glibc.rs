@@ -64,10 +64,8 @@ impl Glibc {
     fn value(&self) -> i32 {
         let mut value = -1;
         // SAFETY: open until drop; `value` is a valid out-pointer.
-        assert_eq!(
-            unsafe { libc::sem_getvalue(self.sem.as_ptr(), &mut value) },
-            0
-        );
+        let rc = unsafe { libc::sem_getvalue(self.sem.as_ptr(), &mut value) };
+        assert_eq!(rc, 0);
         value
     }
 
@@ -106,7 +104,10 @@ impl Drop for Glibc {
 #[test]
 fn our_semaphore_file_is_byte_for_byte_what_glibc_sem_open_writes() {
     for value in [0, 5, nodeipc_sem::SEM_VALUE_MAX] {
-        let (ours, theirs) = (unique_name("sem-bytes-ours"), unique_name("sem-bytes-glibc"));
+        let (ours, theirs) = (
+            unique_name("sem-bytes-ours"),
+            unique_name("sem-bytes-glibc"),
+        );
         let sem = NamedSemaphore::create(&ours, value).unwrap();
         let glibc = Glibc::create(&theirs, value);
         let ours_bytes = std::fs::read(sem_file(&ours)).unwrap();
@@ -118,7 +119,10 @@ fn our_semaphore_file_is_byte_for_byte_what_glibc_sem_open_writes() {
             .mode();
         assert_eq!(mode & 0o7777, 0o600);
         // Each side reads the other's.
-        assert_eq!(NamedSemaphore::open(&theirs).unwrap().value().unwrap(), value);
+        assert_eq!(
+            NamedSemaphore::open(&theirs).unwrap().value().unwrap(),
+            value
+        );
         assert_eq!(Glibc::open(&ours).value(), value as i32);
         drop((sem, glibc));
         assert!(shm_leftovers(&ours).is_empty() && shm_leftovers(&theirs).is_empty());
@@ -145,7 +149,10 @@ fn glibc_and_our_code_hand_tokens_and_wake_ups_both_ways() {
             let waiter = s.spawn(|| glibc.timed_wait(10));
             thread::sleep(Duration::from_millis(if round == 0 { 50 } else { 1 }));
             ours.post().unwrap();
-            assert!(waiter.join().unwrap(), "round {round}: glibc waiter not woken");
+            assert!(
+                waiter.join().unwrap(),
+                "round {round}: glibc waiter not woken"
+            );
         });
         // Our waiter parked on the futex, woken by glibc's post.
         thread::scope(|s| {

@@ -60,7 +60,9 @@ fn regression_a_fifo_at_the_name_is_refused_at_once_naming_it() {
         ),
     ] {
         match result {
-            Err(Error::NotRegular { found, ref path, .. }) => {
+            Err(Error::NotRegular {
+                found, ref path, ..
+            }) => {
                 assert_eq!(found, "a FIFO", "{what}");
                 assert_eq!(path.to_str(), Some(sem_file(&name).as_str()), "{what}");
             }
@@ -68,7 +70,10 @@ fn regression_a_fifo_at_the_name_is_refused_at_once_naming_it() {
         }
     }
     let message = NamedSemaphore::open(&name).unwrap_err().to_string();
-    assert!(message.contains("a FIFO") && message.contains(&name), "{message}");
+    assert!(
+        message.contains("a FIFO") && message.contains(&name),
+        "{message}"
+    );
     assert!(
         start.elapsed() < Duration::from_secs(2),
         "a refusal waited {:?}",
