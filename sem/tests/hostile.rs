@@ -222,3 +222,15 @@ fn a_waiter_that_times_out_or_is_refused_leaves_the_waiter_count_as_it_was() {
     sem.wait_timeout(Duration::from_millis(20)).unwrap();
     assert_eq!(words(), sem_bytes(0, 0, 128));
 }
+
+#[test]
+fn create_never_follows_a_dangling_symlink_at_the_name() {
+    let (name, target) = (unique_name("sem-dangling"), unique_name("sem-victim"));
+    let (_guard, _target_guard) = (RemoveOnDrop(name.clone()), RemoveOnDrop(target.clone()));
+    std::os::unix::fs::symlink(sem_file(&target), sem_file(&name)).unwrap();
+    assert!(matches!(
+        NamedSemaphore::create(&name, 0),
+        Err(Error::AlreadyExists { .. })
+    ));
+    assert!(shm_leftovers(&target).is_empty(), "the link was followed");
+}
