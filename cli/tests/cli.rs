@@ -241,3 +241,194 @@ fn demo_refuses_bad_arguments_with_one_line() {
     assert_eq!(stderr.lines().count(), 1, "one line: {stderr:?}");
     assert!(stderr.contains("frobnicate"), "{stderr}");
 }
+
+// --- `nodeipc sem` against hostile files and absurd numbers -----------------
+// (self-contained: helpers prefixed `sem_hostile_`)
+
+/// `nodeipc ARGS`, failing the test if it runs past 10 s (a hang).
+fn sem_hostile_run(args: &[&str]) -> Output {
+    spawn_child(
+        Command::new(env!("CARGO_BIN_EXE_nodeipc"))
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped()),
+    )
+    .output_timeout(Duration::from_secs(10))
+}
+
+fn sem_hostile_file(name: &str) -> String {
+    format!("/dev/shm/sem.{}", &name[1..])
+}
+
+/// Removes whatever sits at a semaphore's name when dropped.
+struct SemHostileCleanup(String);
+
+impl Drop for SemHostileCleanup {
+    fn drop(&mut self) {
+        let path = sem_hostile_file(&self.0);
+        if std::fs::remove_file(&path).is_err() {
+            let _ = std::fs::remove_dir(&path);
+        }
+    }
+}
+
+/// A 0600 file of ours at `name` holding `bytes`.
+fn sem_hostile_plant_file(name: &str, bytes: &[u8]) {
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(sem_hostile_file(name))
+        .unwrap()
+        .write_all(bytes)
+        .unwrap();
+}
+
+/// `struct new_sem` as glibc lays it out on a 64-bit little-endian machine.
+fn sem_hostile_words(value: u32, waiters: u32, private: i32) -> Vec<u8> {
+    let mut bytes = vec![0u8; 32];
+    bytes[..4].copy_from_slice(&value.to_le_bytes());
+    bytes[4..8].copy_from_slice(&waiters.to_le_bytes());
+    bytes[8..12].copy_from_slice(&private.to_le_bytes());
+    bytes
+}
+
+#[test]
+fn regression_sem_commands_refuse_a_fifo_at_once_naming_it() {
+    // Before the fix, `sem wait --timeout-ms 100` blocked for ever in the
+    // open of a FIFO any user can plant (mode 0666, here as nobody).
+    let _dog = Watchdog::new("sem cli fifo", Duration::from_secs(60));
+    let name = unique_name("cli-sem-fifo");
+    let _cleanup = SemHostileCleanup(name.clone());
+    let mut mkfifo = Command::new("mkfifo");
+    mkfifo.args(["-m", "0666", &sem_hostile_file(&name)]);
+    if nodeipc_testkit::is_root() {
+        use std::os::unix::process::CommandExt;
+        let (uid, gid) = nodeipc_testkit::NOBODY;
+        mkfifo.uid(uid).gid(gid);
+    }
+    assert!(
+        spawn_child(&mut mkfifo)
+            .wait_timeout(Duration::from_secs(10))
+            .success()
+    );
+    for args in [
+        &["sem", "wait", &name, "--timeout-ms", "100"][..],
+        &["sem", "wait", &name][..],
+        &["sem", "post", &name][..],
+        &["sem", "value", &name][..],
+    ] {
+        let start = std::time::Instant::now();
+        assert_one_line_error(&sem_hostile_run(args), 1, "is a FIFO, not a regular file");
+        assert!(
+            start.elapsed() < Duration::from_secs(5),
+            "{args:?} took {:?}",
+            start.elapsed()
+        );
+    }
+}
+
+#[test]
+fn regression_sem_commands_name_a_directory_rather_than_its_mode() {
+    let name = unique_name("cli-sem-dir");
+    let _cleanup = SemHostileCleanup(name.clone());
+    std::fs::create_dir(sem_hostile_file(&name)).unwrap();
+    let out = sem_hostile_run(&["sem", "value", &name]);
+    assert_one_line_error(&out, 1, "is a directory, not a regular file");
+    assert!(!String::from_utf8_lossy(&out.stderr).contains("mode"));
+}
+
+#[test]
+fn regression_sem_commands_on_an_empty_file_exit_1_not_sigbus() {
+    let name = unique_name("cli-sem-empty");
+    let _cleanup = SemHostileCleanup(name.clone());
+    sem_hostile_plant_file(&name, b"");
+    for args in [
+        &["sem", "value", &name][..],
+        &["sem", "post", &name][..],
+        &["sem", "wait", &name, "--timeout-ms", "100"][..],
+    ] {
+        assert_one_line_error(&sem_hostile_run(args), 1, "holds 0 bytes");
+    }
+}
+
+#[test]
+fn regression_sem_commands_on_corrupt_words_exit_1_not_abort() {
+    // Before the fix, glibc aborted `sem post` and `sem wait` (exit 134) on
+    // the first of these.
+    let _dog = Watchdog::new("sem cli corrupt", Duration::from_secs(60));
+    for (words, fragment) in [
+        (sem_hostile_words(0, 1, 0x1234), "`private` word is 0x1234"),
+        (sem_hostile_words(0, 0xdead_beef, 128), "waiter count is"),
+        (
+            sem_hostile_words(0x8000_0000, 0, 128),
+            "above SEM_VALUE_MAX",
+        ),
+    ] {
+        let name = unique_name("cli-sem-corrupt");
+        let _cleanup = SemHostileCleanup(name.clone());
+        sem_hostile_plant_file(&name, &words);
+        for args in [
+            &["sem", "post", &name][..],
+            &["sem", "wait", &name][..],
+            &["sem", "wait", &name, "--timeout-ms", "100"][..],
+            &["sem", "value", &name][..],
+        ] {
+            let out = sem_hostile_run(args);
+            assert_one_line_error(&out, 1, fragment);
+            assert_one_line_error(&out, 1, "is corrupt");
+        }
+    }
+}
+
+#[test]
+fn sem_numbers_past_any_limit_are_refused_or_honoured_never_a_panic() {
+    let _dog = Watchdog::new("sem cli numbers", Duration::from_secs(60));
+    let name = unique_name("cli-sem-numbers");
+    let _cleanup = SemHostileCleanup(name.clone());
+    assert_one_line_error(
+        &sem_hostile_run(&["sem", "create", &name, "--value", "18446744073709551615"]),
+        2,
+        "--value",
+    );
+    assert_one_line_error(
+        &sem_hostile_run(&["sem", "create", &name, "--value", "4294967295"]),
+        1,
+        "above the maximum 2147483647",
+    );
+    for bad in ["-1", "18446744073709551616", "1e3"] {
+        assert_one_line_error(
+            &sem_hostile_run(&["sem", "wait", &name, "--timeout-ms", bad]),
+            2,
+            bad,
+        );
+    }
+    assert_ok(&sem_hostile_run(&["sem", "create", &name, "--value", "1"]));
+    let forever = "18446744073709551615";
+    assert_ok(&sem_hostile_run(&[
+        "sem",
+        "wait",
+        &name,
+        "--timeout-ms",
+        forever,
+    ]));
+    // The same timeout on an empty semaphore waits (no panic computing its
+    // deadline) until a post.
+    let waiter = spawn_child(
+        Command::new(env!("CARGO_BIN_EXE_nodeipc"))
+            .args(["sem", "wait", &name, "--timeout-ms", forever])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped()),
+    );
+    std::thread::sleep(Duration::from_millis(300));
+    assert_ok(&sem_hostile_run(&["sem", "post", &name]));
+    assert_ok(&waiter.output_timeout(Duration::from_secs(10)));
+    assert_one_line_error(
+        &sem_hostile_run(&["sem", "wait", &name, "--timeout-ms", "20"]),
+        3,
+        "timed out",
+    );
+    assert_ok(&sem_hostile_run(&["sem", "unlink", &name]));
+    assert!(shm_leftovers(&name).is_empty());
+}

@@ -152,8 +152,9 @@ fn check(path: &Path, stat: &Stat, rule: ModeRule) -> Result<()> {
 }
 
 /// The error for a failed open: `ELOOP` under `O_NOFOLLOW` is a symlink in
-/// the path's place; `EACCES` on a file we cannot even open names its owner
-/// and mode when `lstat` can see them.
+/// the path's place; `EISDIR` (a directory opened for writing) and `ENXIO`
+/// (a socket) name what sits there; `EACCES` on a file we cannot even open
+/// names its owner and mode when `lstat` can see them.
 fn opening(path: &Path, errno: Errno) -> Error {
     match errno {
         Errno::LOOP => Error::NotRegular {
@@ -161,7 +162,7 @@ fn opening(path: &Path, errno: Errno) -> Error {
             found: "a symlink",
             expected: "a regular file",
         },
-        Errno::ACCESS | Errno::PERM => match fs::lstat(path) {
+        Errno::ACCESS | Errno::PERM | Errno::ISDIR | Errno::NXIO => match fs::lstat(path) {
             Ok(stat) => {
                 let file_type = FileType::from_raw_mode(stat.st_mode as _);
                 if file_type != FileType::RegularFile {
@@ -170,6 +171,9 @@ fn opening(path: &Path, errno: Errno) -> Error {
                         found: file_type_name(file_type),
                         expected: "a regular file",
                     };
+                }
+                if !matches!(errno, Errno::ACCESS | Errno::PERM) {
+                    return Error::io("open", path, errno);
                 }
                 Error::Untrusted {
                     path: path.to_owned(),

@@ -63,6 +63,22 @@ fn a_symlink_a_directory_and_a_device_are_refused_naming_what_they_are() {
 }
 
 #[test]
+fn regression_a_directory_or_socket_opened_for_writing_is_named_not_an_errno() {
+    let dir = TempDir::new("fs-types-rw");
+    let socket_path = dir.join("socket");
+    let _socket = std::os::unix::net::UnixListener::bind(&socket_path).unwrap();
+    for (path, expected) in [(dir.path(), "a directory"), (&*socket_path, "a socket")] {
+        match open_regular(path, true, ModeRule::Exactly(0o600)) {
+            Err(Error::NotRegular { found, .. }) => assert_eq!(found, expected),
+            other => panic!(
+                "{} must be refused as {expected}, got {other:?}",
+                path.display()
+            ),
+        }
+    }
+}
+
+#[test]
 fn a_loose_mode_is_refused_naming_owner_and_mode() {
     let dir = TempDir::new("fs-mode");
     let path = dir.join("config");

@@ -62,6 +62,29 @@ pub enum Error {
         expected_owner: u32,
     },
 
+    /// Something other than a regular file sits at the semaphore's name (a
+    /// FIFO, a directory, a socket, a symlink, ...): refused at once,
+    /// without opening it in a way that could block.
+    #[error("refusing semaphore {name}: {path} is {found}, not a regular file", path = path.display())]
+    NotRegular {
+        /// The name.
+        name: String,
+        /// Its file, `/dev/shm/sem.<name>`.
+        path: std::path::PathBuf,
+        /// What is there: "a FIFO", "a directory", ...
+        found: &'static str,
+    },
+
+    /// The semaphore's file is too short to hold a semaphore, or one of its
+    /// words holds what no semaphore can: another process wrote garbage.
+    #[error("semaphore {name} is corrupt: {what}")]
+    Corrupt {
+        /// The name.
+        name: String,
+        /// Which word, and what it holds.
+        what: String,
+    },
+
     /// A bounded wait ran out before the semaphore could be taken.
     #[error("timed out after {waited:?} waiting for semaphore {name}")]
     Timeout {
@@ -117,7 +140,8 @@ impl From<Error> for io::Error {
             Error::NotFound { .. } => io::ErrorKind::NotFound,
             Error::AlreadyExists { .. } => io::ErrorKind::AlreadyExists,
             Error::Timeout { .. } => io::ErrorKind::TimedOut,
-            Error::Untrusted { .. } => io::ErrorKind::PermissionDenied,
+            Error::Untrusted { .. } | Error::NotRegular { .. } => io::ErrorKind::PermissionDenied,
+            Error::Corrupt { .. } => io::ErrorKind::InvalidData,
             Error::InvalidName { .. } => io::ErrorKind::InvalidInput,
             _ => io::ErrorKind::Other,
         };

@@ -1,5 +1,7 @@
-//! [`ShmSemaphore`]: a counting semaphore that is one futex word in shared memory.
+//! [`ShmSemaphore`]: a counting semaphore that is one futex word in shared
+//! memory; and the crate's one futex wrapper, which both kinds of semaphore use.
 
+use std::num::NonZeroU32;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
@@ -7,8 +9,96 @@ use crossbeam_utils::Backoff;
 use nodeipc_shm::ShmSafe;
 use rustix::io::Errno;
 use rustix::thread::futex;
+use rustix::time::{ClockId, Timespec};
 
 use crate::{Error, Result, Semaphore};
+
+/// How a futex wait ended without an error.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Parked {
+    /// Woken, or the word no longer held the expected value (`EAGAIN`), or a
+    /// signal arrived (`EINTR`): the caller looks at the word again.
+    Woken,
+    /// The timeout or deadline passed (`ETIMEDOUT`).
+    TimedOut,
+}
+
+/// What a futex wait returned: the three outcomes every waiter handles the
+/// same way, or any other errno as an error (never an abort, as glibc's own
+/// futex wrappers do on an errno they do not expect, `EINVAL` included).
+fn parked(result: rustix::io::Result<()>) -> std::result::Result<Parked, Errno> {
+    match result {
+        Ok(()) | Err(Errno::AGAIN | Errno::INTR) => Ok(Parked::Woken),
+        Err(Errno::TIMEDOUT) => Ok(Parked::TimedOut),
+        Err(e) => Err(e),
+    }
+}
+
+/// Sleeps while `word` holds `expected`, for at most `timeout` (`None`: no
+/// limit): `FUTEX_WAIT` on a shared futex (never `FUTEX_PRIVATE_FLAG`), so
+/// waiters of other processes, mapping the word at other addresses, meet on
+/// the same kernel futex.
+pub(crate) fn park_for(
+    word: &AtomicU32,
+    expected: u32,
+    timeout: Option<Duration>,
+) -> std::result::Result<Parked, Errno> {
+    let timespec = timeout.map(|t| Timespec {
+        tv_sec: t.as_secs().min(i64::MAX as u64) as i64,
+        tv_nsec: i64::from(t.subsec_nanos()),
+    });
+    parked(futex::wait(
+        word,
+        futex::Flags::empty(),
+        expected,
+        timespec.as_ref(),
+    ))
+}
+
+/// As [`park_for`], until an absolute `deadline` on the monotonic clock
+/// (`FUTEX_WAIT_BITSET` matching any waker, as glibc's semaphores wait):
+/// a wait interrupted and resumed keeps its deadline.
+pub(crate) fn park_until(
+    word: &AtomicU32,
+    expected: u32,
+    deadline: Option<&Timespec>,
+) -> std::result::Result<Parked, Errno> {
+    const MATCH_ANY: NonZeroU32 = NonZeroU32::MAX;
+    parked(futex::wait_bitset(
+        word,
+        futex::Flags::empty(),
+        expected,
+        deadline,
+        MATCH_ANY,
+    ))
+}
+
+/// Wakes up to `count` waiters parked on `word` (shared futex).
+pub(crate) fn unpark(word: &AtomicU32, count: u32) -> std::result::Result<usize, Errno> {
+    futex::wake(word, futex::Flags::empty(), count)
+}
+
+/// The monotonic clock `timeout` from now, for [`park_until`]; a timeout past
+/// what a `timespec` holds becomes the latest time it holds (no overflow, no
+/// panic: in effect, no limit).
+pub(crate) fn deadline_after(timeout: Duration) -> Timespec {
+    let now = rustix::time::clock_gettime(ClockId::Monotonic);
+    let nanos = now.tv_nsec as u64 + u64::from(timeout.subsec_nanos());
+    let secs = i64::try_from(timeout.as_secs())
+        .ok()
+        .and_then(|s| now.tv_sec.checked_add(s))
+        .and_then(|s| s.checked_add((nanos / 1_000_000_000) as i64));
+    match secs {
+        Some(tv_sec) => Timespec {
+            tv_sec,
+            tv_nsec: (nanos % 1_000_000_000) as i64,
+        },
+        None => Timespec {
+            tv_sec: i64::MAX,
+            tv_nsec: 999_999_999,
+        },
+    }
+}
 
 /// How error messages name a futex semaphore (it has no name of its own).
 const LABEL: &str = "futex semaphore";
@@ -105,7 +195,8 @@ impl ShmSemaphore {
             }
         }
         let start = Instant::now();
-        let deadline = timeout.map(|t| start + t);
+        // A timeout past what an `Instant` can hold is no limit at all.
+        let deadline = timeout.and_then(|t| start.checked_add(t));
         let backoff = Backoff::new();
         loop {
             if self.take() {
@@ -139,17 +230,11 @@ impl ShmSemaphore {
     fn park(&self, timeout: Option<Duration>) -> Result<()> {
         self.waiters.fetch_add(1, Ordering::SeqCst);
         let result = if self.count.load(Ordering::SeqCst) == 0 {
-            let timespec = timeout.map(|t| rustix::time::Timespec {
-                tv_sec: t.as_secs().min(i64::MAX as u64) as i64,
-                tv_nsec: i64::from(t.subsec_nanos()),
-            });
-            // Shared futex: the empty flag set, never `Flags::PRIVATE`.
-            match futex::wait(&self.count, futex::Flags::empty(), 0, timespec.as_ref()) {
-                // Woken, count changed before we slept, timed out, or a signal:
-                // the caller re-checks the count and the deadline either way.
-                Ok(()) | Err(Errno::AGAIN | Errno::TIMEDOUT | Errno::INTR) => Ok(()),
-                Err(e) => Err(Error::io("futex(FUTEX_WAIT)", LABEL, e)),
-            }
+            // Woken, count changed before we slept, timed out, or a signal:
+            // the caller re-checks the count and the deadline either way.
+            park_for(&self.count, 0, timeout)
+                .map(drop)
+                .map_err(|e| Error::io("futex(FUTEX_WAIT)", LABEL, e))
         } else {
             Ok(())
         };
@@ -189,8 +274,7 @@ impl Semaphore for ShmSemaphore {
             });
         }
         if self.waiters.load(Ordering::SeqCst) > 0 {
-            futex::wake(&self.count, futex::Flags::empty(), 1)
-                .map_err(|e| Error::io("futex(FUTEX_WAKE)", LABEL, e))?;
+            unpark(&self.count, 1).map_err(|e| Error::io("futex(FUTEX_WAKE)", LABEL, e))?;
         }
         Ok(())
     }

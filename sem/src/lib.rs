@@ -3,6 +3,7 @@
 
 mod error;
 mod futex;
+mod glibc;
 mod named;
 mod semaphore;
 

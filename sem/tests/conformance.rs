@@ -105,6 +105,27 @@ fn a_parked_waiter_is_woken_by_a_post<F: Fixture>() {
     );
 }
 
+fn regression_a_timeout_no_clock_can_hold_waits_without_limit<F: Fixture>() {
+    // Before the fix, `ShmSemaphore` panicked adding the timeout to an `Instant`.
+    let _dog = Watchdog::new(
+        "regression_a_timeout_no_clock_can_hold_waits_without_limit",
+        Duration::from_secs(20),
+    );
+    let f = Arc::new(F::new(0));
+    let waiter = {
+        let f = Arc::clone(&f);
+        thread::spawn(move || {
+            f.sem().wait_timeout(Duration::MAX)?;
+            f.sem().wait_timeout(Duration::from_millis(u64::MAX))
+        })
+    };
+    thread::sleep(Duration::from_millis(100)); // long past the spin: it is parked
+    f.sem().post().unwrap();
+    f.sem().post().unwrap();
+    waiter.join().unwrap().unwrap();
+    assert_eq!(f.sem().value().unwrap(), 0);
+}
+
 fn no_post_is_lost_between_many_threads<F: Fixture>() {
     let _dog = Watchdog::new(
         "no_post_is_lost_between_many_threads",
@@ -180,6 +201,10 @@ macro_rules! conformance {
             #[test]
             fn a_parked_waiter_is_woken_by_a_post() {
                 super::a_parked_waiter_is_woken_by_a_post::<$fixture>();
+            }
+            #[test]
+            fn regression_a_timeout_no_clock_can_hold_waits_without_limit() {
+                super::regression_a_timeout_no_clock_can_hold_waits_without_limit::<$fixture>();
             }
             #[test]
             fn no_post_is_lost_between_many_threads() {

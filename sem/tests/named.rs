@@ -279,3 +279,47 @@ fn a_symlink_in_place_of_the_semaphore_is_refused() {
     assert!(result.is_err(), "a symlinked semaphore was opened");
     drop(real);
 }
+
+/// Set in the child of [`create_needs_no_privilege`]: the name it creates as `nobody`.
+const CREATE_AS_NOBODY: &str = "NODEIPC_SEM_TEST_CREATE_AS_NOBODY";
+
+#[test]
+fn create_needs_no_privilege() {
+    // Linking the unnamed file into place goes through /proc/self/fd with
+    // AT_SYMLINK_FOLLOW; AT_EMPTY_PATH would need CAP_DAC_READ_SEARCH.
+    let create_post_open = |name: &str| {
+        let sem = NamedSemaphore::create(name, 2).expect("create without privilege");
+        sem.post().unwrap();
+        assert_eq!(NamedSemaphore::open(name).unwrap().value().unwrap(), 3);
+    };
+    if let Ok(name) = std::env::var(CREATE_AS_NOBODY) {
+        create_post_open(&name);
+        return;
+    }
+    let _dog = Watchdog::new("create as nobody", Duration::from_secs(60));
+    let name = unique_name("sem-nobody");
+    let _guard = RemoveOnDrop(name.clone());
+    if !is_root() {
+        // Already unprivileged.
+        create_post_open(&name);
+        assert!(shm_leftovers(&name).is_empty());
+        return;
+    }
+    let out = spawn_child(
+        Command::new(std::env::current_exe().unwrap())
+            .args(["--exact", "create_needs_no_privilege", "--test-threads=1"])
+            .env(CREATE_AS_NOBODY, &name)
+            .uid(NOBODY.0)
+            .gid(NOBODY.1)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped()),
+    )
+    .output_timeout(Duration::from_secs(30));
+    assert!(
+        out.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(shm_leftovers(&name).is_empty());
+}
