@@ -92,7 +92,11 @@ fn regression_a_reply_cut_off_half_way_is_a_timeout_in_words() {
     });
     let start = Instant::now();
     let error = connect(&path, &worker_logon(0), Duration::from_millis(300)).unwrap_err();
-    assert!(start.elapsed() < Duration::from_secs(2), "{:?}", start.elapsed());
+    assert!(
+        start.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        start.elapsed()
+    );
     assert_words(&error, &path, "the rest of the logon reply");
     drop(server.join().unwrap());
 }

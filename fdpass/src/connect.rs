@@ -84,7 +84,6 @@ pub fn connect_failure_reason(error: &io::Error) -> String {
         }
         Some(Errno::NOENT) => "no such socket (ENOENT)",
         Some(Errno::INPROGRESS) => "the connection did not complete (EINPROGRESS)",
-        Some(Errno::ACCESS) => "permission denied (EACCES)",
         _ => return error.to_string(),
     };
     words.to_owned()
@@ -134,10 +133,7 @@ fn connect_until(path: &Path, timeout: Duration, wait_for_server: bool) -> Resul
 
 /// One connect on a new socket (a failed one is not reused). The outer
 /// `Result` is a failure to make the socket; the inner one the connect's.
-fn attempt(
-    address: &SocketAddrUnix,
-    left: Option<Duration>,
-) -> Result<Result<UnixStream, Errno>> {
+fn attempt(address: &SocketAddrUnix, left: Option<Duration>) -> Result<Result<UnixStream, Errno>> {
     let fd = rustix::net::socket_with(
         AddressFamily::UNIX,
         SocketType::STREAM,
@@ -154,7 +150,10 @@ fn attempt(
     }
 }
 
-fn finish_in_progress(fd: std::os::fd::OwnedFd, left: Option<Duration>) -> Result<UnixStream, Errno> {
+fn finish_in_progress(
+    fd: std::os::fd::OwnedFd,
+    left: Option<Duration>,
+) -> Result<UnixStream, Errno> {
     let timespec = left.map(|t| rustix::time::Timespec {
         tv_sec: t.as_secs().min(i64::MAX as u64) as i64,
         tv_nsec: i64::from(t.subsec_nanos()),

@@ -201,7 +201,10 @@ pub enum Error {
 
     /// A client's connect failed for a reason waiting would not cure
     /// (`ENOENT`, `ECONNREFUSED`, `EACCES`, …); the errno is kept in `source`.
-    #[error("cannot connect to socket {path:?}: {}", connect_failure_reason(source))]
+    #[error(
+        "cannot connect to socket {path:?}: {}",
+        connect_failure_reason(source)
+    )]
     Connect {
         /// The socket path.
         path: PathBuf,

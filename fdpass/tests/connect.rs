@@ -117,7 +117,10 @@ fn no_socket_and_a_stale_socket_are_errors_naming_the_path() {
     drop(UnixListener::bind(&stale).unwrap());
     let start = Instant::now();
     let error = connect_unix(&stale, Duration::from_secs(5)).unwrap_err();
-    assert!(start.elapsed() < Duration::from_secs(1), "a refusal is not waited on");
+    assert!(
+        start.elapsed() < Duration::from_secs(1),
+        "a refusal is not waited on"
+    );
     match &error {
         Error::Connect { source, .. } => {
             assert_eq!(source.raw_os_error(), Some(libc::ECONNREFUSED))

@@ -94,21 +94,20 @@ pub fn connect(path: impl AsRef<Path>, logon: &Logon, timeout: Duration) -> Resu
     };
     // Non-blocking underneath: a server stopped with its backlog full costs
     // `timeout`, not forever.
-    let mut stream =
-        nodeipc_fdpass::connect_unix_when_up(path, timeout).map_err(|e| match e {
-            nodeipc_fdpass::Error::ConnectTimeout { waited, last, .. } => Error::Timeout {
-                channel: peer(),
-                op: format!(
-                    "connecting ({})",
-                    nodeipc_fdpass::connect_failure_reason(&last)
-                ),
-                waited,
-            },
-            source => Error::FdPass {
-                context: peer(),
-                source,
-            },
-        })?;
+    let mut stream = nodeipc_fdpass::connect_unix_when_up(path, timeout).map_err(|e| match e {
+        nodeipc_fdpass::Error::ConnectTimeout { waited, last, .. } => Error::Timeout {
+            channel: peer(),
+            op: format!(
+                "connecting ({})",
+                nodeipc_fdpass::connect_failure_reason(&last)
+            ),
+            waited,
+        },
+        source => Error::FdPass {
+            context: peer(),
+            source,
+        },
+    })?;
     let server =
         nodeipc_fdpass::require_peer_uid(&stream, &[]).map_err(|source| Error::FdPass {
             context: peer(),
