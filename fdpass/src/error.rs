@@ -2,6 +2,9 @@
 
 use std::io;
 use std::path::PathBuf;
+use std::time::Duration;
+
+use crate::connect_failure_reason;
 
 /// What can go wrong moving descriptors between processes. Every variant
 /// says which process, descriptor or limit it is about; system call failures
@@ -196,6 +199,37 @@ pub enum Error {
         source: io::Error,
     },
 
+    /// A client's connect failed for a reason waiting would not cure
+    /// (`ENOENT`, `ECONNREFUSED`, `EACCES`, …); the errno is kept in `source`.
+    #[error(
+        "cannot connect to socket {path:?}: {}",
+        connect_failure_reason(source)
+    )]
+    Connect {
+        /// The socket path.
+        path: PathBuf,
+        /// The error with its raw errno.
+        #[source]
+        source: io::Error,
+    },
+
+    /// No connection within the time allowed: the server's backlog stayed
+    /// full (`EAGAIN`: it is not accepting), or, when waiting for it to come
+    /// up, it never did (`ENOENT`, `ECONNREFUSED`).
+    #[error(
+        "no connection to socket {path:?} within {waited:?}: {}",
+        connect_failure_reason(last)
+    )]
+    ConnectTimeout {
+        /// The socket path.
+        path: PathBuf,
+        /// How long we tried.
+        waited: Duration,
+        /// The last attempt's error, with its raw errno.
+        #[source]
+        last: io::Error,
+    },
+
     /// Bytes that are not an `FdHandle`.
     #[error("not an fd handle: {reason}")]
     BadHandle {
@@ -267,9 +301,11 @@ impl From<Error> for io::Error {
         let kind = match &error {
             Error::Io { source, .. }
             | Error::ProcessIo { source, .. }
-            | Error::Listen { source, .. } => {
+            | Error::Listen { source, .. }
+            | Error::Connect { source, .. } => {
                 return io::Error::new(source.kind(), error.to_string());
             }
+            Error::ConnectTimeout { .. } => io::ErrorKind::TimedOut,
             Error::AlreadyServing { .. } => io::ErrorKind::AddrInUse,
             Error::UnsafeDirectory { .. } | Error::SymlinkRefused { .. } => {
                 io::ErrorKind::PermissionDenied

@@ -1,6 +1,7 @@
 #![doc = include_str!("../README.md")]
 #![deny(unsafe_op_in_unsafe_fn)]
 
+mod connect;
 mod cred;
 mod error;
 mod handle;
@@ -9,6 +10,7 @@ mod pidfd;
 mod procstat;
 mod scm;
 
+pub use connect::{connect_failure_reason, connect_unix, connect_unix_when_up};
 pub use cred::{Credentials, peer_credentials, require_peer_uid};
 pub use error::{Error, Result};
 pub use handle::{

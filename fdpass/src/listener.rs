@@ -6,15 +6,14 @@ use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use rustix::fs::Mode;
 use rustix::io::Errno;
 use rustix::net::{AddressFamily, SocketAddrUnix, SocketFlags, SocketType};
 
-use crate::{Credentials, Error, Result, peer_credentials};
-
-/// Room in `sockaddr_un.sun_path`, the terminating NUL excluded.
-const SUN_PATH_MAX: usize = 107;
+use crate::connect::SUN_PATH_MAX;
+use crate::{Credentials, Error, Result, connect_unix, peer_credentials};
 
 /// A listening, non-blocking Unix stream socket bound at a path it removes on
 /// drop (only while the path still names this very socket).
@@ -190,19 +189,34 @@ fn clear_stale(path: &Path) -> Result<()> {
             path: path.to_owned(),
         });
     }
-    match UnixStream::connect(path) {
+    // Tried once, never waited on: a blocking connect to a live server whose
+    // backlog is full sleeps until it accepts, forever if it is stopped.
+    match connect_unix(path, Duration::ZERO) {
         Ok(_) => Err(Error::AlreadyServing {
             path: path.to_owned(),
         }),
-        Err(e) if e.raw_os_error() == Some(Errno::CONNREFUSED.raw_os_error()) => {
+        // A full backlog means someone listens (stopped or busy): live.
+        Err(Error::ConnectTimeout { .. }) => Err(Error::AlreadyServing {
+            path: path.to_owned(),
+        }),
+        Err(Error::Connect { source, .. })
+            if source.raw_os_error() == Some(Errno::CONNREFUSED.raw_os_error()) =>
+        {
             match std::fs::remove_file(path) {
                 Ok(()) => Ok(()),
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
                 Err(e) => Err(listen_error("unlink stale socket", path, e)),
             }
         }
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-        Err(e) => Err(listen_error("connect (probing for a live server)", path, e)),
+        Err(Error::Connect { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {
+            Ok(())
+        }
+        Err(Error::Connect { source, .. }) => Err(listen_error(
+            "connect (probing for a live server)",
+            path,
+            source,
+        )),
+        Err(e) => Err(e),
     }
 }
 

@@ -96,7 +96,9 @@ impl Pidfd {
     }
 
     fn poll_exit(&self, timeout: Option<Duration>) -> Result<bool> {
-        let deadline = timeout.map(|t| Instant::now() + t);
+        // A timeout past the clock's range waits without a deadline rather
+        // than panic on the addition.
+        let deadline = timeout.and_then(|t| Instant::now().checked_add(t));
         loop {
             let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
             let timespec = left.map(|t| rustix::time::Timespec {

@@ -1,16 +1,19 @@
 //! [`MonitorClient`], the rank's side, and [`ControlClient`], the launcher's.
 
 use std::io::Read;
-use std::os::unix::net::UnixStream;
-use std::path::{Path, PathBuf};
+use std::os::fd::OwnedFd;
+use std::path::Path;
 use std::time::{Duration, Instant};
 
+use nodeipc_proto::LEN_PREFIX;
 use nodeipc_proto::monitor as pb;
-use nodeipc_proto::{LEN_PREFIX, read_frame, write_frame};
 use prost::Message;
 
 use crate::conn::MAX_FRAME;
 use crate::fastpath::ClientRegion;
+use crate::wire::{
+    Wire, check_timeout, connect_retrying, set_timeouts, timed_out, unanswered_init_detail,
+};
 use crate::{
     Error, MonitorStatus, RankInfo, Result, TimeoutEstimator, TimeoutUpdate, Timeouts,
     control_socket_path,
@@ -41,81 +44,6 @@ impl EffectiveConfig {
     }
 }
 
-/// Connects, retrying while the socket is missing or nobody listens yet.
-fn connect_retrying(path: &Path, timeout: Duration) -> Result<UnixStream> {
-    let start = Instant::now();
-    loop {
-        match UnixStream::connect(path) {
-            Ok(stream) => {
-                // Only a monitor of our own uid gets our Init (and hands us
-                // a region): a stranger may have bound the path.
-                nodeipc_fdpass::require_peer_uid(&stream, &[])?;
-                let io = |e| Error::io("set socket timeout", path.display(), e);
-                stream.set_read_timeout(Some(timeout)).map_err(io)?;
-                stream.set_write_timeout(Some(timeout)).map_err(io)?;
-                return Ok(stream);
-            }
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    std::io::ErrorKind::NotFound | std::io::ErrorKind::ConnectionRefused
-                ) && start.elapsed() < timeout =>
-            {
-                std::thread::sleep(Duration::from_millis(5));
-            }
-            Err(last) => {
-                return Err(Error::ConnectTimeout {
-                    path: path.to_owned(),
-                    waited: start.elapsed(),
-                    last,
-                });
-            }
-        }
-    }
-}
-
-/// One request, one reply, over a framed stream.
-fn call<Q: Message>(
-    stream: &mut UnixStream,
-    scratch: &mut Vec<u8>,
-    request: &Q,
-) -> Result<pb::server_message::Msg> {
-    write_frame(stream, request).map_err(|e| Error::frame("sending a request", e))?;
-    read_reply(stream, scratch)
-}
-
-fn read_reply(stream: &mut UnixStream, scratch: &mut Vec<u8>) -> Result<pb::server_message::Msg> {
-    let reply: pb::ServerMessage = read_frame(stream, MAX_FRAME, scratch)
-        .map_err(|e| Error::frame("reading the monitor's reply", e))?;
-    reply.msg.ok_or_else(|| Error::Protocol {
-        reason: "the monitor sent an empty ServerMessage".to_owned(),
-    })
-}
-
-fn expect_ok(reply: pb::server_message::Msg) -> Result<pb::Ok> {
-    match reply {
-        pb::server_message::Msg::Ok(ok) => Ok(ok),
-        pb::server_message::Msg::Error(e) => Err(Error::Refused { cause: e.cause }),
-        pb::server_message::Msg::Status(_) => Err(Error::Protocol {
-            reason: "expected Ok or Error, got Status".to_owned(),
-        }),
-    }
-}
-
-fn expect_status(reply: pb::server_message::Msg) -> Result<MonitorStatus> {
-    match reply {
-        pb::server_message::Msg::Status(s) => {
-            MonitorStatus::from_proto(&s).ok_or_else(|| Error::Protocol {
-                reason: format!("Status with unknown state {}", s.state),
-            })
-        }
-        pb::server_message::Msg::Error(e) => Err(Error::Refused { cause: e.cause }),
-        pb::server_message::Msg::Ok(_) => Err(Error::Protocol {
-            reason: "expected Status, got Ok".to_owned(),
-        }),
-    }
-}
-
 /// The rank's connection to its monitor.
 ///
 /// Every call waits at most the timeout given to
@@ -124,9 +52,7 @@ fn expect_status(reply: pb::server_message::Msg) -> Result<MonitorStatus> {
 /// connection-wait limit) before answering: give a timeout longer than that.
 #[derive(Debug)]
 pub struct MonitorClient {
-    stream: UnixStream,
-    path: PathBuf,
-    scratch: Vec<u8>,
+    wire: Wire,
     skip_section_replies: bool,
     region: Option<ClientRegion>,
     estimator: Option<TimeoutEstimator>,
@@ -137,15 +63,22 @@ impl MonitorClient {
     /// while it does not exist or nobody listens yet, and checks that the
     /// monitor runs as our uid (`SO_PEERCRED`).
     ///
+    /// `timeout` also bounds each call: sending a request and waiting for
+    /// its reply.
+    ///
     /// # Errors
-    /// [`Error::ConnectTimeout`] with the last error; [`Error::Fdpass`]
-    /// (`PeerRefused`) for a server of another uid; [`Error::Io`].
+    /// [`Error::ConnectTimeout`] with the last error (`EAGAIN`: the
+    /// monitor's backlog stayed full); [`Error::Fdpass`] (`PeerRefused`) for
+    /// a server of another uid, `Connect` for a socket that cannot be
+    /// connected to; [`Error::Config`] for a zero timeout; [`Error::Io`].
     pub fn connect(path: impl AsRef<Path>, timeout: Duration) -> Result<MonitorClient> {
         let path = path.as_ref();
         Ok(MonitorClient {
-            stream: connect_retrying(path, timeout)?,
-            path: path.to_owned(),
-            scratch: Vec::new(),
+            wire: Wire {
+                stream: connect_retrying(path, timeout)?,
+                path: path.to_owned(),
+                scratch: Vec::new(),
+            },
             skip_section_replies: false,
             region: None,
             estimator: None,
@@ -154,24 +87,26 @@ impl MonitorClient {
 
     /// The socket path this client connected to.
     pub fn path(&self) -> &Path {
-        &self.path
+        &self.wire.path
     }
 
     /// Changes how long each call waits for its reply.
     ///
     /// # Errors
-    /// [`Error::Io`] from `setsockopt`.
+    /// [`Error::Config`] for zero; [`Error::Io`] from `setsockopt`.
     pub fn set_timeout(&mut self, timeout: Duration) -> Result<()> {
-        let io = |e| Error::io("set socket timeout", self.path.display(), e);
-        self.stream.set_read_timeout(Some(timeout)).map_err(io)?;
-        self.stream.set_write_timeout(Some(timeout)).map_err(io)
+        check_timeout(&self.wire.path, timeout)?;
+        set_timeouts(&self.wire.stream, &self.wire.path, timeout)
     }
 
     /// Registers the rank (`Init`). `rank.pid` must be this process, a
     /// descendant of it, or 0 (this process).
     ///
     /// # Errors
-    /// [`Error::Refused`] (another pid, a second `Init`); framing errors.
+    /// [`Error::Refused`] (another pid, a second `Init`, or the monitor's
+    /// refusal after holding this connection while another client held the
+    /// rank slot); [`Error::Timeout`] when no answer came in time, saying
+    /// whether another client holds the rank connection; framing errors.
     pub fn init(&mut self, rank: &RankInfo) -> Result<EffectiveConfig> {
         self.init_impl(rank, false)
     }
@@ -194,34 +129,18 @@ impl MonitorClient {
                 want_heartbeat_region: want_region,
             })),
         };
-        write_frame(&mut self.stream, &request).map_err(|e| Error::frame("sending Init", e))?;
-        // The region's descriptor travels with the reply's first byte.
-        let mut prefix = [0u8; LEN_PREFIX];
-        let mut fds = nodeipc_fdpass::recv_fds_exact(&self.stream, &mut prefix, 1)?;
-        let size = u32::from_le_bytes(prefix) as usize + LEN_PREFIX;
-        if size > MAX_FRAME {
-            return Err(Error::frame(
-                "reading the reply to Init",
-                nodeipc_proto::Error::TooLarge {
-                    size,
-                    max: MAX_FRAME,
-                },
-            ));
+        if let Err(sent) = self.wire.send("Init", &request) {
+            return Err(self.wire.refusal_after_hang_up("Init", sent));
         }
-        let mut body = vec![0u8; size - LEN_PREFIX];
-        self.stream
-            .read_exact(&mut body)
-            .map_err(|e| Error::frame("reading the reply to Init", e.into()))?;
-        let reply = pb::ServerMessage::decode(body.as_slice())
-            .map_err(|e| Error::frame("decoding the reply to Init", e.into()))?;
-        let ok = expect_ok(reply.msg.ok_or_else(|| Error::Protocol {
-            reason: "the monitor sent an empty ServerMessage".to_owned(),
-        })?)?;
+        let ok = self.read_init_reply()?;
+        let (ok, mut fds) = ok;
         if ok.heartbeat_region_attached {
             let (Some(fd), Some(desc)) = (fds.pop(), ok.shm_heartbeat.as_ref()) else {
                 return Err(Error::Protocol {
-                    reason: "heartbeat region announced without its descriptor or layout"
-                        .to_owned(),
+                    reason: format!(
+                        "the monitor at {} announced a heartbeat region without its descriptor or layout",
+                        self.wire.path.display()
+                    ),
                 });
             };
             self.region = Some(ClientRegion::open(fd, desc)?);
@@ -232,6 +151,55 @@ impl MonitorClient {
             estimator.record_init(Instant::now());
         }
         Ok(config)
+    }
+
+    /// The reply to `Init`, with the region's descriptor riding on its
+    /// first byte.
+    fn read_init_reply(&mut self) -> Result<(pb::Ok, Vec<OwnedFd>)> {
+        const OP: &str = "waiting for the reply to Init";
+        let started = Instant::now();
+        let mut prefix = [0u8; LEN_PREFIX];
+        let fds = nodeipc_fdpass::recv_fds_exact(&self.wire.stream, &mut prefix, 1).map_err(
+            |e| match e {
+                nodeipc_fdpass::Error::Io { source, .. } if timed_out(&source) => {
+                    let detail = unanswered_init_detail(&self.wire.path);
+                    self.wire.timeout(OP.to_owned(), started, detail)
+                }
+                nodeipc_fdpass::Error::Io { source, .. } => {
+                    self.wire.error(OP.to_owned(), started, source.into())
+                }
+                nodeipc_fdpass::Error::Closed { received, .. } => {
+                    let source = if received == 0 {
+                        nodeipc_proto::Error::Closed
+                    } else {
+                        nodeipc_proto::Error::Truncated {
+                            need: LEN_PREFIX,
+                            have: received,
+                        }
+                    };
+                    self.wire.error(OP.to_owned(), started, source)
+                }
+                other => Error::Fdpass(other),
+            },
+        )?;
+        let size = u32::from_le_bytes(prefix) as usize + LEN_PREFIX;
+        if size > MAX_FRAME {
+            let source = nodeipc_proto::Error::TooLarge {
+                size,
+                max: MAX_FRAME,
+            };
+            return Err(self.wire.error(OP.to_owned(), started, source));
+        }
+        let mut body = vec![0u8; size - LEN_PREFIX];
+        if let Err(e) = self.wire.stream.read_exact(&mut body) {
+            return Err(self.wire.error(OP.to_owned(), started, e.into()));
+        }
+        let reply = pb::ServerMessage::decode(body.as_slice()).map_err(|e| {
+            self.wire
+                .error("decoding the reply to Init".to_owned(), started, e.into())
+        })?;
+        let msg = reply.msg.ok_or_else(|| self.wire.empty_reply("Init"))?;
+        Ok((self.wire.expect_ok("Init", msg)?, fds))
     }
 
     /// Whether `heartbeat_fast` works: the server handed us the region.
@@ -260,7 +228,8 @@ impl MonitorClient {
         let request = pb::ClientMessage {
             msg: Some(pb::client_message::Msg::Heartbeat(pb::Heartbeat { state })),
         };
-        expect_ok(call(&mut self.stream, &mut self.scratch, &request)?)?;
+        let reply = self.wire.call("the heartbeat", &request)?;
+        self.wire.expect_ok("the heartbeat", reply)?;
         if let Some(estimator) = self.estimator.as_mut() {
             estimator.record_heartbeat(Instant::now());
         }
@@ -330,11 +299,16 @@ impl MonitorClient {
                 action: action.into(),
             })),
         };
+        let what = match action {
+            pb::SectionAction::Open => "the section start",
+            pb::SectionAction::Close => "the section end",
+            _ => "the end of all sections",
+        };
         if self.skip_section_replies {
-            return write_frame(&mut self.stream, &request)
-                .map_err(|e| Error::frame("sending Section", e));
+            return self.wire.send(what, &request);
         }
-        expect_ok(call(&mut self.stream, &mut self.scratch, &request)?).map(drop)
+        let reply = self.wire.call(what, &request)?;
+        self.wire.expect_ok(what, reply).map(drop)
     }
 
     /// Changes the server's timeouts (`UpdateConfig`); returns the
@@ -348,7 +322,8 @@ impl MonitorClient {
                 timeouts: Some(update.to_proto()),
             })),
         };
-        let ok = expect_ok(call(&mut self.stream, &mut self.scratch, &request)?)?;
+        let reply = self.wire.call("the timeout update", &request)?;
+        let ok = self.wire.expect_ok("the timeout update", reply)?;
         Ok(EffectiveConfig::from_proto(&ok.config.unwrap_or_default()))
     }
 
@@ -360,7 +335,8 @@ impl MonitorClient {
         let request = pb::ClientMessage {
             msg: Some(pb::client_message::Msg::StatusQuery(pb::StatusQuery {})),
         };
-        expect_status(call(&mut self.stream, &mut self.scratch, &request)?)
+        let reply = self.wire.call("the status query", &request)?;
+        self.wire.expect_status("the status query", reply)
     }
 
     /// Lets `estimator` observe this client's heartbeats and sections from
@@ -399,8 +375,7 @@ impl MonitorClient {
 /// (`PATH.control`): status and close-connection, served beside the rank.
 #[derive(Debug)]
 pub struct ControlClient {
-    stream: UnixStream,
-    scratch: Vec<u8>,
+    wire: Wire,
 }
 
 impl ControlClient {
@@ -409,8 +384,9 @@ impl ControlClient {
     /// retrying for up to `timeout`, and checks that it runs as our uid.
     ///
     /// # Errors
-    /// [`Error::ConnectTimeout`]; [`Error::Fdpass`] (`PeerRefused`) for a
-    /// server of another uid; [`Error::Io`].
+    /// [`Error::ConnectTimeout`] (`EAGAIN`: the monitor's backlog stayed
+    /// full); [`Error::Fdpass`] (`PeerRefused`) for a server of another uid;
+    /// [`Error::Config`] for a zero timeout; [`Error::Io`].
     pub fn connect(socket: impl AsRef<Path>, timeout: Duration) -> Result<ControlClient> {
         let socket = socket.as_ref();
         let path = if socket.extension().is_some_and(|e| e == "control") {
@@ -419,8 +395,11 @@ impl ControlClient {
             control_socket_path(socket)
         };
         Ok(ControlClient {
-            stream: connect_retrying(&path, timeout)?,
-            scratch: Vec::new(),
+            wire: Wire {
+                stream: connect_retrying(&path, timeout)?,
+                path,
+                scratch: Vec::new(),
+            },
         })
     }
 
@@ -432,7 +411,8 @@ impl ControlClient {
         let request = pb::ControlRequest {
             request: Some(pb::control_request::Request::Status(pb::StatusQuery {})),
         };
-        expect_status(call(&mut self.stream, &mut self.scratch, &request)?)
+        let reply = self.wire.call("the status query", &request)?;
+        self.wire.expect_status("the status query", reply)
     }
 
     /// Drops the current rank connection (its state is cleared; the monitor
@@ -446,6 +426,7 @@ impl ControlClient {
                 pb::CloseConnection {},
             )),
         };
-        expect_ok(call(&mut self.stream, &mut self.scratch, &request)?).map(drop)
+        let reply = self.wire.call("close-connection", &request)?;
+        self.wire.expect_ok("close-connection", reply).map(drop)
     }
 }

@@ -83,10 +83,32 @@ pub enum Error {
     },
 
     /// The server answered `Error { cause }`: the request was refused.
-    #[error("the monitor refused the request: {cause}")]
+    #[error("the monitor at {path} refused {what}: {cause}")]
     Refused {
+        /// The request (`Init`, `the heartbeat`, …).
+        what: &'static str,
+        /// The monitor's socket.
+        path: PathBuf,
         /// The server's words.
         cause: String,
+    },
+
+    /// The monitor did not take a request or answer it within the client's
+    /// timeout (`SO_SNDTIMEO`/`SO_RCVTIMEO` ran out): says what was awaited.
+    #[error(
+        "the monitor at {path}: {op} timed out after {} ms{detail}",
+        waited.as_millis()
+    )]
+    Timeout {
+        /// What was being done (`waiting for the reply to Init`, …).
+        op: String,
+        /// The monitor's socket.
+        path: PathBuf,
+        /// How long it waited.
+        waited: Duration,
+        /// Why, when the client could find out (`: another client holds
+        /// the rank connection …`); empty otherwise.
+        detail: String,
     },
 
     /// The server answered something the protocol does not allow here.
@@ -96,11 +118,14 @@ pub enum Error {
         reason: String,
     },
 
-    /// Framing or decoding a message failed (sizes include the 4-byte prefix).
-    #[error("{op}: {source}")]
+    /// Sending a request, or reading or decoding its reply, failed: names
+    /// the request and the monitor's socket (sizes include the 4-byte prefix).
+    #[error("the monitor at {path}: {op}: {source}{}", closed_hint(source))]
     Frame {
-        /// What was being done.
-        op: &'static str,
+        /// What was being done (`sending the heartbeat`, …).
+        op: String,
+        /// The monitor's socket.
+        path: PathBuf,
         /// The framing error.
         #[source]
         source: nodeipc_proto::Error,
@@ -115,13 +140,17 @@ pub enum Error {
     Shm(#[from] nodeipc_shm::Error),
 
     /// No server accepted a connection on the path in time.
-    #[error("no monitor accepted a connection on {path} within {waited:?}: {last}")]
+    #[error(
+        "no monitor accepted a connection on {path} within {waited:?}: {}",
+        nodeipc_fdpass::connect_failure_reason(last)
+    )]
     ConnectTimeout {
         /// The socket path.
         path: PathBuf,
         /// How long we tried.
         waited: Duration,
-        /// The last error.
+        /// The last attempt's error, with its errno (`EAGAIN`: the backlog
+        /// is full, the monitor is not accepting).
         last: io::Error,
     },
 
@@ -207,14 +236,19 @@ impl Error {
         }
     }
 
-    pub(crate) fn frame(op: &'static str, source: nodeipc_proto::Error) -> Self {
-        Error::Frame { op, source }
-    }
-
     pub(crate) fn config(reason: impl Into<String>) -> Self {
         Error::Config {
             reason: reason.into(),
         }
+    }
+
+    /// Whether a bounded wait ran out: [`Error::ConnectTimeout`],
+    /// [`Error::Timeout`] or [`Error::NotReady`].
+    pub fn is_timeout(&self) -> bool {
+        matches!(
+            self,
+            Error::ConnectTimeout { .. } | Error::Timeout { .. } | Error::NotReady { .. }
+        )
     }
 
     /// Whether this is the server refusing a request ([`Error::Refused`]).
@@ -225,7 +259,7 @@ impl Error {
     /// The server's cause, for an [`Error::Refused`].
     pub fn refusal_cause(&self) -> Option<&str> {
         match self {
-            Error::Refused { cause } => Some(cause),
+            Error::Refused { cause, .. } => Some(cause),
             _ => None,
         }
     }
@@ -242,7 +276,9 @@ impl From<Error> for io::Error {
             | Error::SymlinkRefused { .. }
             | Error::Refused { .. } => io::ErrorKind::PermissionDenied,
             Error::AlreadyServing { .. } => io::ErrorKind::AddrInUse,
-            Error::ConnectTimeout { .. } | Error::NotReady { .. } => io::ErrorKind::TimedOut,
+            Error::ConnectTimeout { .. } | Error::Timeout { .. } | Error::NotReady { .. } => {
+                io::ErrorKind::TimedOut
+            }
             Error::Config { .. }
             | Error::ConfigFile { .. }
             | Error::PathTooLong { .. }
@@ -253,6 +289,25 @@ impl From<Error> for io::Error {
             _ => io::ErrorKind::InvalidData,
         };
         io::Error::new(kind, error.to_string())
+    }
+}
+
+/// What a closed connection means, after a framing error that is one.
+fn closed_hint(source: &nodeipc_proto::Error) -> &'static str {
+    let closed = match source {
+        nodeipc_proto::Error::Closed | nodeipc_proto::Error::Truncated { .. } => true,
+        nodeipc_proto::Error::Io(e) => matches!(
+            e.kind(),
+            io::ErrorKind::BrokenPipe
+                | io::ErrorKind::ConnectionReset
+                | io::ErrorKind::UnexpectedEof
+        ),
+        _ => false,
+    };
+    if closed {
+        " (the monitor closed the connection: it exited, or dropped this client)"
+    } else {
+        ""
     }
 }
 

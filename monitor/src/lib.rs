@@ -17,6 +17,7 @@ mod session;
 mod signals;
 mod spawn;
 mod status;
+mod wire;
 
 pub use bind::control_socket_path;
 pub use client::{ControlClient, EffectiveConfig, MonitorClient};

@@ -267,8 +267,14 @@ impl MonitorServer {
 
     fn poll_timeout(&self, now: Instant) -> Duration {
         let mut deadline = self.next_check;
-        if let Some(first) = self.waiting.front() {
-            deadline = deadline.min(first.since + self.config.connection_wait);
+        // Checked: a connection wait past the clock's range (u64::MAX ms in
+        // a config file) is no deadline, not a panic.
+        if let Some(at) = self
+            .waiting
+            .front()
+            .and_then(|first| first.since.checked_add(self.config.connection_wait))
+        {
+            deadline = deadline.min(at);
         }
         if let Some(at) = self.termination.as_ref().and_then(|t| t.escalate_at) {
             deadline = deadline.min(at);

@@ -221,7 +221,9 @@ impl MonitorHandle {
                     },
                 });
             }
-            if std::os::unix::net::UnixStream::connect(&control).is_ok() {
+            // Tried once: a blocking connect would hang on a monitor that
+            // is stopped with its backlog full.
+            if nodeipc_fdpass::connect_unix(&control, Duration::ZERO).is_ok() {
                 let left = limit
                     .saturating_sub(start.elapsed())
                     .max(Duration::from_millis(100));

@@ -1,9 +1,7 @@
 //! The client's side of the handshake.
 
 use std::os::fd::OwnedFd;
-use std::os::unix::net::UnixStream;
 use std::path::Path;
-use std::thread;
 use std::time::{Duration, Instant};
 
 use nodeipc_fdpass::Credentials;
@@ -71,14 +69,16 @@ impl Session {
 }
 
 /// Logs on to the handshake server at `path`: connects (retrying while the
-/// server is not up yet, within `timeout`), checks that the server runs as
+/// server is not up yet or its backlog is full, within `timeout`), checks that the server runs as
 /// our uid, sends `logon` and reads the reply with the descriptors attached.
 ///
 /// # Errors
 /// [`Error::Rejected`] with the server's code and reason; [`Error::Handshake`]
 /// for a server of another uid, a protocol version other than ours, a reply
 /// that is not one, descriptors that do not match their description, or a
-/// server that closed early; [`Error::Timeout`].
+/// server that closed early; [`Error::Timeout`] naming what was awaited
+/// (the connection, the logon's sending, the reply); [`Error::FdPass`] for a
+/// socket that cannot be connected to (`EACCES`, say).
 pub fn connect(path: impl AsRef<Path>, logon: &Logon, timeout: Duration) -> Result<Session> {
     let path = path.as_ref();
     let peer = || format!("handshake server at {}", path.display());
@@ -87,33 +87,27 @@ pub fn connect(path: impl AsRef<Path>, logon: &Logon, timeout: Duration) -> Resu
         reason,
     };
     let start = Instant::now();
-    let mut stream = loop {
-        match UnixStream::connect(path) {
-            Ok(stream) => break stream,
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    std::io::ErrorKind::NotFound | std::io::ErrorKind::ConnectionRefused
-                ) =>
-            {
-                if start.elapsed() >= timeout {
-                    return Err(Error::Timeout {
-                        channel: peer(),
-                        op: format!("waiting for the server to listen ({e})"),
-                        waited: start.elapsed(),
-                    });
-                }
-                thread::sleep(Duration::from_millis(2));
-            }
-            Err(source) => {
-                return Err(Error::Io {
-                    context: peer(),
-                    op: "connect",
-                    source,
-                });
-            }
-        }
+    let timed_out = |op: &str| Error::Timeout {
+        channel: peer(),
+        op: op.to_owned(),
+        waited: start.elapsed(),
     };
+    // Non-blocking underneath: a server stopped with its backlog full costs
+    // `timeout`, not forever.
+    let mut stream = nodeipc_fdpass::connect_unix_when_up(path, timeout).map_err(|e| match e {
+        nodeipc_fdpass::Error::ConnectTimeout { waited, last, .. } => Error::Timeout {
+            channel: peer(),
+            op: format!(
+                "connecting ({})",
+                nodeipc_fdpass::connect_failure_reason(&last)
+            ),
+            waited,
+        },
+        source => Error::FdPass {
+            context: peer(),
+            source,
+        },
+    })?;
     let server =
         nodeipc_fdpass::require_peer_uid(&stream, &[]).map_err(|source| Error::FdPass {
             context: peer(),
@@ -146,6 +140,9 @@ pub fn connect(path: impl AsRef<Path>, logon: &Logon, timeout: Duration) -> Resu
         // closes without reading the logon: its answer may be waiting for us
         // even though the write failed. The read below tells.
         Err(nodeipc_proto::Error::Io(e)) if hung_up(&e) => {}
+        Err(nodeipc_proto::Error::Io(e)) if is_timeout(&e) => {
+            return Err(timed_out("sending the logon (the server is not reading)"));
+        }
         Err(source) => {
             return Err(Error::Proto {
                 context: peer(),
@@ -160,17 +157,8 @@ pub fn connect(path: impl AsRef<Path>, logon: &Logon, timeout: Duration) -> Resu
         |e| match e {
             nodeipc_fdpass::Error::Closed { .. } => closed_early(),
             nodeipc_fdpass::Error::Io { source, .. } if hung_up(&source) => closed_early(),
-            nodeipc_fdpass::Error::Io { source, .. }
-                if matches!(
-                    source.kind(),
-                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
-                ) =>
-            {
-                Error::Timeout {
-                    channel: peer(),
-                    op: "waiting for the logon reply".to_owned(),
-                    waited: start.elapsed(),
-                }
+            nodeipc_fdpass::Error::Io { source, .. } if is_timeout(&source) => {
+                timed_out("waiting for the logon reply")
             }
             source => Error::FdPass {
                 context: peer(),
@@ -185,8 +173,13 @@ pub fn connect(path: impl AsRef<Path>, logon: &Logon, timeout: Duration) -> Resu
         )));
     }
     let mut body = vec![0u8; len];
-    std::io::Read::read_exact(&mut stream, &mut body)
-        .map_err(|e| handshake(format!("the reply was cut short: {e}")))?;
+    std::io::Read::read_exact(&mut stream, &mut body).map_err(|e| {
+        if is_timeout(&e) {
+            timed_out("waiting for the rest of the logon reply")
+        } else {
+            handshake(format!("the reply was cut short: {e}"))
+        }
+    })?;
     let reply = LogonReply::decode(body.as_slice())
         .map_err(|e| handshake(format!("the reply is not a LogonReply: {e}")))?;
     match reply.reply {
@@ -251,6 +244,14 @@ pub fn connect(path: impl AsRef<Path>, logon: &Logon, timeout: Duration) -> Resu
             "the reply holds neither an accept nor a reject".to_owned(),
         )),
     }
+}
+
+/// A socket timeout (`SO_RCVTIMEO`/`SO_SNDTIMEO`) shows as `EAGAIN`.
+fn is_timeout(e: &std::io::Error) -> bool {
+    matches!(
+        e.kind(),
+        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+    )
 }
 
 /// A worker's logon for `rank`, expecting nothing in particular of the channel.
