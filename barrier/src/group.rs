@@ -5,30 +5,20 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use nodeipc_fdpass::{Pidfd, Transport, open_verified, process_start_time};
+use nodeipc_shm::wait::{Deadline, Spin, WaitError, unpark, wait_while, wake_if_parked};
 use nodeipc_shm::{OpenOptions, Region};
 use rustix::event::{PollFd, PollFlags};
 use rustix::io::Errno;
-use rustix::thread::futex;
 
 use crate::mesh::Mesh;
 use crate::options::{GroupOptions, TransportChoice};
 use crate::vault::{self, BarrierWords, Cause, LAYOUT_VERSION, Layout, MAGIC, flags};
 use crate::{Error, Result};
 
-/// How often a parked waiter wakes to check that its peers still live.
-const LIVENESS_SLICE: Duration = Duration::from_millis(50);
-/// How many times a waiter looks at the generation before it starts
-/// yielding: a few microseconds, far less than a futex wake-up.
-const SPIN_POLLS: u32 = 128;
-/// The same with more ranks than cores: the ranks still to arrive need
-/// this core, so a waiter looks only briefly before yielding it.
-const OVERSUBSCRIBED_SPIN_POLLS: u32 = 16;
 /// How many times a rank that finds the group poisoned but no cause stored
 /// yet yields before it reports the cause as unknown (0): the poisoner
 /// stores it right after the poison word, unless it died in between.
 const CAUSE_GRACE_YIELDS: u32 = 100;
-/// How long a waiter keeps yielding its core before it parks.
-const YIELD_BUDGET: Duration = Duration::from_micros(100);
 
 /// One rank's membership of a group of processes on this node.
 ///
@@ -417,73 +407,45 @@ impl Group {
             words.count.store(0, Ordering::Relaxed);
             wake.generation
                 .store(generation.wrapping_add(1), Ordering::SeqCst);
-            if wake.sleepers.load(Ordering::SeqCst) > 0 {
-                let _ = futex::wake(&wake.generation, futex::Flags::empty(), i32::MAX as u32);
-            }
+            let _ = wake_if_parked(&wake.generation, &wake.sleepers, i32::MAX as u32);
             return Ok(());
         }
-        let passed = || wake.generation.load(Ordering::Acquire) != generation;
-        let polls = if parties > self.cores {
-            OVERSUBSCRIBED_SPIN_POLLS
+        // With more ranks than cores, the others need our core to arrive: poll
+        // briefly and yield it, since a futex wake-up per rank costs more than
+        // the whole barrier then. Parked, check the peers every slice.
+        let spin = if parties > self.cores {
+            Spin::OVERSUBSCRIBED
         } else {
-            SPIN_POLLS
+            Spin::BARRIER
         };
-        for _ in 0..polls {
-            std::hint::spin_loop();
-            if passed() {
-                return Ok(());
-            }
-        }
-        let start = Instant::now();
-        // With more ranks than cores, the others need our core to arrive: keep
-        // yielding it for a while instead of parking, since a futex wake-up per
-        // rank costs more than the whole barrier then. Past the budget, park.
-        while start.elapsed() < YIELD_BUDGET {
-            if passed() {
-                return Ok(());
-            }
-            thread::yield_now();
-        }
-        loop {
-            if passed() {
-                return Ok(());
-            }
-            self.check_poison()?;
-            self.check_peers()?;
-            let waited = start.elapsed();
-            if waited >= timeout {
+        let mut deadline = Deadline::after(Some(timeout));
+        let waited = wait_while(
+            &wake.generation,
+            &wake.sleepers,
+            generation,
+            &mut deadline,
+            spin,
+            || {
+                self.check_poison()?;
+                self.check_peers()
+            },
+        );
+        match waited {
+            Ok(()) => Ok(()),
+            Err(WaitError::Stopped(e)) => Err(e),
+            Err(WaitError::Futex(e)) => Err(self.io("futex(FUTEX_WAIT)", e)),
+            Err(WaitError::TimedOut(waited)) => {
                 // Our arrival cannot be taken back: the barrier is broken for all.
                 self.poison(self.rank, Cause::TimedOut);
-                return Err(Error::Timeout {
+                Err(Error::Timeout {
                     group: self.name.clone(),
                     rank: self.rank,
                     op,
                     waited,
                     arrived: words.count.load(Ordering::Relaxed),
                     expected: parties,
-                });
+                })
             }
-            let slice = LIVENESS_SLICE.min(timeout - waited);
-            wake.sleepers.fetch_add(1, Ordering::SeqCst);
-            if wake.generation.load(Ordering::SeqCst) == generation {
-                let timespec = rustix::time::Timespec {
-                    tv_sec: slice.as_secs() as i64,
-                    tv_nsec: i64::from(slice.subsec_nanos()),
-                };
-                match futex::wait(
-                    &wake.generation,
-                    futex::Flags::empty(),
-                    generation,
-                    Some(&timespec),
-                ) {
-                    Ok(()) | Err(Errno::AGAIN | Errno::TIMEDOUT | Errno::INTR) => {}
-                    Err(e) => {
-                        wake.sleepers.fetch_sub(1, Ordering::SeqCst);
-                        return Err(self.io("futex(FUTEX_WAIT)", e));
-                    }
-                }
-            }
-            wake.sleepers.fetch_sub(1, Ordering::SeqCst);
         }
     }
 
@@ -596,11 +558,7 @@ impl Group {
             self.layout.barrier(&self.region),
             self.layout.subset(&self.region),
         ] {
-            let _ = futex::wake(
-                &words.wake.generation,
-                futex::Flags::empty(),
-                i32::MAX as u32,
-            );
+            let _ = unpark(&words.wake.generation, i32::MAX as u32);
         }
     }
 

@@ -1,14 +1,15 @@
 //! Waiting on a semaphore without ever waiting on a dead peer.
 
-use std::thread;
 use std::time::{Duration, Instant};
 
 use nodeipc_sem::Semaphore;
+use nodeipc_shm::wait::Pacer;
 
 use crate::{Error, Result};
 
-/// How long one wait lasts before the peer's liveness is checked again.
-pub(crate) const SLICE: Duration = Duration::from_millis(50);
+/// How long one wait lasts before the peer's liveness is checked again:
+/// the slice every parked waiter of nodeipc uses.
+pub(crate) const SLICE: Duration = nodeipc_shm::wait::SLICE;
 
 /// Takes `sem`, in slices of [`SLICE`]; between slices `check` says whether
 /// the peer is still there. No clock is read unless the first slice runs out:
@@ -49,46 +50,22 @@ pub(crate) fn wait(
 }
 
 /// Paces a loop that watches for something no semaphore announces (workers
-/// joining, a slot filling): it yields while the pause is shorter than a
-/// sleep's own cost, then sleeps, doubling the pause up to a ceiling; past
-/// the timeout, an error naming what was awaited.
-pub(crate) struct Poll {
-    start: Instant,
-    pause: Duration,
-    ceiling: Duration,
-    timeout: Duration,
-}
+/// joining, a slot filling), as every such loop in nodeipc is paced
+/// ([`Pacer`]); past the timeout, an error naming what was awaited.
+pub(crate) struct Poll(Pacer);
 
 impl Poll {
-    /// Sleeping shorter than this costs more than it saves: yield instead.
-    const YIELD_BELOW: Duration = Duration::from_micros(50);
-
     pub(crate) fn new(first: Duration, ceiling: Duration, timeout: Duration) -> Poll {
-        Poll {
-            start: Instant::now(),
-            pause: first,
-            ceiling,
-            timeout,
-        }
+        Poll(Pacer::new(first, ceiling, Some(timeout)))
     }
 
     /// Pauses once, or fails with [`Error::Timeout`] for `what` when the
     /// timeout has passed.
     pub(crate) fn pause(&mut self, channel: &str, what: impl FnOnce() -> String) -> Result<()> {
-        let waited = self.start.elapsed();
-        if waited >= self.timeout {
-            return Err(Error::Timeout {
-                channel: channel.to_owned(),
-                op: what(),
-                waited,
-            });
-        }
-        if self.pause < Self::YIELD_BELOW {
-            thread::yield_now();
-        } else {
-            thread::sleep(self.pause);
-        }
-        self.pause = (self.pause * 2).min(self.ceiling);
-        Ok(())
+        self.0.pause().map_err(|waited| Error::Timeout {
+            channel: channel.to_owned(),
+            op: what(),
+            waited,
+        })
     }
 }

@@ -27,8 +27,8 @@ use rustix::io::Errno;
 use rustix::mm::{MapFlags, ProtFlags};
 use rustix::time::Timespec;
 
-use crate::futex::{Parked, park_until, unpark};
 use crate::{Error, Result};
+use nodeipc_shm::wait::{Parked, park_until, unpark};
 
 #[cfg(not(all(target_os = "linux", target_pointer_width = "64")))]
 compile_error!("named semaphores follow glibc's 64-bit layout: Linux on a 64-bit target only");

@@ -4,16 +4,15 @@
 use std::io::Write;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::thread;
 use std::time::{Duration, Instant};
 
 use nodeipc_fs::ModeRule;
 use rustix::fs::{self, AtFlags, CWD, Mode, OFlags};
 use rustix::io::Errno;
 
-use crate::futex::deadline_after;
 use crate::glibc::{SEM_SIZE, SemWords, initial_bytes};
 use crate::{Error, Result, Semaphore};
+use nodeipc_shm::wait::{Pacer, deadline_after};
 
 /// The largest count a glibc semaphore holds (`SEM_VALUE_MAX`).
 pub const SEM_VALUE_MAX: u32 = crate::glibc::SEM_VALUE_MAX;
@@ -188,8 +187,11 @@ impl NamedSemaphore {
     /// # Errors
     /// [`Error::Timeout`] when it does not appear in time; otherwise as `open`.
     pub fn open_wait(name: &str, wait: Duration) -> Result<NamedSemaphore> {
-        let start = Instant::now();
-        let mut pause = Duration::from_micros(20);
+        let mut pacer = Pacer::new(
+            Duration::from_micros(20),
+            Duration::from_millis(2),
+            Some(wait),
+        );
         loop {
             let error = match NamedSemaphore::open(name) {
                 Ok(semaphore) => return Ok(semaphore),
@@ -208,15 +210,10 @@ impl NamedSemaphore {
             if !transient {
                 return Err(error);
             }
-            let waited = start.elapsed();
-            if waited >= wait {
-                return Err(Error::Timeout {
-                    name: name.to_owned(),
-                    waited,
-                });
-            }
-            thread::sleep(pause.min(wait - waited));
-            pause = (pause * 2).min(Duration::from_millis(2));
+            pacer.pause().map_err(|waited| Error::Timeout {
+                name: name.to_owned(),
+                waited,
+            })?;
         }
     }
 

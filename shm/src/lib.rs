@@ -6,6 +6,7 @@ mod list;
 mod name;
 mod region;
 mod view;
+pub mod wait;
 
 pub use error::{Error, Result};
 pub use list::{Cleanup, KeepReason, ObjectKind, ShmObject, list, plan_cleanup, remove_stale};

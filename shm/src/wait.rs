@@ -1,0 +1,341 @@
+//! Waiting on words in shared memory: the one place futexes are called.
+//!
+//! Every waiter in nodeipc — the futex semaphore, glibc-layout named
+//! semaphores, the barrier — waits the same way, cheapest first:
+//!
+//! 1. **Poll** the word with plain loads at a constant interval
+//!    ([`Spin::polls`]): a peer on another core usually changes it within a
+//!    few cache-line transfers, and an exponential back-off would leave gaps
+//!    of microseconds between looks.
+//! 2. **Yield** (crossbeam's `Backoff`, then `sched_yield`) for
+//!    [`Spin::yield_for`], about what one futex wake-up costs: it gives the
+//!    core away at once when another process wants it, so more processes
+//!    than cores lose little, and it catches a change a few microseconds of
+//!    work away without paying a wake-up.
+//! 3. **Park** on the word as a shared futex (never `FUTEX_PRIVATE_FLAG`:
+//!    waiters in different processes map it at different addresses and must
+//!    meet on the same kernel futex), in slices of at most [`SLICE`], and
+//!    between slices ask the caller whether to go on — is the peer alive,
+//!    was the wait cancelled — so no wait outlives its peer by more than a
+//!    slice.
+//!
+//! The clock is read only once polling has failed: on a virtual machine a
+//! clock read costs as much as a cache-line round trip.
+//!
+//! A waker calls [`wake_if_parked`]: when nobody is parked that is a fence
+//! and a load, no system call.
+
+use std::num::NonZeroU32;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use crossbeam_utils::Backoff;
+use rustix::io::Errno;
+use rustix::thread::futex;
+use rustix::time::{ClockId, Timespec};
+
+/// The longest a waiter stays parked before it asks its caller whether to
+/// go on: how late a dead peer or a cancellation is noticed, at worst.
+pub const SLICE: Duration = Duration::from_millis(50);
+
+/// How long a waiter polls and yields before it parks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Spin {
+    /// Looks at the word before yielding.
+    pub polls: u32,
+    /// Time spent yielding before parking.
+    pub yield_for: Duration,
+}
+
+impl Spin {
+    /// A peer on another core: a few microseconds of polling, then 50 µs of
+    /// yields, about one futex wake-up on a virtual machine. Semaphores use it.
+    pub const DEFAULT: Spin = Spin {
+        polls: 128,
+        yield_for: Duration::from_micros(50),
+    };
+
+    /// Ranks of a barrier: they arrive at once, and the last arriver's
+    /// change is worth waiting a little longer for than a wake-up per rank.
+    pub const BARRIER: Spin = Spin {
+        polls: 128,
+        yield_for: Duration::from_micros(100),
+    };
+
+    /// More waiters than cores: the others need our core to make progress,
+    /// so poll briefly and start yielding it soon.
+    pub const OVERSUBSCRIBED: Spin = Spin {
+        polls: 16,
+        yield_for: Duration::from_micros(100),
+    };
+}
+
+/// A limit on a wait, started lazily: the clock is read the first time the
+/// wait gets past polling, not before.
+#[derive(Clone, Copy, Debug)]
+pub struct Deadline {
+    limit: Option<Duration>,
+    start: Option<Instant>,
+}
+
+impl Deadline {
+    /// A wait of at most `limit` (`None`: no limit; a limit too large for
+    /// the clock is no limit either).
+    pub const fn after(limit: Option<Duration>) -> Deadline {
+        Deadline { limit, start: None }
+    }
+
+    /// When the wait started (now, if it had not yet).
+    pub fn start(&mut self) -> Instant {
+        *self.start.get_or_insert_with(Instant::now)
+    }
+
+    /// How long the wait has lasted.
+    pub fn waited(&mut self) -> Duration {
+        self.start().elapsed()
+    }
+
+    /// The time left (`None`: no limit), or `Err(waited)` once it has passed.
+    pub fn left(&mut self) -> Result<Option<Duration>, Duration> {
+        let waited = self.waited();
+        match self.limit {
+            Some(limit) if waited >= limit => Err(waited),
+            Some(limit) => Ok(Some(limit - waited)),
+            None => Ok(None),
+        }
+    }
+}
+
+/// Why [`wait_while`] returned without seeing the word change.
+#[derive(Debug)]
+pub enum WaitError<E> {
+    /// The deadline passed after this long.
+    TimedOut(Duration),
+    /// The caller's check between slices said to stop.
+    Stopped(E),
+    /// `futex` failed with an errno a waiter does not expect (never an abort).
+    Futex(Errno),
+}
+
+/// Waits while `word` holds `expected`: polls, yields, then parks on it in
+/// slices of at most [`SLICE`], calling `between_slices` before each slice
+/// (and so at least every [`SLICE`]); an error from it ends the wait.
+/// `parked` counts the waiters asleep on `word`, for [`wake_if_parked`].
+///
+/// Returns once `word` was seen to differ from `expected`; what it holds
+/// then is the caller's to look at (another waiter may have taken it).
+///
+/// # Errors
+/// [`WaitError::TimedOut`], [`WaitError::Stopped`], [`WaitError::Futex`].
+///
+/// # References
+/// - [Linux `futex(2)`](https://man7.org/linux/man-pages/man2/futex.2.html), `FUTEX_WAIT`
+pub fn wait_while<E>(
+    word: &AtomicU32,
+    parked: &AtomicU32,
+    expected: u32,
+    deadline: &mut Deadline,
+    spin: Spin,
+    mut between_slices: impl FnMut() -> Result<(), E>,
+) -> Result<(), WaitError<E>> {
+    let changed = || word.load(Ordering::Acquire) != expected;
+    for _ in 0..spin.polls {
+        std::hint::spin_loop();
+        if changed() {
+            return Ok(());
+        }
+    }
+    let start = deadline.start();
+    let backoff = Backoff::new();
+    while !backoff.is_completed() || start.elapsed() < spin.yield_for {
+        if changed() {
+            return Ok(());
+        }
+        // A short limit ends the wait here, before anything parks.
+        deadline.left().map_err(WaitError::TimedOut)?;
+        backoff.snooze();
+    }
+    loop {
+        if changed() {
+            return Ok(());
+        }
+        between_slices().map_err(WaitError::Stopped)?;
+        let left = deadline.left().map_err(WaitError::TimedOut)?;
+        let slice = left.map_or(SLICE, |left| left.min(SLICE));
+        // Announce the sleeper before looking again: either the waker's
+        // change comes first and we see it, or our announcement does and the
+        // waker sees it (both SeqCst), and FUTEX_WAIT rechecks the word.
+        parked.fetch_add(1, Ordering::SeqCst);
+        let slept = if word.load(Ordering::SeqCst) == expected {
+            park_for(word, expected, Some(slice))
+        } else {
+            Ok(Parked::Woken)
+        };
+        parked.fetch_sub(1, Ordering::SeqCst);
+        slept.map_err(WaitError::Futex)?;
+    }
+}
+
+/// Wakes up to `count` waiters parked on `word` by [`wait_while`], after the
+/// caller changed it; when `parked` says nobody sleeps, a fence and a load
+/// and no system call. Returns how many were woken.
+///
+/// # Errors
+/// The errno of `FUTEX_WAKE` (`EFAULT`, `EINVAL`: never expected).
+pub fn wake_if_parked(word: &AtomicU32, parked: &AtomicU32, count: u32) -> Result<usize, Errno> {
+    if parked.load(Ordering::SeqCst) == 0 {
+        return Ok(0);
+    }
+    unpark(word, count)
+}
+
+/// How a futex wait ended without an error.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Parked {
+    /// Woken, or the word no longer held the expected value (`EAGAIN`), or a
+    /// signal arrived (`EINTR`): the caller looks at the word again.
+    Woken,
+    /// The timeout or deadline passed (`ETIMEDOUT`).
+    TimedOut,
+}
+
+/// What a futex wait returned: the three outcomes every waiter handles the
+/// same way, or any other errno as an error (never an abort, as glibc's own
+/// futex wrappers do on an errno they do not expect, `EINVAL` included).
+fn parked(result: rustix::io::Result<()>) -> Result<Parked, Errno> {
+    match result {
+        Ok(()) | Err(Errno::AGAIN | Errno::INTR) => Ok(Parked::Woken),
+        Err(Errno::TIMEDOUT) => Ok(Parked::TimedOut),
+        Err(e) => Err(e),
+    }
+}
+
+/// Sleeps while `word` holds `expected`, for at most `timeout` (`None`: no
+/// limit): `FUTEX_WAIT` on a shared futex.
+///
+/// # Errors
+/// An errno other than `EAGAIN`, `EINTR` and `ETIMEDOUT`.
+#[doc(alias = "FUTEX_WAIT")]
+pub fn park_for(
+    word: &AtomicU32,
+    expected: u32,
+    timeout: Option<Duration>,
+) -> Result<Parked, Errno> {
+    let timespec = timeout.map(timespec);
+    parked(futex::wait(
+        word,
+        futex::Flags::empty(),
+        expected,
+        timespec.as_ref(),
+    ))
+}
+
+/// As [`park_for`], until an absolute `deadline` on the monotonic clock
+/// (`FUTEX_WAIT_BITSET` matching any waker, as glibc's semaphores wait): a
+/// wait interrupted and resumed keeps its deadline.
+///
+/// # Errors
+/// As [`park_for`].
+#[doc(alias = "FUTEX_WAIT_BITSET")]
+pub fn park_until(
+    word: &AtomicU32,
+    expected: u32,
+    deadline: Option<&Timespec>,
+) -> Result<Parked, Errno> {
+    const MATCH_ANY: NonZeroU32 = NonZeroU32::MAX;
+    parked(futex::wait_bitset(
+        word,
+        futex::Flags::empty(),
+        expected,
+        deadline,
+        MATCH_ANY,
+    ))
+}
+
+/// Wakes up to `count` waiters parked on `word` (shared futex), whether or
+/// not anyone is; see [`wake_if_parked`] for the cheap form.
+///
+/// # Errors
+/// The errno of `FUTEX_WAKE`.
+#[doc(alias = "FUTEX_WAKE")]
+pub fn unpark(word: &AtomicU32, count: u32) -> Result<usize, Errno> {
+    futex::wake(word, futex::Flags::empty(), count)
+}
+
+/// A relative `timeout` as a `timespec`, the seconds capped at what it holds.
+pub fn timespec(timeout: Duration) -> Timespec {
+    Timespec {
+        tv_sec: i64::try_from(timeout.as_secs()).unwrap_or(i64::MAX),
+        tv_nsec: i64::from(timeout.subsec_nanos()),
+    }
+}
+
+/// The monotonic clock `timeout` from now, for [`park_until`]; a timeout past
+/// what a `timespec` holds becomes the latest time it holds (no overflow, no
+/// panic: in effect, no limit).
+pub fn deadline_after(timeout: Duration) -> Timespec {
+    let now = rustix::time::clock_gettime(ClockId::Monotonic);
+    let nanos = now.tv_nsec as u64 + u64::from(timeout.subsec_nanos());
+    let secs = i64::try_from(timeout.as_secs())
+        .ok()
+        .and_then(|s| now.tv_sec.checked_add(s))
+        .and_then(|s| s.checked_add((nanos / 1_000_000_000) as i64));
+    match secs {
+        Some(tv_sec) => Timespec {
+            tv_sec,
+            tv_nsec: (nanos % 1_000_000_000) as i64,
+        },
+        None => Timespec {
+            tv_sec: i64::MAX,
+            tv_nsec: 999_999_999,
+        },
+    }
+}
+
+/// Paces a loop that watches for something no futex announces (a name
+/// appearing, peers joining, a slot filling): it yields while the pause is
+/// shorter than a sleep's own cost, then sleeps, doubling the pause up to a
+/// ceiling, and says when the time is up.
+#[derive(Debug)]
+pub struct Pacer {
+    deadline: Deadline,
+    pause: Duration,
+    ceiling: Duration,
+}
+
+impl Pacer {
+    /// Sleeping shorter than this costs more than it saves: yield instead.
+    const YIELD_BELOW: Duration = Duration::from_micros(50);
+
+    /// Starts pacing now: pauses from `first` doubling up to `ceiling`, for
+    /// at most `limit` (`None`: no limit).
+    pub fn new(first: Duration, ceiling: Duration, limit: Option<Duration>) -> Pacer {
+        let mut deadline = Deadline::after(limit);
+        deadline.start();
+        Pacer {
+            deadline,
+            pause: first,
+            ceiling,
+        }
+    }
+
+    /// Pauses once (never past the limit), or returns `Err(waited)` when the
+    /// limit has passed.
+    pub fn pause(&mut self) -> Result<(), Duration> {
+        let left = self.deadline.left()?;
+        let pause = left.map_or(self.pause, |left| left.min(self.pause));
+        if pause < Self::YIELD_BELOW {
+            thread::yield_now();
+        } else {
+            thread::sleep(pause);
+        }
+        self.pause = (self.pause * 2).min(self.ceiling);
+        Ok(())
+    }
+
+    /// How long it has been pacing.
+    pub fn waited(&mut self) -> Duration {
+        self.deadline.waited()
+    }
+}

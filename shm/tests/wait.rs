@@ -1,0 +1,114 @@
+//! The one wait primitive: a change wakes a parked waiter, a deadline ends
+//! the wait, the caller's check runs between slices and can stop it.
+
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use nodeipc_shm::wait::{Deadline, Pacer, SLICE, Spin, WaitError, wait_while, wake_if_parked};
+use nodeipc_testkit::Watchdog;
+
+#[test]
+fn a_change_wakes_a_parked_waiter_and_wakes_cost_nothing_without_sleepers() {
+    let _dog = Watchdog::new("wait wake", Duration::from_secs(20));
+    let word = AtomicU32::new(0);
+    let parked = AtomicU32::new(0);
+    assert_eq!(
+        wake_if_parked(&word, &parked, 1).unwrap(),
+        0,
+        "nobody parked: no wake-up"
+    );
+    thread::scope(|s| {
+        let waiter = s.spawn(|| {
+            let mut deadline = Deadline::after(Some(Duration::from_secs(10)));
+            wait_while(&word, &parked, 0, &mut deadline, Spin::DEFAULT, || {
+                Ok::<(), ()>(())
+            })
+        });
+        // Let it get past polling and yielding into the futex.
+        while parked.load(Ordering::SeqCst) == 0 {
+            thread::sleep(Duration::from_millis(1));
+        }
+        word.store(1, Ordering::SeqCst);
+        assert_eq!(wake_if_parked(&word, &parked, 1).unwrap(), 1);
+        waiter.join().unwrap().expect("woken by the change");
+    });
+    assert_eq!(
+        parked.load(Ordering::SeqCst),
+        0,
+        "the sleeper took its count back"
+    );
+}
+
+#[test]
+fn a_deadline_ends_the_wait_and_a_zero_one_ends_it_before_parking() {
+    let word = AtomicU32::new(7);
+    let parked = AtomicU32::new(0);
+    let mut deadline = Deadline::after(Some(Duration::from_millis(120)));
+    let start = Instant::now();
+    match wait_while(&word, &parked, 7, &mut deadline, Spin::DEFAULT, || {
+        Ok::<(), ()>(())
+    }) {
+        Err(WaitError::TimedOut(waited)) => assert!(waited >= Duration::from_millis(120)),
+        other => panic!("expected a timeout, got {other:?}"),
+    }
+    assert!(start.elapsed() < Duration::from_secs(5));
+    let mut zero = Deadline::after(Some(Duration::ZERO));
+    let waited = wait_while(&word, &parked, 7, &mut zero, Spin::DEFAULT, || {
+        panic!("a zero deadline ends the wait before any slice")
+    });
+    assert!(matches!(waited, Err(WaitError::<()>::TimedOut(_))));
+    // A limit too large for the clock is no limit, not a panic.
+    assert!(
+        Deadline::after(Some(Duration::MAX))
+            .left()
+            .unwrap()
+            .is_some()
+    );
+}
+
+#[test]
+fn the_check_runs_every_slice_and_can_stop_the_wait() {
+    let _dog = Watchdog::new("wait check", Duration::from_secs(20));
+    let word = AtomicU32::new(0);
+    let parked = AtomicU32::new(0);
+    let mut calls = 0;
+    let mut deadline = Deadline::after(None);
+    let start = Instant::now();
+    let waited = wait_while(&word, &parked, 0, &mut deadline, Spin::DEFAULT, || {
+        calls += 1;
+        if calls == 4 { Err("cancelled") } else { Ok(()) }
+    });
+    assert!(
+        matches!(waited, Err(WaitError::Stopped("cancelled"))),
+        "{waited:?}"
+    );
+    // Three full slices slept between the four checks, no more.
+    let elapsed = start.elapsed();
+    assert!(
+        elapsed >= SLICE * 3 - Duration::from_millis(5),
+        "{elapsed:?}"
+    );
+    assert!(elapsed < SLICE * 3 + Duration::from_secs(2), "{elapsed:?}");
+    assert_eq!(parked.load(Ordering::SeqCst), 0);
+}
+
+#[test]
+fn a_pacer_stops_at_its_limit_and_never_sleeps_past_it() {
+    let mut pacer = Pacer::new(
+        Duration::from_millis(1),
+        Duration::from_secs(10),
+        Some(Duration::from_millis(30)),
+    );
+    let start = Instant::now();
+    let waited = loop {
+        if let Err(waited) = pacer.pause() {
+            break waited;
+        }
+    };
+    assert!(waited >= Duration::from_millis(30));
+    assert!(
+        start.elapsed() < Duration::from_millis(500),
+        "a 10 s ceiling was cut to the limit"
+    );
+}
