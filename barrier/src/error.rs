@@ -202,7 +202,10 @@ impl Error {
 }
 
 impl From<Error> for io::Error {
-    /// Keeps the kind of the underlying failure where there is one.
+    /// An `io::Error` of the closest kind (a failed system call's own kind)
+    /// that wraps this error whole: `get_ref()` and a downcast give it back,
+    /// and `source()` is its source — for a failed system call, the kernel's
+    /// error with its errno (`raw_os_error()`).
     fn from(error: Error) -> io::Error {
         let kind = match &error {
             Error::Io { source, .. } => source.kind(),
@@ -216,7 +219,7 @@ impl From<Error> for io::Error {
             Error::NameTaken { .. } => io::ErrorKind::AlreadyExists,
             _ => io::ErrorKind::Other,
         };
-        io::Error::new(kind, error.to_string())
+        io::Error::new(kind, error)
     }
 }
 

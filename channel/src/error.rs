@@ -260,7 +260,10 @@ pub enum Error {
 }
 
 impl From<Error> for io::Error {
-    /// Keeps the kind of the underlying failure where there is one.
+    /// An `io::Error` of the closest kind (a failed system call's own kind)
+    /// that wraps this error whole: `get_ref()` and a downcast give it back,
+    /// and `source()` is its source — for a failed system call, the kernel's
+    /// error with its errno (`raw_os_error()`).
     fn from(error: Error) -> io::Error {
         let kind = match &error {
             Error::Io { source, .. } => source.kind(),
@@ -275,7 +278,7 @@ impl From<Error> for io::Error {
             Error::Rejected { .. } => io::ErrorKind::PermissionDenied,
             _ => io::ErrorKind::InvalidData,
         };
-        io::Error::new(kind, error.to_string())
+        io::Error::new(kind, error)
     }
 }
 

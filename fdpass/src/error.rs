@@ -295,16 +295,16 @@ fn descriptor_suffix(fd: Option<i32>) -> String {
 }
 
 impl From<Error> for io::Error {
-    /// Keeps the errno of a failed system call; everything else becomes an
-    /// error of the closest kind carrying the full message.
+    /// An `io::Error` of the closest kind (a failed system call's own kind)
+    /// that wraps this error whole: `get_ref()` and a downcast give it back,
+    /// and `source()` is its source — for a failed system call, the kernel's
+    /// error with its errno (`raw_os_error()`).
     fn from(error: Error) -> io::Error {
         let kind = match &error {
             Error::Io { source, .. }
             | Error::ProcessIo { source, .. }
             | Error::Listen { source, .. }
-            | Error::Connect { source, .. } => {
-                return io::Error::new(source.kind(), error.to_string());
-            }
+            | Error::Connect { source, .. } => source.kind(),
             Error::ConnectTimeout { .. } => io::ErrorKind::TimedOut,
             Error::AlreadyServing { .. } => io::ErrorKind::AddrInUse,
             Error::UnsafeDirectory { .. } | Error::SymlinkRefused { .. } => {
@@ -321,7 +321,7 @@ impl From<Error> for io::Error {
             }
             _ => io::ErrorKind::InvalidData,
         };
-        io::Error::new(kind, error.to_string())
+        io::Error::new(kind, error)
     }
 }
 

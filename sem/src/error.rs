@@ -132,11 +132,13 @@ impl Error {
 }
 
 impl From<Error> for io::Error {
-    /// Keeps the errno of a failed system call; everything else becomes an
-    /// error of the closest kind carrying the full message.
+    /// An `io::Error` of the closest kind (a failed system call's own kind)
+    /// that wraps this error whole: `get_ref()` and a downcast give it back,
+    /// and `source()` is its source — for a failed system call, the kernel's
+    /// error with its errno (`raw_os_error()`).
     fn from(error: Error) -> io::Error {
         let kind = match &error {
-            Error::Io { source, .. } => return io::Error::new(source.kind(), error.to_string()),
+            Error::Io { source, .. } => source.kind(),
             Error::NotFound { .. } => io::ErrorKind::NotFound,
             Error::AlreadyExists { .. } => io::ErrorKind::AlreadyExists,
             Error::Timeout { .. } => io::ErrorKind::TimedOut,
@@ -145,7 +147,7 @@ impl From<Error> for io::Error {
             Error::InvalidName { .. } => io::ErrorKind::InvalidInput,
             _ => io::ErrorKind::Other,
         };
-        io::Error::new(kind, error.to_string())
+        io::Error::new(kind, error)
     }
 }
 
