@@ -8,6 +8,7 @@ use nodeipc_fdpass::Signal;
 
 use crate::config::signal_name;
 use crate::health::RankContext;
+use crate::limits::{MAX_CAUSE, truncate};
 use crate::session::Termination;
 use crate::{MonitorServer, RankState};
 
@@ -89,6 +90,9 @@ impl MonitorServer {
         let Some(rank) = self.rank.as_ref() else {
             return;
         };
+        // A health check's reason has no bound of its own; the status
+        // echoes this text, and every status must fit in one frame.
+        let what = truncate(what, MAX_CAUSE);
         let signal = self.config.termination_signal;
         let open = rank.describe_sections();
         self.log.warn(&format!(

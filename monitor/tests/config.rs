@@ -113,10 +113,14 @@ fn a_bad_file_is_named_with_line_and_column() {
         }
         other => panic!("{other:?}"),
     }
-    assert!(matches!(
-        MonitorConfig::load(dir.join("missing.json")),
-        Err(Error::ConfigFile { .. })
-    ));
+    // A missing file: the path named, the errno kept.
+    match MonitorConfig::load(dir.join("missing.json")) {
+        Err(Error::File { source, .. }) => {
+            assert_eq!(source.raw_os_error(), Some(libc::ENOENT), "{source}");
+            assert!(source.to_string().contains("missing.json"), "{source}");
+        }
+        other => panic!("{other:?}"),
+    }
     std::fs::write(&path, README_EXAMPLE).unwrap();
     assert!(MonitorConfig::load(&path).is_ok());
 }
