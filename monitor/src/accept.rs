@@ -46,13 +46,21 @@ impl Socket {
 impl MonitorServer {
     pub(crate) fn accept_controls(&mut self) -> Result<()> {
         for _ in 0..MAX_ACCEPTS_PER_TURN {
-            if !self.make_control_room(Instant::now()) {
+            if !self.control_room(Instant::now()) {
                 // Left in the kernel's queue until a slot frees.
                 return Ok(());
             }
             let Some((stream, peer)) = self.accept_one(Socket::Control)? else {
                 return Ok(());
             };
+            // A slot is given up only for a newcomer that is really there.
+            if !self.free_control_slot(Instant::now()) {
+                let cause = format!(
+                    "refused: all {MAX_CONTROL_CONNECTIONS} control connections are busy; retry later"
+                );
+                self.refuse(stream, peer, cause);
+                continue;
+            }
             let conn = Conn::control(stream, peer, self.deadlines(), Instant::now());
             self.controls.push(conn);
         }
@@ -222,7 +230,7 @@ impl MonitorServer {
     /// Frees a control slot for a newcomer if one is free or can be given
     /// up: the idlest connection idle for at least the first-message timeout
     /// is closed, with a reason. `false`: every slot is busy.
-    fn make_control_room(&mut self, now: Instant) -> bool {
+    fn free_control_slot(&mut self, now: Instant) -> bool {
         if self.controls.len() < MAX_CONTROL_CONNECTIONS {
             return true;
         }
