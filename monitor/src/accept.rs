@@ -27,6 +27,16 @@ const MAX_ACCEPTS_PER_TURN: usize = 64;
 /// listening socket stays readable meanwhile: polling it would spin.
 pub(crate) const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
 
+/// What one accept gave the loop.
+enum Take {
+    /// A connection whose peer runs as our uid.
+    Took(UnixStream, Credentials),
+    /// One refused or lost: try the next.
+    Skipped,
+    /// Nothing more to take this turn.
+    Stop,
+}
+
 /// Which listening socket.
 #[derive(Clone, Copy)]
 enum Socket {
@@ -50,8 +60,10 @@ impl MonitorServer {
                 // Left in the kernel's queue until a slot frees.
                 return Ok(());
             }
-            let Some((stream, peer)) = self.accept_one(Socket::Control)? else {
-                return Ok(());
+            let (stream, peer) = match self.accept_one(Socket::Control)? {
+                Take::Took(stream, peer) => (stream, peer),
+                Take::Skipped => continue,
+                Take::Stop => return Ok(()),
             };
             // A slot is given up only for a newcomer that is really there.
             if !self.free_control_slot(Instant::now()) {
@@ -69,8 +81,10 @@ impl MonitorServer {
 
     pub(crate) fn accept_ranks(&mut self) -> Result<()> {
         for _ in 0..MAX_ACCEPTS_PER_TURN {
-            let Some((stream, peer)) = self.accept_one(Socket::Rank)? else {
-                return Ok(());
+            let (stream, peer) = match self.accept_one(Socket::Rank)? {
+                Take::Took(stream, peer) => (stream, peer),
+                Take::Skipped => continue,
+                Take::Stop => return Ok(()),
             };
             let now = Instant::now();
             if self.conn.is_none() && self.waiting.is_empty() {
@@ -96,38 +110,41 @@ impl MonitorServer {
         Ok(())
     }
 
-    /// One connection from `socket` whose peer runs as our uid; `None` when
-    /// there is nothing (more) to take now.
-    fn accept_one(&mut self, socket: Socket) -> Result<Option<(UnixStream, Credentials)>> {
-        loop {
-            let listener = match socket {
-                Socket::Rank => &self.rank_socket,
-                Socket::Control => &self.control_socket,
-            };
-            match bind::accept(listener)? {
-                Accepted::Stream(stream) => {
-                    self.end_shortage();
-                    if let Some(accepted) = self.check_peer(stream, socket) {
-                        return Ok(Some(accepted));
-                    }
+    /// One `accept` on `socket`. Every attempt counts against the turn's
+    /// budget, refused and lost ones too, so no run of failures keeps the
+    /// loop here.
+    fn accept_one(&mut self, socket: Socket) -> Result<Take> {
+        let listener = match socket {
+            Socket::Rank => &self.rank_socket,
+            Socket::Control => &self.control_socket,
+        };
+        Ok(match bind::accept(listener)? {
+            Accepted::Stream(stream) => {
+                self.end_shortage();
+                match self.check_peer(stream, socket) {
+                    Some((stream, peer)) => Take::Took(stream, peer),
+                    None => Take::Skipped,
                 }
-                Accepted::Empty => {
-                    self.end_shortage();
-                    return Ok(None);
-                }
-                Accepted::Exhausted(e) => {
-                    self.start_shortage(socket, &e);
-                    return Ok(None);
-                }
-                Accepted::Lost(why) => self.log.warn_limited(
+            }
+            Accepted::Empty => {
+                self.end_shortage();
+                Take::Stop
+            }
+            Accepted::Exhausted(e) => {
+                self.start_shortage(socket, &e);
+                Take::Stop
+            }
+            Accepted::Lost(why) => {
+                self.log.warn_limited(
                     "lost connection",
                     &format!(
                         "{} socket: a connection was lost as it was accepted: {why}",
                         socket.name()
                     ),
-                ),
+                );
+                Take::Skipped
             }
-        }
+        })
     }
 
     /// Out of descriptors or memory: accepting pauses for [`ACCEPT_BACKOFF`]

@@ -33,7 +33,7 @@ pub use limits::{
     MAX_CAUSE, MAX_CONFIG_FILE, MAX_FRAME, MAX_HOST, MAX_SECTION_NAME, MAX_SECTIONS, MAX_STATE,
     MAX_STATUS_FRAME,
 };
-pub use log::{LOG_BURST, LOG_WINDOW, LogLevel};
+pub use log::{LOG_BURST, LOG_WINDOW, LogLevel, MAX_LOG_LINE};
 pub use server::{MonitorServer, Shutdown, StopHandle};
 pub use spawn::{
     CONFIG_ENV, MonitorHandle, SERVE_ENV, SpawnOptions, run_if_server, serve, spawn_monitor,

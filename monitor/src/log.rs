@@ -10,6 +10,8 @@
 use std::io::Write;
 use std::time::{Duration, Instant};
 
+use crate::limits::truncate;
+
 /// How much a log line matters.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub enum LogLevel {
@@ -25,6 +27,9 @@ pub const LOG_BURST: u32 = 10;
 
 /// The rate limit's window.
 pub const LOG_WINDOW: Duration = Duration::from_secs(10);
+
+/// Longest log line, in bytes; longer ones are cut, marked with `…`.
+pub const MAX_LOG_LINE: usize = 4096;
 
 type Sink = Box<dyn FnMut(LogLevel, &str) + Send>;
 
@@ -146,6 +151,15 @@ impl Logger {
     }
 
     fn write(&mut self, level: LogLevel, line: &str) {
+        // A line can quote what clients sent (64 section names, say): each
+        // is cut, so that the rate limit bounds the bytes, not just the lines.
+        let cut;
+        let line = if line.len() > MAX_LOG_LINE {
+            cut = truncate(line.to_owned(), MAX_LOG_LINE);
+            cut.as_str()
+        } else {
+            line
+        };
         match &mut self.sink {
             Some(sink) => sink(level, line),
             None => {

@@ -175,8 +175,10 @@ impl MonitorServer {
             match ServerRegion::create() {
                 Ok(region) => Some(region),
                 Err(e) => {
-                    self.log
-                        .warn(&format!("no heartbeat region for pid {pid}: {e}"));
+                    self.log.warn_limited(
+                        "heartbeat region",
+                        &format!("no heartbeat region for pid {pid}: {e}"),
+                    );
                     None
                 }
             }

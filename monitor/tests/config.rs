@@ -17,6 +17,8 @@ const README_EXAMPLE: &str = r#"{
   "kill_after_ms": 5000,
   "skip_section_replies": false,
   "connection_wait_ms": 5000,
+  "first_message_timeout_ms": 1000,
+  "reply_timeout_ms": 5000,
   "restart_expected": true,
   "heartbeat_region": true
 }"#;

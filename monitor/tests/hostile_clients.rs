@@ -1,5 +1,6 @@
 //! Clients that attack the monitor process as a whole: garbage connections
-//! by the hundred (the log must not grow with them), and more connections
+//! by the hundred and lines quoting what clients sent (the log must not
+//! grow with them), and more connections
 //! than the process has descriptors (accepting pauses; the registered rank
 //! is still watched and killed on its timeout; the monitor keeps serving).
 
@@ -10,8 +11,11 @@ use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{Proc, Served, config, helper, raw, wait_status};
-use nodeipc_monitor::{LOG_BURST, RankState, control_socket_path};
+use common::{InProcess, Proc, Served, config, helper, raw, wait_status};
+use nodeipc_monitor::{
+    LOG_BURST, MAX_LOG_LINE, MAX_SECTION_NAME, MAX_SECTIONS, MonitorClient, MonitorConfig,
+    RankInfo, RankState, control_socket_path,
+};
 use nodeipc_testkit::{TempDir, Watchdog, spawn_child};
 
 #[test]
@@ -50,6 +54,45 @@ fn regression_garbage_connections_do_not_grow_the_log_without_bound() {
         "{}",
         &log[before..]
     );
+}
+
+#[test]
+fn regression_a_log_line_quoting_what_a_client_sent_is_cut() {
+    let _dog = Watchdog::new("log_line_cap", Duration::from_secs(60));
+    let server = InProcess::start(
+        "mon-logline",
+        MonitorConfig {
+            check_interval: Duration::from_millis(50),
+            ..MonitorConfig::default()
+        },
+    );
+    let mut rank = MonitorClient::connect(&server.socket, Duration::from_secs(10)).unwrap();
+    rank.init(&RankInfo::this_process(0, 0)).unwrap();
+    // 64 names of 256 control characters, each escaped to 6 bytes in the
+    // log: a 100 kB line when the connection goes, before the fix.
+    for i in 0..MAX_SECTIONS {
+        let name = format!("{i:02}{}", "\u{1}".repeat(MAX_SECTION_NAME - 2));
+        rank.start_section(&name).unwrap();
+    }
+    drop(rank);
+    server.wait_status(Duration::from_secs(10), |s| {
+        s.state == RankState::Restarting
+    });
+    let lines = server.log.lock().unwrap().clone();
+    let lost = lines
+        .iter()
+        .find(|l| l.contains("sections still open"))
+        .unwrap_or_else(|| panic!("{lines:?}"));
+    assert!(lost.ends_with('…'), "{}", lost.len());
+    for line in &lines {
+        // The sink's own "Warn: " prefix comes on top.
+        assert!(
+            line.len() <= MAX_LOG_LINE + 8,
+            "a line of {} bytes",
+            line.len()
+        );
+    }
+    server.finish();
 }
 
 #[test]
@@ -111,6 +154,11 @@ fn regression_running_out_of_descriptors_pauses_accepting_and_the_rank_is_still_
         held.extend(raw::connect_nonblocking(path));
     }
     assert!(held.len() > 32, "only {} connections went in", held.len());
+    // Accepting pauses rather than spins while the listening sockets stay
+    // readable: the monitor is nearly idle.
+    let hz = raw::ticks_per_second();
+    let busy = raw::cpu_over(monitor.id(), Duration::from_secs(1));
+    assert!(busy <= hz * 30 / 100, "{busy} ticks in 1 s ({hz} ticks/s)");
 
     // The timeout still fires: the rank is killed (SIGKILL, the default).
     let status = rank.wait_exit(Duration::from_secs(10));
