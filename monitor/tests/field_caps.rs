@@ -187,7 +187,7 @@ fn regression_every_field_at_its_cap_still_gives_a_status_under_the_frame_limit(
         frame <= MAX_STATUS_FRAME,
         "{frame} > bound {MAX_STATUS_FRAME}"
     );
-    assert!(MAX_STATUS_FRAME <= MAX_FRAME);
+    const { assert!(MAX_STATUS_FRAME <= MAX_FRAME) };
     // The bound is tight: what a live status cannot fill is only its time
     // counters (64 `ms_open` and the others far from 10-byte varints), a
     // small pid and signal number, and `skip_section_replies` left false.

@@ -38,7 +38,6 @@ fn the_default_first_message_timeout_is_one_second_and_the_file_sets_it() {
         r#"{"first_message_timeout_ms": 0}"#,
         r#"{"reply_timeout_ms": 0}"#,
         r#"{"reply_timeout_ms": 3600001}"#,
-        r#"{"connection_wait_ms": 18446744073709551615}"#,
     ] {
         let e = MonitorConfig::from_json(json).unwrap_err().to_string();
         assert!(e.contains("timeout") || e.contains("wait"), "{json}: {e}");
