@@ -255,6 +255,11 @@ impl MonitorServer {
             self.accept_ranks()?;
         }
         let now = Instant::now();
+        // A pause that is over is forgotten: kept, its past end would make
+        // every later poll return at once.
+        if self.accept_paused_until.is_some_and(|at| now >= at) {
+            self.accept_paused_until = None;
+        }
         self.expire_connections(now);
         self.promote_waiter();
         self.expire_waiters(now);

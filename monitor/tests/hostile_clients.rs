@@ -180,6 +180,13 @@ fn regression_running_out_of_descriptors_pauses_accepting_and_the_rank_is_still_
             .is_some_and(|t| t.contains("heartbeat timeout")),
         "{status:?}"
     );
+    // And once it is over, the monitor is idle again (a pause that ended
+    // must not leave the loop polling with a timeout in the past).
+    let idle = raw::cpu_over(monitor.id(), Duration::from_secs(1));
+    assert!(
+        idle <= hz * 30 / 100,
+        "{idle} ticks in 1 s after the shortage"
+    );
     let text = std::fs::read_to_string(&log_path).unwrap();
     let pauses = text.matches("accepting pauses").count();
     assert!(
