@@ -42,17 +42,51 @@ pub(crate) fn bind(path: &Path) -> Result<Listener> {
     })
 }
 
-/// Accepts one pending connection as a non-blocking stream (the server
-/// polls every connection); `None` when none is pending.
-pub(crate) fn accept(listener: &Listener) -> Result<Option<UnixStream>> {
-    let accepted = listener
-        .accept()
-        .map_err(|e| Error::io("accept", listener.path().display(), std::io::Error::from(e)))?;
-    let Some((stream, _credentials)) = accepted else {
-        return Ok(None);
+/// What one `accept` gave.
+pub(crate) enum Accepted {
+    /// A connection, made non-blocking (the server polls every connection).
+    Stream(UnixStream),
+    /// None is pending.
+    Empty,
+    /// The process or the system is out of descriptors or memory
+    /// (`EMFILE`, `ENFILE`, `ENOBUFS`, `ENOMEM`): the connection stays
+    /// queued in the kernel, to be taken once something is freed.
+    Exhausted(std::io::Error),
+    /// This one connection was lost (an error the kernel passes on from
+    /// the new socket, or setting it up failed): the next may do.
+    Lost(String),
+}
+
+/// Accepts one pending connection.
+///
+/// # Errors
+/// [`Error::Io`] only for errors that say the listening socket itself is
+/// broken (`EBADF`, `EINVAL`, `ENOTSOCK`, `EOPNOTSUPP`, `EFAULT`): a bug,
+/// not something a client can cause.
+pub(crate) fn accept(listener: &Listener) -> Result<Accepted> {
+    let stream = match listener.accept() {
+        Ok(Some((stream, _credentials))) => stream,
+        Ok(None) => return Ok(Accepted::Empty),
+        Err(nodeipc_fdpass::Error::Listen { source, .. }) => {
+            let errno = source
+                .raw_os_error()
+                .map(rustix::io::Errno::from_raw_os_error);
+            use rustix::io::Errno;
+            return match errno {
+                Some(Errno::MFILE | Errno::NFILE | Errno::NOBUFS | Errno::NOMEM) => {
+                    Ok(Accepted::Exhausted(source))
+                }
+                Some(
+                    Errno::BADF | Errno::INVAL | Errno::NOTSOCK | Errno::OPNOTSUPP | Errno::FAULT,
+                ) => Err(Error::io("accept", listener.path().display(), source)),
+                _ => Ok(Accepted::Lost(format!("accept: {source}"))),
+            };
+        }
+        // Accepted, then reading its credentials failed: it is closed.
+        Err(other) => return Ok(Accepted::Lost(other.to_string())),
     };
-    stream
-        .set_nonblocking(true)
-        .map_err(|e| Error::io("set_nonblocking", listener.path().display(), e))?;
-    Ok(Some(stream))
+    match stream.set_nonblocking(true) {
+        Ok(()) => Ok(Accepted::Stream(stream)),
+        Err(e) => Ok(Accepted::Lost(format!("set_nonblocking: {e}"))),
+    }
 }

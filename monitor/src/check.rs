@@ -8,6 +8,7 @@ use nodeipc_fdpass::Signal;
 
 use crate::config::signal_name;
 use crate::health::RankContext;
+use crate::limits::{MAX_CAUSE, truncate};
 use crate::session::Termination;
 use crate::{MonitorServer, RankState};
 
@@ -89,9 +90,14 @@ impl MonitorServer {
         let Some(rank) = self.rank.as_ref() else {
             return;
         };
+        // A health check's reason has no bound of its own; the status
+        // echoes this text, and every status must fit in one frame.
+        let what = truncate(what, MAX_CAUSE);
         let signal = self.config.termination_signal;
         let open = rank.describe_sections();
-        self.log.warn(&format!(
+        // Limited like every line a client can repeat: a client may set
+        // tiny timeouts for a child it registers, again and again.
+        self.log.warn_limited("timeout", &format!(
             "{what}; terminating global rank {} (local {}) pid {} (start time {}) with SIGCONT then {}{}{}",
             rank.info.global_rank,
             rank.info.local_rank,
@@ -171,9 +177,12 @@ impl MonitorServer {
                     .as_ref()
                     .map(|t| t.signalled_at.elapsed().as_millis())
                     .unwrap_or_default();
-                self.log.warn(&format!(
-                    "rank pid {pid} exited {after} ms after it was signalled; state Terminated"
-                ));
+                self.log.warn_limited(
+                    "rank exit",
+                    &format!(
+                        "rank pid {pid} exited {after} ms after it was signalled; state Terminated"
+                    ),
+                );
                 self.rank = None;
                 self.termination = None;
                 self.state = RankState::Terminated;
@@ -182,14 +191,17 @@ impl MonitorServer {
             }
             _ => {
                 let open = rank.describe_sections();
-                self.log.warn(&format!(
-                    "rank pid {pid} exited without a timeout{}",
-                    if open.is_empty() {
-                        String::new()
-                    } else {
-                        format!(" with sections still open: {open}")
-                    }
-                ));
+                self.log.warn_limited(
+                    "rank exit",
+                    &format!(
+                        "rank pid {pid} exited without a timeout{}",
+                        if open.is_empty() {
+                            String::new()
+                        } else {
+                            format!(" with sections still open: {open}")
+                        }
+                    ),
+                );
                 self.connection_lost("the rank's process exited");
                 // The connection may have been someone else's (a parent's):
                 // the registration goes in any case.

@@ -8,6 +8,7 @@ use nodeipc_fdpass::Signal;
 use nodeipc_proto::monitor as pb;
 use serde::{Deserialize, Serialize};
 
+use crate::limits::{MAX_CONFIG_FILE, MAX_SECTION_NAME, MAX_SECTIONS, over_cap};
 use crate::{Error, Result};
 
 /// The signals a monitor may be configured to terminate a rank with, by name.
@@ -26,15 +27,9 @@ const TERMINATION_SIGNALS: [(&str, Signal); 8] = [
 /// this is not watching.
 pub const MAX_CHECK_INTERVAL: Duration = Duration::from_secs(3600);
 
-/// Longest a section name may be, in bytes.
-pub const MAX_SECTION_NAME: usize = 256;
-
-/// Most sections that may be open, or carry a timeout, at once (so that a
-/// status always fits in one frame).
-pub const MAX_SECTIONS: usize = 64;
-
-/// Most bytes of application state a heartbeat may carry.
-pub const MAX_STATE: usize = 16 * 1024;
+/// Longest a connection deadline may be set to (`connection_wait`,
+/// `first_message_timeout`, `reply_timeout`): longer is not a deadline.
+pub const MAX_CONNECTION_DEADLINE: Duration = Duration::from_secs(3600);
 
 /// The timeouts a monitor enforces; `None` (or a section not listed) is
 /// unlimited.
@@ -67,7 +62,8 @@ pub struct TimeoutUpdate {
 
 /// How a monitor watches its rank. `Default` has no timeouts at all, checks
 /// every second, terminates with `SIGKILL`, waits 5 s for a second client,
-/// expects restarts and offers the shared-memory heartbeat.
+/// gives a new connection 1 s to prove itself and a client 5 s to read a
+/// reply, expects restarts and offers the shared-memory heartbeat.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct MonitorConfig {
     /// The timeouts enforced (they change with `UpdateConfig` and keep the
@@ -88,6 +84,16 @@ pub struct MonitorConfig {
     /// How long a second client waits while a rank connection is served
     /// before it is refused.
     pub connection_wait: Duration,
+    /// How long a new connection may take to prove itself before it is
+    /// closed: a control connection to send its first request, the rank
+    /// connection to register (a successful `Init`), a client waiting for
+    /// the rank slot to send anything. An idle connection never holds a
+    /// slot longer than this.
+    pub first_message_timeout: Duration,
+    /// How long a reply may wait for a client to read it (its socket full)
+    /// before the client is closed. Nothing more is read from a client
+    /// while its reply waits.
+    pub reply_timeout: Duration,
     /// Whether the launcher restarts a rank that goes: a lost connection
     /// then leaves the monitor `Restarting` instead of `Waiting`.
     pub restart_expected: bool,
@@ -104,6 +110,8 @@ impl Default for MonitorConfig {
             kill_after: None,
             skip_section_replies: false,
             connection_wait: Duration::from_secs(5),
+            first_message_timeout: Duration::from_secs(1),
+            reply_timeout: Duration::from_secs(5),
             restart_expected: true,
             heartbeat_region: true,
         }
@@ -124,6 +132,8 @@ struct ConfigFile {
     kill_after_ms: Option<u64>,
     skip_section_replies: Option<bool>,
     connection_wait_ms: Option<u64>,
+    first_message_timeout_ms: Option<u64>,
+    reply_timeout_ms: Option<u64>,
     restart_expected: Option<bool>,
     heartbeat_region: Option<bool>,
 }
@@ -159,15 +169,31 @@ impl MonitorConfig {
         file.into_config()
     }
 
-    /// Reads and parses a JSON configuration file.
+    /// Reads and parses a JSON configuration file, trusting it only as far
+    /// as `ssh` trusts its own: it must be a regular file (a FIFO or a
+    /// device is refused without blocking, a symlink is not followed) owned
+    /// by our effective uid, not writable by group or others, and at most
+    /// [`MAX_CONFIG_FILE`](crate::MAX_CONFIG_FILE) bytes. Whoever can write
+    /// the file decides when the rank is killed.
     ///
     /// # Errors
-    /// [`Error::ConfigFile`] naming the file and what is wrong with it.
+    /// [`Error::File`] naming the path and what was found there (its type,
+    /// owner and mode, or its size), with the errno kept;
+    /// [`Error::ConfigFile`] naming the file and what does not parse.
     pub fn load(path: impl AsRef<Path>) -> Result<MonitorConfig> {
         let path = path.as_ref();
-        let text = std::fs::read_to_string(path).map_err(|e| Error::ConfigFile {
+        let bytes = nodeipc_fs::read_capped(
+            path,
+            nodeipc_fs::ModeRule::NotWritableByOthers,
+            MAX_CONFIG_FILE,
+        )
+        .map_err(|source| Error::File {
+            what: "configuration file",
+            source,
+        })?;
+        let text = String::from_utf8(bytes).map_err(|e| Error::ConfigFile {
             path: path.to_owned(),
-            reason: e.to_string(),
+            reason: format!("not UTF-8: {e}"),
         })?;
         MonitorConfig::from_json(&text).map_err(|e| Error::ConfigFile {
             path: path.to_owned(),
@@ -195,6 +221,8 @@ impl MonitorConfig {
             kill_after_ms: self.kill_after.map(ms),
             skip_section_replies: Some(self.skip_section_replies),
             connection_wait_ms: Some(ms(self.connection_wait)),
+            first_message_timeout_ms: Some(ms(self.first_message_timeout)),
+            reply_timeout_ms: Some(ms(self.reply_timeout)),
             restart_expected: Some(self.restart_expected),
             heartbeat_region: Some(self.heartbeat_region),
         };
@@ -202,7 +230,9 @@ impl MonitorConfig {
     }
 
     /// Checks every value: a check interval between 1 ms and an hour,
-    /// non-zero timeouts, section names of 1 to 256 bytes, at most 64 of them.
+    /// non-zero timeouts, connection deadlines of at most an hour (the
+    /// first-message and reply timeouts at least 1 ms),
+    /// section names of 1 to 256 bytes, at most 64 of them.
     ///
     /// # Errors
     /// [`Error::Config`] naming the value.
@@ -236,6 +266,22 @@ impl MonitorConfig {
             if timeout.is_zero() {
                 return Err(Error::config(format!(
                     "section {name:?} has a timeout of 0 ms: leave it out for no limit"
+                )));
+            }
+        }
+        if self.connection_wait > MAX_CONNECTION_DEADLINE {
+            return Err(Error::config(format!(
+                "connection wait {:?} is longer than {MAX_CONNECTION_DEADLINE:?}",
+                self.connection_wait
+            )));
+        }
+        for (what, value) in [
+            ("first message timeout", self.first_message_timeout),
+            ("reply timeout", self.reply_timeout),
+        ] {
+            if value.is_zero() || value > MAX_CONNECTION_DEADLINE {
+                return Err(Error::config(format!(
+                    "{what} {value:?} must be between 1 ms and {MAX_CONNECTION_DEADLINE:?}"
                 )));
             }
         }
@@ -298,6 +344,12 @@ impl ConfigFile {
             connection_wait: self
                 .connection_wait_ms
                 .map_or(defaults.connection_wait, Duration::from_millis),
+            first_message_timeout: self
+                .first_message_timeout_ms
+                .map_or(defaults.first_message_timeout, Duration::from_millis),
+            reply_timeout: self
+                .reply_timeout_ms
+                .map_or(defaults.reply_timeout, Duration::from_millis),
             restart_expected: self.restart_expected.unwrap_or(defaults.restart_expected),
             heartbeat_region: self.heartbeat_region.unwrap_or(defaults.heartbeat_region),
         };
@@ -394,10 +446,7 @@ pub(crate) fn check_section_name(name: &str) -> std::result::Result<(), String> 
         return Err("a section needs a non-empty name".to_owned());
     }
     if name.len() > MAX_SECTION_NAME {
-        return Err(format!(
-            "section name of {} bytes; at most {MAX_SECTION_NAME}",
-            name.len()
-        ));
+        return Err(over_cap("section name", name.len(), MAX_SECTION_NAME));
     }
     Ok(())
 }

@@ -82,6 +82,20 @@ pub enum Error {
         reason: String,
     },
 
+    /// A file the monitor reads or creates was refused or could not be
+    /// opened: its configuration file (not a regular file, not ours,
+    /// writable by group or others, too large) or its log file (a symlink or
+    /// someone else's file in its place). The error names the path and what
+    /// was found there (type, owner, mode, size); the errno is kept.
+    #[error("{what}: {source}")]
+    File {
+        /// Which file ("configuration file", "log file").
+        what: &'static str,
+        /// What was wrong with it.
+        #[source]
+        source: nodeipc_fs::Error,
+    },
+
     /// The server answered `Error { cause }`: the request was refused.
     #[error("the monitor at {path} refused {what}: {cause}")]
     Refused {
@@ -272,7 +286,16 @@ impl From<Error> for io::Error {
     /// error with its errno (`raw_os_error()`).
     fn from(error: Error) -> io::Error {
         let kind = match &error {
-            Error::Io { source, .. } => source.kind(),
+            Error::Io { source, .. }
+            | Error::File {
+                source: nodeipc_fs::Error::Io { source, .. },
+                ..
+            } => source.kind(),
+            Error::File {
+                source: nodeipc_fs::Error::TooLarge { .. },
+                ..
+            } => io::ErrorKind::InvalidData,
+            Error::File { .. } => io::ErrorKind::PermissionDenied,
             Error::Fdpass(_) | Error::Shm(_) | Error::Frame { .. } => io::ErrorKind::Other,
             Error::UnsafeDirectory { .. }
             | Error::SymlinkRefused { .. }

@@ -1,6 +1,7 @@
 #![doc = include_str!("../README.md")]
 #![deny(unsafe_op_in_unsafe_fn)]
 
+mod accept;
 mod bind;
 mod check;
 mod client;
@@ -10,6 +11,7 @@ mod error;
 mod estimator;
 mod fastpath;
 mod health;
+mod limits;
 mod log;
 mod procfs;
 mod server;
@@ -22,14 +24,17 @@ mod wire;
 pub use bind::control_socket_path;
 pub use client::{ControlClient, EffectiveConfig, MonitorClient};
 pub use config::{
-    MAX_CHECK_INTERVAL, MAX_SECTION_NAME, MAX_SECTIONS, MAX_STATE, MonitorConfig, TimeoutUpdate,
-    Timeouts, signal_name,
+    MAX_CHECK_INTERVAL, MAX_CONNECTION_DEADLINE, MonitorConfig, TimeoutUpdate, Timeouts,
+    signal_name,
 };
-pub use conn::MAX_FRAME;
 pub use error::{Error, Result};
 pub use estimator::TimeoutEstimator;
 pub use health::{HealthCheck, ProcessAlive, RankContext};
-pub use log::LogLevel;
+pub use limits::{
+    MAX_CAUSE, MAX_CONFIG_FILE, MAX_FRAME, MAX_HOST, MAX_SECTION_NAME, MAX_SECTIONS, MAX_STATE,
+    MAX_STATUS_FRAME,
+};
+pub use log::{LOG_BURST, LOG_WINDOW, LogLevel, MAX_LOG_LINE};
 pub use server::{MonitorServer, Shutdown, StopHandle};
 pub use spawn::{
     CONFIG_ENV, MonitorHandle, SERVE_ENV, SpawnOptions, run_if_server, serve, spawn_monitor,

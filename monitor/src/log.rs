@@ -1,8 +1,19 @@
 //! Where the server's reports go: standard error by default, or a sink the
 //! embedding program installs.
+//!
+//! Lines a client can cause at will (a connection, a malformed frame, a
+//! refusal) are rate-limited per kind: the first [`LOG_BURST`] of a kind in
+//! a [`LOG_WINDOW`] are written, then one line says that more are being
+//! suppressed, and when the window ends one line says how many were. A
+//! client that connects in a loop cannot fill the disk through the log.
+
+use std::io::Write;
+use std::time::{Duration, Instant};
+
+use crate::limits::truncate;
 
 /// How much a log line matters.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub enum LogLevel {
     /// Normal operation: a rank registered, a connection closed in order.
     Info,
@@ -11,31 +22,144 @@ pub enum LogLevel {
     Warn,
 }
 
+/// Lines of one kind written per window before the rest are suppressed.
+pub const LOG_BURST: u32 = 10;
+
+/// The rate limit's window.
+pub const LOG_WINDOW: Duration = Duration::from_secs(10);
+
+/// Longest log line, in bytes; longer ones are cut, marked with `…`.
+pub const MAX_LOG_LINE: usize = 4096;
+
 type Sink = Box<dyn FnMut(LogLevel, &str) + Send>;
 
-/// The server's log: one line per event.
+/// One kind's count in the current window.
+struct Window {
+    kind: &'static str,
+    start: Instant,
+    written: u32,
+    suppressed: u64,
+    level: LogLevel,
+}
+
+/// The server's log: one line per event, client-caused ones rate-limited.
 pub(crate) struct Logger {
     sink: Option<Sink>,
+    windows: Vec<Window>,
 }
 
 impl Logger {
     pub(crate) fn stderr() -> Logger {
-        Logger { sink: None }
+        Logger {
+            sink: None,
+            windows: Vec::new(),
+        }
     }
 
     pub(crate) fn set(&mut self, sink: Sink) {
         self.sink = Some(sink);
     }
 
+    /// A line no client can repeat at will (start, shutdown, a timeout).
     pub(crate) fn info(&mut self, line: &str) {
         self.write(LogLevel::Info, line);
     }
 
+    /// As [`info`](Logger::info), for a warning.
     pub(crate) fn warn(&mut self, line: &str) {
         self.write(LogLevel::Warn, line);
     }
 
+    /// A line a client can cause again and again, rate-limited by `kind`.
+    pub(crate) fn info_limited(&mut self, kind: &'static str, line: &str) {
+        self.limited(LogLevel::Info, kind, line, Instant::now());
+    }
+
+    /// As [`info_limited`](Logger::info_limited), for a warning.
+    pub(crate) fn warn_limited(&mut self, kind: &'static str, line: &str) {
+        self.limited(LogLevel::Warn, kind, line, Instant::now());
+    }
+
+    fn limited(&mut self, level: LogLevel, kind: &'static str, line: &str, now: Instant) {
+        self.tick(now);
+        let i = match self.windows.iter().position(|w| w.kind == kind) {
+            Some(i) => i,
+            None => {
+                self.windows.push(Window {
+                    kind,
+                    start: now,
+                    written: 0,
+                    suppressed: 0,
+                    level,
+                });
+                self.windows.len() - 1
+            }
+        };
+        let w = &mut self.windows[i];
+        if now.saturating_duration_since(w.start) >= LOG_WINDOW {
+            w.start = now;
+            w.written = 0;
+        }
+        if w.written < LOG_BURST {
+            w.written += 1;
+            self.write(level, line);
+            return;
+        }
+        w.suppressed += 1;
+        w.level = w.level.max(level);
+        if w.suppressed == 1 {
+            let note = format!(
+                "more than {LOG_BURST} {kind} messages within {} s: similar ones are suppressed for the rest of this window",
+                LOG_WINDOW.as_secs()
+            );
+            self.write(level, &note);
+        }
+    }
+
+    /// Writes the count of every window that has ended with lines suppressed.
+    pub(crate) fn tick(&mut self, now: Instant) {
+        let mut summaries = Vec::new();
+        for w in &mut self.windows {
+            if w.suppressed > 0 && now.saturating_duration_since(w.start) >= LOG_WINDOW {
+                summaries.push((
+                    w.level,
+                    format!(
+                        "suppressed {} similar {} messages in the last {} s",
+                        w.suppressed,
+                        w.kind,
+                        LOG_WINDOW.as_secs()
+                    ),
+                ));
+                w.start = now;
+                w.written = 0;
+                w.suppressed = 0;
+                w.level = LogLevel::Info;
+            }
+        }
+        for (level, line) in summaries {
+            self.write(level, &line);
+        }
+    }
+
+    /// When [`tick`](Logger::tick) has a count to write, if ever.
+    pub(crate) fn next_due(&self) -> Option<Instant> {
+        self.windows
+            .iter()
+            .filter(|w| w.suppressed > 0)
+            .filter_map(|w| w.start.checked_add(LOG_WINDOW))
+            .min()
+    }
+
     fn write(&mut self, level: LogLevel, line: &str) {
+        // A line can quote what clients sent (64 section names, say): each
+        // is cut, so that the rate limit bounds the bytes, not just the lines.
+        let cut;
+        let line = if line.len() > MAX_LOG_LINE {
+            cut = truncate(line.to_owned(), MAX_LOG_LINE);
+            cut.as_str()
+        } else {
+            line
+        };
         match &mut self.sink {
             Some(sink) => sink(level, line),
             None => {
@@ -43,7 +167,14 @@ impl Logger {
                     LogLevel::Info => "info",
                     LogLevel::Warn => "warning",
                 };
-                eprintln!("nodeipc-monitor[{}] {tag}: {line}", std::process::id());
+                // Not `eprintln!`: it panics when standard error is a pipe
+                // whose reader has gone, and a lost log line must not take
+                // the monitor down with it.
+                let _ = writeln!(
+                    std::io::stderr().lock(),
+                    "nodeipc-monitor[{}] {tag}: {line}",
+                    std::process::id()
+                );
             }
         }
     }

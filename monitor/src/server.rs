@@ -5,33 +5,34 @@
 //! connection, the rank's pidfd (an exit is seen at once), the control
 //! connections, the clients waiting for the rank slot (only for hang-ups),
 //! the shutdown signals and the stop handle's eventfd. Its timeout is the
-//! next periodic check, escalation or waiting client's deadline.
+//! next thing due: the periodic check, an escalation, a waiting client's
+//! limit, a connection's deadline, the end of a pause in accepting.
+//!
+//! Nothing a client does can make the loop spin or hold what another needs:
+//! a client is polled for input only while it has no reply waiting
+//! (backpressure, see `conn.rs`); every connection must prove itself within
+//! the first-message timeout; a listener is not polled while its
+//! connections cannot be taken (no control slot free, no descriptor left).
 
 use std::collections::VecDeque;
 use std::os::fd::OwnedFd;
-use std::os::unix::net::UnixStream;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use nodeipc_fdpass::{Credentials, Signal};
+use nodeipc_fdpass::{Listener, Signal};
 use nodeipc_proto::monitor as pb;
 use rustix::event::{EventfdFlags, PollFd, PollFlags};
 use rustix::io::Errno;
 
 use crate::bind::{self, control_socket_path};
-use crate::conn::{Conn, Incoming, start_time_of};
+use crate::conn::{Conn, Deadlines, Incoming};
 use crate::log::Logger;
 use crate::session::{Registered, Termination};
 use crate::signals::ShutdownSignals;
 use crate::{Error, HealthCheck, LogLevel, MonitorConfig, RankState, Result};
-use nodeipc_fdpass::Listener;
 
-/// Most control connections served at once; more are refused with a reason.
-const MAX_CONTROL_CONNECTIONS: usize = 16;
-
-/// Most clients waiting for the rank slot at once; more are refused at once.
-const MAX_WAITING: usize = 16;
+pub(crate) use crate::conn::error;
 
 /// Why [`MonitorServer::run`] returned.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -54,15 +55,6 @@ impl StopHandle {
     pub fn stop(&self) {
         let _ = rustix::io::write(&*self.wake, &1u64.to_ne_bytes());
     }
-}
-
-/// A client waiting for the rank slot; its frames are not read until it gets it.
-struct Waiting {
-    stream: UnixStream,
-    peer: Credentials,
-    /// As [`Conn::peer_start`], read when it connected.
-    peer_start: Option<u64>,
-    since: Instant,
 }
 
 /// The rank monitor server: binds `PATH` (the rank socket) and
@@ -94,8 +86,8 @@ struct Waiting {
 /// ```
 pub struct MonitorServer {
     pub(crate) config: MonitorConfig,
-    rank_socket: Listener,
-    control_socket: Listener,
+    pub(crate) rank_socket: Listener,
+    pub(crate) control_socket: Listener,
     wake: Arc<OwnedFd>,
     signals: Option<ShutdownSignals>,
     pub(crate) health_checks: Vec<Box<dyn HealthCheck>>,
@@ -105,9 +97,15 @@ pub struct MonitorServer {
     pub(crate) rank: Option<Registered>,
     pub(crate) termination: Option<Termination>,
     pub(crate) last_timeout: Option<String>,
-    waiting: VecDeque<Waiting>,
-    controls: Vec<Conn>,
+    /// Clients waiting for the rank slot, parked (nothing read).
+    pub(crate) waiting: VecDeque<Conn>,
+    pub(crate) controls: Vec<Conn>,
     next_check: Instant,
+    /// Accepting is paused until then: the process ran out of descriptors
+    /// or memory, and the listening sockets would stay readable.
+    pub(crate) accept_paused_until: Option<Instant>,
+    /// When the current shortage began and how many accepts it refused.
+    pub(crate) shortage: Option<(Instant, u64)>,
 }
 
 impl std::fmt::Debug for MonitorServer {
@@ -155,6 +153,8 @@ impl MonitorServer {
             waiting: VecDeque::new(),
             controls: Vec::new(),
             next_check,
+            accept_paused_until: None,
+            shortage: None,
         })
     }
 
@@ -255,6 +255,12 @@ impl MonitorServer {
             self.accept_ranks()?;
         }
         let now = Instant::now();
+        // A pause that is over is forgotten: kept, its past end would make
+        // every later poll return at once.
+        if self.accept_paused_until.is_some_and(|at| now >= at) {
+            self.accept_paused_until = None;
+        }
+        self.expire_connections(now);
         self.promote_waiter();
         self.expire_waiters(now);
         self.escalate_if_due(now);
@@ -262,30 +268,64 @@ impl MonitorServer {
             self.periodic_check(now);
             self.next_check = now + self.config.check_interval;
         }
+        self.log.tick(now);
         Ok(None)
     }
 
+    /// The limits every connection lives by.
+    pub(crate) fn deadlines(&self) -> Deadlines {
+        Deadlines {
+            first_message: self.config.first_message_timeout,
+            reply: self.config.reply_timeout,
+        }
+    }
+
+    /// Until the next thing that is due: the periodic check, a waiting
+    /// client's limit, an escalation, a connection's deadline, the end of a
+    /// pause in accepting, a log summary.
     fn poll_timeout(&self, now: Instant) -> Duration {
         let mut deadline = self.next_check;
-        // Checked: a connection wait past the clock's range (u64::MAX ms in
-        // a config file) is no deadline, not a panic.
-        if let Some(at) = self
-            .waiting
-            .front()
-            .and_then(|first| first.since.checked_add(self.config.connection_wait))
-        {
-            deadline = deadline.min(at);
+        let mut consider = |at: Option<Instant>| {
+            if let Some(at) = at {
+                deadline = deadline.min(at);
+            }
+        };
+        consider(
+            self.waiting
+                .front()
+                .and_then(|w| w.since.checked_add(self.config.connection_wait)),
+        );
+        consider(self.termination.as_ref().and_then(|t| t.escalate_at));
+        consider(self.conn.as_ref().and_then(Conn::deadline));
+        for c in self.controls.iter().chain(&self.waiting) {
+            consider(c.deadline());
         }
-        if let Some(at) = self.termination.as_ref().and_then(|t| t.escalate_at) {
-            deadline = deadline.min(at);
-        }
+        consider(self.accept_paused_until);
+        consider(self.log.next_due());
+        // Only a moment still to come: a slot that can be given up now is
+        // given up when a newcomer wakes the loop, not by waking it.
+        consider(self.control_slot_frees_at(now).filter(|at| *at > now));
         deadline.saturating_duration_since(now)
     }
 
     fn wait(&self, timeout: Duration) -> Result<Ready> {
+        let now = Instant::now();
+        let accepting = self.accept_paused_until.is_none_or(|at| now >= at);
         let mut fds = Vec::with_capacity(8 + self.waiting.len() + self.controls.len());
-        fds.push(PollFd::new(&self.rank_socket, PollFlags::IN));
-        fds.push(PollFd::new(&self.control_socket, PollFlags::IN));
+        // A listener not to be accepted from is asked for nothing, so that
+        // its pending connections do not wake the loop over and over.
+        let listen = |yes: bool| {
+            if yes {
+                PollFlags::IN
+            } else {
+                PollFlags::empty()
+            }
+        };
+        fds.push(PollFd::new(&self.rank_socket, listen(accepting)));
+        fds.push(PollFd::new(
+            &self.control_socket,
+            listen(accepting && self.control_room(now)),
+        ));
         fds.push(PollFd::new(&*self.wake, PollFlags::IN));
         let signals_at = self.signals.as_ref().map(|s| {
             fds.push(PollFd::new(s, PollFlags::IN));
@@ -305,8 +345,8 @@ impl MonitorServer {
         }
         let waiting_at = fds.len();
         for w in &self.waiting {
-            // No events asked: only a hang-up or an error is reported.
-            fds.push(PollFd::new(&w.stream, PollFlags::empty()));
+            // Parked: no events asked, only a hang-up or an error is reported.
+            fds.push(PollFd::new(w, w.poll_flags()));
         }
         let spec = rustix::time::Timespec {
             tv_sec: timeout.as_secs().min(i64::MAX as u64) as i64,
@@ -348,25 +388,28 @@ impl MonitorServer {
     }
 
     /// Reads, answers and, when it is done, drops the rank connection.
-    fn serve_rank(&mut self) {
+    pub(crate) fn serve_rank(&mut self) {
         let Some(conn) = self.conn.as_mut() else {
             return;
         };
         conn.flush();
         conn.fill();
         loop {
+            let now = Instant::now();
             let Some(conn) = self.conn.as_mut() else {
                 return;
             };
-            let Some(incoming) = conn.next::<pb::ClientMessage>() else {
+            let Some(incoming) = conn.next::<pb::ClientMessage>(now) else {
                 break;
             };
             let reply = match incoming {
                 Incoming::Message(msg) => self.handle_rank_message(msg),
                 Incoming::Malformed(cause) | Incoming::Oversize(cause) => {
                     let pid = self.conn.as_ref().map_or(0, |c| c.peer.pid);
-                    self.log
-                        .warn(&format!("rank connection (pid {pid}): {cause}"));
+                    self.log.warn_limited(
+                        "malformed frame",
+                        &format!("rank connection (pid {pid}): {cause}"),
+                    );
                     Some((error(cause), None))
                 }
             };
@@ -386,10 +429,17 @@ impl MonitorServer {
             }
             self.controls[i].flush();
             self.controls[i].fill();
-            while let Some(incoming) = self.controls[i].next::<pb::ControlRequest>() {
+            while let Some(incoming) = self.controls[i].next::<pb::ControlRequest>(Instant::now()) {
                 let reply = match incoming {
                     Incoming::Message(msg) => self.handle_control(msg),
-                    Incoming::Malformed(cause) | Incoming::Oversize(cause) => error(cause),
+                    Incoming::Malformed(cause) | Incoming::Oversize(cause) => {
+                        let pid = self.controls[i].peer.pid;
+                        self.log.warn_limited(
+                            "malformed frame",
+                            &format!("control connection (pid {pid}): {cause}"),
+                        );
+                        error(cause)
+                    }
                 };
                 self.controls[i].send(&reply, None);
             }
@@ -415,140 +465,6 @@ impl MonitorServer {
         }
     }
 
-    fn accept_controls(&mut self) -> Result<()> {
-        while let Some(stream) = bind::accept(&self.control_socket)? {
-            let Some((stream, peer)) = self.check_peer(stream, "control") else {
-                continue;
-            };
-            let mut conn = Conn::new(stream, peer);
-            if self.controls.len() >= MAX_CONTROL_CONNECTIONS {
-                conn.send(
-                    &error(format!(
-                        "{MAX_CONTROL_CONNECTIONS} control connections are open already; retry later"
-                    )),
-                    None,
-                );
-                continue;
-            }
-            self.controls.push(conn);
-        }
-        Ok(())
-    }
-
-    fn accept_ranks(&mut self) -> Result<()> {
-        while let Some(stream) = bind::accept(&self.rank_socket)? {
-            let Some((stream, peer)) = self.check_peer(stream, "rank") else {
-                continue;
-            };
-            if self.conn.is_none() && self.waiting.is_empty() {
-                self.log
-                    .info(&format!("rank connection from pid {}", peer.pid));
-                self.conn = Some(Conn::rank(stream, peer, start_time_of(&peer)));
-            } else if self.waiting.len() >= MAX_WAITING {
-                let cause = format!(
-                    "refused: {MAX_WAITING} clients already wait for the rank connection, which {}",
-                    self.holder()
-                );
-                self.refuse(stream, peer, cause);
-            } else {
-                self.waiting.push_back(Waiting {
-                    stream,
-                    peer,
-                    peer_start: start_time_of(&peer),
-                    since: Instant::now(),
-                });
-            }
-        }
-        Ok(())
-    }
-
-    /// The peer's credentials if it runs as our uid; refused (with the reason
-    /// sent to it) otherwise.
-    fn check_peer(
-        &mut self,
-        stream: UnixStream,
-        socket: &str,
-    ) -> Option<(UnixStream, Credentials)> {
-        match nodeipc_fdpass::require_peer_uid(&stream, &[]) {
-            Ok(peer) => Some((stream, peer)),
-            Err(e) => {
-                self.log.warn(&format!("{socket} socket: {e}"));
-                let unknown = Credentials {
-                    pid: 0,
-                    uid: u32::MAX,
-                    gid: u32::MAX,
-                };
-                Conn::new(stream, unknown).send(&error(e.to_string()), None);
-                None
-            }
-        }
-    }
-
-    fn refuse(&mut self, stream: UnixStream, peer: Credentials, cause: String) {
-        self.log.warn(&format!("client pid {}: {cause}", peer.pid));
-        Conn::new(stream, peer).send(&error(cause), None);
-    }
-
-    /// Who holds the rank slot, for refusals.
-    fn holder(&self) -> String {
-        match (&self.conn, &self.rank) {
-            (Some(_), Some(rank)) => format!(
-                "global rank {} (pid {}) holds",
-                rank.info.global_rank, rank.info.pid
-            ),
-            (Some(conn), None) => format!("pid {} holds (not yet registered)", conn.peer.pid),
-            (None, _) => "nobody holds yet".to_owned(),
-        }
-    }
-
-    fn drop_hung_up_waiters(&mut self, ready: &[bool]) {
-        let mut i = 0;
-        self.waiting.retain(|_| {
-            let keep = !ready.get(i).copied().unwrap_or(false);
-            i += 1;
-            keep
-        });
-    }
-
-    fn promote_waiter(&mut self) {
-        // A promoted client may turn out to be gone already: then the next.
-        while self.conn.is_none() {
-            let Some(w) = self.waiting.pop_front() else {
-                return;
-            };
-            self.log.info(&format!(
-                "rank connection from pid {} (waited {} ms)",
-                w.peer.pid,
-                w.since.elapsed().as_millis()
-            ));
-            let mut conn = Conn::rank(w.stream, w.peer, w.peer_start);
-            conn.fill();
-            self.conn = Some(conn);
-            // Frames it sent while waiting are answered now.
-            self.serve_rank();
-        }
-    }
-
-    fn expire_waiters(&mut self, now: Instant) {
-        let limit = self.config.connection_wait;
-        while self
-            .waiting
-            .front()
-            .is_some_and(|w| now.duration_since(w.since) >= limit)
-        {
-            let Some(w) = self.waiting.pop_front() else {
-                break;
-            };
-            let cause = format!(
-                "refused: the monitor serves one rank connection at a time and {} it; this connection waited {} ms (limit {} ms)",
-                self.holder(),
-                now.duration_since(w.since).as_millis(),
-                limit.as_millis()
-            );
-            self.refuse(w.stream, w.peer, cause);
-        }
-    }
-
     /// The rank connection is gone (closed, lost, or dropped by the
     /// launcher): its state is cleared and the state machine moves on.
     pub(crate) fn connection_lost(&mut self, why: &str) {
@@ -566,21 +482,29 @@ impl MonitorServer {
                 } else {
                     RankState::Waiting
                 };
+                // Limited: a client may register and leave in a loop.
                 match sections {
-                    Some(open) if !open.is_empty() => self.log.warn(&format!(
-                        "{why} (pid {pid}) with sections still open: {open}; state cleared, now {next:?}"
-                    )),
-                    _ => self.log.info(&format!(
-                        "{why} (pid {pid}); state cleared, now {next:?}"
-                    )),
+                    Some(open) if !open.is_empty() => self.log.warn_limited(
+                        "lost rank connection",
+                        &format!(
+                            "{why} (pid {pid}) with sections still open: {open}; state cleared, now {next:?}"
+                        ),
+                    ),
+                    _ => self.log.info_limited(
+                        "lost rank connection",
+                        &format!("{why} (pid {pid}); state cleared, now {next:?}"),
+                    ),
                 }
                 self.state = next;
             }
             // A termination in progress keeps the rank's pidfd until it exits.
-            RankState::TimedOut => self.log.info(&format!(
-                "{why} (pid {pid}) while the rank is being terminated"
-            )),
-            _ => self.log.info(&format!("{why} (pid {pid})")),
+            RankState::TimedOut => self.log.info_limited(
+                "closed connection",
+                &format!("{why} (pid {pid}) while the rank is being terminated"),
+            ),
+            _ => self
+                .log
+                .info_limited("closed connection", &format!("{why} (pid {pid})")),
         }
     }
 
@@ -625,23 +549,6 @@ struct Ready {
     rank_pidfd: bool,
     controls: Vec<bool>,
     waiting: Vec<bool>,
-}
-
-/// Longest cause an `Error` reply carries, in bytes.
-const MAX_CAUSE: usize = 4096;
-
-pub(crate) fn error(mut cause: String) -> pb::ServerMessage {
-    if cause.len() > MAX_CAUSE {
-        let mut end = MAX_CAUSE - 3;
-        while !cause.is_char_boundary(end) {
-            end -= 1;
-        }
-        cause.truncate(end);
-        cause.push('…');
-    }
-    pb::ServerMessage {
-        msg: Some(pb::server_message::Msg::Error(pb::Error { cause })),
-    }
 }
 
 pub(crate) fn ok(ok: pb::Ok) -> pb::ServerMessage {

@@ -7,8 +7,9 @@ use std::time::Instant;
 use nodeipc_fdpass::Pidfd;
 use nodeipc_proto::monitor as pb;
 
-use crate::config::{MAX_SECTIONS, MAX_STATE, check_section_name, ms};
+use crate::config::{check_section_name, ms};
 use crate::fastpath::ServerRegion;
+use crate::limits::{MAX_HOST, MAX_SECTIONS, MAX_STATE, over_cap};
 use crate::server::{error, ok, status_reply};
 use crate::status::TimeoutsMs;
 use crate::{MonitorServer, MonitorStatus, OpenSectionStatus, RankInfo, RankState, procfs};
@@ -82,7 +83,10 @@ impl MonitorServer {
                 let result = self.on_section(&section);
                 if self.config.skip_section_replies {
                     if let Err(cause) = result {
-                        self.log.warn(&format!("section message refused (no reply sent): {cause}"));
+                        self.log.warn_limited(
+                            "refused section",
+                            &format!("section message refused (no reply sent): {cause}"),
+                        );
                     }
                     return None;
                 }
@@ -102,7 +106,8 @@ impl MonitorServer {
         match self.register(init) {
             Ok((reply, fd)) => (ok(reply), fd),
             Err(cause) => {
-                self.log.warn(&format!("Init refused: {cause}"));
+                self.log
+                    .warn_limited("refused Init", &format!("Init refused: {cause}"));
                 (error(cause), None)
             }
         }
@@ -132,6 +137,13 @@ impl MonitorServer {
         let Some(info) = init.rank else {
             return Err("Init without rank info".to_owned());
         };
+        if info.host.len() > MAX_HOST {
+            return Err(over_cap(
+                "host name (RankInfo.host)",
+                info.host.len(),
+                MAX_HOST,
+            ));
+        }
         if peer.pid == 0 {
             return Err(
                 "the connecting process lives in a pid namespace the monitor cannot see (SO_PEERCRED pid 0); run the monitor in the rank's pid namespace"
@@ -163,8 +175,10 @@ impl MonitorServer {
             match ServerRegion::create() {
                 Ok(region) => Some(region),
                 Err(e) => {
-                    self.log
-                        .warn(&format!("no heartbeat region for pid {pid}: {e}"));
+                    self.log.warn_limited(
+                        "heartbeat region",
+                        &format!("no heartbeat region for pid {pid}: {e}"),
+                    );
                     None
                 }
             }
@@ -180,17 +194,25 @@ impl MonitorServer {
             pid,
             ..RankInfo::from_proto(&info)
         };
-        self.log.info(&format!(
-            "registered global rank {} (local {}) pid {pid} on {:?}{}",
-            rank.global_rank,
-            rank.local_rank,
-            rank.host,
-            if fd.is_some() {
-                ", shared-memory heartbeat attached"
-            } else {
-                ""
-            }
-        ));
+        // Limited: a client may register and leave in a loop.
+        self.log.info_limited(
+            "registration",
+            &format!(
+                "registered global rank {} (local {}) pid {pid} on {:?}{}",
+                rank.global_rank,
+                rank.local_rank,
+                rank.host,
+                if fd.is_some() {
+                    ", shared-memory heartbeat attached"
+                } else {
+                    ""
+                }
+            ),
+        );
+        if let Some(conn) = self.conn.as_mut() {
+            // Registered: the connection holds the rank slot by right now.
+            conn.settle();
+        }
         self.rank = Some(Registered {
             info: rank,
             pidfd,
@@ -228,10 +250,7 @@ impl MonitorServer {
 
     fn on_heartbeat(&mut self, beat: pb::Heartbeat) -> Result<pb::Ok, String> {
         if let Some(state) = beat.state.as_ref().filter(|s| s.len() > MAX_STATE) {
-            return Err(format!(
-                "heartbeat state of {} bytes; at most {MAX_STATE}",
-                state.len()
-            ));
+            return Err(over_cap("heartbeat state", state.len(), MAX_STATE));
         }
         let rank = self.live_rank("Heartbeat")?;
         rank.last_heartbeat = Some(Instant::now());
@@ -259,7 +278,9 @@ impl MonitorServer {
                     ));
                 }
                 if rank.sections.len() >= MAX_SECTIONS {
-                    return Err(format!("{MAX_SECTIONS} sections are open already"));
+                    return Err(format!(
+                        "{MAX_SECTIONS} sections are open already, the cap; close one first"
+                    ));
                 }
                 rank.sections.push((name.to_owned(), now));
                 rank.out_of_section_since = None;
@@ -297,10 +318,15 @@ impl MonitorServer {
     fn on_update(&mut self, update: pb::UpdateConfig) -> Result<pb::Ok, String> {
         if let Some(timeouts) = &update.timeouts {
             self.config.timeouts.apply(timeouts)?;
-            self.log.info(&format!(
-                "timeouts updated: {}",
-                serde_json::to_string(&TimeoutsMs::from(&self.config.timeouts)).unwrap_or_default()
-            ));
+            // Limited: each line can list every section timeout (17 KiB).
+            self.log.info_limited(
+                "timeouts updated",
+                &format!(
+                    "timeouts updated: {}",
+                    serde_json::to_string(&TimeoutsMs::from(&self.config.timeouts))
+                        .unwrap_or_default()
+                ),
+            );
         }
         Ok(pb::Ok {
             config: Some(self.config.effective()),

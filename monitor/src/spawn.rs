@@ -3,9 +3,7 @@
 //! is how a re-executed binary becomes one, [`serve`] is the server's `main`.
 
 use std::ffi::OsString;
-use std::fs::OpenOptions;
 use std::io::Write;
-use std::os::unix::fs::OpenOptionsExt;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
@@ -77,8 +75,9 @@ pub struct SpawnOptions {
     /// `None`: this executable again, with [`SERVE_ENV`] and [`CONFIG_ENV`]
     /// set (its `main` must call [`run_if_server`] first). `Some(p)`: runs
     /// `p monitor serve --socket PATH --config FILE` (the `nodeipc` CLI, or
-    /// any program with that command line), the configuration in a 0600
-    /// file beside the socket that is removed once the monitor answers.
+    /// any program with that command line), the configuration in a new
+    /// 0600 file beside the socket (created exclusively, never through a
+    /// link) that is removed once the monitor answers.
     pub program: Option<PathBuf>,
     /// How long to wait for the monitor to answer on its control socket.
     pub ready_timeout: Duration,
@@ -88,7 +87,11 @@ pub struct SpawnOptions {
     /// (`PR_SET_PDEATHSIG`): no orphaned monitor outlives its launcher.
     pub die_with_parent: bool,
     /// Where the monitor's log (its standard error) goes: appended to this
-    /// file, or inherited when `None`.
+    /// file, or inherited when `None`. A missing file is created 0600
+    /// (`O_CREAT | O_EXCL | O_NOFOLLOW`); an existing one must be a regular
+    /// file of ours that group and others cannot write. A symlink, a FIFO or
+    /// someone else's file at the path is refused ([`Error::File`]), so a
+    /// link planted in a shared directory never redirects the writes.
     pub log_file: Option<PathBuf>,
 }
 
@@ -149,8 +152,7 @@ pub fn spawn_monitor_with(
             (command, exe, None)
         }
         Some(program) => {
-            let file = config_file_path(socket);
-            write_config_file(&file, config)?;
+            let file = write_config_file(socket, config)?;
             let mut command = Command::new(program);
             command
                 .args(["monitor", "serve", "--socket"])
@@ -165,13 +167,7 @@ pub fn spawn_monitor_with(
     let _cleanup = ConfigFileGuard(config_file);
     command.stdin(Stdio::null());
     if let Some(log) = &options.log_file {
-        let file = OpenOptions::new()
-            .create(true)
-            .append(true)
-            .mode(0o600)
-            .open(log)
-            .map_err(|e| Error::io("open log file", log.display(), e))?;
-        command.stderr(file);
+        command.stderr(open_log_file(log)?);
     }
     if options.die_with_parent {
         // SAFETY: runs between fork and exec and only calls prctl, which is
@@ -336,25 +332,71 @@ impl Drop for MonitorHandle {
     }
 }
 
-/// `SOCKET.config.json`, beside the socket (in the directory the server
-/// checks is ours).
-fn config_file_path(socket: &Path) -> PathBuf {
+/// `SOCKET.config-<pid>-<n>.json`, beside the socket (in the directory the
+/// server checks is ours): a fresh name each time, so neither a leftover of
+/// a crashed launcher nor anything planted in advance stands in the way.
+fn config_file_path(socket: &Path, attempt: u32) -> PathBuf {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos());
     let mut path: OsString = socket.as_os_str().to_owned();
-    path.push(".config.json");
+    path.push(format!(
+        ".config-{}-{nanos:09}{attempt}.json",
+        std::process::id()
+    ));
     PathBuf::from(path)
 }
 
-fn write_config_file(path: &Path, config: &MonitorConfig) -> Result<()> {
-    let mut file = OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .custom_flags(libc::O_NOFOLLOW)
-        .open(path)
-        .map_err(|e| Error::io("create config file", path.display(), e))?;
-    file.write_all(config.to_json().as_bytes())
-        .map_err(|e| Error::io("write config file", path.display(), e))
+/// Writes the configuration to a new 0600 file (`O_CREAT | O_EXCL |
+/// O_NOFOLLOW`: nothing already at the path is followed, truncated or
+/// reused) and returns its path.
+fn write_config_file(socket: &Path, config: &MonitorConfig) -> Result<PathBuf> {
+    let mut attempt = 0;
+    let (path, fd) = loop {
+        let path = config_file_path(socket, attempt);
+        match nodeipc_fs::create_exclusive(&path, 0o600) {
+            Ok(fd) => break (path, fd),
+            Err(e) if e.raw_os_error() == Some(libc::EEXIST) && attempt < 8 => attempt += 1,
+            Err(source) => {
+                return Err(Error::File {
+                    what: "monitor configuration file",
+                    source,
+                });
+            }
+        }
+    };
+    let written = std::fs::File::from(fd).write_all(config.to_json().as_bytes());
+    if let Err(e) = written {
+        let _ = std::fs::remove_file(&path);
+        return Err(Error::io("write config file", path.display(), e));
+    }
+    Ok(path)
+}
+
+/// Opens the monitor's log file for appending without ever following a
+/// link: a new file is created 0600 with `O_CREAT | O_EXCL | O_NOFOLLOW`;
+/// an existing one is used only if it is a regular file of ours that group
+/// and others cannot write. A symlink planted at the path is refused, so a
+/// monitor run by root never writes through it.
+fn open_log_file(path: &Path) -> Result<std::fs::File> {
+    let refused = |source| Error::File {
+        what: "log file",
+        source,
+    };
+    let fd = match nodeipc_fs::create_exclusive(path, 0o600) {
+        Ok(fd) => fd,
+        Err(e) if e.raw_os_error() == Some(libc::EEXIST) => {
+            nodeipc_fs::open_regular(path, true, nodeipc_fs::ModeRule::NotWritableByOthers)
+                .map_err(refused)?
+                .0
+        }
+        Err(e) => return Err(refused(e)),
+    };
+    // Appending, so lines of several writers never overwrite each other;
+    // and blocking again (`open_regular` opened it non-blocking).
+    rustix::fs::fcntl_setfl(&fd, rustix::fs::OFlags::APPEND)
+        .map_err(|e| Error::io("fcntl(F_SETFL, O_APPEND)", path.display(), e))?;
+    Ok(std::fs::File::from(fd))
 }
 
 /// Removes the configuration file once the monitor has read it (or failed).

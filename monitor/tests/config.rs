@@ -17,6 +17,8 @@ const README_EXAMPLE: &str = r#"{
   "kill_after_ms": 5000,
   "skip_section_replies": false,
   "connection_wait_ms": 5000,
+  "first_message_timeout_ms": 1000,
+  "reply_timeout_ms": 5000,
   "restart_expected": true,
   "heartbeat_region": true
 }"#;
@@ -113,10 +115,36 @@ fn a_bad_file_is_named_with_line_and_column() {
         }
         other => panic!("{other:?}"),
     }
-    assert!(matches!(
-        MonitorConfig::load(dir.join("missing.json")),
-        Err(Error::ConfigFile { .. })
-    ));
+    // A missing file: the path named, the errno kept.
+    match MonitorConfig::load(dir.join("missing.json")) {
+        Err(Error::File { source, .. }) => {
+            assert_eq!(source.raw_os_error(), Some(libc::ENOENT), "{source}");
+            assert!(source.to_string().contains("missing.json"), "{source}");
+        }
+        other => panic!("{other:?}"),
+    }
     std::fs::write(&path, README_EXAMPLE).unwrap();
     assert!(MonitorConfig::load(&path).is_ok());
+}
+
+#[test]
+fn regression_a_connection_wait_too_long_to_add_to_a_clock_is_refused() {
+    // Accepted before, it made the server panic ("overflow when adding
+    // duration to instant") as soon as a second client had to wait.
+    for json in [
+        r#"{"connection_wait_ms": 18446744073709551615}"#,
+        r#"{"connection_wait_ms": 3600001}"#,
+    ] {
+        match MonitorConfig::from_json(json) {
+            Err(Error::Config { reason }) => {
+                assert!(reason.contains("connection wait"), "{json}: {reason}")
+            }
+            other => panic!("{json}: {other:?}"),
+        }
+    }
+    let longest = MonitorConfig::from_json(r#"{"connection_wait_ms": 3600000}"#).unwrap();
+    assert_eq!(
+        longest.connection_wait,
+        nodeipc_monitor::MAX_CONNECTION_DEADLINE
+    );
 }

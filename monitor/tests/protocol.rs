@@ -185,7 +185,8 @@ fn an_oversize_length_gets_an_error_then_the_server_serves_the_next_client() {
     match raw.recv() {
         server_message::Msg::Error(e) => {
             assert!(
-                e.cause.contains("section name of 65522 bytes; at most 256"),
+                e.cause
+                    .contains("section name of 65522 bytes exceeds the cap of 256 bytes"),
                 "{}",
                 e.cause
             )
@@ -202,7 +203,7 @@ fn an_oversize_length_gets_an_error_then_the_server_serves_the_next_client() {
         Msg::Heartbeat(pb::Heartbeat {
             state: Some(vec![0; nodeipc_monitor::MAX_STATE + 1]),
         }),
-        "heartbeat state of 16385 bytes; at most 16384",
+        "heartbeat state of 16385 bytes exceeds the cap of 16384 bytes",
     );
     assert!(server.log_text().contains("exceeds the limit"));
     server.finish();
@@ -421,7 +422,13 @@ fn a_client_that_never_reads_its_replies_does_not_block_the_server() {
             Err(e) => panic!("{e}"),
         }
     }
-    assert!(sent > 10_000, "only {sent} bytes went");
+    // The server stops reading from a client whose reply cannot go out
+    // (backpressure): the client's writes stall once the kernel's queues
+    // are full, after a few hundred frames.
+    assert!(
+        stalled >= 50 && sent > 1_000,
+        "{sent} bytes went, writes stalled {stalled} times"
+    );
     // The loop still answers the launcher at once.
     let asked = Instant::now();
     let status = ControlClient::connect(&server.socket, T)

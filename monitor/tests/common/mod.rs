@@ -3,6 +3,8 @@
 //! bounded waits on the monitor's state.
 #![allow(dead_code, unreachable_pub)]
 
+pub mod raw;
+
 use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
 use std::process::{Command, ExitStatus, Stdio};
