@@ -47,7 +47,7 @@ pub(crate) fn run(command: MonitorCommand) -> CmdResult {
         MonitorCommand::Status { socket, timeout_ms } => {
             let status =
                 ControlClient::connect(socket, Duration::from_millis(timeout_ms))?.status()?;
-            println!("{}", status.to_json());
+            outln!("{}", status.to_json());
             Ok(())
         }
     }
