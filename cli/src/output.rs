@@ -27,11 +27,12 @@ enum State {
 static STATE: Mutex<State> = Mutex::new(State::Open);
 
 /// Prints a line on standard output (see the module's documentation):
-/// `outln!("{removed} removed")`.
+/// `outln!("{removed} removed")`, a drop-in for `println!`. Callers that
+/// want to know whether the reader is still there call [`line`].
 macro_rules! outln {
-    ($($arg:tt)*) => {
-        $crate::output::line(format_args!($($arg)*))
-    };
+    ($($arg:tt)*) => {{
+        $crate::output::line(format_args!($($arg)*));
+    }};
 }
 
 /// Writes `args` and a newline to standard output. Returns `false` once
