@@ -50,7 +50,11 @@ pub(crate) fn ls(args: LsArgs) -> CmdResult {
     let dirs = socket_dirs(&args.prefix)?;
     outln!(
         "{:<10} {:>12} {:>5} {:>6}  {:<24} NAME",
-        "KIND", "SIZE", "MODE", "OWNER", "USED BY"
+        "KIND",
+        "SIZE",
+        "MODE",
+        "OWNER",
+        "USED BY"
     );
     for object in &objects {
         outln!(

@@ -114,7 +114,13 @@ fn main() -> ExitCode {
 fn parse() -> Result<Cli, clap::Error> {
     fn negatives_are_values(command: clap::Command) -> clap::Command {
         command
-            .mut_args(|arg| arg.allow_negative_numbers(true))
+            .mut_args(|arg| {
+                if arg.get_action().takes_values() {
+                    arg.allow_negative_numbers(true)
+                } else {
+                    arg
+                }
+            })
             .mut_subcommands(negatives_are_values)
     }
     let mut command = negatives_are_values(Cli::command());

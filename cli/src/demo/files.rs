@@ -106,12 +106,15 @@ mod tests {
     /// fails here (the old `create_dir` then `set_permissions` did).
     #[test]
     fn regression_demo_dir_and_log_modes_are_set_by_the_creating_call() {
-        const TEST: &str = "demo::files::tests::regression_demo_dir_and_log_modes_are_set_by_the_creating_call";
+        const TEST: &str =
+            "demo::files::tests::regression_demo_dir_and_log_modes_are_set_by_the_creating_call";
         if let Some(parent) = std::env::var_os(CHILD_ENV) {
             // SAFETY: umask only sets this process's file creation mask.
             unsafe { libc::umask(0) };
             nodeipc_testkit::deny_chmod();
-            let dir = DemoDir::create_in(parent.as_ref()).map_err(message).unwrap();
+            let dir = DemoDir::create_in(parent.as_ref())
+                .map_err(message)
+                .unwrap();
             let meta = std::fs::symlink_metadata(dir.path()).unwrap();
             assert!(meta.is_dir());
             assert_eq!(meta.mode() & 0o7777, 0o700, "{}", dir.path().display());
@@ -162,7 +165,12 @@ mod tests {
         assert_eq!(unsafe { libc::mkfifo(c_path.as_ptr(), 0o600) }, 0);
         let refused = message(dir.create_log(1).unwrap_err());
         assert!(refused.contains("monitor-1.log"), "{refused}");
-        assert!(std::fs::symlink_metadata(&fifo).unwrap().file_type().is_fifo());
+        assert!(
+            std::fs::symlink_metadata(&fifo)
+                .unwrap()
+                .file_type()
+                .is_fifo()
+        );
 
         let path = dir.path().to_owned();
         drop(dir);
@@ -171,7 +179,11 @@ mod tests {
 
     #[test]
     fn a_missing_parent_is_named() {
-        let refused = message(DemoDir::create_in("/nonexistent-nodeipc-parent".as_ref()).err().unwrap());
+        let refused = message(
+            DemoDir::create_in("/nonexistent-nodeipc-parent".as_ref())
+                .err()
+                .unwrap(),
+        );
         assert!(
             refused.contains("/nonexistent-nodeipc-parent/nodeipc-demo-")
                 && refused.contains("No such file or directory"),

@@ -60,6 +60,13 @@ impl Histogram {
         // Both sides are at most 2^64: the product fits an f64, and the
         // cast saturates; a rank is at least 1 and at most the count.
         let rank = ((q * self.total as f64).ceil() as u64).clamp(1, self.total);
+        // The ends are known exactly.
+        if rank == 1 {
+            return Some(self.min);
+        }
+        if rank == self.total {
+            return Some(self.max);
+        }
         let mut seen = 0u64;
         for (i, &count) in self.counts.iter().enumerate() {
             seen += count;

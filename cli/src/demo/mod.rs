@@ -186,7 +186,9 @@ fn run_until_done(args: &DemoArgs, signals: &Signals) -> CmdResult {
         };
         cleanup.monitors.push(
             nodeipc_monitor::spawn_monitor_with(&monitor_config, &monitor_socket, options)
-                .map_err(|e| Failure::Error(format!("starting the monitor of worker {rank}: {e}")))?,
+                .map_err(|e| {
+                    Failure::Error(format!("starting the monitor of worker {rank}: {e}"))
+                })?,
         );
         let child = Command::new(&exe)
             .arg("demo-worker")
@@ -216,7 +218,9 @@ fn run_until_done(args: &DemoArgs, signals: &Signals) -> CmdResult {
     let setup = Instant::now();
     loop {
         signals.check()?;
-        let slice = STEP_TIMEOUT.saturating_sub(setup.elapsed()).min(SETUP_SLICE);
+        let slice = STEP_TIMEOUT
+            .saturating_sub(setup.elapsed())
+            .min(SETUP_SLICE);
         match coordinator.wait_for_workers(slice) {
             Ok(()) => break,
             Err(ChannelError::Timeout { .. }) if setup.elapsed() < STEP_TIMEOUT => {
@@ -227,10 +231,9 @@ fn run_until_done(args: &DemoArgs, signals: &Signals) -> CmdResult {
     }
     signals.check()?;
     // The coordinator is rank 0 of the group, the workers 1..=N.
-    let mut group = Group::join(
-        GroupOptions::new(&group_name, 0, args.workers + 1).timeout(STEP_TIMEOUT),
-    )
-    .map_err(|e| cleanup.explain(e))?;
+    let mut group =
+        Group::join(GroupOptions::new(&group_name, 0, args.workers + 1).timeout(STEP_TIMEOUT))
+            .map_err(|e| cleanup.explain(e))?;
     group.barrier().map_err(|e| cleanup.explain(e))?;
     let pids = group
         .all_gather(&std::process::id().to_le_bytes())
@@ -252,9 +255,7 @@ fn run_until_done(args: &DemoArgs, signals: &Signals) -> CmdResult {
             sequence,
             digest: digest(&request),
         });
-        coordinator
-            .send(&request)
-            .map_err(|e| cleanup.explain(e))?;
+        coordinator.send(&request).map_err(|e| cleanup.explain(e))?;
         if in_flight.len() >= args.depth as usize {
             let answered = gather(&mut coordinator, &mut in_flight, &mut latencies)
                 .map_err(|e| cleanup.explain(e))?;
@@ -274,9 +275,9 @@ fn run_until_done(args: &DemoArgs, signals: &Signals) -> CmdResult {
         .iter()
         .enumerate()
         .map(|(rank, m)| {
-            m.status().map(|s| s.heartbeats).map_err(|e| {
-                Failure::Error(format!("asking the monitor of worker {rank}: {e}"))
-            })
+            m.status()
+                .map(|s| s.heartbeats)
+                .map_err(|e| Failure::Error(format!("asking the monitor of worker {rank}: {e}")))
         })
         .collect::<Result<_, _>>()?;
     drop(coordinator); // closes the channel: the workers finish and meet us once more
@@ -401,4 +402,3 @@ pub(crate) fn answer(request: &ExecuteRequest) -> ExecuteResponse {
         ..ExecuteResponse::default()
     }
 }
-

@@ -103,12 +103,15 @@ fn serve(args: WorkerArgs) -> CmdResult {
             .map_err(|e| failed(format!("answering request {}", request.sequence), e))?;
         served += 1;
         monitor.heartbeat_fast().map_err(|e| {
-            failed(to_monitor(&format!("heartbeat {served} (shared memory) to")), e)
+            failed(
+                to_monitor(&format!("heartbeat {served} (shared memory) to")),
+                e,
+            )
         })?;
         if served.is_multiple_of(SOCKET_HEARTBEAT_EVERY) {
-            monitor.heartbeat().map_err(|e| {
-                failed(to_monitor(&format!("heartbeat {served} (socket) to")), e)
-            })?;
+            monitor
+                .heartbeat()
+                .map_err(|e| failed(to_monitor(&format!("heartbeat {served} (socket) to")), e))?;
         }
     }
     // The coordinator read the monitors and met us here before it closed.
