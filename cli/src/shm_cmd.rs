@@ -25,8 +25,9 @@ pub(crate) enum ShmCommand {
     Create {
         /// Region name, such as /nodeipc-scratch.
         name: String,
-        /// Size in bytes (at most the address space, 2^63 - 1).
-        #[arg(long, value_parser = usize_in(1, isize::MAX as usize))]
+        /// Size in bytes, at least 1 and at most the address space, 2^63 - 1
+        /// (0 reaches the region's own check, which explains it).
+        #[arg(long, value_parser = usize_in(0, isize::MAX as usize))]
         size: usize,
     },
     /// Copy standard input into the region.
