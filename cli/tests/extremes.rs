@@ -346,3 +346,67 @@ fn every_option_with_a_value_is_covered() {
         "numeric options not fed the extremes: {missing:?}"
     );
 }
+
+/// A 1 TiB sparse region read with no `--len` is streamed: the reader gets
+/// its bytes while the command holds a few MiB, and no page of the region is
+/// allocated; a `--len` past its end is refused naming both.
+#[test]
+fn regression_a_huge_sparse_region_is_streamed_not_loaded() {
+    use std::io::Read;
+    let _dog = Watchdog::new("huge sparse read", Duration::from_secs(120));
+    let name = unique_name("extremes-huge");
+    let size: u64 = 1 << 40;
+    let region = nodeipc_shm::Region::create(&name, size as usize).unwrap();
+
+    let too_long = (size + 1).to_string();
+    let out = nodeipc(&["shm", "read", &name, "--len", &too_long], None);
+    assert_eq!(out.status.code(), Some(1));
+    let err = stderr(&out);
+    assert!(
+        err.lines().count() == 1 && err.contains(&too_long) && err.contains(&size.to_string()),
+        "{err}"
+    );
+
+    let mut reader = spawn_child(
+        Command::new(BIN)
+            .args(["shm", "read", &name])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped()),
+    );
+    let pid = reader.id();
+    let mut stdout = reader.child().stdout.take().unwrap();
+    let mut buf = vec![0u8; 1 << 20];
+    let mut got = 0usize;
+    while got < 64 << 20 {
+        let n = stdout.read(&mut buf).unwrap();
+        assert!(n > 0, "the output ended after {got} bytes");
+        assert!(buf[..n].iter().all(|&b| b == 0));
+        got += n;
+    }
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let rss_kib: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap();
+    assert!(rss_kib < 32 << 10, "the reader holds {rss_kib} KiB");
+    let path = format!("/dev/shm/{}", &name[1..]);
+    let blocks = std::os::unix::fs::MetadataExt::blocks(&std::fs::metadata(&path).unwrap());
+    assert_eq!(blocks, 0, "reading allocated pages of the region");
+    // The reader leaves: the command stops quietly.
+    drop(stdout);
+    let status = reader.wait_timeout(Duration::from_secs(30));
+    assert_eq!(status.code(), Some(0), "{status:?}");
+    let mut err = String::new();
+    reader
+        .child()
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut err)
+        .unwrap();
+    assert!(err.is_empty(), "{err}");
+    drop(region);
+    assert!(shm_leftovers(&name).is_empty());
+}
