@@ -87,11 +87,10 @@ pub(crate) struct DemoArgs {
 }
 
 /// Worker processes and monitors that are stopped and reaped however the
-/// demo ends; the private directory goes with them (dropped after them).
+/// demo ends.
 struct Cleanup {
     workers: Vec<Child>,
     monitors: Vec<MonitorHandle>,
-    dir: DemoDir,
 }
 
 impl Drop for Cleanup {
@@ -101,7 +100,6 @@ impl Drop for Cleanup {
             let _ = child.wait();
         }
         self.monitors.clear();
-        // `dir` is removed after this, with the monitors' sockets gone.
     }
 }
 
@@ -137,13 +135,21 @@ pub(crate) fn run(args: DemoArgs) -> CmdResult {
 }
 
 fn run_until_done(args: &DemoArgs, signals: &Signals) -> CmdResult {
+    // Locals drop in the reverse order of these declarations, however this
+    // ends: first the workers are killed and the monitors stopped (so no
+    // worker reports "rank 0 left" for a stop of ours), then the group,
+    // channel and handshake server close (giving their descriptors back),
+    // and last the directory goes (removing it needs descriptors too).
+    let demo_dir = DemoDir::create()?;
+    let server: HandshakeServer;
+    let mut coordinator: Coordinator;
+    let mut group: Group;
     let mut cleanup = Cleanup {
         workers: Vec::new(),
         monitors: Vec::new(),
-        dir: DemoDir::create()?,
     };
-    let dir = cleanup.dir.path().to_owned();
-    let tag = cleanup.dir.tag().to_owned();
+    let dir = demo_dir.path().to_owned();
+    let tag = demo_dir.tag().to_owned();
     let name = format!("/nodeipc-demo-{tag}");
     let frame = forward(0, payload(0, args.payload as usize)).encoded_len() + 64;
     let config = ChannelConfig::new(&name, args.workers)
@@ -155,13 +161,12 @@ fn run_until_done(args: &DemoArgs, signals: &Signals) -> CmdResult {
         .request_capacity(frame.max(1024))
         .response_slot_size(1024)
         .timeout(STEP_TIMEOUT);
-    let mut coordinator = Coordinator::create_anonymous(config)?;
+    coordinator = Coordinator::create_anonymous(config)?;
     let offer = coordinator.offer()?;
     let socket = dir.join("logon.sock");
-    let server =
-        HandshakeServer::bind(&socket, HandshakeOptions::default(), move |logon, peer| {
-            offer.decide(logon, peer)
-        })?;
+    server = HandshakeServer::bind(&socket, HandshakeOptions::default(), move |logon, peer| {
+        offer.decide(logon, peer)
+    })?;
 
     let monitor_config = MonitorConfig {
         timeouts: Timeouts {
@@ -181,7 +186,7 @@ fn run_until_done(args: &DemoArgs, signals: &Signals) -> CmdResult {
         let monitor_socket = dir.join(format!("monitor-{rank}.sock"));
         let options = SpawnOptions {
             die_with_parent: true,
-            log_file: Some(cleanup.dir.create_log(rank)?),
+            log_file: Some(demo_dir.create_log(rank)?),
             ..SpawnOptions::default()
         };
         cleanup.monitors.push(
@@ -231,9 +236,8 @@ fn run_until_done(args: &DemoArgs, signals: &Signals) -> CmdResult {
     }
     signals.check()?;
     // The coordinator is rank 0 of the group, the workers 1..=N.
-    let mut group =
-        Group::join(GroupOptions::new(&group_name, 0, args.workers + 1).timeout(STEP_TIMEOUT))
-            .map_err(|e| cleanup.explain(e))?;
+    group = Group::join(GroupOptions::new(&group_name, 0, args.workers + 1).timeout(STEP_TIMEOUT))
+        .map_err(|e| cleanup.explain(e))?;
     group.barrier().map_err(|e| cleanup.explain(e))?;
     let pids = group
         .all_gather(&std::process::id().to_le_bytes())
