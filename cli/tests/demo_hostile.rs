@@ -221,7 +221,7 @@ fn run_with_descriptor_limit(limit: u64) {
 /// The limits at which the demo's own steps run out (making the channel,
 /// its socket, the monitors' logs, starting the monitors).
 #[test]
-fn regression_a_descriptor_limit_during_setup_is_reported_with_its_cause() {
+fn a_descriptor_limit_during_setup_is_reported_with_its_cause() {
     let _dog = Watchdog::new("demo ulimit -n setup", Duration::from_secs(120));
     for limit in 4..=14 {
         run_with_descriptor_limit(limit);
