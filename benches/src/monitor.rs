@@ -3,6 +3,7 @@
 //! increment the monitor reads at its next check).
 
 use std::io;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use nodeipc_monitor::{MonitorClient, MonitorConfig, MonitorHandle, RankInfo, SpawnOptions};
@@ -26,35 +27,70 @@ impl Beat {
     }
 }
 
+/// The start of the name of a session's directory in `/tmp`:
+/// `nodeipc-bench-monitor-<pid>-<16 random hex digits>`, the shape
+/// `nodeipc ls` and `nodeipc clean` recognise.
+pub const DIR_PREFIX: &str = "nodeipc-bench-monitor-";
+
 /// A monitor process and a client registered with it.
 pub struct MonitorSession {
     client: MonitorClient,
     _monitor: MonitorHandle,
-    dir: std::path::PathBuf,
+    // Dropped last: the monitor has removed its sockets by then.
+    _dir: PrivateDir,
+}
+
+/// A directory only we can enter, with an unpredictable name, made so in
+/// the one call that creates it (no moment in which another user could
+/// plant a link or a FIFO where the monitor's socket or log goes); removed
+/// with what is in it on drop.
+struct PrivateDir {
+    path: PathBuf,
+}
+
+impl PrivateDir {
+    fn create(parent: &Path) -> io::Result<PrivateDir> {
+        let prefix = format!("{DIR_PREFIX}{}-", std::process::id());
+        nodeipc_fs::create_unique_private_dir(parent, &prefix)
+            .map(|path| PrivateDir { path })
+            .map_err(io::Error::other)
+    }
+
+    /// Creates an empty file in it: `O_CREAT | O_EXCL | O_NOFOLLOW`, 0600.
+    fn create_file(&self, name: &str) -> io::Result<PathBuf> {
+        let path = self.path.join(name);
+        nodeipc_fs::create_exclusive(&path, 0o600).map_err(io::Error::other)?;
+        Ok(path)
+    }
+}
+
+impl Drop for PrivateDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.path);
+    }
 }
 
 impl MonitorSession {
     /// Spawns a monitor (this executable, served through
     /// [`run_if_peer`](crate::run_if_peer)) and registers this process with it.
     ///
+    /// Its socket and log go in a private directory in `/tmp` (see
+    /// [`DIR_PREFIX`]), removed however this ends.
+    ///
     /// # Errors
-    /// The monitor failing to start, or refusing the registration.
+    /// The directory or log not made (naming the path), the monitor failing
+    /// to start, or refusing the registration.
     pub fn start() -> io::Result<MonitorSession> {
-        let dir = std::env::temp_dir().join(format!(
-            "nodeipc-bench-monitor-{}-{:x}",
-            std::process::id(),
-            crate::nonce()
-        ));
-        std::fs::create_dir(&dir)?;
-        std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o700))?;
-        let socket = dir.join("monitor.sock");
+        // /tmp rather than $TMPDIR: a socket path must stay short.
+        let dir = PrivateDir::create(Path::new("/tmp"))?;
+        let socket = dir.path.join("monitor.sock");
         let config = MonitorConfig {
             check_interval: Duration::from_millis(100),
             ..MonitorConfig::default()
         };
         let options = SpawnOptions {
             die_with_parent: true,
-            log_file: Some(dir.join("monitor.log")),
+            log_file: Some(dir.create_file("monitor.log")?),
             ..SpawnOptions::default()
         };
         let monitor = nodeipc_monitor::spawn_monitor_with(&config, &socket, options)
@@ -67,7 +103,7 @@ impl MonitorSession {
         Ok(MonitorSession {
             client,
             _monitor: monitor,
-            dir,
+            _dir: dir,
         })
     }
 
@@ -88,8 +124,59 @@ impl MonitorSession {
     }
 }
 
-impl Drop for MonitorSession {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.dir);
+#[cfg(test)]
+mod tests {
+    use std::os::unix::fs::MetadataExt;
+    use std::process::Command;
+    use std::time::Duration;
+
+    use nodeipc_testkit::{TempDir, Watchdog};
+
+    use super::{DIR_PREFIX, PrivateDir};
+
+    const CHILD_ENV: &str = "NODEIPC_TEST_BENCH_DIR_CHILD";
+
+    /// Under umask 000 with every chmod refused, in a child made for it:
+    /// code that made the directory open to all and tightened it afterwards
+    /// (the old `create_dir` then `set_permissions`) fails here.
+    #[test]
+    fn regression_monitor_dir_and_log_are_private_from_creation() {
+        const TEST: &str =
+            "monitor::tests::regression_monitor_dir_and_log_are_private_from_creation";
+        if let Some(parent) = std::env::var_os(CHILD_ENV) {
+            // SAFETY: umask only sets this process's file creation mask.
+            unsafe { libc::umask(0) };
+            nodeipc_testkit::deny_chmod();
+            let dir = PrivateDir::create(parent.as_ref()).unwrap();
+            let name = dir.path.file_name().unwrap().to_str().unwrap().to_owned();
+            assert!(name.starts_with(&format!("{DIR_PREFIX}{}-", std::process::id())));
+            let meta = std::fs::symlink_metadata(&dir.path).unwrap();
+            assert!(
+                meta.is_dir() && meta.mode() & 0o7777 == 0o700,
+                "{:o}",
+                meta.mode()
+            );
+            let log = dir.create_file("monitor.log").unwrap();
+            let meta = std::fs::symlink_metadata(&log).unwrap();
+            assert!(
+                meta.is_file() && meta.mode() & 0o7777 == 0o600,
+                "{:o}",
+                meta.mode()
+            );
+            // Something at the path is refused, not opened or followed.
+            std::os::unix::fs::symlink("/nonexistent-target", dir.path.join("planted")).unwrap();
+            assert!(dir.create_file("planted").is_err());
+            return;
+        }
+        let _dog = Watchdog::new(TEST, Duration::from_secs(60));
+        let parent = TempDir::new("bench-dir");
+        let status = Command::new(std::env::current_exe().unwrap())
+            .args(["--exact", TEST, "--test-threads=1", "--nocapture"])
+            .env(CHILD_ENV, parent.path())
+            .status()
+            .unwrap();
+        assert!(status.success(), "the child failed: {status}");
+        let left: Vec<_> = std::fs::read_dir(parent.path()).unwrap().collect();
+        assert!(left.is_empty(), "the directory was not removed: {left:?}");
     }
 }

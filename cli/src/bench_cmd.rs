@@ -4,6 +4,17 @@ use clap::{Args, Subcommand};
 use nodeipc_benches::suite::{self, Options, Row};
 
 use crate::CmdResult;
+use crate::limits::{u32_in, u64_in, usize_in};
+
+/// The most iterations a batch may ask for: more is hours, and `iters`
+/// feeds additions and multiplications in the suite.
+const MAX_ITERS: u64 = 1_000_000_000;
+/// `SCM_MAX_FD`: the most descriptors one message may carry.
+const MAX_FDS: usize = 253;
+/// The most processes a rank group or channel shape may spawn here.
+const MAX_PROCESSES: u32 = 64;
+/// The largest payload a channel shape may send (64 MiB).
+const MAX_PAYLOAD: usize = 64 << 20;
 
 #[derive(Args)]
 pub(crate) struct BenchArgs {
@@ -23,32 +34,32 @@ enum Only {
     Sem,
     /// SCM_RIGHTS and pidfd_getfd against the bare calls.
     Fdpass {
-        /// Descriptors per message (default: 1 and 64, plus pidfd_getfd).
-        #[arg(long)]
+        /// Descriptors per message, 1..=253 (default: 1 and 64, plus pidfd_getfd).
+        #[arg(long, value_parser = usize_in(1, MAX_FDS))]
         fds: Option<usize>,
     },
     /// Barriers against pthread_barrier and a spin barrier.
     Barrier {
-        /// Ranks, one process each (default: 2 and 8).
-        #[arg(long)]
+        /// Ranks, one process each, 2..=64 (default: 2 and 8).
+        #[arg(long, value_parser = u32_in(2, MAX_PROCESSES))]
         ranks: Option<u32>,
-        /// Barriers per batch.
-        #[arg(long)]
+        /// Barriers per batch, 1..=10^9.
+        #[arg(long, value_parser = u64_in(1, MAX_ITERS))]
         iters: Option<u64>,
     },
     /// The execute channel against lock-step glibc semaphores and a Unix socket.
     Channel {
-        /// Worker processes (with --payload and --iters: one shape only).
-        #[arg(long)]
+        /// Worker processes, 1..=64 (with --payload and --iters: one shape only).
+        #[arg(long, value_parser = u32_in(1, MAX_PROCESSES))]
         workers: Option<u32>,
-        /// Payload bytes per request.
-        #[arg(long, default_value_t = 64)]
+        /// Payload bytes per request, up to 64 MiB.
+        #[arg(long, default_value_t = 64, value_parser = usize_in(0, MAX_PAYLOAD))]
         payload: usize,
-        /// Round trips per batch.
-        #[arg(long, default_value_t = 2_000)]
+        /// Round trips per batch, 1..=10^9.
+        #[arg(long, default_value_t = 2_000, value_parser = u64_in(1, MAX_ITERS))]
         iters: u64,
-        /// Requests kept in flight by the channel.
-        #[arg(long, default_value_t = 1)]
+        /// Requests kept in flight by the channel, 1..=64.
+        #[arg(long, default_value_t = 1, value_parser = u32_in(1, nodeipc_channel::MAX_DEPTH))]
         depth: u32,
     },
     /// Heartbeats: the shared-memory fast path against the socket.
@@ -56,6 +67,9 @@ enum Only {
 }
 
 pub(crate) fn run(args: BenchArgs) -> CmdResult {
+    if let Some(Only::Channel { payload, depth, .. }) = &args.only {
+        crate::limits::check_ring(*payload as u64, *depth)?;
+    }
     let options = Options { quick: args.quick };
     let rows: Vec<Row> = match args.only {
         None => suite::all(options)?,
@@ -72,10 +86,10 @@ pub(crate) fn run(args: BenchArgs) -> CmdResult {
     };
     if args.json {
         for row in &rows {
-            println!("{}", row.to_json());
+            outln!("{}", row.to_json());
         }
     } else {
-        print!("{}", suite::table(&rows));
+        crate::output::text(&suite::table(&rows));
     }
     Ok(())
 }

@@ -48,12 +48,16 @@ pub(crate) struct CleanArgs {
 pub(crate) fn ls(args: LsArgs) -> CmdResult {
     let objects = nodeipc_shm::list(&args.prefix)?;
     let dirs = socket_dirs(&args.prefix)?;
-    println!(
+    outln!(
         "{:<10} {:>12} {:>5} {:>6}  {:<24} NAME",
-        "KIND", "SIZE", "MODE", "OWNER", "USED BY"
+        "KIND",
+        "SIZE",
+        "MODE",
+        "OWNER",
+        "USED BY"
     );
     for object in &objects {
-        println!(
+        outln!(
             "{:<10} {:>12} {:>5o} {:>6}  {:<24} {}",
             kind(object),
             object.size,
@@ -64,7 +68,7 @@ pub(crate) fn ls(args: LsArgs) -> CmdResult {
         );
     }
     for dir in &dirs {
-        println!(
+        outln!(
             "{:<10} {:>12} {:>5o} {:>6}  {:<24} {}",
             "directory",
             dir.size,
@@ -89,7 +93,7 @@ pub(crate) fn clean(args: CleanArgs) -> CmdResult {
         "removed"
     };
     for object in &outcome.removed {
-        println!("{verb} {} {}", kind(object), object.name);
+        outln!("{verb} {} {}", kind(object), object.name);
     }
     let mut kept = outcome.kept.len();
     for (object, reason) in &outcome.kept {
@@ -103,20 +107,20 @@ pub(crate) fn clean(args: CleanArgs) -> CmdResult {
                 )
             }
         };
-        println!("kept {} {} ({why})", kind(object), object.name);
+        outln!("kept {} {} ({why})", kind(object), object.name);
     }
     let mut removed = outcome.removed.len();
     for dir in socket_dirs(&args.prefix)? {
         let why = match dir.keep() {
             Some(why) => why,
             None if args.dry_run => {
-                println!("{verb} directory {}", dir.path.display());
+                outln!("{verb} directory {}", dir.path.display());
                 removed += 1;
                 continue;
             }
             None => match std::fs::remove_dir_all(&dir.path) {
                 Ok(()) => {
-                    println!("{verb} directory {}", dir.path.display());
+                    outln!("{verb} directory {}", dir.path.display());
                     removed += 1;
                     continue;
                 }
@@ -127,10 +131,10 @@ pub(crate) fn clean(args: CleanArgs) -> CmdResult {
                 Err(e) => format!("remove failed: {e}"),
             },
         };
-        println!("kept directory {} ({why})", dir.path.display());
+        outln!("kept directory {} ({why})", dir.path.display());
         kept += 1;
     }
-    println!("{removed} {verb}, {kept} kept");
+    outln!("{removed} {verb}, {kept} kept");
     Ok(())
 }
 

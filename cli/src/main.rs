@@ -2,19 +2,28 @@
 //! shared-memory and semaphore tools other programs drive.
 //!
 //! The command line is a contract (see DESIGN.md): exit 0 on success, 1 with
-//! one line on stderr on failure, 3 when `sem wait` times out.
+//! one line on stderr on failure, 2 for a usage error, 3 when `sem wait`
+//! times out, 128 + the signal's number when `demo` is stopped by SIGINT or
+//! SIGTERM. Standard output goes through [`output`], so a reader that leaves
+//! early ends the output quietly, never the work.
 #![deny(unsafe_op_in_unsafe_fn)]
+
+// First: its `outln!` is used by every module below.
+#[macro_use]
+mod output;
 
 mod bench_cmd;
 mod clean;
 mod demo;
+mod limits;
 mod monitor_cmd;
 mod sem_cmd;
 mod shm_cmd;
 
+use std::io::Write;
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 
 /// Building blocks for processes on one Linux node that must work as one.
 #[derive(Parser)]
@@ -55,6 +64,9 @@ pub(crate) enum Failure {
     Error(String),
     /// Exit 3: a bounded wait ran out.
     Timeout(String),
+    /// Exit 128 + the signal's number: stopped by SIGINT or SIGTERM, after
+    /// undoing what the command made. The line says which signal.
+    Signal(i32, String),
 }
 
 impl<E: std::error::Error> From<E> for Failure {
@@ -68,7 +80,7 @@ pub(crate) type CmdResult = Result<(), Failure>;
 fn main() -> ExitCode {
     // Benchmark peers and monitors are this binary, spawned again.
     nodeipc_benches::run_if_peer();
-    let cli = match Cli::try_parse() {
+    let cli = match parse() {
         Ok(cli) => cli,
         Err(e) => return usage_error(e),
     };
@@ -82,17 +94,38 @@ fn main() -> ExitCode {
         Command::Sem(cmd) => sem_cmd::run(cmd),
         Command::Monitor(cmd) => monitor_cmd::run(cmd),
     };
-    match result {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(Failure::Error(line)) => {
-            eprintln!("nodeipc: {line}");
-            ExitCode::from(1)
-        }
-        Err(Failure::Timeout(line)) => {
-            eprintln!("nodeipc: {line}");
-            ExitCode::from(3)
-        }
+    // The work is done (or undone) whatever became of standard output; its
+    // error, if any, comes after the command's own.
+    let result = result.and(output::finish());
+    let (code, line) = match result {
+        Ok(()) => return ExitCode::SUCCESS,
+        Err(Failure::Error(line)) => (1, line),
+        Err(Failure::Timeout(line)) => (3, line),
+        Err(Failure::Signal(signal, line)) => ((128 + signal).clamp(129, 255) as u8, line),
+    };
+    // Not eprintln!: it panics when standard error is a closed pipe.
+    let _ = writeln!(std::io::stderr(), "nodeipc: {line}");
+    ExitCode::from(code)
+}
+
+/// The command line, parsed with negative numbers taken as values: `--len -1`
+/// is refused as a length out of range ("invalid value '-1' for '--len'"),
+/// not as an unknown option.
+fn parse() -> Result<Cli, clap::Error> {
+    fn negatives_are_values(command: clap::Command) -> clap::Command {
+        command
+            .mut_args(|arg| {
+                if arg.get_action().takes_values() {
+                    arg.allow_negative_numbers(true)
+                } else {
+                    arg
+                }
+            })
+            .mut_subcommands(negatives_are_values)
     }
+    let mut command = negatives_are_values(Cli::command());
+    let matches = command.try_get_matches_from_mut(std::env::args_os())?;
+    Cli::from_arg_matches(&matches).map_err(|e| e.format(&mut command))
 }
 
 /// Help and version go out as clap writes them; a usage error becomes one
@@ -111,7 +144,7 @@ fn usage_error(error: clap::Error) -> ExitCode {
                 .next()
                 .unwrap_or("bad arguments")
                 .trim_start_matches("error: ");
-            eprintln!("nodeipc: {first} (see --help)");
+            let _ = writeln!(std::io::stderr(), "nodeipc: {first} (see --help)");
             ExitCode::from(2)
         }
     }

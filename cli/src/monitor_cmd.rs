@@ -51,7 +51,7 @@ pub(crate) fn run(command: MonitorCommand) -> CmdResult {
             let status = ControlClient::connect(socket, Duration::from_millis(timeout_ms))
                 .and_then(|mut client| client.status())
                 .map_err(failure)?;
-            println!("{}", status.to_json());
+            outln!("{}", status.to_json());
             Ok(())
         }
     }

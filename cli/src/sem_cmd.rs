@@ -57,7 +57,7 @@ pub(crate) fn run(command: SemCommand) -> CmdResult {
                 other => other?,
             }
         }
-        SemCommand::Value { name } => println!("{}", NamedSemaphore::open(&name)?.value()?),
+        SemCommand::Value { name } => outln!("{}", NamedSemaphore::open(&name)?.value()?),
         SemCommand::Unlink { name } => NamedSemaphore::unlink(&name)?,
     }
     Ok(())

@@ -11,15 +11,21 @@
 //! heartbeats, and removes everything it made — nothing it makes has a name
 //! by the time requests flow, so a crash leaves nothing either.
 
+mod files;
+mod histogram;
+mod signals;
+mod summary;
 mod worker;
 
-use std::path::{Path, PathBuf};
+use std::collections::VecDeque;
 use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
 use clap::{Args, ValueEnum};
 use nodeipc_barrier::{Group, GroupOptions};
-use nodeipc_channel::{ChannelConfig, Coordinator, HandshakeOptions, HandshakeServer, SemKind};
+use nodeipc_channel::{
+    ChannelConfig, Coordinator, Error as ChannelError, HandshakeOptions, HandshakeServer, SemKind,
+};
 use nodeipc_monitor::{MonitorConfig, MonitorHandle, SpawnOptions, Timeouts};
 use nodeipc_proto::execute::{
     ExecuteRequest, ExecuteResponse, ExecuteType, ForwardRequest, execute_request, execute_response,
@@ -28,6 +34,11 @@ use prost::Message;
 
 pub(crate) use worker::{WorkerArgs, worker};
 
+use self::files::DemoDir;
+use self::histogram::Histogram;
+use self::signals::Signals;
+use self::summary::Summary;
+use crate::limits::{u32_in, u64_in};
 use crate::{CmdResult, Failure};
 
 /// How long any one step may wait on a peer before the demo gives up.
@@ -35,6 +46,16 @@ pub(crate) const STEP_TIMEOUT: Duration = Duration::from_secs(10);
 /// A worker heartbeats over its monitor socket once every this many requests
 /// (and through the shared-memory fast path on every one).
 pub(crate) const SOCKET_HEARTBEAT_EVERY: u64 = 1000;
+/// The most workers: one process and one monitor each.
+pub(crate) const MAX_WORKERS: u32 = 64;
+/// The most requests: about three hours at 10 µs each. A demo longer than
+/// that is a mistake, and a bound keeps every sum below overflow.
+const MAX_REQUESTS: u64 = 1_000_000_000;
+/// The largest payload of one request (64 MiB).
+const MAX_PAYLOAD: u32 = 64 << 20;
+/// How often a wait for the workers to log on looks for a signal or a worker
+/// that exited.
+const SETUP_SLICE: Duration = Duration::from_millis(100);
 
 /// Which semaphores the demo's channel uses.
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -47,17 +68,18 @@ pub(crate) enum Sems {
 
 #[derive(Args)]
 pub(crate) struct DemoArgs {
-    /// Worker processes to spawn.
-    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..=64))]
+    /// Worker processes to spawn, 1..=64.
+    #[arg(long, default_value_t = 2, value_parser = u32_in(1, MAX_WORKERS))]
     workers: u32,
-    /// Requests to send, each to every worker.
-    #[arg(long, default_value_t = 10_000)]
+    /// Requests to send, each to every worker, 0..=10^9.
+    #[arg(long, default_value_t = 10_000, value_parser = u64_in(0, MAX_REQUESTS))]
     requests: u64,
-    /// Bytes of payload in each request.
-    #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u32).range(0..=(64 << 20)))]
+    /// Bytes of payload in each request, up to 64 MiB (and --depth times
+    /// --payload up to 256 MiB).
+    #[arg(long, default_value_t = 64, value_parser = u32_in(0, MAX_PAYLOAD))]
     payload: u32,
-    /// Requests the coordinator may run ahead of the slowest worker.
-    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=64))]
+    /// Requests the coordinator may run ahead of the slowest worker, 1..=64.
+    #[arg(long, default_value_t = 1, value_parser = u32_in(1, nodeipc_channel::MAX_DEPTH))]
     depth: u32,
     /// Which semaphores carry the hand-offs.
     #[arg(long, value_enum, default_value_t = Sems::InRegion)]
@@ -65,11 +87,10 @@ pub(crate) struct DemoArgs {
 }
 
 /// Worker processes and monitors that are stopped and reaped however the
-/// demo ends; the private directory goes with them.
+/// demo ends.
 struct Cleanup {
     workers: Vec<Child>,
     monitors: Vec<MonitorHandle>,
-    dir: PathBuf,
 }
 
 impl Drop for Cleanup {
@@ -79,33 +100,58 @@ impl Drop for Cleanup {
             let _ = child.wait();
         }
         self.monitors.clear();
-        let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
 
 impl Cleanup {
+    /// A worker that exited explains a failure better than the failure.
     fn check_workers(&mut self) -> CmdResult {
         for (rank, child) in self.workers.iter_mut().enumerate() {
             if let Ok(Some(status)) = child.try_wait() {
                 return Err(Failure::Error(format!(
-                    "worker {rank} exited early: {status}"
+                    "worker {rank} exited early ({status}); its reason is on the line above"
                 )));
             }
         }
         Ok(())
     }
+
+    /// `error`, or the exit of a worker when one is behind it.
+    fn explain(&mut self, error: impl Into<Failure>) -> Failure {
+        self.check_workers().err().unwrap_or_else(|| error.into())
+    }
 }
 
 pub(crate) fn run(args: DemoArgs) -> CmdResult {
-    let tag = format!("{}-{:x}", std::process::id(), nonce());
-    let dir = private_dir(&tag)?;
+    // Every number was range-checked by clap; the one bound across two of
+    // them is checked here, before anything is made.
+    crate::limits::check_ring(args.payload.into(), args.depth)?;
+    let signals = Signals::install()?;
+    let result = run_until_done(&args, &signals);
+    // Everything is stopped and removed by now; a signal explains whatever
+    // failed after it arrived (workers killed by the same Ctrl-C, say).
+    signals.check()?;
+    result
+}
+
+fn run_until_done(args: &DemoArgs, signals: &Signals) -> CmdResult {
+    // Locals drop in the reverse order of these declarations, however this
+    // ends: first the workers are killed and the monitors stopped (so no
+    // worker reports "rank 0 left" for a stop of ours), then the group,
+    // channel and handshake server close (giving their descriptors back),
+    // and last the directory goes (removing it needs descriptors too).
+    let demo_dir = DemoDir::create()?;
+    let server: HandshakeServer;
+    let mut coordinator: Coordinator;
+    let mut group: Group;
     let mut cleanup = Cleanup {
         workers: Vec::new(),
         monitors: Vec::new(),
-        dir: dir.clone(),
     };
+    let dir = demo_dir.path().to_owned();
+    let tag = demo_dir.tag().to_owned();
     let name = format!("/nodeipc-demo-{tag}");
-    let frame = forward(0, &payload(0, args.payload as usize)).encoded_len() + 64;
+    let frame = forward(0, payload(0, args.payload as usize)).encoded_len() + 64;
     let config = ChannelConfig::new(&name, args.workers)
         .depth(args.depth)
         .sems(match args.sems {
@@ -115,13 +161,12 @@ pub(crate) fn run(args: DemoArgs) -> CmdResult {
         .request_capacity(frame.max(1024))
         .response_slot_size(1024)
         .timeout(STEP_TIMEOUT);
-    let mut coordinator = Coordinator::create_anonymous(config)?;
+    coordinator = Coordinator::create_anonymous(config)?;
     let offer = coordinator.offer()?;
     let socket = dir.join("logon.sock");
-    let server =
-        HandshakeServer::bind(&socket, HandshakeOptions::default(), move |logon, peer| {
-            offer.decide(logon, peer)
-        })?;
+    server = HandshakeServer::bind(&socket, HandshakeOptions::default(), move |logon, peer| {
+        offer.decide(logon, peer)
+    })?;
 
     let monitor_config = MonitorConfig {
         timeouts: Timeouts {
@@ -133,20 +178,23 @@ pub(crate) fn run(args: DemoArgs) -> CmdResult {
         restart_expected: false,
         ..MonitorConfig::default()
     };
-    let exe = std::env::current_exe()?;
+    let exe = std::env::current_exe()
+        .map_err(|e| Failure::Error(format!("finding this program (/proc/self/exe): {e}")))?;
     let group_name = format!("{name}-group");
     for rank in 0..args.workers {
+        signals.check()?;
         let monitor_socket = dir.join(format!("monitor-{rank}.sock"));
         let options = SpawnOptions {
             die_with_parent: true,
-            log_file: Some(dir.join(format!("monitor-{rank}.log"))),
+            log_file: Some(demo_dir.create_log(rank)?),
             ..SpawnOptions::default()
         };
-        cleanup.monitors.push(nodeipc_monitor::spawn_monitor_with(
-            &monitor_config,
-            &monitor_socket,
-            options,
-        )?);
+        cleanup.monitors.push(
+            nodeipc_monitor::spawn_monitor_with(&monitor_config, &monitor_socket, options)
+                .map_err(|e| {
+                    Failure::Error(format!("starting the monitor of worker {rank}: {e}"))
+                })?,
+        );
         let child = Command::new(&exe)
             .arg("demo-worker")
             .arg("--socket")
@@ -165,49 +213,83 @@ pub(crate) fn run(args: DemoArgs) -> CmdResult {
                 "--parent",
                 &std::process::id().to_string(),
             ])
-            .spawn()?;
+            .spawn()
+            .map_err(|e| {
+                Failure::Error(format!("starting worker {rank} ({}): {e}", exe.display()))
+            })?;
         cleanup.workers.push(child);
     }
-    coordinator.wait_for_workers(STEP_TIMEOUT).map_err(|e| {
-        cleanup
-            .check_workers()
-            .err()
-            .unwrap_or(Failure::Error(e.to_string()))
-    })?;
+    // In slices, so a signal or a worker that exited ends the wait early.
+    let setup = Instant::now();
+    loop {
+        signals.check()?;
+        let slice = STEP_TIMEOUT
+            .saturating_sub(setup.elapsed())
+            .min(SETUP_SLICE);
+        match coordinator.wait_for_workers(slice) {
+            Ok(()) => break,
+            Err(ChannelError::Timeout { .. }) if setup.elapsed() < STEP_TIMEOUT => {
+                cleanup.check_workers()?;
+            }
+            Err(e) => return Err(cleanup.explain(e)),
+        }
+    }
+    signals.check()?;
     // The coordinator is rank 0 of the group, the workers 1..=N.
-    let mut group =
-        Group::join(GroupOptions::new(&group_name, 0, args.workers + 1).timeout(STEP_TIMEOUT))?;
-    group.barrier()?;
-    let pids = group.all_gather(&std::process::id().to_le_bytes())?;
+    group = Group::join(GroupOptions::new(&group_name, 0, args.workers + 1).timeout(STEP_TIMEOUT))
+        .map_err(|e| cleanup.explain(e))?;
+    group.barrier().map_err(|e| cleanup.explain(e))?;
+    let pids = group
+        .all_gather(&std::process::id().to_le_bytes())
+        .map_err(|e| cleanup.explain(e))?;
     drop(server); // every worker is in: nobody else logs on
 
-    let mut latencies = Vec::with_capacity(args.requests as usize);
+    let mut latencies = Histogram::new();
     let mut bytes = 0u64;
-    let mut in_flight = std::collections::VecDeque::new();
+    let mut in_flight = VecDeque::with_capacity(args.depth as usize);
     let started = Instant::now();
     for sequence in 0..args.requests {
-        let request = forward(sequence, &payload(sequence, args.payload as usize));
-        bytes += (request.encoded_len() as u64 + 4) * u64::from(args.workers);
-        in_flight.push_back((Instant::now(), request));
-        coordinator.send(&in_flight.back().expect("just pushed").1)?;
+        signals.check()?;
+        let request = forward(sequence, payload(sequence, args.payload as usize));
+        let sent_bytes = (request.encoded_len() as u64 + 4) * u64::from(args.workers);
+        bytes = bytes.saturating_add(sent_bytes);
+        // What is kept of a request in flight: when, which, and its answer.
+        in_flight.push_back(Expected {
+            sent: Instant::now(),
+            sequence,
+            digest: digest(&request),
+        });
+        coordinator.send(&request).map_err(|e| cleanup.explain(e))?;
         if in_flight.len() >= args.depth as usize {
-            bytes += gather(&mut coordinator, &mut in_flight, &mut latencies)?;
+            let answered = gather(&mut coordinator, &mut in_flight, &mut latencies)
+                .map_err(|e| cleanup.explain(e))?;
+            bytes = bytes.saturating_add(answered);
         }
     }
     while !in_flight.is_empty() {
-        bytes += gather(&mut coordinator, &mut in_flight, &mut latencies)?;
+        signals.check()?;
+        let answered = gather(&mut coordinator, &mut in_flight, &mut latencies)
+            .map_err(|e| cleanup.explain(e))?;
+        bytes = bytes.saturating_add(answered);
     }
     let elapsed = started.elapsed();
 
     let heartbeats: Vec<u64> = cleanup
         .monitors
         .iter()
-        .map(|m| m.status().map(|s| s.heartbeats))
+        .enumerate()
+        .map(|(rank, m)| {
+            m.status()
+                .map(|s| s.heartbeats)
+                .map_err(|e| Failure::Error(format!("asking the monitor of worker {rank}: {e}")))
+        })
         .collect::<Result<_, _>>()?;
     drop(coordinator); // closes the channel: the workers finish and meet us once more
-    group.barrier()?;
+    group.barrier().map_err(|e| cleanup.explain(e))?;
     for (rank, child) in cleanup.workers.iter_mut().enumerate() {
-        let status = child.wait()?;
+        let status = child
+            .wait()
+            .map_err(|e| Failure::Error(format!("waiting for worker {rank}: {e}")))?;
         if !status.success() {
             return Err(Failure::Error(format!(
                 "worker {rank} exited with {status}"
@@ -216,61 +298,76 @@ pub(crate) fn run(args: DemoArgs) -> CmdResult {
     }
     let transport = group.transport();
     drop(group);
-    for monitor in cleanup.monitors.drain(..) {
-        monitor.stop()?;
+    for (rank, monitor) in cleanup.monitors.drain(..).enumerate() {
+        monitor
+            .stop()
+            .map_err(|e| Failure::Error(format!("stopping the monitor of worker {rank}: {e}")))?;
     }
     for rank in 0..args.workers {
         let _ = std::fs::remove_file(dir.join(format!("monitor-{rank}.log")));
     }
-    let leftovers = leftovers(&tag, &dir);
+    signals.check()?;
     Summary {
-        args: &args,
+        workers: args.workers,
+        requests: args.requests,
+        payload: args.payload,
+        depth: args.depth,
+        sems: args.sems,
         elapsed,
-        latencies: &mut latencies,
+        latencies: &latencies,
         bytes,
         heartbeats: &heartbeats,
         ranks: pids.len(),
         transport: format!("{transport:?}"),
-        leftovers,
+        leftovers: summary::leftovers(&tag, &dir),
     }
     .print();
     Ok(())
 }
 
+/// What the coordinator keeps of a request until its answers are in.
+struct Expected {
+    sent: Instant,
+    sequence: u64,
+    digest: Vec<u8>,
+}
+
 /// Gathers the oldest request's answers and checks every one of them.
 fn gather(
     coordinator: &mut Coordinator,
-    in_flight: &mut std::collections::VecDeque<(Instant, ExecuteRequest)>,
-    latencies: &mut Vec<Duration>,
+    in_flight: &mut VecDeque<Expected>,
+    latencies: &mut Histogram,
 ) -> Result<u64, Failure> {
-    let (sent, request) = in_flight.pop_front().expect("a request in flight");
+    let Some(expected) = in_flight.pop_front() else {
+        return Ok(0);
+    };
     let responses = coordinator.recv_all()?;
-    latencies.push(sent.elapsed());
-    let expected = digest(&request);
-    let mut bytes = 0;
+    let nanos = u64::try_from(expected.sent.elapsed().as_nanos()).unwrap_or(u64::MAX);
+    latencies.record(nanos);
+    let mut bytes = 0u64;
     for (rank, response) in responses.iter().enumerate() {
-        bytes += response.encoded_len() as u64 + 4;
+        bytes = bytes.saturating_add(response.encoded_len() as u64 + 4);
         let output = match &response.result {
             Some(execute_response::Result::Forward(forward)) => &forward.output[..],
             _ => &[],
         };
-        if response.sequence != request.sequence || output != expected {
+        if response.sequence != expected.sequence || output != expected.digest {
             return Err(Failure::Error(format!(
                 "worker {rank} answered request {} wrongly (sequence {}, digest {output:?})",
-                request.sequence, response.sequence
+                expected.sequence, response.sequence
             )));
         }
     }
     Ok(bytes)
 }
 
-pub(crate) fn forward(sequence: u64, input: &[u8]) -> ExecuteRequest {
+pub(crate) fn forward(sequence: u64, input: Vec<u8>) -> ExecuteRequest {
     ExecuteRequest {
         execute_type: ExecuteType::Execute as i32,
         sequence,
         payload: Some(execute_request::Payload::Forward(ForwardRequest {
             request_ids: vec![sequence],
-            input: input.to_vec().into(),
+            input: input.into(),
         })),
     }
 }
@@ -308,97 +405,4 @@ pub(crate) fn answer(request: &ExecuteRequest) -> ExecuteResponse {
         )),
         ..ExecuteResponse::default()
     }
-}
-
-fn private_dir(tag: &str) -> Result<PathBuf, Failure> {
-    let dir = std::env::temp_dir().join(format!("nodeipc-demo-{tag}"));
-    std::fs::create_dir(&dir)?;
-    std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o700))?;
-    Ok(dir)
-}
-
-/// What the demo left under `/dev/shm` or in its directory (nothing, we hope).
-fn leftovers(tag: &str, dir: &Path) -> Vec<String> {
-    let mut found: Vec<String> = std::fs::read_dir("/dev/shm")
-        .map(|d| {
-            d.flatten()
-                .filter_map(|e| e.file_name().into_string().ok())
-                .filter(|n| n.contains(tag))
-                .collect()
-        })
-        .unwrap_or_default();
-    if let Ok(entries) = std::fs::read_dir(dir) {
-        found.extend(entries.flatten().map(|e| e.path().display().to_string()));
-    }
-    found
-}
-
-struct Summary<'a> {
-    args: &'a DemoArgs,
-    elapsed: Duration,
-    latencies: &'a mut [Duration],
-    bytes: u64,
-    heartbeats: &'a [u64],
-    ranks: usize,
-    transport: String,
-    leftovers: Vec<String>,
-}
-
-impl Summary<'_> {
-    fn print(self) {
-        self.latencies.sort_unstable();
-        let percentile = |p: f64| {
-            if self.latencies.is_empty() {
-                Duration::ZERO
-            } else {
-                self.latencies[((self.latencies.len() - 1) as f64 * p).round() as usize]
-            }
-        };
-        let args = self.args;
-        println!(
-            "nodeipc demo: {} workers, {} requests of {} payload bytes, depth {}, {:?} semaphores",
-            args.workers, args.requests, args.payload, args.depth, args.sems
-        );
-        println!(
-            "  handshake      {} workers logged on, regions passed as memfds",
-            args.workers
-        );
-        println!(
-            "  rank group     {} ranks met at a barrier (fd transport {})",
-            self.ranks, self.transport
-        );
-        println!(
-            "  requests/s     {:.0}",
-            args.requests as f64 / self.elapsed.as_secs_f64().max(f64::MIN_POSITIVE)
-        );
-        println!(
-            "  latency p50    {:.2} us",
-            percentile(0.50).as_secs_f64() * 1e6
-        );
-        println!(
-            "  latency p99    {:.2} us",
-            percentile(0.99).as_secs_f64() * 1e6
-        );
-        println!(
-            "  bytes moved    {} ({:.1} MiB)",
-            self.bytes,
-            self.bytes as f64 / (1 << 20) as f64
-        );
-        let beats: Vec<String> = self.heartbeats.iter().map(u64::to_string).collect();
-        println!(
-            "  heartbeats     {} (per worker, seen by its monitor)",
-            beats.join(" ")
-        );
-        if self.leftovers.is_empty() {
-            println!("  left behind    nothing");
-        } else {
-            println!("  left behind    {}", self.leftovers.join(" "));
-        }
-    }
-}
-
-fn nonce() -> u32 {
-    let mut bytes = [0u8; 4];
-    let _ = rustix::rand::getrandom(&mut bytes, rustix::rand::GetRandomFlags::empty());
-    u32::from_le_bytes(bytes)
 }
