@@ -4,7 +4,7 @@ use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use memmap2::{MmapOptions, MmapRaw};
-use rustix::fs::{self, FileType, MemfdFlags, Mode, OFlags, SealFlags};
+use rustix::fs::{self, FileType, MemfdFlags, SealFlags};
 use rustix::io::Errno;
 
 use crate::name::{dev_shm_path, validate_name};
@@ -99,7 +99,7 @@ impl Region {
     ///
     /// Performs `shm_open(name, O_CREAT|O_EXCL|O_RDWR, 0600)` (as glibc does:
     /// `open("/dev/shm/<name>")` with `O_NOFOLLOW|O_CLOEXEC`), then `fchmod(0600)`
-    /// so the umask cannot loosen or tighten it, `fallocate` so every page
+    /// if a strict umask took owner bits, `fallocate` so every page
     /// is taken now, `ftruncate(size)` and `mmap`. An opener sees the size
     /// only once the memory is there. The name is removed when the region
     /// drops unless [`persist`](Region::persist) is called.
@@ -130,21 +130,25 @@ impl Region {
     pub fn create(name: &str, size: usize) -> Result<Region> {
         validate_name(name)?;
         check_size(name, size as u64)?;
-        let path = dev_shm_path(name);
-        let fd = fs::open(
-            &path,
-            OFlags::CREATE | OFlags::EXCL | OFlags::RDWR | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-            Mode::from_raw_mode(REGION_MODE),
-        )
-        .map_err(|e| match e {
-            Errno::EXIST => Error::AlreadyExists {
-                name: name.to_owned(),
-            },
-            e => Error::io("shm_open", name, e),
+        // O_CREAT|O_EXCL|O_NOFOLLOW with mode 0600, widened back to 0600 by
+        // fchmod only where a strict umask took owner bits (never a window
+        // for anyone else; and no chmod at all under a usual umask).
+        let fd = nodeipc_fs::create_exclusive(&dev_shm_path(name), REGION_MODE).map_err(|e| {
+            match e {
+                nodeipc_fs::Error::Io { source, .. }
+                    if source.raw_os_error() == Some(Errno::EXIST.raw_os_error()) =>
+                {
+                    Error::AlreadyExists {
+                        name: name.to_owned(),
+                    }
+                }
+                nodeipc_fs::Error::Io { op, source, .. } => {
+                    Error::io(if op == "create" { "shm_open" } else { op }, name, source)
+                }
+                other => Error::io("shm_open", name, std::io::Error::other(other)),
+            }
         })?;
         let mut guard = CreationGuard { name, armed: true };
-        fs::fchmod(&fd, Mode::from_raw_mode(REGION_MODE))
-            .map_err(|e| Error::io("fchmod", name, e))?;
         reserve(fd.as_fd(), size as u64, name, false)?;
         fs::ftruncate(&fd, size as u64).map_err(|e| Error::io("ftruncate", name, e))?;
         let region = Region::map(fd, Some(name.to_owned()), name.to_owned(), size)?;

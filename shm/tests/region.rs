@@ -472,3 +472,42 @@ fn huge_pages_work_or_say_why_not() {
         Err(other) => panic!("expected a region or HugePagesUnavailable, got {other}"),
     }
 }
+
+/// Set in the child of the next test: the name it creates under `deny_chmod`.
+const CREATE_WITHOUT_CHMOD: &str = "NODEIPC_SHM_TEST_CREATE_WITHOUT_CHMOD";
+
+/// The mode is 0600 from the creating `open` (no `fchmod` needed under a
+/// usual or an empty umask), so creation works where `chmod` is denied.
+#[test]
+fn regression_create_gets_mode_0600_from_the_open_itself() {
+    const TEST: &str = "regression_create_gets_mode_0600_from_the_open_itself";
+    if let Ok(name) = std::env::var(CREATE_WITHOUT_CHMOD) {
+        println!();
+        rustix::process::umask(rustix::fs::Mode::empty());
+        nodeipc_testkit::deny_chmod();
+        let region = Region::create(&name, 4096).unwrap();
+        let mode = std::fs::metadata(format!("/dev/shm{name}")).unwrap().mode() & 0o7777;
+        assert_eq!(mode, 0o600);
+        drop(region);
+        println!("child: created 0600 without chmod");
+        return;
+    }
+    let _dog = nodeipc_testkit::Watchdog::new(TEST, Duration::from_secs(30));
+    let name = unique_name("nochmod");
+    let out = nodeipc_testkit::spawn_child(
+        std::process::Command::new(std::env::current_exe().unwrap())
+            .args(["--exact", TEST, "--nocapture", "--test-threads=1"])
+            .env(CREATE_WITHOUT_CHMOD, &name)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped()),
+    )
+    .output_timeout(Duration::from_secs(20));
+    let context = format!(
+        "{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "the child failed: {context}");
+    assert!(context.contains("child: created 0600 without chmod"), "{context}");
+    assert!(shm_leftovers(&name).is_empty());
+}
