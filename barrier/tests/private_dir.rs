@@ -50,7 +50,11 @@ fn regression_the_socket_directory_is_0700_from_its_mkdir_under_umask_000() {
         context.contains("child: descriptors exchanged"),
         "the child did not run: {context}"
     );
-    assert!(shm_leftovers(&name).is_empty(), "{:?}", shm_leftovers(&name));
+    assert!(
+        shm_leftovers(&name).is_empty(),
+        "{:?}",
+        shm_leftovers(&name)
+    );
 }
 
 /// Two ranks as threads, `SCM_RIGHTS` forced: each sends a memfd holding

@@ -119,12 +119,20 @@ fn dev_shm() -> Vec<String> {
 fn in_the_small_tmpfs() {
     println!();
     let vfs = rustix::fs::statvfs("/dev/shm").unwrap();
-    assert_eq!(vfs.f_blocks * vfs.f_frsize, 64 << 10, "not the private tmpfs");
+    assert_eq!(
+        vfs.f_blocks * vfs.f_frsize,
+        64 << 10,
+        "not the private tmpfs"
+    );
 
     // Larger than the whole tmpfs.
     let big = "/nodeipc-test-cli-full-big";
     let args = ["shm", "create", big, "--size", "1048576"];
-    check(&args, &nodeipc(&args, b"").0, Some(&[big, "1048576", "no space"]));
+    check(
+        &args,
+        &nodeipc(&args, b"").0,
+        Some(&[big, "1048576", "no space"]),
+    );
     assert!(dev_shm().is_empty(), "{:?}", dev_shm());
 
     // What fits works end to end.
@@ -145,9 +153,17 @@ fn in_the_small_tmpfs() {
     drop(file);
     let late = "/nodeipc-test-cli-full-late";
     let args = ["shm", "create", late, "--size", "8192"];
-    check(&args, &nodeipc(&args, b"").0, Some(&[late, "8192", "no space"]));
+    check(
+        &args,
+        &nodeipc(&args, b"").0,
+        Some(&[late, "8192", "no space"]),
+    );
     let args = ["shm", "write", late];
-    check(&args, &nodeipc(&args, b"hello").0, Some(&[late, "does not exist"]));
+    check(
+        &args,
+        &nodeipc(&args, b"hello").0,
+        Some(&[late, "does not exist"]),
+    );
     assert_eq!(dev_shm(), ["nodeipc-test-cli-full-filler"]);
 
     // The demo: its group vault is refused, it says so in one line, and its

@@ -29,7 +29,11 @@ fn regression_semaphore_names_with_control_characters_are_refused() {
             }
         }
     }
-    assert!(shm_leftovers(&base).is_empty(), "{:?}", shm_leftovers(&base));
+    assert!(
+        shm_leftovers(&base).is_empty(),
+        "{:?}",
+        shm_leftovers(&base)
+    );
 }
 
 #[test]
@@ -45,5 +49,9 @@ fn regression_group_names_with_control_characters_are_refused() {
             other => panic!("{name:?}: expected InvalidOptions, got {other:?}"),
         }
     }
-    assert!(shm_leftovers(&base).is_empty(), "{:?}", shm_leftovers(&base));
+    assert!(
+        shm_leftovers(&base).is_empty(),
+        "{:?}",
+        shm_leftovers(&base)
+    );
 }

@@ -14,7 +14,9 @@
 //! well-formed and leaves those to prost, which stays in step up to there.
 
 use prost::DecodeError;
-use prost::encoding::{DecodeContext, WireType, check_wire_type, decode_key, decode_varint, skip_field};
+use prost::encoding::{
+    DecodeContext, WireType, check_wire_type, decode_key, decode_varint, skip_field,
+};
 
 /// A message of this crate's `.proto` files: the decoders of this crate
 /// check its wire types against its schema (see [`decode_message`](crate::decode_message)).

@@ -20,8 +20,8 @@ use nodeipc_proto::monitor::{
     UpdateConfig, client_message, server_message,
 };
 use nodeipc_proto::{
-    KnownMessage, LEN_PREFIX, decode_frame, encode_frame, encode_frame_to_vec, frame_len, read_frame,
-    write_frame,
+    KnownMessage, LEN_PREFIX, decode_frame, encode_frame, encode_frame_to_vec, frame_len,
+    read_frame, write_frame,
 };
 use prost::Message;
 

@@ -8,8 +8,8 @@ use nodeipc_proto::execute::{
     execute_request, execute_response,
 };
 use nodeipc_proto::{
-    Error, KnownMessage, LEN_PREFIX, decode_frame, encode_frame, encode_frame_to_vec, frame_len, handshake,
-    monitor, read_frame, write_frame,
+    Error, KnownMessage, LEN_PREFIX, decode_frame, encode_frame, encode_frame_to_vec, frame_len,
+    handshake, monitor, read_frame, write_frame,
 };
 use proptest::prelude::*;
 use proptest::test_runner::TestCaseError;

@@ -47,8 +47,13 @@ fn regression_a_map_field_on_a_fixed64_is_refused_naming_the_field() {
          invalid wire type: SixtyFourBit (expected LengthDelimited)"
     );
     // What prost alone says: the fault, but not where.
-    let bare = Timeouts::decode(&frame[LEN_PREFIX..]).unwrap_err().to_string();
-    assert_eq!(bare, "failed to decode Protobuf message: invalid tag value: 0");
+    let bare = Timeouts::decode(&frame[LEN_PREFIX..])
+        .unwrap_err()
+        .to_string();
+    assert_eq!(
+        bare,
+        "failed to decode Protobuf message: invalid tag value: 0"
+    );
 }
 
 /// Every wire type but length-delimited, for the map, is refused by name.
@@ -83,7 +88,8 @@ fn a_map_field_on_a_varint_is_not_read_as_an_entry() {
     assert_eq!(invented.section_timeouts_ms.len(), 1, "prost's own reading");
     let err = decode_message::<Timeouts>(&body).unwrap_err();
     assert!(
-        err.to_string().contains("Timeouts.section_timeouts_ms: invalid wire type"),
+        err.to_string()
+            .contains("Timeouts.section_timeouts_ms: invalid wire type"),
         "{err}"
     );
 }
@@ -114,6 +120,12 @@ fn well_typed_maps_still_decode() {
         })),
     };
     let frame = nodeipc_proto::encode_frame_to_vec(&message).unwrap();
-    assert_eq!(decode_frame::<ClientMessage>(&frame, usize::MAX).unwrap(), message);
-    assert_eq!(decode_message::<ClientMessage>(&frame[LEN_PREFIX..]).unwrap(), message);
+    assert_eq!(
+        decode_frame::<ClientMessage>(&frame, usize::MAX).unwrap(),
+        message
+    );
+    assert_eq!(
+        decode_message::<ClientMessage>(&frame[LEN_PREFIX..]).unwrap(),
+        message
+    );
 }

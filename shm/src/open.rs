@@ -102,7 +102,8 @@ fn try_open(name: &str, min_size: usize) -> Result<Region, Attempt> {
     // O_NONBLOCK: whatever sits at the name, opening it returns at once (a
     // FIFO would otherwise wait for a writer); O_NOCTTY: a terminal planted
     // there never becomes ours.
-    let flags = OFlags::RDWR | OFlags::NONBLOCK | OFlags::NOFOLLOW | OFlags::NOCTTY | OFlags::CLOEXEC;
+    let flags =
+        OFlags::RDWR | OFlags::NONBLOCK | OFlags::NOFOLLOW | OFlags::NOCTTY | OFlags::CLOEXEC;
     let fd = match fs::open(&path, flags, Mode::empty()) {
         Ok(fd) => fd,
         Err(Errno::NOENT) => {

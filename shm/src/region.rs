@@ -133,8 +133,8 @@ impl Region {
         // O_CREAT|O_EXCL|O_NOFOLLOW with mode 0600, widened back to 0600 by
         // fchmod only where a strict umask took owner bits (never a window
         // for anyone else; and no chmod at all under a usual umask).
-        let fd = nodeipc_fs::create_exclusive(&dev_shm_path(name), REGION_MODE).map_err(|e| {
-            match e {
+        let fd = nodeipc_fs::create_exclusive(&dev_shm_path(name), REGION_MODE).map_err(
+            |e| match e {
                 nodeipc_fs::Error::Io { source, .. }
                     if source.raw_os_error() == Some(Errno::EXIST.raw_os_error()) =>
                 {
@@ -146,8 +146,8 @@ impl Region {
                     Error::io(if op == "create" { "shm_open" } else { op }, name, source)
                 }
                 other => Error::io("shm_open", name, std::io::Error::other(other)),
-            }
-        })?;
+            },
+        )?;
         let mut guard = CreationGuard { name, armed: true };
         reserve(fd.as_fd(), size as u64, name, false)?;
         fs::ftruncate(&fd, size as u64).map_err(|e| Error::io("ftruncate", name, e))?;
@@ -260,7 +260,12 @@ impl Region {
         Region::map(fd, None, LABEL.to_owned(), size as usize)
     }
 
-    pub(crate) fn map(fd: OwnedFd, name: Option<String>, label: String, len: usize) -> Result<Region> {
+    pub(crate) fn map(
+        fd: OwnedFd,
+        name: Option<String>,
+        label: String,
+        len: usize,
+    ) -> Result<Region> {
         let stat = fs::fstat(&fd).map_err(|e| Error::io("fstat", &label, e))?;
         let map = MmapOptions::new()
             .len(len)
@@ -460,7 +465,6 @@ impl Drop for Region {
         }
     }
 }
-
 
 pub(crate) fn check_size(object: &str, size: u64) -> Result<()> {
     let reason = if size == 0 {

@@ -102,7 +102,8 @@ impl Room {
             );
         }
         let info = MemInfo::read();
-        if let (Some(available), Some(swap)) = (info.field("MemAvailable:"), info.field("SwapFree:"))
+        if let (Some(available), Some(swap)) =
+            (info.field("MemAvailable:"), info.field("SwapFree:"))
         {
             consider(
                 available.saturating_add(swap).saturating_mul(1024),

@@ -96,7 +96,9 @@ fn dev_shm() -> Vec<String> {
 
 fn assert_no_space(err: &Error, name: &str, size: u64) {
     match err {
-        Error::NoSpace { name: n, size: s, .. } => {
+        Error::NoSpace {
+            name: n, size: s, ..
+        } => {
             assert_eq!((n.as_str(), *s), (name, size), "{err}")
         }
         other => panic!("expected NoSpace for {name}, got {other}"),

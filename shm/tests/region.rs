@@ -145,7 +145,10 @@ fn regression_names_with_control_characters_are_refused_before_any_syscall() {
             Err(Error::InvalidName { .. })
         ));
     }
-    assert!(shm_leftovers(&base).is_empty(), "a refused name was created");
+    assert!(
+        shm_leftovers(&base).is_empty(),
+        "a refused name was created"
+    );
     // Printable non-ASCII stays allowed.
     assert!(validate_name("/nodeipc-\u{e9}t\u{e9}").is_ok());
 }
@@ -167,7 +170,11 @@ fn regression_a_fifo_socket_or_directory_at_a_name_is_refused_at_once_naming_it(
     .unwrap();
     let _listener = std::os::unix::net::UnixListener::bind(format!("/dev/shm{socket}")).unwrap();
     std::fs::create_dir(format!("/dev/shm{dir}")).unwrap();
-    let planted = [(&fifo, "a FIFO"), (&socket, "a socket"), (&dir, "a directory")];
+    let planted = [
+        (&fifo, "a FIFO"),
+        (&socket, "a socket"),
+        (&dir, "a directory"),
+    ];
     let mut results = Vec::new();
     for (name, _) in planted {
         let start = Instant::now();
@@ -179,13 +186,19 @@ fn regression_a_fifo_socket_or_directory_at_a_name_is_refused_at_once_naming_it(
     std::fs::remove_dir(format!("/dev/shm{dir}")).unwrap();
     for ((name, found), (result, took)) in planted.into_iter().zip(results) {
         let err = result.unwrap_err();
-        assert!(took < Duration::from_secs(1), "{name}: refused after {took:?}");
+        assert!(
+            took < Duration::from_secs(1),
+            "{name}: refused after {took:?}"
+        );
         match &err {
             Error::NotRegular { found: f, .. } => assert_eq!(*f, found, "{err}"),
             other => panic!("{name}: expected NotRegular, got {other}"),
         }
         let text = err.to_string();
-        assert!(text.contains(name.as_str()) && text.contains(found), "{text}");
+        assert!(
+            text.contains(name.as_str()) && text.contains(found),
+            "{text}"
+        );
     }
 }
 
@@ -508,6 +521,9 @@ fn regression_create_gets_mode_0600_from_the_open_itself() {
         String::from_utf8_lossy(&out.stderr)
     );
     assert!(out.status.success(), "the child failed: {context}");
-    assert!(context.contains("child: created 0600 without chmod"), "{context}");
+    assert!(
+        context.contains("child: created 0600 without chmod"),
+        "{context}"
+    );
     assert!(shm_leftovers(&name).is_empty());
 }

@@ -15,11 +15,20 @@ fn names_match<M: KnownMessage>() {
         encode_key(field.number, WireType::LengthDelimited, &mut body);
         body.push(1);
         let Err(error) = M::decode(body.as_slice()) else {
-            panic!("{}.{}: a field missing its byte decoded", schema.name, field.name);
+            panic!(
+                "{}.{}: a field missing its byte decoded",
+                schema.name, field.name
+            );
         };
         let text = error.to_string();
-        let path = format!("failed to decode Protobuf message: {}.{}: ", schema.name, field.name);
-        assert!(text.starts_with(&path), "{text:?} does not start with {path:?}");
+        let path = format!(
+            "failed to decode Protobuf message: {}.{}: ",
+            schema.name, field.name
+        );
+        assert!(
+            text.starts_with(&path),
+            "{text:?} does not start with {path:?}"
+        );
     }
 }
 
@@ -40,12 +49,18 @@ fn wrong_wire_types_match<M: KnownMessage>() {
             body.push(0);
         }
         let Err(prost) = M::decode(body.as_slice()) else {
-            panic!("{}.{}: prost took a wrong wire type", schema.name, field.name);
+            panic!(
+                "{}.{}: prost took a wrong wire type",
+                schema.name, field.name
+            );
         };
         let prost = prost.to_string();
         let ours = match walk(schema, &body, 0) {
             Err(Stop::Fault(error)) => error.to_string(),
-            _ => panic!("{}.{}: the walk let a wrong wire type through", schema.name, field.name),
+            _ => panic!(
+                "{}.{}: the walk let a wrong wire type through",
+                schema.name, field.name
+            ),
         };
         assert_eq!(ours, prost);
     }
@@ -61,5 +76,8 @@ fn the_table_names_fields_and_wire_types_as_prost_does() {
     }
     let listed = crate::every_message!(each);
     let messages = MESSAGES.iter().filter(|m| !m.map_entry).count();
-    assert_eq!(listed, messages, "every_message! lists {listed} of {messages} messages");
+    assert_eq!(
+        listed, messages,
+        "every_message! lists {listed} of {messages} messages"
+    );
 }
