@@ -3,6 +3,9 @@
 
 use std::process::ExitCode;
 
+#[path = "build/schema.rs"]
+mod schema;
+
 /// The contract files, relative to the include directory `proto/`.
 const PROTOS: [&str; 3] = ["execute.proto", "handshake.proto", "monitor.proto"];
 
@@ -19,6 +22,9 @@ fn main() -> ExitCode {
 
 fn generate() -> Result<(), Box<dyn std::error::Error>> {
     let fds = protox::compile(PROTOS, ["proto"])?;
+    let schema = schema::generate(&fds)?;
+    let out = std::path::PathBuf::from(std::env::var("OUT_DIR")?);
+    std::fs::write(out.join("schema.rs"), schema)?;
     prost_build::Config::new()
         // Maps as `BTreeMap`: the same message always encodes to the same bytes.
         .btree_map(["."])

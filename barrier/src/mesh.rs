@@ -1,14 +1,13 @@
 //! The `SCM_RIGHTS` fallback: one datagram socket per rank to receive on,
 //! and one connected to each peer to send on.
 //!
-//! The sockets meet in a private directory (0700, named after the group's
-//! random nonce). Once every rank has connected to every other, the socket
+//! The sockets meet in a private directory (made 0700 by the mkdir itself,
+//! named after the group's random nonce). Once every rank has connected to every other, the socket
 //! files and the directory are removed: connected sockets need no path, so
 //! nothing is left on disk, whatever happens next. Only our uid (and root)
 //! can reach a 0700 directory, so only our own processes can send here.
 
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
-use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
@@ -40,16 +39,11 @@ impl Mesh {
         let nonce = vault::header(group.region()).nonce.load(Ordering::Relaxed);
         let uid = rustix::process::geteuid().as_raw();
         let dir = PathBuf::from(format!("/tmp/nodeipc-group-{uid}-{nonce:016x}"));
-        let io = |op, e: std::io::Error| Error::Io {
-            group: group.name().to_owned(),
-            op,
-            source: e,
-        };
         if group.rank() == 0 {
-            std::fs::create_dir(&dir).map_err(|e| io("mkdir", e))?;
-            // The umask must not loosen (or tighten) it.
-            std::fs::set_permissions(&dir, PermissionsExt::from_mode(0o700))
-                .map_err(|e| io("chmod", e))?;
+            // 0700 in the mkdir itself: a mkdir then chmod leaves the
+            // directory open (under a loose umask) to anyone who plants a
+            // socket or a link in it first.
+            nodeipc_fs::create_private_dir(&dir).map_err(|e| refused(group, e))?;
         }
         let result = Mesh::connect_in(group, &dir);
         if group.rank() == 0 {
@@ -60,7 +54,7 @@ impl Mesh {
 
     fn connect_in(group: &Group, dir: &Path) -> Result<Mesh> {
         group.barrier()?;
-        check_private_dir(group, dir)?;
+        nodeipc_fs::check_private_dir(dir).map_err(|e| refused(group, e))?;
         let socket_path = |rank: u32| dir.join(rank.to_string());
         let new_socket = || {
             rustix::net::socket_with(
@@ -236,25 +230,19 @@ impl Mesh {
     }
 }
 
-/// The directory must be ours and private: a directory (not a link), owned
-/// by our uid, mode 0700.
-fn check_private_dir(group: &Group, dir: &Path) -> Result<()> {
-    let meta = std::fs::symlink_metadata(dir).map_err(|e| Error::Io {
-        group: group.name().to_owned(),
-        op: "lstat(socket directory)",
-        source: e,
-    })?;
-    let uid = rustix::process::geteuid().as_raw();
-    let mode = meta.permissions().mode() & 0o7777;
-    if !meta.is_dir() || meta.uid() != uid || mode != 0o700 {
-        return Err(Error::Transport {
+/// A refusal of the socket directory in the group's words: the path, and
+/// what was wrong with it (owner and mode, what sits there, or the errno,
+/// kept in the error's source chain).
+fn refused(group: &Group, error: nodeipc_fs::Error) -> Error {
+    match error {
+        nodeipc_fs::Error::Io { op, ref source, .. } => Error::Io {
             group: group.name().to_owned(),
-            reason: format!(
-                "socket directory {} is not a private directory of ours (owner {}, mode {mode:04o}); refusing it",
-                dir.display(),
-                meta.uid()
-            ),
-        });
+            op,
+            source: std::io::Error::new(source.kind(), error),
+        },
+        other => Error::Transport {
+            group: group.name().to_owned(),
+            reason: format!("refusing the socket directory: {other}"),
+        },
     }
-    Ok(())
 }

@@ -68,6 +68,36 @@ fn frames_of_well_formed_fields() -> impl Strategy<Value = Vec<u8>> {
     })
 }
 
+/// Inputs the fuzzers found that once broke a contract, one file each under
+/// `fuzz/regressions/<target>/` (where `cargo fuzz run <target> <file>`
+/// replays them too); every one must pass its driver for good.
+#[test]
+fn regression_inputs_the_fuzzers_found_pass_their_drivers() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../fuzz/regressions");
+    let mut ran = 0;
+    for target in std::fs::read_dir(&root).expect("fuzz/regressions") {
+        let target = target.unwrap().path();
+        let name = target.file_name().unwrap().to_string_lossy().into_owned();
+        let driver: fn(&[u8]) = match name.as_str() {
+            "frame" => drivers::frame,
+            "fd_handle" => drivers::fd_handle,
+            "vault" => drivers::vault,
+            "channel_headers" => drivers::channel_headers,
+            "channel_slots" => drivers::channel_slots,
+            "logon" => drivers::logon,
+            other => panic!("no driver runs regressions of target {other} here yet"),
+        };
+        for input in std::fs::read_dir(&target).unwrap() {
+            let input = input.unwrap().path();
+            let data = std::fs::read(&input).unwrap();
+            eprintln!("{}: {data:02x?}", input.display());
+            driver(&data);
+            ran += 1;
+        }
+    }
+    assert!(ran > 0, "no regression input under {}", root.display());
+}
+
 /// Nothing a driver created under `tag` is left in `/dev/shm`.
 fn nothing_left(tag: &str) {
     let ours = format!("{tag}-{}-", std::process::id());

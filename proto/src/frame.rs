@@ -9,7 +9,8 @@ use std::io::{self, Read, Write};
 
 use prost::Message;
 
-use crate::{Error, Result};
+use crate::schema::check_wire_types;
+use crate::{Error, KnownMessage, Result};
 
 /// Bytes of the length prefix that starts every frame.
 pub const LEN_PREFIX: usize = 4;
@@ -137,10 +138,26 @@ pub fn frame_len(buf: &[u8], max: usize) -> Result<usize> {
 /// # Errors
 ///
 /// [`Error::TooLarge`] and [`Error::Truncated`] as for [`frame_len`];
-/// [`Error::Decode`] when the message's bytes are not a valid `M`.
-pub fn decode_frame<M: Message + Default>(buf: &[u8], max: usize) -> Result<M> {
+/// [`Error::Decode`] when the message's bytes are not a valid `M` (as for
+/// [`decode_message`]).
+pub fn decode_frame<M: KnownMessage>(buf: &[u8], max: usize) -> Result<M> {
     let size = frame_len(buf, max)?;
-    Ok(M::decode(&buf[LEN_PREFIX..size])?)
+    decode_message(&buf[LEN_PREFIX..size])
+}
+
+/// Decodes one message (no length prefix): prost's decoding, after a check
+/// of the wire type of every field against the schema where prost makes
+/// none (map fields), so that a fault inside a field always comes back
+/// naming the message and the field (`Message.field: ...`, innermost first),
+/// and a map field on a wrong wire type is refused, as every other field is,
+/// instead of throwing the reader out of step with the rest of the message.
+///
+/// # Errors
+///
+/// [`Error::Decode`] when the bytes are not a valid `M`.
+pub fn decode_message<M: KnownMessage>(body: &[u8]) -> Result<M> {
+    check_wire_types::<M>(body)?;
+    Ok(M::decode(body)?)
 }
 
 /// Writes `msg` to `w` as one frame: the frame is built in one buffer and
@@ -172,12 +189,13 @@ pub fn write_frame<M: Message>(w: &mut impl Write, msg: &M) -> Result<()> {
 /// - [`Error::Truncated`]: the stream ended inside the frame (`need` is the
 ///   frame's size, or [`LEN_PREFIX`] inside the prefix; `have` what arrived).
 /// - [`Error::TooLarge`]: the announced frame is above `max`.
-/// - [`Error::Decode`]: the message's bytes are not a valid `M`.
+/// - [`Error::Decode`]: the message's bytes are not a valid `M` (as for
+///   [`decode_message`]).
 /// - [`Error::Io`]: reading failed (including a read timeout).
 ///
 /// After any error but `Decode` the stream is out of step with the frames and
 /// should be closed.
-pub fn read_frame<M: Message + Default>(
+pub fn read_frame<M: KnownMessage>(
     r: &mut impl Read,
     max: usize,
     scratch: &mut Vec<u8>,
@@ -204,7 +222,7 @@ pub fn read_frame<M: Message + Default>(
             have: LEN_PREFIX + got,
         });
     }
-    Ok(M::decode(scratch.as_slice())?)
+    decode_message(scratch.as_slice())
 }
 
 /// Reads until `buf` is full or the stream ends; returns the bytes read.

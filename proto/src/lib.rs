@@ -3,11 +3,14 @@
 
 mod error;
 mod frame;
+mod schema;
 
 pub use error::{Error, Result};
 pub use frame::{
-    LEN_PREFIX, decode_frame, encode_frame, encode_frame_to_vec, frame_len, read_frame, write_frame,
+    LEN_PREFIX, decode_frame, decode_message, encode_frame, encode_frame_to_vec, frame_len,
+    read_frame, write_frame,
 };
+pub use schema::KnownMessage;
 
 /// The execute channel: `ExecuteRequest` broadcast to the workers and the
 /// `ExecuteResponse` each of them answers (`proto/execute.proto`, package

@@ -20,12 +20,13 @@ use nodeipc_proto::monitor::{
     UpdateConfig, client_message, server_message,
 };
 use nodeipc_proto::{
-    LEN_PREFIX, decode_frame, encode_frame, encode_frame_to_vec, frame_len, read_frame, write_frame,
+    KnownMessage, LEN_PREFIX, decode_frame, encode_frame, encode_frame_to_vec, frame_len,
+    read_frame, write_frame,
 };
 use prost::Message;
 
 /// Frames `msg` every way the crate offers and checks each gives it back.
-fn round_trip<M: Message + Default + PartialEq + Debug>(msg: &M) {
+fn round_trip<M: KnownMessage + PartialEq + Debug>(msg: &M) {
     let size = LEN_PREFIX + msg.encoded_len();
 
     // In place, into a buffer of exactly the frame's size.

@@ -8,12 +8,11 @@ use nodeipc_proto::execute::{
     execute_request, execute_response,
 };
 use nodeipc_proto::{
-    Error, LEN_PREFIX, decode_frame, encode_frame, encode_frame_to_vec, frame_len, handshake,
-    monitor, read_frame, write_frame,
+    Error, KnownMessage, LEN_PREFIX, decode_frame, encode_frame, encode_frame_to_vec, frame_len,
+    handshake, monitor, read_frame, write_frame,
 };
 use proptest::prelude::*;
 use proptest::test_runner::TestCaseError;
-use prost::Message;
 
 /// Runs `$check::<M>($args)` for every message type of the three files.
 macro_rules! for_every_message_type {
@@ -58,7 +57,7 @@ macro_rules! for_every_message_type {
 
 /// `decode_frame` agrees with `frame_len`, and each error is the one the
 /// bytes call for.
-fn decode_is_total<M: Message + Default>(buf: &[u8], max: usize) -> Result<(), TestCaseError> {
+fn decode_is_total<M: KnownMessage>(buf: &[u8], max: usize) -> Result<(), TestCaseError> {
     let len = frame_len(buf, max);
     match decode_frame::<M>(buf, max) {
         Ok(_) | Err(Error::Decode(_)) => {
@@ -90,7 +89,7 @@ fn decode_is_total<M: Message + Default>(buf: &[u8], max: usize) -> Result<(), T
 
 /// A message decoded from any bytes encodes again, and that encoding decodes
 /// to the same message.
-fn decoded_is_stable<M: Message + Default + PartialEq + std::fmt::Debug>(
+fn decoded_is_stable<M: KnownMessage + PartialEq + std::fmt::Debug>(
     buf: &[u8],
 ) -> Result<(), TestCaseError> {
     match decode_frame::<M>(buf, usize::MAX) {
@@ -109,7 +108,7 @@ fn decoded_is_stable<M: Message + Default + PartialEq + std::fmt::Debug>(
 
 /// Reading frames from any byte stream ends with an error after at most one
 /// frame per 4 bytes, and `Closed` only at a frame boundary at the end.
-fn read_is_total<M: Message + Default>(bytes: &[u8], max: usize) -> Result<(), TestCaseError> {
+fn read_is_total<M: KnownMessage>(bytes: &[u8], max: usize) -> Result<(), TestCaseError> {
     let mut stream = bytes;
     let mut scratch = Vec::new();
     for _ in 0..=bytes.len() / LEN_PREFIX {
@@ -234,7 +233,7 @@ fn execute_response() -> impl Strategy<Value = ExecuteResponse> {
 
 /// Every way through the framing gives the message back, and a buffer one
 /// byte short is refused untouched.
-fn frames_round_trip<M: Message + Default + PartialEq + std::fmt::Debug>(
+fn frames_round_trip<M: KnownMessage + PartialEq + std::fmt::Debug>(
     msg: &M,
 ) -> Result<(), TestCaseError> {
     let size = LEN_PREFIX + msg.encoded_len();

@@ -64,13 +64,36 @@ pub enum Error {
         expected_owner: u32,
     },
 
-    /// The object is not a regular file (a directory or a device in its place).
-    #[error("{object} is not a shared-memory object (file type {file_type:#o})")]
+    /// The object is not a regular file: a FIFO, socket, directory, device
+    /// or symlink sits at the name, or a received descriptor is no file.
+    #[error("{object} is {found}, not a shared-memory object (a regular file)")]
     NotRegular {
         /// The object.
         object: String,
-        /// The `S_IFMT` bits found.
-        file_type: u32,
+        /// What was found, in words ("a FIFO", "a directory", ...).
+        found: &'static str,
+    },
+
+    /// The memory for the region could not be reserved when it was made:
+    /// its tmpfs (`/dev/shm` for named regions) is full, or the system is
+    /// out of memory. Refused then, rather than a `SIGBUS` in whichever
+    /// process first writes past the room; nothing is left under the name.
+    #[error(
+        "no space for shared-memory object {name} of {size} bytes: {available} bytes {what} ({source}); \
+         remove stale objects with `nodeipc clean` or make the region smaller"
+    )]
+    NoSpace {
+        /// The object (its name, or what it came from).
+        name: String,
+        /// The size asked for.
+        size: u64,
+        /// What the system reported as available when refusing.
+        available: u64,
+        /// Where that room is ("free in its tmpfs", "of memory and swap available").
+        what: &'static str,
+        /// The error, errno kept (`ENOSPC`, or `ENOMEM` from a memory cgroup).
+        #[source]
+        source: io::Error,
     },
 
     /// The object is smaller than the caller needs.
@@ -162,7 +185,7 @@ impl Error {
     /// The errno behind this error, when a system call produced it.
     pub fn raw_os_error(&self) -> Option<i32> {
         match self {
-            Error::Io { source, .. } => source.raw_os_error(),
+            Error::Io { source, .. } | Error::NoSpace { source, .. } => source.raw_os_error(),
             _ => None,
         }
     }
@@ -175,7 +198,7 @@ impl From<Error> for io::Error {
     /// error with its errno (`raw_os_error()`).
     fn from(error: Error) -> io::Error {
         let kind = match &error {
-            Error::Io { source, .. } => source.kind(),
+            Error::Io { source, .. } | Error::NoSpace { source, .. } => source.kind(),
             Error::NotFound { .. } => io::ErrorKind::NotFound,
             Error::AlreadyExists { .. } => io::ErrorKind::AlreadyExists,
             Error::Timeout { .. } => io::ErrorKind::TimedOut,

@@ -4,14 +4,17 @@
 mod error;
 mod list;
 mod name;
+mod open;
 mod region;
+mod space;
 mod view;
 pub mod wait;
 
 pub use error::{Error, Result};
 pub use list::{Cleanup, KeepReason, ObjectKind, ShmObject, list, plan_cleanup, remove_stale};
 pub use name::{MAX_NAME_LEN, validate_name};
-pub use region::{OpenOptions, REGION_MODE, Region, unlink};
+pub use open::OpenOptions;
+pub use region::{REGION_MODE, Region, unlink};
 pub use view::{Padded, ShmSafe};
 
 /// Where Linux keeps POSIX shared-memory objects and named semaphores.

@@ -2,39 +2,17 @@
 
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::thread;
-use std::time::{Duration, Instant};
 
 use memmap2::{MmapOptions, MmapRaw};
-use rustix::fs::{self, FileType, MemfdFlags, Mode, OFlags, SealFlags};
+use rustix::fs::{self, FileType, MemfdFlags, SealFlags};
 use rustix::io::Errno;
 
 use crate::name::{dev_shm_path, validate_name};
+use crate::space::{HugePages, reserve};
 use crate::{Error, Result};
 
 /// The only permission bits a region of ours may carry: owner read and write.
 pub const REGION_MODE: u32 = 0o600;
-
-/// How [`Region::open`] waits for a region another process is creating.
-#[derive(Clone, Debug, Default)]
-pub struct OpenOptions {
-    /// The region must hold at least this many bytes (0: any non-empty size).
-    pub min_size: usize,
-    /// How long to wait for the name to appear, for its creator to finish
-    /// setting mode and size, and for it to reach `min_size`. `None`: look
-    /// once and fail at once.
-    pub wait: Option<Duration>,
-}
-
-impl OpenOptions {
-    /// Options that wait up to `wait` for a region of at least `min_size` bytes.
-    pub fn wait(min_size: usize, wait: Duration) -> Self {
-        OpenOptions {
-            min_size,
-            wait: Some(wait),
-        }
-    }
-}
 
 /// A shared-memory mapping: a named POSIX object, an anonymous memfd, or a
 /// descriptor received from another process.
@@ -121,13 +99,16 @@ impl Region {
     ///
     /// Performs `shm_open(name, O_CREAT|O_EXCL|O_RDWR, 0600)` (as glibc does:
     /// `open("/dev/shm/<name>")` with `O_NOFOLLOW|O_CLOEXEC`), then `fchmod(0600)`
-    /// so the umask cannot loosen or tighten it, `ftruncate(size)` and `mmap`.
-    /// The name is removed when the region drops unless [`persist`](Region::persist)
-    /// is called.
+    /// if a strict umask took owner bits, `fallocate` so every page
+    /// is taken now, `ftruncate(size)` and `mmap`. An opener sees the size
+    /// only once the memory is there. The name is removed when the region
+    /// drops unless [`persist`](Region::persist) is called.
     ///
     /// # Errors
     /// [`Error::InvalidName`] before any system call; [`Error::InvalidSize`] for 0;
-    /// [`Error::AlreadyExists`] if the name is taken; [`Error::Io`] otherwise.
+    /// [`Error::AlreadyExists`] if the name is taken; [`Error::NoSpace`] when
+    /// `/dev/shm` (or memory) cannot hold `size` bytes, instead of a `SIGBUS`
+    /// at the first write past the room; [`Error::Io`] otherwise.
     /// On any error nothing is left under the name.
     ///
     /// # Examples
@@ -149,21 +130,26 @@ impl Region {
     pub fn create(name: &str, size: usize) -> Result<Region> {
         validate_name(name)?;
         check_size(name, size as u64)?;
-        let path = dev_shm_path(name);
-        let fd = fs::open(
-            &path,
-            OFlags::CREATE | OFlags::EXCL | OFlags::RDWR | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-            Mode::from_raw_mode(REGION_MODE),
-        )
-        .map_err(|e| match e {
-            Errno::EXIST => Error::AlreadyExists {
-                name: name.to_owned(),
+        // O_CREAT|O_EXCL|O_NOFOLLOW with mode 0600, widened back to 0600 by
+        // fchmod only where a strict umask took owner bits (never a window
+        // for anyone else; and no chmod at all under a usual umask).
+        let fd = nodeipc_fs::create_exclusive(&dev_shm_path(name), REGION_MODE).map_err(
+            |e| match e {
+                nodeipc_fs::Error::Io { source, .. }
+                    if source.raw_os_error() == Some(Errno::EXIST.raw_os_error()) =>
+                {
+                    Error::AlreadyExists {
+                        name: name.to_owned(),
+                    }
+                }
+                nodeipc_fs::Error::Io { op, source, .. } => {
+                    Error::io(if op == "create" { "shm_open" } else { op }, name, source)
+                }
+                other => Error::io("shm_open", name, std::io::Error::other(other)),
             },
-            e => Error::io("shm_open", name, e),
-        })?;
+        )?;
         let mut guard = CreationGuard { name, armed: true };
-        fs::fchmod(&fd, Mode::from_raw_mode(REGION_MODE))
-            .map_err(|e| Error::io("fchmod", name, e))?;
+        reserve(fd.as_fd(), size as u64, name, false)?;
         fs::ftruncate(&fd, size as u64).map_err(|e| Error::io("ftruncate", name, e))?;
         let region = Region::map(fd, Some(name.to_owned()), name.to_owned(), size)?;
         region.unlink_on_drop.store(true, Ordering::Relaxed);
@@ -171,157 +157,16 @@ impl Region {
         Ok(region)
     }
 
-    /// Opens a region another process created, after checking that it is
-    /// owned by our effective uid and has mode 0600.
-    ///
-    /// With `options.wait`, waits (bounded) for the name to appear, for the
-    /// creator to finish setting its mode and size, and for the size to reach
-    /// `options.min_size`. The owner check never waits: an object of another
-    /// uid is refused at once.
-    ///
-    /// # Errors
-    /// [`Error::InvalidName`]; [`Error::NotFound`] or [`Error::TooSmall`] when
-    /// not waiting, [`Error::Timeout`] when the wait ran out;
-    /// [`Error::Untrusted`] for another owner or a mode other than 0600;
-    /// [`Error::NotRegular`]; [`Error::Io`].
-    ///
-    /// # Examples
-    /// ```
-    /// use std::time::Duration;
-    /// use nodeipc_shm::{OpenOptions, Region};
-    /// let name = format!("/nodeipc-doc-open-{}", std::process::id());
-    /// let created = Region::create(&name, 64)?;
-    /// created.write_at(0, &[7])?;
-    /// let opened = Region::open(&name, OpenOptions::wait(64, Duration::from_secs(1)))?;
-    /// let mut byte = [0u8];
-    /// opened.read_at(0, &mut byte)?;
-    /// assert_eq!(byte, [7]);
-    /// # Ok::<(), nodeipc_shm::Error>(())
-    /// ```
-    #[doc(alias = "shm_open")]
-    pub fn open(name: &str, options: OpenOptions) -> Result<Region> {
-        validate_name(name)?;
-        let start = Instant::now();
-        let mut pause = Duration::from_micros(20);
-        loop {
-            let attempt = Region::try_open(name, options.min_size);
-            let Err(Attempt::NotYet { what, error }) = attempt else {
-                return attempt.map_err(Attempt::into_error);
-            };
-            let waited = start.elapsed();
-            match options.wait {
-                Some(limit) if waited < limit => {
-                    thread::sleep(pause.min(limit - waited));
-                    pause = (pause * 2).min(Duration::from_millis(2));
-                }
-                Some(_) => {
-                    return Err(Error::Timeout {
-                        name: name.to_owned(),
-                        waited,
-                        what,
-                    });
-                }
-                None => return Err(error),
-            }
-        }
-    }
-
-    fn try_open(name: &str, min_size: usize) -> Result<Region, Attempt> {
-        let fd = match fs::open(
-            dev_shm_path(name),
-            OFlags::RDWR | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-            Mode::empty(),
-        ) {
-            Ok(fd) => fd,
-            Err(Errno::NOENT) => {
-                return Err(Attempt::NotYet {
-                    what: "appear",
-                    error: Error::NotFound {
-                        name: name.to_owned(),
-                    },
-                });
-            }
-            Err(Errno::ACCESS) => {
-                let euid = rustix::process::geteuid().as_raw();
-                let refused = Error::io("shm_open", name, Errno::ACCESS);
-                return Err(match fs::lstat(dev_shm_path(name)) {
-                    // Another user's object: refused at once, and said whose.
-                    Ok(stat) if stat.st_uid != euid => Attempt::Fatal(Error::Untrusted {
-                        name: name.to_owned(),
-                        owner: stat.st_uid,
-                        mode: stat.st_mode & 0o7777,
-                        expected_owner: euid,
-                    }),
-                    // Ours, not yet made 0600 by its creator (a umask left it 0400, say).
-                    _ => Attempt::NotYet {
-                        what: "become accessible",
-                        error: refused,
-                    },
-                });
-            }
-            Err(Errno::LOOP) => {
-                return Err(Attempt::Fatal(Error::NotRegular {
-                    object: name.to_owned(),
-                    file_type: FileType::Symlink.as_raw_mode(),
-                }));
-            }
-            Err(e) => return Err(Attempt::Fatal(Error::io("shm_open", name, e))),
-        };
-        let stat = fs::fstat(&fd).map_err(|e| Attempt::Fatal(Error::io("fstat", name, e)))?;
-        let owner = stat.st_uid;
-        let mode = stat.st_mode as u32 & 0o7777;
-        let euid = rustix::process::geteuid().as_raw();
-        let file_type = FileType::from_raw_mode(stat.st_mode as _);
-        if file_type != FileType::RegularFile {
-            return Err(Attempt::Fatal(Error::NotRegular {
-                object: name.to_owned(),
-                file_type: file_type.as_raw_mode() as u32,
-            }));
-        }
-        let untrusted = Error::Untrusted {
-            name: name.to_owned(),
-            owner,
-            mode,
-            expected_owner: euid,
-        };
-        if owner != euid || mode & !REGION_MODE != 0 {
-            return Err(Attempt::Fatal(untrusted));
-        }
-        if mode != REGION_MODE {
-            // Tighter than 0600 only happens between the creator's open and fchmod.
-            return Err(Attempt::NotYet {
-                what: "get mode 0600",
-                error: untrusted,
-            });
-        }
-        let size = stat.st_size as u64;
-        if size == 0 || size < min_size as u64 {
-            return Err(Attempt::NotYet {
-                what: "reach its size",
-                error: Error::TooSmall {
-                    name: name.to_owned(),
-                    size,
-                    min_size: min_size.max(1) as u64,
-                },
-            });
-        }
-        let len = usize::try_from(size).map_err(|_| {
-            Attempt::Fatal(Error::InvalidSize {
-                object: name.to_owned(),
-                size,
-                reason: "larger than this process can map",
-            })
-        })?;
-        Region::map(fd, Some(name.to_owned()), name.to_owned(), len).map_err(Attempt::Fatal)
-    }
-
     /// Creates an anonymous region of `size` bytes: a memfd (`MFD_CLOEXEC |
-    /// MFD_ALLOW_SEALING`), sized and mapped. It has no name to leak; pass it
-    /// to other processes with [`as_fd`](Region::as_fd) over `SCM_RIGHTS` or `pidfd_getfd`.
+    /// MFD_ALLOW_SEALING`), its memory reserved (`fallocate`), sized and
+    /// mapped. It has no name to leak; pass it to other processes with
+    /// [`as_fd`](Region::as_fd) over `SCM_RIGHTS` or `pidfd_getfd`.
     ///
     /// # Errors
-    /// [`Error::InvalidSize`] for 0; [`Error::Io`] for `memfd_create`,
-    /// `ftruncate` or `mmap`.
+    /// [`Error::InvalidSize`] for 0; [`Error::NoSpace`] when the system has
+    /// not the memory for `size` bytes (checked before allocating, so a huge
+    /// size is refused rather than handed to the OOM killer); [`Error::Io`]
+    /// for `memfd_create`, `fallocate`, `ftruncate` or `mmap`.
     ///
     /// # Examples
     /// ```
@@ -376,6 +221,12 @@ impl Region {
             }
         };
         let fd = fs::memfd_create("nodeipc", flags).map_err(unavailable)?;
+        reserve(fd.as_fd(), len as u64, LABEL, huge).map_err(|e| match e {
+            Error::NoSpace { source, .. } | Error::Io { source, .. } if huge => {
+                unavailable(Errno::from_io_error(&source).unwrap_or(Errno::NOMEM))
+            }
+            e => e,
+        })?;
         fs::ftruncate(&fd, len as u64).map_err(unavailable)?;
         Region::map(fd, None, LABEL.to_owned(), len).map_err(|e| match e {
             Error::Io { source, .. } if huge => {
@@ -401,7 +252,7 @@ impl Region {
         if file_type != FileType::RegularFile {
             return Err(Error::NotRegular {
                 object: LABEL.to_owned(),
-                file_type: file_type.as_raw_mode() as u32,
+                found: nodeipc_fs::file_type_name(file_type),
             });
         }
         let size = stat.st_size as u64;
@@ -409,7 +260,12 @@ impl Region {
         Region::map(fd, None, LABEL.to_owned(), size as usize)
     }
 
-    fn map(fd: OwnedFd, name: Option<String>, label: String, len: usize) -> Result<Region> {
+    pub(crate) fn map(
+        fd: OwnedFd,
+        name: Option<String>,
+        label: String,
+        len: usize,
+    ) -> Result<Region> {
         let stat = fs::fstat(&fd).map_err(|e| Error::io("fstat", &label, e))?;
         let map = MmapOptions::new()
             .len(len)
@@ -622,21 +478,7 @@ impl Drop for Region {
     }
 }
 
-/// What one open attempt found: something worth waiting for, or a refusal.
-enum Attempt {
-    NotYet { what: &'static str, error: Error },
-    Fatal(Error),
-}
-
-impl Attempt {
-    fn into_error(self) -> Error {
-        match self {
-            Attempt::NotYet { error, .. } | Attempt::Fatal(error) => error,
-        }
-    }
-}
-
-fn check_size(object: &str, size: u64) -> Result<()> {
+pub(crate) fn check_size(object: &str, size: u64) -> Result<()> {
     let reason = if size == 0 {
         "a region needs at least one byte"
     } else if size > isize::MAX as u64 {
@@ -649,39 +491,6 @@ fn check_size(object: &str, size: u64) -> Result<()> {
         size,
         reason,
     })
-}
-
-/// What `/proc/meminfo` says about huge pages, for error messages.
-struct HugePages {
-    free: u64,
-    page_size: Option<usize>,
-}
-
-impl HugePages {
-    fn read() -> HugePages {
-        let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
-        let field = |key: &str| {
-            meminfo
-                .lines()
-                .find_map(|l| l.strip_prefix(key))
-                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
-        };
-        HugePages {
-            free: field("HugePages_Free:").unwrap_or(0),
-            page_size: field("Hugepagesize:").map(|kb| kb as usize * 1024),
-        }
-    }
-
-    fn describe(&self) -> String {
-        match self.page_size {
-            Some(size) => format!(
-                "{} free huge pages of {} KiB (raise /proc/sys/vm/nr_hugepages)",
-                self.free,
-                size / 1024
-            ),
-            None => "this kernel reports no huge page support".to_owned(),
-        }
-    }
 }
 
 // `Region` is Send and Sync through its fields (memmap2's mapping is); this

@@ -1,6 +1,7 @@
 //! Single-process tests of `Region`: names, sizes, ownership of the name,
 //! typed views and bounds.
 
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
@@ -18,6 +19,7 @@ fn invalid_names_are_refused_before_any_syscall() {
         (long.as_str(), "longer than 255"),
         ("/nul\0byte", "NUL"),
         ("/..", "'.' and '..'"),
+        ("/line\nbreak", "control character"),
     ] {
         let err = Region::create(name, 64).unwrap_err();
         match &err {
@@ -45,16 +47,159 @@ fn zero_and_oversized_sizes_are_refused_and_leave_nothing() {
         Region::anonymous(0),
         Err(Error::InvalidSize { .. })
     ));
-    // More than tmpfs can hold: creation fails and the name is removed again.
+    // More than tmpfs can hold: refused before allocating anything, and the
+    // name is removed again.
+    let start = Instant::now();
     let err = Region::create(&name, usize::MAX / 2).unwrap_err();
-    assert!(
-        matches!(err, Error::Io { .. } | Error::InvalidSize { .. }),
-        "{err}"
-    );
+    assert!(matches!(err, Error::NoSpace { .. }), "{err}");
+    assert_eq!(err.raw_os_error(), Some(libc_enospc()), "{err}");
+    assert!(err.to_string().contains(&name), "{err}");
     assert!(
         shm_leftovers(&name).is_empty(),
         "a failed create left its name behind"
     );
+    // A memfd has no tmpfs limit; memory bounds it, and is asked first.
+    let err = Region::anonymous(usize::MAX / 2).unwrap_err();
+    assert!(matches!(err, Error::NoSpace { .. }), "{err}");
+    assert!(
+        start.elapsed() < Duration::from_secs(2),
+        "refusing an impossible size took {:?}: it allocated first",
+        start.elapsed()
+    );
+}
+
+fn libc_enospc() -> i32 {
+    rustix::io::Errno::NOSPC.raw_os_error()
+}
+
+/// Memory that is reserved when the region is made cannot run out under a
+/// mapping later (`SIGBUS` at the first write past a full tmpfs).
+#[test]
+fn regression_regions_are_backed_by_memory_when_created() {
+    let backed = |region: &Region| {
+        let stat = rustix::fs::fstat(region.as_fd()).unwrap();
+        stat.st_blocks as u64 * 512
+    };
+    let name = unique_name("backed");
+    let named = Region::create(&name, 1 << 20).unwrap();
+    assert!(
+        backed(&named) >= 1 << 20,
+        "a named region of 1 MiB holds {} bytes of memory",
+        backed(&named)
+    );
+    let anonymous = Region::anonymous((1 << 20) + 1).unwrap();
+    assert!(
+        backed(&anonymous) > 1 << 20,
+        "a memfd of 1 MiB + 1 holds {} bytes of memory",
+        backed(&anonymous)
+    );
+    assert_eq!(anonymous.len(), (1 << 20) + 1);
+    drop(named);
+    assert!(shm_leftovers(&name).is_empty());
+}
+
+/// A region another program made with a bare `ftruncate` (sparse) gets its
+/// memory when we open it.
+#[test]
+fn a_sparse_region_is_reserved_when_opened() {
+    let name = unique_name("sparse");
+    let path = format!("/dev/shm{name}");
+    let file = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&path)
+        .unwrap();
+    file.set_len(256 << 10).unwrap();
+    let opened = Region::open(&name, OpenOptions::default());
+    let blocks = std::fs::metadata(&path).unwrap().blocks();
+    std::fs::remove_file(&path).unwrap();
+    let opened = opened.unwrap();
+    assert_eq!(opened.len(), 256 << 10);
+    assert!(blocks * 512 >= 256 << 10, "only {blocks} blocks after open");
+}
+
+/// Control characters in a name would forge lines in logs and listings.
+#[test]
+fn regression_names_with_control_characters_are_refused_before_any_syscall() {
+    let base = unique_name("ctl");
+    for bad in ["\n", "\r", "\t", "\x1b[2J", "\x7f", "\u{9b}", "\x01"] {
+        let name = format!("{base}{bad}x");
+        let err = Region::create(&name, 64).unwrap_err();
+        match &err {
+            Error::InvalidName { reason, .. } => {
+                assert!(reason.contains("control character"), "{name:?}: {err}")
+            }
+            other => panic!("{name:?}: expected InvalidName, got {other}"),
+        }
+        assert!(
+            err.to_string().contains(&format!("{name:?}")),
+            "the name is not shown escaped: {err}"
+        );
+        assert!(matches!(
+            Region::open(&name, OpenOptions::default()),
+            Err(Error::InvalidName { .. })
+        ));
+        assert!(matches!(
+            nodeipc_shm::unlink(&name),
+            Err(Error::InvalidName { .. })
+        ));
+    }
+    assert!(
+        shm_leftovers(&base).is_empty(),
+        "a refused name was created"
+    );
+    // Printable non-ASCII stays allowed.
+    assert!(validate_name("/nodeipc-\u{e9}t\u{e9}").is_ok());
+}
+
+/// Whatever is planted at a region's name, opening returns at once and says
+/// what is there, even while waiting for the region to appear.
+#[test]
+fn regression_a_fifo_socket_or_directory_at_a_name_is_refused_at_once_naming_it() {
+    let fifo = unique_name("fifo");
+    let socket = unique_name("sock");
+    let dir = unique_name("dir");
+    rustix::fs::mknodat(
+        rustix::fs::CWD,
+        format!("/dev/shm{fifo}"),
+        rustix::fs::FileType::Fifo,
+        rustix::fs::Mode::from_raw_mode(0o600),
+        0,
+    )
+    .unwrap();
+    let _listener = std::os::unix::net::UnixListener::bind(format!("/dev/shm{socket}")).unwrap();
+    std::fs::create_dir(format!("/dev/shm{dir}")).unwrap();
+    let planted = [
+        (&fifo, "a FIFO"),
+        (&socket, "a socket"),
+        (&dir, "a directory"),
+    ];
+    let mut results = Vec::new();
+    for (name, _) in planted {
+        let start = Instant::now();
+        let result = Region::open(name, OpenOptions::wait(1, Duration::from_secs(5)));
+        results.push((result, start.elapsed()));
+    }
+    std::fs::remove_file(format!("/dev/shm{fifo}")).unwrap();
+    std::fs::remove_file(format!("/dev/shm{socket}")).unwrap();
+    std::fs::remove_dir(format!("/dev/shm{dir}")).unwrap();
+    for ((name, found), (result, took)) in planted.into_iter().zip(results) {
+        let err = result.unwrap_err();
+        assert!(
+            took < Duration::from_secs(1),
+            "{name}: refused after {took:?}"
+        );
+        match &err {
+            Error::NotRegular { found: f, .. } => assert_eq!(*f, found, "{err}"),
+            other => panic!("{name}: expected NotRegular, got {other}"),
+        }
+        let text = err.to_string();
+        assert!(
+            text.contains(name.as_str()) && text.contains(found),
+            "{text}"
+        );
+    }
 }
 
 #[test]
@@ -339,4 +484,46 @@ fn huge_pages_work_or_say_why_not() {
         }
         Err(other) => panic!("expected a region or HugePagesUnavailable, got {other}"),
     }
+}
+
+/// Set in the child of the next test: the name it creates under `deny_chmod`.
+const CREATE_WITHOUT_CHMOD: &str = "NODEIPC_SHM_TEST_CREATE_WITHOUT_CHMOD";
+
+/// The mode is 0600 from the creating `open` (no `fchmod` needed under a
+/// usual or an empty umask), so creation works where `chmod` is denied.
+#[test]
+fn regression_create_gets_mode_0600_from_the_open_itself() {
+    const TEST: &str = "regression_create_gets_mode_0600_from_the_open_itself";
+    if let Ok(name) = std::env::var(CREATE_WITHOUT_CHMOD) {
+        println!();
+        rustix::process::umask(rustix::fs::Mode::empty());
+        nodeipc_testkit::deny_chmod();
+        let region = Region::create(&name, 4096).unwrap();
+        let mode = std::fs::metadata(format!("/dev/shm{name}")).unwrap().mode() & 0o7777;
+        assert_eq!(mode, 0o600);
+        drop(region);
+        println!("child: created 0600 without chmod");
+        return;
+    }
+    let _dog = nodeipc_testkit::Watchdog::new(TEST, Duration::from_secs(30));
+    let name = unique_name("nochmod");
+    let out = nodeipc_testkit::spawn_child(
+        std::process::Command::new(std::env::current_exe().unwrap())
+            .args(["--exact", TEST, "--nocapture", "--test-threads=1"])
+            .env(CREATE_WITHOUT_CHMOD, &name)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped()),
+    )
+    .output_timeout(Duration::from_secs(20));
+    let context = format!(
+        "{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "the child failed: {context}");
+    assert!(
+        context.contains("child: created 0600 without chmod"),
+        "{context}"
+    );
+    assert!(shm_leftovers(&name).is_empty());
 }

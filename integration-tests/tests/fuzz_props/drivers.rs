@@ -25,7 +25,7 @@ use nodeipc_channel::{
 use nodeipc_fdpass::{Credentials, FdHandle};
 use nodeipc_proto::execute::{self, ExecuteRequest, ExecuteResponse};
 use nodeipc_proto::{
-    Error as ProtoError, LEN_PREFIX, decode_frame, handshake, monitor, read_frame,
+    Error as ProtoError, KnownMessage, LEN_PREFIX, decode_frame, handshake, monitor, read_frame,
 };
 use nodeipc_sem::{Semaphore, ShmSemaphore};
 use nodeipc_shm::Region;
@@ -101,7 +101,7 @@ fn our_start_time() -> u64 {
 
 /// Decodes `buf` as a frame of `M` with limit `max`, and checks that the
 /// answer is the one the bytes call for.
-fn frame_of<M: Message + Default + PartialEq + std::fmt::Debug>(buf: &[u8], max: usize) {
+fn frame_of<M: KnownMessage + PartialEq + std::fmt::Debug>(buf: &[u8], max: usize) {
     let name = std::any::type_name::<M>();
     match decode_frame::<M>(buf, max) {
         Ok(msg) => {
