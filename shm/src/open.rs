@@ -2,8 +2,9 @@
 //! mapped, waited for (bounded) while its creator is still at work.
 
 use std::os::fd::AsFd;
-use std::thread;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use crate::wait::Pacer;
 
 use rustix::fs::{self, FileType, Mode, OFlags};
 use rustix::io::Errno;
@@ -71,28 +72,26 @@ impl Region {
     #[doc(alias = "shm_open")]
     pub fn open(name: &str, options: OpenOptions) -> Result<Region> {
         validate_name(name)?;
-        let start = Instant::now();
-        let mut pause = Duration::from_micros(20);
+        let mut pacer = options.wait.map(|limit| {
+            Pacer::new(
+                Duration::from_micros(20),
+                Duration::from_millis(2),
+                Some(limit),
+            )
+        });
         loop {
             let attempt = try_open(name, options.min_size);
             let Err(Attempt::NotYet { what, error }) = attempt else {
                 return attempt.map_err(Attempt::into_error);
             };
-            let waited = start.elapsed();
-            match options.wait {
-                Some(limit) if waited < limit => {
-                    thread::sleep(pause.min(limit - waited));
-                    pause = (pause * 2).min(Duration::from_millis(2));
-                }
-                Some(_) => {
-                    return Err(Error::Timeout {
-                        name: name.to_owned(),
-                        waited,
-                        what,
-                    });
-                }
-                None => return Err(error),
-            }
+            let Some(pacer) = pacer.as_mut() else {
+                return Err(error);
+            };
+            pacer.pause().map_err(|waited| Error::Timeout {
+                name: name.to_owned(),
+                waited,
+                what,
+            })?;
         }
     }
 }
