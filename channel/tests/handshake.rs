@@ -240,3 +240,28 @@ fn a_hundred_logons_leave_no_descriptor_behind() {
     assert_eq!(fd_count(), before, "descriptors leaked over 100 logons");
     assert_eq!(server.stats().accepted, 101);
 }
+
+/// Regression: a zero logon timeout made `set_read_timeout` fail, silently,
+/// so a client that never spoke held its server thread forever.
+#[test]
+fn regression_a_zero_logon_timeout_is_refused_at_bind() {
+    let dir = private_dir();
+    let options = HandshakeOptions {
+        logon_timeout: Duration::ZERO,
+        ..HandshakeOptions::default()
+    };
+    let refused = HandshakeServer::bind(dir.join("logon.sock"), options, |_, _| {
+        unreachable!("nobody logs on")
+    })
+    .err()
+    .expect("a zero logon timeout is refused");
+    assert!(
+        matches!(refused, Error::InvalidConfig { .. }),
+        "{refused:?}"
+    );
+    assert!(
+        refused.to_string().contains("logon_timeout is 0"),
+        "{refused}"
+    );
+    assert!(!dir.join("logon.sock").exists(), "nothing was bound");
+}

@@ -93,7 +93,9 @@ impl HandshakeServer {
     /// Binds `path` and starts answering logons with `decide`.
     ///
     /// # Errors
-    /// [`Error::FdPass`] when the path cannot be bound safely (see
+    /// [`Error::InvalidConfig`] for a zero `logon_timeout` (a socket timeout
+    /// of zero means none at all: a silent client would hold its thread
+    /// forever); [`Error::FdPass`] when the path cannot be bound safely (see
     /// [`Listener::bind`]); [`Error::Io`] if the thread cannot start.
     pub fn bind(
         path: impl AsRef<Path>,
@@ -101,6 +103,12 @@ impl HandshakeServer {
         decide: impl Fn(&Logon, &Credentials) -> Decision + Send + Sync + 'static,
     ) -> Result<HandshakeServer> {
         let path = path.as_ref().to_owned();
+        if options.logon_timeout.is_zero() {
+            return Err(Error::InvalidConfig {
+                channel: format!("handshake server at {}", path.display()),
+                reason: "logon_timeout is 0: give the clients at least 1 ms to log on".to_owned(),
+            });
+        }
         let listener = Listener::bind(&path).map_err(|source| Error::FdPass {
             context: format!("handshake server at {}", path.display()),
             source,
@@ -224,8 +232,17 @@ fn serve_one(
         answer(&stream, &reject(RejectCode::PermissionDenied, reason), &[]);
         return;
     }
-    let _ = stream.set_read_timeout(Some(options.logon_timeout));
-    let _ = stream.set_write_timeout(Some(options.logon_timeout));
+    // Unbounded reads of a client are never an option: a client we cannot
+    // bound is dropped (`bind` refused the zero that would make this fail).
+    if stream
+        .set_read_timeout(Some(options.logon_timeout))
+        .is_err()
+        || stream
+            .set_write_timeout(Some(options.logon_timeout))
+            .is_err()
+    {
+        return;
+    }
     let mut scratch = Vec::new();
     let logon = match nodeipc_proto::read_frame::<Logon>(&mut stream, MAX_LOGON, &mut scratch) {
         Ok(logon) => logon,
