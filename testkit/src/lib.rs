@@ -39,7 +39,10 @@ impl TempDir {
     /// Creates `/tmp/nodeipc-test-<tag>-…`.
     pub fn new(tag: &str) -> TempDir {
         let path = PathBuf::from(format!("/tmp{}", unique_name(tag)));
-        std::fs::create_dir(&path).expect("create test directory");
+        // 0700 in the creating call, as the code under test makes its own.
+        std::os::unix::fs::DirBuilderExt::mode(&mut std::fs::DirBuilder::new(), 0o700)
+            .create(&path)
+            .expect("create test directory");
         TempDir { path }
     }
 
