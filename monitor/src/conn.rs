@@ -45,8 +45,8 @@ pub(crate) struct Conn {
     pub(crate) peer: Credentials,
     /// A rank connection's process start time, read when it connected
     /// ([`Conn::rank`]): Init checks it again, so a pid reused since then is
-    /// not taken for it. `None` on control connections.
-    pub(crate) peer_start: Option<u64>,
+    /// not taken for it. [`PeerStart::Hidden`] on control connections.
+    pub(crate) peer_start: PeerStart,
     input: Vec<u8>,
     output: VecDeque<Outgoing>,
     /// The peer stopped sending (end of file). It may still read: what it
@@ -63,7 +63,7 @@ impl Conn {
         Conn {
             stream,
             peer,
-            peer_start: None,
+            peer_start: PeerStart::Hidden,
             input: Vec::new(),
             output: VecDeque::new(),
             eof: false,
@@ -74,7 +74,7 @@ impl Conn {
 
     /// A rank connection: as [`new`](Conn::new), with the start time of the
     /// process that connected, read when it connected ([`start_time_of`]).
-    pub(crate) fn rank(stream: UnixStream, peer: Credentials, peer_start: Option<u64>) -> Conn {
+    pub(crate) fn rank(stream: UnixStream, peer: Credentials, peer_start: PeerStart) -> Conn {
         Conn {
             peer_start,
             ..Conn::new(stream, peer)
@@ -221,10 +221,29 @@ impl AsFd for Conn {
     }
 }
 
-/// The start time of the process that connected (none for a peer whose pid
-/// we cannot see): read at accept, for [`Conn::rank`].
-pub(crate) fn start_time_of(peer: &Credentials) -> Option<u64> {
-    (peer.pid != 0)
-        .then(|| nodeipc_fdpass::process_start_time(peer.pid))
-        .flatten()
+/// What reading a connecting process's start time at accept found.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum PeerStart {
+    /// Its start time, in clock ticks since boot.
+    Known(u64),
+    /// Its pid is 0 to us (another pid namespace), or not a rank connection.
+    Hidden,
+    /// The kernel had no such process any more (`ENOENT`, `ESRCH`).
+    Gone,
+    /// Reading failed for a reason of ours (`EMFILE`, say): the error, which
+    /// names the pid, the file and the errno. Says nothing of the process.
+    Unreadable(String),
+}
+
+/// The start time of the process that connected: read at accept, for
+/// [`Conn::rank`].
+pub(crate) fn start_time_of(peer: &Credentials) -> PeerStart {
+    if peer.pid == 0 {
+        return PeerStart::Hidden;
+    }
+    match nodeipc_fdpass::process_start_time(peer.pid) {
+        Ok(start) => PeerStart::Known(start),
+        Err(nodeipc_fdpass::Error::ProcessGone { .. }) => PeerStart::Gone,
+        Err(e) => PeerStart::Unreadable(e.to_string()),
+    }
 }

@@ -20,7 +20,7 @@ use rustix::event::{EventfdFlags, PollFd, PollFlags};
 use rustix::io::Errno;
 
 use crate::bind::{self, control_socket_path};
-use crate::conn::{Conn, Incoming, start_time_of};
+use crate::conn::{Conn, Incoming, PeerStart, start_time_of};
 use crate::log::Logger;
 use crate::session::{Registered, Termination};
 use crate::signals::ShutdownSignals;
@@ -61,7 +61,7 @@ struct Waiting {
     stream: UnixStream,
     peer: Credentials,
     /// As [`Conn::peer_start`], read when it connected.
-    peer_start: Option<u64>,
+    peer_start: PeerStart,
     since: Instant,
 }
 
