@@ -37,6 +37,11 @@ pub(crate) const DEFAULT_PREFIX: &str = "/nodeipc-";
 const DEFAULT_MIN_AGE_SECS: u64 = 10;
 
 #[derive(Args)]
+#[command(
+    after_help = "USED BY: the pids seen using it; \"-\": nobody (for a region or semaphore, \
+                  the kernel says so); \"?\": in use by a process ls cannot see, or unknown \
+                  (`nodeipc clean --dry-run` says why)."
+)]
 pub(crate) struct LsArgs {
     /// Only objects and directories whose name starts with this ("/" for all).
     #[arg(long, default_value = DEFAULT_PREFIX)]
@@ -110,31 +115,35 @@ pub(crate) fn ls(args: LsArgs) -> CmdResult {
         "KIND", "SIZE", "MODE", "OWNER", "USED BY"
     ));
     for object in &objects {
+        // Nobody seen: the kernel says whether somebody unseen holds it.
+        let unseen = object.users.is_empty()
+            && !matches!(
+                nodeipc_shm::Unheld::prove(&object.path, None),
+                Ok(_) | Err(nodeipc_shm::NotProved::Gone)
+            );
         out.line(format_args!(
             "{:<10} {:>12} {:>5o} {:>6}  {:<24} {}",
             kind(object),
             object.size,
             object.mode,
             object.owner,
-            users(&object.users),
+            users(&object.users, unseen),
             object.name
         ));
     }
     for dir in &found {
+        let unseen = dir
+            .keep()
+            .is_some_and(|why| why.starts_with("in use or unknown"));
         out.line(format_args!(
             "{:<10} {:>12} {:>5o} {:>6}  {:<24} {}",
             "directory",
             dir.size,
             dir.mode,
             dir.owner,
-            users(&dir.users),
+            users(&dir.users, unseen),
             dir.path.display()
         ));
-    }
-    if !objects.is_empty() || !found.is_empty() {
-        for gap in scan.gaps() {
-            out.line(format_args!("users may be missing: {gap}"));
-        }
     }
     out.finish()
 }
@@ -203,9 +212,11 @@ fn kind(object: &ShmObject) -> &'static str {
     }
 }
 
-fn users(pids: &[u32]) -> String {
+/// The USED BY column: the pids seen; else `?` when someone unseen may use
+/// it, `-` when nobody does.
+fn users(pids: &[u32], unseen: bool) -> String {
     if pids.is_empty() {
-        "-".to_owned()
+        if unseen { "?" } else { "-" }.to_owned()
     } else {
         pids.iter()
             .map(u32::to_string)
