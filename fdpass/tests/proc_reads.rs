@@ -100,7 +100,7 @@ fn regression_a_failed_proc_read_is_an_error_not_a_death() {
     assert!(out.status.success(), "the child failed: {context}");
     let emfile = std::io::Error::from_raw_os_error(Errno::MFILE.raw_os_error());
     for expected in [
-        format!("export: io: read /proc/self/stat failed for process"),
+        "export: io: read /proc/self/stat failed for process".to_owned(),
         format!("start time: io: read /proc/<pid>/stat failed for process {target}: {emfile}"),
         format!("verified: io: read /proc/<pid>/stat failed for process {target}: {emfile}"),
         "alive after: true".to_owned(),
