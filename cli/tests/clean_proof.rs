@@ -185,7 +185,7 @@ fn regression_clean_in_a_pid_namespace_keeps_what_processes_outside_use() {
             .lines()
             .find(|l| l.starts_with(&kept))
             .unwrap_or_else(|| panic!("expected `{kept}…`: {report}"));
-        assert!(line.contains("clean runs in pid namespace"), "{line}");
+        assert!(line.contains("runs in pid namespace"), "{line}");
     }
     assert!(report.ends_with("0 removed, 2 kept\n"), "{report}");
     assert!(dir.0.exists() && !shm_leftovers(&prefix).is_empty());

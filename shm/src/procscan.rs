@@ -73,7 +73,7 @@ impl fmt::Display for Gap {
         match self {
             Gap::PidNamespace { namespace } => write!(
                 f,
-                "clean runs in pid namespace {namespace}, not the initial one, and cannot see every process"
+                "the scan of /proc runs in pid namespace {namespace}, not the initial one, and cannot see every process"
             ),
             Gap::HiddenPids { option } => write!(
                 f,
@@ -224,9 +224,11 @@ impl ProcessScan {
             (point == "/proc" && fs.next()? == "proc").then(|| fs.nth(1).map(str::to_owned))?
         });
         let Some(options) = options else {
-            return self.gaps.push(Gap::HiddenPids {
-                option: "no proc file system at /proc".to_owned(),
-            });
+            // Whatever is at /proc, it is not the process table.
+            return self.push_failed(
+                Path::new("/proc"),
+                &io::Error::from_raw_os_error(libc::ENOENT),
+            );
         };
         if let Some(option) = options.split(',').find(|o| {
             matches!(

@@ -135,6 +135,7 @@ pub(super) fn our_dirs(
             "prefix {prefix:?}: a prefix may hold no '/' past the first byte"
         )));
     }
+    let bound = bound_sockets();
     let mut dirs = Vec::new();
     for temp in temp_dirs() {
         let entries = match std::fs::read_dir(&temp) {
@@ -171,7 +172,7 @@ pub(super) fn our_dirs(
                     )));
                 }
             };
-            dirs.push(judge(entry.path(), &meta, creator, scan, rules));
+            dirs.push(judge(entry.path(), &meta, creator, scan, &bound, rules));
         }
     }
     dirs.sort_by(|a, b| a.path.cmp(&b.path));
@@ -234,6 +235,7 @@ fn judge(
     meta: &std::fs::Metadata,
     creator: Option<u32>,
     scan: &ProcessScan,
+    bound: &[(PathBuf, u64)],
     rules: &Rules,
 ) -> OurDir {
     let mut dir = OurDir {
@@ -261,7 +263,6 @@ fn judge(
         .iter()
         .flat_map(|&(dev, ino)| scan.users_of(dev, ino))
         .collect();
-    let bound = bound_sockets();
     for socket in &tree.sockets {
         for inode in bound.iter().filter(|(p, _)| p == socket).map(|(_, i)| *i) {
             users.extend(scan.socket_holders(inode));
