@@ -179,7 +179,12 @@ impl Group {
     fn register(&mut self, start: Instant) -> Result<()> {
         let pid = std::process::id();
         let me = self.layout.rank(&self.region, self.rank);
-        let start_time = process_start_time(pid).unwrap_or(0);
+        // Not knowing our own start time is our failure: recording 0 would
+        // make every peer take us for dead.
+        let start_time = process_start_time(pid).map_err(|source| Error::FdPass {
+            group: self.name.clone(),
+            source,
+        })?;
         me.start_time.store(start_time, Ordering::Relaxed);
         me.pid.store(pid, Ordering::Relaxed);
         let previous = me.flags.fetch_or(flags::JOINED, Ordering::AcqRel);
@@ -207,9 +212,7 @@ impl Group {
                 let entry = self.layout.rank(&self.region, rank);
                 if entry.flags.load(Ordering::Acquire) & flags::JOINED != 0 {
                     let pid = entry.pid.load(Ordering::Relaxed);
-                    if process_start_time(pid) != Some(entry.start_time.load(Ordering::Relaxed)) {
-                        return Err(self.died(rank, pid));
-                    }
+                    self.check_registered(rank, pid, entry.start_time.load(Ordering::Relaxed))?;
                 }
             }
             let waited = start.elapsed();
@@ -245,6 +248,21 @@ impl Group {
             self.peers.push(Some(pidfd));
         }
         Ok(())
+    }
+
+    /// Fails with [`Error::PeerDied`] when registered rank `rank` is gone:
+    /// the kernel has no process `pid` (`ENOENT`, `ESRCH`) or it started at
+    /// another time than the rank recorded. Failing to look (out of
+    /// descriptors, say) is that failure, [`Error::FdPass`], not a death.
+    fn check_registered(&self, rank: u32, pid: u32, start_time: u64) -> Result<()> {
+        match process_start_time(pid) {
+            Ok(found) if found == start_time => Ok(()),
+            Ok(_) | Err(nodeipc_fdpass::Error::ProcessGone { .. }) => Err(self.died(rank, pid)),
+            Err(source) => Err(Error::FdPass {
+                group: self.name.clone(),
+                source,
+            }),
+        }
     }
 
     /// Every rank probes whether it may `pidfd_getfd` from every peer and
@@ -518,8 +536,12 @@ impl Group {
                 other => break other.map_err(|e| self.io("poll(pidfds)", e))?,
             }
         };
+        // Readable (exited) or hung up (exited and reaped) is a death; any
+        // other event is no news about the process.
         if ready > 0
-            && let Some(i) = polls.iter().position(|p| !p.revents().is_empty())
+            && let Some(i) = polls
+                .iter()
+                .position(|p| p.revents().intersects(PollFlags::IN | PollFlags::HUP))
         {
             let (rank, pidfd) = pidfds[i];
             self.poison(rank, Cause::Died);

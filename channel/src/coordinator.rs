@@ -162,7 +162,15 @@ impl Coordinator {
         response: Region,
     ) -> Result<Coordinator> {
         let sems = SemSet::create(&config, &layout, &response)?;
-        layout.publish(&request, &response, config.sems);
+        // Workers check the coordinator by pid and start time: a start time
+        // we failed to read would make them take us for dead.
+        let me = std::process::id();
+        let start_time =
+            nodeipc_fdpass::process_start_time(me).map_err(|source| Error::FdPass {
+                context: format!("channel {}: reading our own start time", config.name),
+                source,
+            })?;
+        layout.publish(&request, &response, config.sems, me, start_time);
         let workers = (0..config.workers).map(|_| Mutex::new(None)).collect();
         let gatherer = Gatherer {
             next: 0,
@@ -600,12 +608,19 @@ impl Shared {
             .as_ref()
             .is_none_or(|(cached_pid, _)| *cached_pid != pid)
         {
-            let pidfd =
-                open_verified(pid, entry.start_time.load(Ordering::Relaxed)).map_err(|_| died())?;
+            // Only the kernel saying the process is gone (or a later start
+            // time) is a death; failing to look (EMFILE, say) is reported as
+            // itself.
+            let pidfd = open_verified(pid, entry.start_time.load(Ordering::Relaxed)).map_err(
+                |e| match e {
+                    nodeipc_fdpass::Error::ProcessGone { .. } => died(),
+                    source => self.fdpass(rank, source),
+                },
+            )?;
             *cached = Some((pid, pidfd));
         }
         let (_, pidfd) = cached.as_ref().expect("just filled");
-        if !pidfd.is_alive() {
+        if pidfd.has_exited().map_err(|e| self.fdpass(rank, e))? {
             if flags & worker_flags::LEFT != 0 {
                 return Err(Error::WorkerLeft {
                     channel: self.config.name.clone(),
@@ -615,6 +630,17 @@ impl Shared {
             return Err(died());
         }
         Ok(())
+    }
+
+    /// A failure to look at worker `rank`'s process, named as such.
+    fn fdpass(&self, rank: u32, source: nodeipc_fdpass::Error) -> Error {
+        Error::FdPass {
+            context: format!(
+                "channel {}: checking whether worker {rank} lives",
+                self.config.name
+            ),
+            source,
+        }
     }
 
     fn wait_worker(&self, direction: Direction, role: Role, rank: u32) -> Result<()> {

@@ -214,7 +214,14 @@ impl Layout {
     }
 
     /// The coordinator: writes both headers, `init` last.
-    pub(crate) fn publish(&self, request: &Region, response: &Region, sems: SemKind) {
+    pub(crate) fn publish(
+        &self,
+        request: &Region,
+        response: &Region,
+        sems: SemKind,
+        coordinator_pid: u32,
+        coordinator_start: u64,
+    ) {
         let r = request_header(request);
         r.version.store(LAYOUT_VERSION, Ordering::Relaxed);
         r.workers.store(self.workers, Ordering::Relaxed);
@@ -226,12 +233,9 @@ impl Layout {
             .store(self.response_slot_size as u64, Ordering::Relaxed);
         r.init_slot_size
             .store(self.init_slot_size as u64, Ordering::Relaxed);
-        let pid = std::process::id();
-        r.coordinator_pid.store(pid, Ordering::Relaxed);
-        r.coordinator_start.store(
-            nodeipc_fdpass::process_start_time(pid).unwrap_or(0),
-            Ordering::Relaxed,
-        );
+        r.coordinator_pid.store(coordinator_pid, Ordering::Relaxed);
+        r.coordinator_start
+            .store(coordinator_start, Ordering::Relaxed);
         r.magic.store(REQUEST_MAGIC, Ordering::Relaxed);
         let s = response_header(response);
         s.version.store(LAYOUT_VERSION, Ordering::Relaxed);

@@ -119,12 +119,29 @@ impl Worker {
         let header = layout::request_header(&request);
         let pid = header.coordinator_pid.load(Ordering::Relaxed);
         let coordinator = open_verified(pid, header.coordinator_start.load(Ordering::Relaxed))
-            .map_err(|_| Error::CoordinatorDied {
-                channel: config.name.clone(),
-                pid,
+            .map_err(|e| match e {
+                nodeipc_fdpass::Error::ProcessGone { .. } => Error::CoordinatorDied {
+                    channel: config.name.clone(),
+                    pid,
+                },
+                source => Error::FdPass {
+                    context: format!(
+                        "channel {}: checking whether the coordinator (pid {pid}) lives",
+                        config.name
+                    ),
+                    source,
+                },
             })?;
         let sems = SemSet::open(&config, rank)?;
         let entry = layout.worker(&response, rank);
+        // The coordinator checks us by pid and start time: a start time we
+        // failed to read would make it take us for dead. Read before the
+        // rank is claimed, so a failure leaves it free.
+        let me = std::process::id();
+        let start_time = process_start_time(me).map_err(|source| Error::FdPass {
+            context: format!("channel {}: reading our own start time", config.name),
+            source,
+        })?;
         // Claim the rank: free (never joined), or left cleanly by a worker
         // that may have been this very process before a reconnect.
         let flags = entry.flags.load(Ordering::Acquire);
@@ -141,10 +158,7 @@ impl Worker {
                 rank,
             });
         }
-        let me = std::process::id();
-        entry
-            .start_time
-            .store(process_start_time(me).unwrap_or(0), Ordering::Relaxed);
+        entry.start_time.store(start_time, Ordering::Relaxed);
         entry.pid.store(me, Ordering::Relaxed);
         entry.flags.store(worker_flags::JOINED, Ordering::Release);
         // A new rank starts at the first request; a rejoining one where it left.
@@ -364,7 +378,17 @@ impl Worker {
     /// has not closed — or, for receiving, it closed with requests of ours
     /// still in the ring. An answer after a close has nobody to take it.
     fn check_coordinator(&self, direction: Direction) -> Result<()> {
-        if !self.coordinator.is_alive() {
+        let exited = self
+            .coordinator
+            .has_exited()
+            .map_err(|source| Error::FdPass {
+                context: format!(
+                    "channel {}: checking whether the coordinator lives",
+                    self.config.name
+                ),
+                source,
+            })?;
+        if exited {
             return Err(Error::CoordinatorDied {
                 channel: self.config.name.clone(),
                 pid: self.coordinator.pid(),

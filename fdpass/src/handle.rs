@@ -137,12 +137,13 @@ impl FdHandle {
     /// A handle for one of this process's descriptors.
     ///
     /// # Errors
-    /// None today; the `Result` leaves room for platforms without `/proc`.
+    /// [`Error::ProcessIo`] when our own start time cannot be read from
+    /// `/proc/self/stat` (out of descriptors, say; it is read once).
     pub fn export(fd: &impl AsFd) -> Result<FdHandle> {
         Ok(FdHandle {
             pid: std::process::id(),
             fd: ForeignFd::new(fd.as_fd().as_raw_fd()),
-            start_time: own_start_time(),
+            start_time: own_start_time()?,
         })
     }
 
@@ -227,26 +228,36 @@ impl FdHandle {
 /// `start_time`. The pidfd is opened first: if the pid was recycled before
 /// that, it names the newcomer, whose start time gives it away.
 ///
+/// Only the kernel saying so (`ESRCH`, `ENOENT`) or a different start time
+/// makes the process gone: failing to look (out of descriptors, say) is
+/// reported as that failure, never as a death.
+///
 /// # Errors
-/// [`Error::ProcessGone`]; as [`Pidfd::open`] otherwise.
+/// [`Error::ProcessGone`] (exited, or its pid now names a later process);
+/// [`Error::ProcessIo`] naming the pid and the errno when `pidfd_open` or
+/// reading `/proc/<pid>/stat` fails for another reason (`EMFILE`, say); as
+/// [`Pidfd::open`] otherwise.
 pub fn open_verified(pid: u32, start_time: u64) -> Result<Pidfd> {
     let pidfd = Pidfd::open(pid)?;
-    match crate::procstat::start_time(pid) {
-        Some(found) if found == start_time => Ok(pidfd),
-        Some(_) => Err(Error::ProcessGone {
+    if crate::procstat::start_time(pid)? == start_time {
+        Ok(pidfd)
+    } else {
+        Err(Error::ProcessGone {
             pid,
             reason: "its pid now belongs to a process started later",
-        }),
-        None => Err(Error::ProcessGone {
-            pid,
-            reason: "it has exited",
-        }),
+        })
     }
 }
 
 /// The start time of a live process (`/proc/<pid>/stat`, field 22), to record
-/// beside its pid; `None` if there is no such process.
-pub fn process_start_time(pid: u32) -> Option<u64> {
+/// beside its pid.
+///
+/// # Errors
+/// [`Error::ProcessGone`] only when the kernel says there is no such process
+/// (`ENOENT`, `ESRCH`); [`Error::ProcessIo`] naming the pid, the file and the
+/// errno for any other failure to read it (`EMFILE`, `ENFILE`, `/proc` not
+/// mounted): that is our trouble, not a sign the process died.
+pub fn process_start_time(pid: u32) -> Result<u64> {
     start_time(pid)
 }
 

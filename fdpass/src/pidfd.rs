@@ -82,9 +82,19 @@ impl Pidfd {
     }
 
     /// Whether the process is still running (its pidfd is not yet readable).
-    /// A zombie counts as exited.
+    /// A zombie counts as exited. A failed `poll` counts as alive: this never
+    /// reports an exit it has not seen; [`has_exited`](Pidfd::has_exited)
+    /// returns the failure instead.
     pub fn is_alive(&self) -> bool {
-        !matches!(self.poll_exit(Some(Duration::ZERO)), Ok(true))
+        !matches!(self.has_exited(), Ok(true))
+    }
+
+    /// Whether the process has exited, without waiting (a zombie has).
+    ///
+    /// # Errors
+    /// [`Error::ProcessIo`] naming the pid, from `poll`: not a sign of exit.
+    pub fn has_exited(&self) -> Result<bool> {
+        self.poll_exit(Some(Duration::ZERO))
     }
 
     /// Waits up to `timeout` for the process to exit; `Ok(true)` if it did.
@@ -108,7 +118,21 @@ impl Pidfd {
             let mut fds = [PollFd::new(&self.fd, PollFlags::IN)];
             match rustix::event::poll(&mut fds, timespec.as_ref()) {
                 Ok(0) => return Ok(false),
-                Ok(_) => return Ok(true),
+                // Readable (exited) or hung up (exited and reaped).
+                Ok(_) if fds[0].revents().intersects(PollFlags::IN | PollFlags::HUP) => {
+                    return Ok(true);
+                }
+                Ok(_) => {
+                    return Err(Error::process_io(
+                        "poll(pidfd)",
+                        self.pid,
+                        None,
+                        std::io::Error::other(format!(
+                            "unexpected poll events {:?}",
+                            fds[0].revents()
+                        )),
+                    ));
+                }
                 Err(Errno::INTR) => continue,
                 Err(e) => return Err(Error::process_io("poll(pidfd)", self.pid, None, e)),
             }

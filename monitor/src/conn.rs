@@ -79,8 +79,8 @@ pub(crate) struct Conn {
     pub(crate) peer: Credentials,
     /// A rank connection's process start time, read when it connected:
     /// Init checks it again, so a pid reused since then is not taken for it.
-    /// `None` on control connections.
-    pub(crate) peer_start: Option<u64>,
+    /// [`PeerStart::Hidden`] on control connections.
+    pub(crate) peer_start: PeerStart,
     /// When it was accepted (a waiting client's place in the queue).
     pub(crate) since: Instant,
     input: Vec<u8>,
@@ -111,7 +111,7 @@ impl Conn {
         Conn {
             stream,
             peer,
-            peer_start: None,
+            peer_start: PeerStart::Hidden,
             since: now,
             input: Vec::new(),
             output: VecDeque::new(),
@@ -147,7 +147,7 @@ impl Conn {
     pub(crate) fn rank(
         stream: UnixStream,
         peer: Credentials,
-        peer_start: Option<u64>,
+        peer_start: PeerStart,
         parked: bool,
         deadlines: Deadlines,
         now: Instant,
@@ -430,12 +430,31 @@ impl AsFd for Conn {
     }
 }
 
-/// The start time of the process that connected (none for a peer whose pid
-/// we cannot see): read at accept, for [`Conn::rank`].
-pub(crate) fn start_time_of(peer: &Credentials) -> Option<u64> {
-    (peer.pid != 0)
-        .then(|| nodeipc_fdpass::process_start_time(peer.pid))
-        .flatten()
+/// What reading a connecting process's start time at accept found.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum PeerStart {
+    /// Its start time, in clock ticks since boot.
+    Known(u64),
+    /// Its pid is 0 to us (another pid namespace), or not a rank connection.
+    Hidden,
+    /// The kernel had no such process any more (`ENOENT`, `ESRCH`).
+    Gone,
+    /// Reading failed for a reason of ours (`EMFILE`, say): the error, which
+    /// names the pid, the file and the errno. Says nothing of the process.
+    Unreadable(String),
+}
+
+/// The start time of the process that connected: read at accept, for
+/// [`Conn::rank`].
+pub(crate) fn start_time_of(peer: &Credentials) -> PeerStart {
+    if peer.pid == 0 {
+        return PeerStart::Hidden;
+    }
+    match nodeipc_fdpass::process_start_time(peer.pid) {
+        Ok(start) => PeerStart::Known(start),
+        Err(nodeipc_fdpass::Error::ProcessGone { .. }) => PeerStart::Gone,
+        Err(e) => PeerStart::Unreadable(e.to_string()),
+    }
 }
 
 /// An `Error { cause }` reply, the cause cut to [`MAX_CAUSE`](crate::limits::MAX_CAUSE).

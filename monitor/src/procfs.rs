@@ -1,14 +1,36 @@
 //! Process ancestry from `/proc/<pid>/stat`: whether the pid a client names
 //! is the client itself or one of its descendants.
+//!
+//! Only the kernel saying there is no such process (`ENOENT`, `ESRCH`) means
+//! a process is gone; any other failure to read (`EMFILE`, say) is returned
+//! as that failure, naming the pid, the file and the errno.
 
 /// Most parent links followed before giving up (a pid chain is never this deep).
 const MAX_DEPTH: usize = 1024;
 
-/// The parent pid of `pid` (field 4 of `/proc/<pid>/stat`), or `None` if there
-/// is no such process.
-pub(crate) fn parent_of(pid: u32) -> Option<u32> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    parse_ppid(&stat)
+/// What reading a process's parent found.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Parent {
+    /// Its parent pid (0 for a process whose parent we cannot see).
+    Pid(u32),
+    /// The kernel has no such process (`ENOENT`, `ESRCH`).
+    Gone,
+}
+
+/// The parent pid of `pid` (field 4 of `/proc/<pid>/stat`).
+///
+/// # Errors
+/// A sentence naming the pid, the file and the errno when the file cannot be
+/// read for a reason other than the process being gone, or holds no parent.
+pub(crate) fn parent_of(pid: u32) -> Result<Parent, String> {
+    let path = format!("/proc/{pid}/stat");
+    match std::fs::read_to_string(&path) {
+        Ok(stat) => parse_ppid(&stat)
+            .map(Parent::Pid)
+            .ok_or_else(|| format!("{path} holds no parent pid")),
+        Err(e) if matches!(e.raw_os_error(), Some(libc::ENOENT | libc::ESRCH)) => Ok(Parent::Gone),
+        Err(e) => Err(format!("cannot read {path}: {e}")),
+    }
 }
 
 /// Field 4 of a stat line. The command name (field 2) may hold spaces and
@@ -22,23 +44,27 @@ fn parse_ppid(stat: &str) -> Option<u32> {
 /// Whether `pid` is `ancestor` or a descendant of it, following the parent
 /// links in `/proc`. The answer holds only while both processes live: the
 /// caller pins `pid` with a pidfd before asking and checks it is alive after.
-pub(crate) fn is_self_or_descendant(pid: u32, ancestor: u32) -> bool {
+/// A link that vanished meanwhile ends the chain (`false`).
+///
+/// # Errors
+/// As [`parent_of`]: a failure to read is not an answer.
+pub(crate) fn is_self_or_descendant(pid: u32, ancestor: u32) -> Result<bool, String> {
     let mut current = pid;
     for _ in 0..MAX_DEPTH {
         if current == ancestor {
-            return true;
+            return Ok(true);
         }
-        match parent_of(current) {
-            Some(parent) if parent != 0 && parent != current => current = parent,
-            _ => return false,
+        match parent_of(current)? {
+            Parent::Pid(parent) if parent != 0 && parent != current => current = parent,
+            _ => return Ok(false),
         }
     }
-    false
+    Ok(false)
 }
 
 #[cfg(test)]
 mod tests {
-    use super::{is_self_or_descendant, parse_ppid};
+    use super::{Parent, is_self_or_descendant, parse_ppid};
 
     #[test]
     fn a_command_name_with_spaces_and_parentheses_is_skipped() {
@@ -52,9 +78,16 @@ mod tests {
     #[test]
     fn we_are_our_own_and_a_child_of_our_parent() {
         let me = std::process::id();
-        assert!(is_self_or_descendant(me, me));
-        let parent = super::parent_of(me).unwrap();
-        assert!(is_self_or_descendant(me, parent));
-        assert!(!is_self_or_descendant(parent, me));
+        assert_eq!(is_self_or_descendant(me, me), Ok(true));
+        let Ok(Parent::Pid(parent)) = super::parent_of(me) else {
+            panic!("no parent");
+        };
+        assert_eq!(is_self_or_descendant(me, parent), Ok(true));
+        assert_eq!(is_self_or_descendant(parent, me), Ok(false));
+    }
+
+    #[test]
+    fn a_pid_nobody_has_is_gone() {
+        assert_eq!(super::parent_of(i32::MAX as u32), Ok(Parent::Gone));
     }
 }

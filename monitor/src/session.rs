@@ -8,6 +8,7 @@ use nodeipc_fdpass::Pidfd;
 use nodeipc_proto::monitor as pb;
 
 use crate::config::{check_section_name, ms};
+use crate::conn::PeerStart;
 use crate::fastpath::ServerRegion;
 use crate::limits::{MAX_HOST, MAX_SECTIONS, MAX_STATE, over_cap};
 use crate::server::{error, ok, status_reply};
@@ -131,7 +132,8 @@ impl MonitorServer {
                 ),
             });
         }
-        let Some((peer, peer_start)) = self.conn.as_ref().map(|c| (c.peer, c.peer_start)) else {
+        let Some((peer, peer_start)) = self.conn.as_ref().map(|c| (c.peer, c.peer_start.clone()))
+        else {
             return Err("no connection".to_owned());
         };
         let Some(info) = init.rank else {
@@ -152,25 +154,51 @@ impl MonitorServer {
         }
         // SO_PEERCRED's pid was read when the client connected (it may have
         // waited for the rank connection since): the process must still be
-        // the one that connected, not another that got its pid since.
-        if peer_start.is_none() || nodeipc_fdpass::process_start_time(peer.pid) != peer_start {
-            return Err(format!(
+        // the one that connected, not another that got its pid since. Only
+        // the kernel saying so (no such process, another start time) means
+        // it has gone; failing to look (EMFILE, say) is refused as that.
+        let exited_since = || {
+            format!(
                 "the connecting process (pid {}) has exited since it connected; a process that holds its socket now cannot register in its name",
                 peer.pid
-            ));
+            )
+        };
+        let cannot_check = |e: &dyn std::fmt::Display| {
+            format!(
+                "cannot check the connecting process (pid {}): {e}; retry once the monitor has descriptors again",
+                peer.pid
+            )
+        };
+        match peer_start {
+            PeerStart::Known(then) => match nodeipc_fdpass::process_start_time(peer.pid) {
+                Ok(now) if now == then => {}
+                Ok(_) | Err(nodeipc_fdpass::Error::ProcessGone { .. }) => {
+                    return Err(exited_since());
+                }
+                Err(e) => return Err(cannot_check(&e)),
+            },
+            PeerStart::Gone | PeerStart::Hidden => return Err(exited_since()),
+            PeerStart::Unreadable(e) => {
+                return Err(cannot_check(&format!("when it connected, {e}")));
+            }
         }
         let pid = if info.pid == 0 { peer.pid } else { info.pid };
         let pidfd = Pidfd::open(pid).map_err(|e| format!("cannot watch pid {pid}: {e}"))?;
-        if !procfs::is_self_or_descendant(pid, peer.pid) {
+        if !procfs::is_self_or_descendant(pid, peer.pid).map_err(|e| cannot_check(&e))? {
             return Err(format!(
                 "pid {pid} is neither the connecting process (pid {}, from SO_PEERCRED) nor a descendant of it; a client may only name itself or its own descendants",
                 peer.pid
             ));
         }
-        let start_time = nodeipc_fdpass::process_start_time(pid);
-        let (true, Some(start_time)) = (pidfd.is_alive(), start_time) else {
-            return Err(format!("process {pid} exited during registration"));
+        let exited = || format!("process {pid} exited during registration");
+        let start_time = match nodeipc_fdpass::process_start_time(pid) {
+            Ok(start_time) => start_time,
+            Err(nodeipc_fdpass::Error::ProcessGone { .. }) => return Err(exited()),
+            Err(e) => return Err(cannot_check(&e)),
         };
+        if pidfd.has_exited().map_err(|e| cannot_check(&e))? {
+            return Err(exited());
+        }
         let region = if init.want_heartbeat_region && self.config.heartbeat_region {
             match ServerRegion::create() {
                 Ok(region) => Some(region),

@@ -2,18 +2,25 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 
 mod error;
+mod lease;
 mod list;
 mod name;
 mod open;
+mod procscan;
 mod region;
 mod space;
 mod view;
 pub mod wait;
 
 pub use error::{Error, Result};
-pub use list::{Cleanup, KeepReason, ObjectKind, ShmObject, list, plan_cleanup, remove_stale};
+pub use lease::{NotProved, Unheld};
+pub use list::{
+    Cleanup, KeepReason, ObjectKind, ShmObject, list, list_with, plan_cleanup, plan_cleanup_with,
+    remove_stale, remove_stale_with,
+};
 pub use name::{MAX_NAME_LEN, validate_name};
 pub use open::OpenOptions;
+pub use procscan::{Gap, ProcessScan};
 pub use region::{REGION_MODE, Region, unlink};
 pub use view::{Padded, ShmSafe};
 

@@ -1,10 +1,34 @@
 //! Finding and removing objects under `/dev/shm`: what crashed runs left behind.
+//!
+//! # What is proved before an object is removed
+//!
+//! [`remove_stale`] removes an object only when all of this holds:
+//!
+//! 1. it is a regular file (not a link) owned by our effective uid;
+//! 2. no process the [`ProcessScan`] saw maps it, holds it open, or works in
+//!    it (this names the users; it is not the proof, since a scan may miss
+//!    processes);
+//! 3. the kernel grants a write lease on it ([`Unheld`]): there is no open
+//!    file description of it anywhere but ours — no descriptor in any
+//!    process of any namespace, no mapping (a mapping keeps its file open),
+//!    no descriptor in flight in an `SCM_RIGHTS` message — whether or not
+//!    `/proc` shows the process, whatever our pid namespace or descriptor
+//!    limit; and the name still refers to the file listed;
+//! 4. while the lease is held, the name is checked once more and removed.
+//!    An open that starts in that instant waits for the lease and then gets
+//!    the object, no longer named.
+//!
+//! Anything else keeps the object, with the reason ([`KeepReason`]): a
+//! refused lease is "in use or unknown", a failed step (`EMFILE` opening it,
+//! leases disabled) is "cannot prove".
 
-use std::collections::HashMap;
+use std::fmt;
 use std::fs as stdfs;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::PathBuf;
 
+use crate::lease::{NotProved, Unheld};
+use crate::procscan::{Gap, ProcessScan};
 use crate::{Error, Result, SHM_DIR};
 
 /// The file name glibc gives a named semaphore: `sem.` then its name.
@@ -48,6 +72,7 @@ impl ShmObject {
 
 /// Why [`remove_stale`] left an object in place.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum KeepReason {
     /// Live processes map it or hold it open.
     InUse {
@@ -64,6 +89,68 @@ pub enum KeepReason {
         /// The errno.
         errno: i32,
     },
+    /// The kernel refused a write lease: a process holds it open or mapped,
+    /// though none the scan saw (one in another pid namespace, one whose
+    /// `/proc` we may not read, a descriptor in flight).
+    HeldUnseen {
+        /// Why the scan may have missed its users, if it saw a gap.
+        gap: Option<Gap>,
+    },
+    /// A step of the proof that nobody uses it failed: not proved, kept.
+    Unproven {
+        /// The call that failed (`open`, `fcntl(F_SETLEASE, F_WRLCK)`).
+        step: &'static str,
+        /// The errno.
+        errno: i32,
+    },
+    /// Its name refers to another object than the one listed.
+    Replaced,
+}
+
+impl fmt::Display for KeepReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let pids = |pids: &[u32]| {
+            pids.iter()
+                .map(u32::to_string)
+                .collect::<Vec<_>>()
+                .join(",")
+        };
+        match self {
+            KeepReason::InUse { pids: users } => write!(f, "in use by pid {}", pids(users)),
+            KeepReason::OtherOwner { uid } => write!(f, "owned by uid {uid}"),
+            KeepReason::RemoveFailed { errno } => write!(
+                f,
+                "remove failed: {}",
+                std::io::Error::from_raw_os_error(*errno)
+            ),
+            KeepReason::HeldUnseen { gap } => {
+                write!(
+                    f,
+                    "in use or unknown: the kernel refused a write lease, so a process holds it open or mapped, but clean cannot see which"
+                )?;
+                match gap {
+                    Some(gap) => write!(f, " ({gap})"),
+                    None => write!(
+                        f,
+                        " (one in another pid namespace, or a descriptor in flight)"
+                    ),
+                }
+            }
+            KeepReason::Unproven { step, errno } => write!(
+                f,
+                "in use or unknown: {}",
+                NotProved::Failed {
+                    step,
+                    errno: *errno
+                }
+            ),
+            KeepReason::Replaced => write!(
+                f,
+                "in use or unknown: {} since it was listed",
+                NotProved::Replaced
+            ),
+        }
+    }
 }
 
 /// What a clean-up removed and what it kept, with the reason.
@@ -79,8 +166,8 @@ pub struct Cleanup {
 /// (`"/nodeipc-"`, say; `"/"` lists everything), with owner, size, mode and
 /// the live processes that map them or hold them open.
 ///
-/// Users are found by walking `/proc/*/maps` and `/proc/*/fd`; processes of
-/// other users are only visible to root.
+/// Users are found by a [`ProcessScan`] of `/proc`: processes it cannot see
+/// (see [`ProcessScan::gaps`]) are missing from the list.
 ///
 /// # Errors
 /// [`Error::InvalidName`] if the prefix has a `/` past the first byte;
@@ -96,6 +183,100 @@ pub struct Cleanup {
 /// # Ok::<(), nodeipc_shm::Error>(())
 /// ```
 pub fn list(prefix: &str) -> Result<Vec<ShmObject>> {
+    list_with(prefix, &ProcessScan::run())
+}
+
+/// [`list`] with the users from `scan`, a scan the caller made (and may use
+/// for more).
+///
+/// # Errors
+/// As [`list`].
+pub fn list_with(prefix: &str, scan: &ProcessScan) -> Result<Vec<ShmObject>> {
+    Ok(listed(prefix, scan)?.into_iter().map(|(o, _)| o).collect())
+}
+
+/// What [`remove_stale`] would do now, removing nothing: the same proof is
+/// made (and the lease let go at once).
+///
+/// # Errors
+/// As [`list`].
+pub fn plan_cleanup(prefix: &str) -> Result<Cleanup> {
+    plan_cleanup_with(prefix, &ProcessScan::run())
+}
+
+/// [`plan_cleanup`] with the users from `scan`.
+///
+/// # Errors
+/// As [`list`].
+pub fn plan_cleanup_with(prefix: &str, scan: &ProcessScan) -> Result<Cleanup> {
+    cleanup(prefix, scan, false)
+}
+
+/// Removes the objects under `prefix` that are ours (owned by our effective
+/// uid) and that provably no process maps or holds open (see the module
+/// documentation for the proof): the leftovers of crashed runs. Everything
+/// else is kept, with the reason.
+///
+/// # Errors
+/// As [`list`]; a failure with one object is reported in
+/// [`Cleanup::kept`] and does not stop the others.
+pub fn remove_stale(prefix: &str) -> Result<Cleanup> {
+    remove_stale_with(prefix, &ProcessScan::run())
+}
+
+/// [`remove_stale`] with the users from `scan`.
+///
+/// # Errors
+/// As [`list`].
+pub fn remove_stale_with(prefix: &str, scan: &ProcessScan) -> Result<Cleanup> {
+    cleanup(prefix, scan, true)
+}
+
+fn cleanup(prefix: &str, scan: &ProcessScan, remove: bool) -> Result<Cleanup> {
+    let euid = rustix::process::geteuid().as_raw();
+    let mut done = Cleanup::default();
+    for (object, id) in listed(prefix, scan)? {
+        if object.owner != euid {
+            let uid = object.owner;
+            done.kept.push((object, KeepReason::OtherOwner { uid }));
+            continue;
+        }
+        if object.in_use() {
+            let pids = object.users.clone();
+            done.kept.push((object, KeepReason::InUse { pids }));
+            continue;
+        }
+        let proved = Unheld::prove(&object.path, Some(id)).and_then(|proof| {
+            if remove {
+                proof.unlink(&object.path)
+            } else {
+                Ok(())
+            }
+        });
+        let reason = match proved {
+            Ok(()) => {
+                done.removed.push(object);
+                continue;
+            }
+            // Someone else removed it meanwhile: nothing to report.
+            Err(NotProved::Gone) => continue,
+            Err(NotProved::Held) => KeepReason::HeldUnseen {
+                gap: scan.blind_spot(false).cloned(),
+            },
+            Err(NotProved::Replaced) => KeepReason::Replaced,
+            Err(NotProved::Failed {
+                step: "unlink",
+                errno,
+            }) => KeepReason::RemoveFailed { errno },
+            Err(NotProved::Failed { step, errno }) => KeepReason::Unproven { step, errno },
+        };
+        done.kept.push((object, reason));
+    }
+    Ok(done)
+}
+
+/// The objects under `prefix`, sorted by name, each with its `(dev, ino)`.
+fn listed(prefix: &str, scan: &ProcessScan) -> Result<Vec<(ShmObject, (u64, u64))>> {
     let file_prefix = prefix.strip_prefix('/').unwrap_or(prefix);
     if file_prefix.contains('/') {
         return Err(Error::InvalidName {
@@ -105,7 +286,9 @@ pub fn list(prefix: &str) -> Result<Vec<ShmObject>> {
     }
     let entries = stdfs::read_dir(SHM_DIR).map_err(|e| Error::io("read_dir", SHM_DIR, e))?;
     let mut objects = Vec::new();
-    for entry in entries.flatten() {
+    for entry in entries {
+        // A listing cut short would hide leftovers: say so.
+        let entry = entry.map_err(|e| Error::io("read_dir", SHM_DIR, e))?;
         let file_name = entry.file_name();
         let Some(file_name) = file_name.to_str() else {
             continue;
@@ -118,12 +301,15 @@ pub fn list(prefix: &str) -> Result<Vec<ShmObject>> {
             continue;
         }
         // Not following links: a symlink or directory here is no object of ours.
-        let Ok(meta) = entry.path().symlink_metadata() else {
-            continue;
+        let meta = match entry.path().symlink_metadata() {
+            Ok(meta) => meta,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(e) => return Err(Error::io("lstat", &entry.path().to_string_lossy(), e)),
         };
         if !meta.file_type().is_file() {
             continue;
         }
+        let (dev, ino) = (meta.dev(), meta.ino());
         objects.push((
             ShmObject {
                 name: format!("/{bare}"),
@@ -132,147 +318,11 @@ pub fn list(prefix: &str) -> Result<Vec<ShmObject>> {
                 owner: meta.uid(),
                 mode: meta.permissions().mode() & 0o7777,
                 size: meta.size(),
-                users: Vec::new(),
+                users: scan.users_of(dev, ino),
             },
-            (meta.dev(), meta.ino()),
+            (dev, ino),
         ));
     }
-    if !objects.is_empty() {
-        let ids: HashMap<(u64, u64), usize> = objects
-            .iter()
-            .enumerate()
-            .map(|(i, (_, id))| (*id, i))
-            .collect();
-        for (pid, index) in users_of(&ids) {
-            let users = &mut objects[index].0.users;
-            if !users.contains(&pid) {
-                users.push(pid);
-            }
-        }
-    }
-    let mut objects: Vec<ShmObject> = objects.into_iter().map(|(o, _)| o).collect();
-    objects.sort_by(|a, b| a.name.cmp(&b.name));
+    objects.sort_by(|a, b| a.0.name.cmp(&b.0.name));
     Ok(objects)
-}
-
-/// What [`remove_stale`] would do now, removing nothing.
-///
-/// # Errors
-/// As [`list`].
-pub fn plan_cleanup(prefix: &str) -> Result<Cleanup> {
-    let euid = rustix::process::geteuid().as_raw();
-    let mut plan = Cleanup::default();
-    for object in list(prefix)? {
-        if object.owner != euid {
-            let uid = object.owner;
-            plan.kept.push((object, KeepReason::OtherOwner { uid }));
-        } else if object.in_use() {
-            let pids = object.users.clone();
-            plan.kept.push((object, KeepReason::InUse { pids }));
-        } else {
-            plan.removed.push(object);
-        }
-    }
-    Ok(plan)
-}
-
-/// Removes the objects under `prefix` that are ours (owned by our effective
-/// uid) and that no live process maps or holds open: the leftovers of crashed
-/// runs. Objects in use or of other users are kept, with the reason.
-///
-/// # Errors
-/// As [`list`]; a failure to remove one object is reported in
-/// [`Cleanup::kept`] and does not stop the others.
-pub fn remove_stale(prefix: &str) -> Result<Cleanup> {
-    let plan = plan_cleanup(prefix)?;
-    let mut done = Cleanup {
-        removed: Vec::new(),
-        kept: plan.kept,
-    };
-    for object in plan.removed {
-        match stdfs::remove_file(&object.path) {
-            Ok(()) => done.removed.push(object),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => done.removed.push(object),
-            Err(e) => {
-                let errno = e.raw_os_error().unwrap_or(0);
-                done.kept.push((object, KeepReason::RemoveFailed { errno }));
-            }
-        }
-    }
-    Ok(done)
-}
-
-/// `(pid, object index)` for every process that maps or holds one of `ids`.
-fn users_of(ids: &HashMap<(u64, u64), usize>) -> Vec<(u32, usize)> {
-    // `/proc/<pid>/maps` names the device as hex "major:minor".
-    let by_maps_key: HashMap<(u32, u32, u64), usize> = ids
-        .iter()
-        .map(|(&(dev, ino), &i)| ((rustix::fs::major(dev), rustix::fs::minor(dev), ino), i))
-        .collect();
-    let mut found = Vec::new();
-    let Ok(procs) = stdfs::read_dir("/proc") else {
-        return found;
-    };
-    for proc_entry in procs.flatten() {
-        let Some(pid) = proc_entry
-            .file_name()
-            .to_str()
-            .and_then(|s| s.parse::<u32>().ok())
-        else {
-            continue;
-        };
-        let dir = proc_entry.path();
-        if let Ok(maps) = stdfs::read_to_string(dir.join("maps")) {
-            for line in maps.lines() {
-                if let Some(index) = parse_maps_line(line).and_then(|k| by_maps_key.get(&k)) {
-                    found.push((pid, *index));
-                }
-            }
-        }
-        if let Ok(fds) = stdfs::read_dir(dir.join("fd")) {
-            for fd in fds.flatten() {
-                // `metadata` follows the magic link to the open file itself.
-                if let Ok(meta) = stdfs::metadata(fd.path())
-                    && let Some(index) = ids.get(&(meta.dev(), meta.ino()))
-                {
-                    found.push((pid, *index));
-                }
-            }
-        }
-    }
-    found
-}
-
-/// `(major, minor, inode)` of one `/proc/<pid>/maps` line.
-fn parse_maps_line(line: &str) -> Option<(u32, u32, u64)> {
-    let mut fields = line.split_ascii_whitespace();
-    let dev = fields.nth(3)?;
-    let inode: u64 = fields.next()?.parse().ok()?;
-    if inode == 0 {
-        return None;
-    }
-    let (major, minor) = dev.split_once(':')?;
-    Some((
-        u32::from_str_radix(major, 16).ok()?,
-        u32::from_str_radix(minor, 16).ok()?,
-        inode,
-    ))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::parse_maps_line;
-
-    #[test]
-    fn maps_line_with_deleted_object() {
-        let line =
-            "7f1c2a000000-7f1c2a001000 rw-s 00000000 00:1a 4242   /dev/shm/nodeipc-x (deleted)";
-        assert_eq!(parse_maps_line(line), Some((0, 0x1a, 4242)));
-    }
-
-    #[test]
-    fn maps_line_of_anonymous_memory_is_skipped() {
-        let line = "7ffd1000-7ffd2000 rw-p 00000000 00:00 0  [stack]";
-        assert_eq!(parse_maps_line(line), None);
-    }
 }

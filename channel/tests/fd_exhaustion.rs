@@ -1,0 +1,113 @@
+//! A coordinator out of descriptors when it first looks at a worker cannot
+//! open the worker's pidfd: it fails with that error (naming the pid and the
+//! errno), and never reports the live worker as dead.
+//!
+//! Runs in a child (this test binary again) whose descriptor table is
+//! filled once the worker, a thread of it, has joined.
+
+use std::os::fd::OwnedFd;
+use std::process::{Command, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use nodeipc_channel::{ChannelConfig, Coordinator, Error, Worker};
+use nodeipc_testkit::{Watchdog, shm_leftovers, spawn_child, unique_name};
+use rustix::io::Errno;
+use rustix::process::{Resource, Rlimit, getrlimit, setrlimit};
+
+/// Set in the child: the channel name.
+const CHILD: &str = "NODEIPC_CHANNEL_TEST_FD_EXHAUSTION_CHILD";
+const TEST: &str = "regression_a_coordinator_out_of_descriptors_reports_that_not_a_dead_worker";
+
+/// Fills the descriptor table under a soft limit lowered to a little above
+/// what is open; returns the fillers and the old limit.
+fn fill_table() -> (Vec<OwnedFd>, Rlimit) {
+    let limit = getrlimit(Resource::Nofile);
+    let open = std::fs::read_dir("/proc/self/fd").unwrap().count() as u64;
+    setrlimit(
+        Resource::Nofile,
+        Rlimit {
+            current: Some(open + 16),
+            maximum: limit.maximum,
+        },
+    )
+    .unwrap();
+    let mut fillers = Vec::new();
+    let full = loop {
+        match rustix::io::fcntl_dupfd_cloexec(std::io::stdin(), 0) {
+            Ok(fd) => fillers.push(fd),
+            Err(e) => break e,
+        }
+    };
+    assert_eq!(full, Errno::MFILE, "the table did not fill up");
+    (fillers, limit)
+}
+
+fn child(name: &str) {
+    println!(); // our lines start after the harness's "test … ..."
+    let config = ChannelConfig::new(name, 1).timeout(Duration::from_secs(5));
+    let coordinator = Coordinator::create(config.clone()).unwrap();
+    let (joined, wait_joined) = mpsc::channel();
+    let (done, wait_done) = mpsc::channel::<()>();
+    let worker = std::thread::spawn(move || {
+        let worker = Worker::join(config, 0).unwrap();
+        joined.send(()).unwrap();
+        let _ = wait_done.recv();
+        drop(worker);
+    });
+    wait_joined.recv().unwrap();
+    let (fillers, limit) = fill_table();
+    let result = coordinator.wait_for_workers(Duration::from_secs(1));
+    drop(fillers);
+    setrlimit(Resource::Nofile, limit).unwrap();
+    match result {
+        Err(Error::WorkerDied { rank, .. }) => println!("said worker {rank} died"),
+        Err(e) => println!("error: {e}"),
+        Ok(()) => println!("joined"),
+    }
+    // With descriptors back, the worker is found alive.
+    coordinator
+        .wait_for_workers(Duration::from_secs(5))
+        .unwrap();
+    println!("joined after");
+    done.send(()).unwrap();
+    worker.join().unwrap();
+}
+
+#[test]
+fn regression_a_coordinator_out_of_descriptors_reports_that_not_a_dead_worker() {
+    if let Ok(name) = std::env::var(CHILD) {
+        return child(&name);
+    }
+    let _dog = Watchdog::new(TEST, Duration::from_secs(60));
+    let name = unique_name("emfile-chan");
+    let child = spawn_child(
+        Command::new(std::env::current_exe().unwrap())
+            .args(["--exact", TEST, "--nocapture", "--test-threads=1"])
+            .env(CHILD, &name)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped()),
+    );
+    let pid = child.id();
+    let out = child.output_timeout(Duration::from_secs(30));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let context = format!("{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "the child failed: {context}");
+    let emfile = std::io::Error::from_raw_os_error(Errno::MFILE.raw_os_error()).to_string();
+    let line = stdout
+        .lines()
+        .find(|l| l.starts_with("error: ") || l.starts_with("said") || l == &"joined")
+        .unwrap_or_else(|| panic!("no outcome: {context}"));
+    assert!(
+        line.contains("checking whether worker 0 lives")
+            && line.contains(&format!("pidfd_open failed for process {pid}"))
+            && line.contains(&emfile),
+        "{line}"
+    );
+    assert!(stdout.contains("joined after"), "{context}");
+    assert!(
+        shm_leftovers(&name).is_empty(),
+        "{:?}",
+        shm_leftovers(&name)
+    );
+}
