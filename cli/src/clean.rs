@@ -55,7 +55,8 @@ pub(crate) struct CleanArgs {
     #[arg(long)]
     dry_run: bool,
     /// Keep directories changed less than this many seconds ago.
-    #[arg(long, value_name = "SECONDS", default_value_t = DEFAULT_MIN_AGE_SECS)]
+    #[arg(long, value_name = "SECONDS", default_value_t = DEFAULT_MIN_AGE_SECS,
+          value_parser = crate::limits::u64_in(0, MAX_MIN_AGE_SECS))]
     min_age: u64,
     /// Take processes whose /proc entries clean may not read (EACCES,
     /// EPERM: other users', or ones a security module protects) to use no
@@ -64,6 +65,10 @@ pub(crate) struct CleanArgs {
     #[arg(long)]
     ignore_unreadable: bool,
 }
+
+/// The longest `--min-age`: ten years, far past any run, well inside what
+/// the clock arithmetic on a directory's age can hold.
+const MAX_MIN_AGE_SECS: u64 = 10 * 365 * 24 * 3600;
 
 pub(crate) fn ls(args: LsArgs) -> CmdResult {
     let scan = ProcessScan::run();

@@ -7,10 +7,10 @@
 //! naming it, not a SIGBUS.
 
 use std::io::Read;
-use std::os::fd::BorrowedFd;
+use std::os::fd::{AsFd, BorrowedFd};
 
 use clap::Subcommand;
-use nodeipc_shm::{OpenOptions, Region};
+use nodeipc_shm::Region;
 use rustix::io::Errno;
 
 use crate::limits::{u64_in, usize_in};
@@ -64,14 +64,13 @@ pub(crate) fn run(command: ShmCommand) -> CmdResult {
                 .persist();
         }
         ShmCommand::Write { name, offset } => {
-            let region = Region::open(&name, OpenOptions::default())?;
-            let size = region.len() as u64;
+            let (fd, size) = nodeipc_shm::open_unmapped(&name)?;
             check_offset(&name, offset, size)?;
-            write_stdin(region.as_fd(), &name, offset, size)?;
+            write_stdin(fd.as_fd(), &name, offset, size)?;
         }
         ShmCommand::Read { name, offset, len } => {
-            let region = Region::open(&name, OpenOptions::default())?;
-            let size = region.len() as u64;
+            // Not mapped: a region of any size streams, its holes unallocated.
+            let (fd, size) = nodeipc_shm::open_unmapped(&name)?;
             check_offset(&name, offset, size)?;
             let room = size - offset;
             let len = match len {
@@ -84,7 +83,7 @@ pub(crate) fn run(command: ShmCommand) -> CmdResult {
                     )));
                 }
             };
-            read_to_stdout(region.as_fd(), &name, offset, len)?;
+            read_to_stdout(fd.as_fd(), &name, offset, len)?;
         }
         ShmCommand::Unlink { name } => nodeipc_shm::unlink(&name)?,
     }

@@ -3,8 +3,8 @@
 //! panics (exit 101) or aborts (exit 134), a refusal is exactly one line on
 //! stderr, and nothing is left in `/dev/shm` or the temporary directory.
 //!
-//! `ls` and `clean` take no numbers; [`every_option_with_a_value_is_covered`]
-//! keeps this list complete as options are added.
+//! [`every_option_with_a_value_is_covered`] keeps this list complete as
+//! options are added.
 
 mod common;
 
@@ -35,6 +35,7 @@ const NUMERIC: &[(&str, &[&str])] = &[
     ("sem create", &["--value"]),
     ("sem wait", &["--timeout-ms"]),
     ("monitor status", &["--timeout-ms"]),
+    ("clean", &["--min-age"]),
     ("bench fdpass", &["--fds"]),
     ("bench barrier", &["--ranks", "--iters"]),
     (
@@ -170,10 +171,36 @@ fn shm_options_at_the_extremes() {
     let left = shm_leftovers("nodeipc-test-extremes-");
     let ours: Vec<_> = left
         .iter()
+        // Only this test's names: the others run meanwhile.
+        .filter(|n| n.contains("extremes-create-") || n.contains("extremes-rw-"))
         .filter(|n| n.contains(&format!("-{}-", std::process::id())))
         .collect();
     if !ours.is_empty() {
         failures.push(format!("left in /dev/shm: {ours:?}"));
+    }
+    report(failures);
+}
+
+#[test]
+fn clean_options_at_the_extremes() {
+    let _dog = Watchdog::new("clean extremes", Duration::from_secs(120));
+    let mut failures = Vec::new();
+    for value in EXTREMES {
+        // A prefix nothing has and a dry run: only the number is on trial.
+        let prefix = unique_name("extremes-clean-none");
+        let case = format!("clean --dry-run --min-age {value}");
+        let out = nodeipc(
+            &[
+                "clean",
+                "--dry-run",
+                "--prefix",
+                &prefix,
+                "--min-age",
+                value,
+            ],
+            None,
+        );
+        failures.extend(judge(&case, &out));
     }
     report(failures);
 }
@@ -204,6 +231,8 @@ fn sem_options_at_the_extremes() {
     }
     let ours: Vec<_> = shm_leftovers("nodeipc-test-extremes-")
         .into_iter()
+        // Only this test's names: the others run meanwhile.
+        .filter(|n| n.contains("extremes-sem-") || n.contains("extremes-wait-"))
         .filter(|n| n.contains(&format!("-{}-", std::process::id())))
         .collect();
     if !ours.is_empty() {
@@ -356,7 +385,20 @@ fn regression_a_huge_sparse_region_is_streamed_not_loaded() {
     let _dog = Watchdog::new("huge sparse read", Duration::from_secs(120));
     let name = unique_name("extremes-huge");
     let size: u64 = 1 << 40;
-    let region = nodeipc_shm::Region::create(&name, size as usize).unwrap();
+    // Made as another program would make it, with a bare ftruncate: a
+    // Region reserves its memory, and nothing holds a terabyte.
+    let path = format!("/dev/shm{name}");
+    let file = std::os::unix::fs::OpenOptionsExt::mode(
+        std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true),
+        0o600,
+    )
+    .open(&path)
+    .unwrap();
+    let region = RemoveOnDrop(path.clone());
+    file.set_len(size).unwrap();
 
     let too_long = (size + 1).to_string();
     let out = nodeipc(&["shm", "read", &name, "--len", &too_long], None);
@@ -391,7 +433,6 @@ fn regression_a_huge_sparse_region_is_streamed_not_loaded() {
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
         .unwrap();
     assert!(rss_kib < 32 << 10, "the reader holds {rss_kib} KiB");
-    let path = format!("/dev/shm/{}", &name[1..]);
     let blocks = std::os::unix::fs::MetadataExt::blocks(&std::fs::metadata(&path).unwrap());
     assert_eq!(blocks, 0, "reading allocated pages of the region");
     // The reader leaves: the command stops quietly.
@@ -409,4 +450,13 @@ fn regression_a_huge_sparse_region_is_streamed_not_loaded() {
     assert!(err.is_empty(), "{err}");
     drop(region);
     assert!(shm_leftovers(&name).is_empty());
+}
+
+/// Removes a file made by hand, however the test ends.
+struct RemoveOnDrop(String);
+
+impl Drop for RemoveOnDrop {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
 }

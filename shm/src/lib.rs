@@ -19,7 +19,7 @@ pub use list::{
     remove_stale, remove_stale_with,
 };
 pub use name::{MAX_NAME_LEN, validate_name};
-pub use open::OpenOptions;
+pub use open::{OpenOptions, open_unmapped};
 pub use procscan::{Gap, ProcessScan};
 pub use region::{REGION_MODE, Region, unlink};
 pub use view::{Padded, ShmSafe};

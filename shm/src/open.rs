@@ -1,7 +1,7 @@
 //! [`Region::open`]: a region another process created, checked before it is
 //! mapped, waited for (bounded) while its creator is still at work.
 
-use std::os::fd::AsFd;
+use std::os::fd::{AsFd, OwnedFd};
 use std::time::Duration;
 
 use crate::wait::Pacer;
@@ -96,7 +96,57 @@ impl Region {
     }
 }
 
+/// Opens a named region's file for `pread`/`pwrite` without mapping it:
+/// the same checks as [`Region::open`] (name, type, owner, mode 0600; never
+/// blocking, never following a link), no waiting, no reservation. Returns
+/// the descriptor and the region's size.
+///
+/// For tools that stream a region of any size (`nodeipc shm read`) and must
+/// not allocate its holes: reading a hole gives zeros, and a write into a
+/// hole of a full tmpfs fails with `ENOSPC` instead of a `SIGBUS`, since
+/// nothing is mapped.
+///
+/// # Errors
+/// As [`Region::open`] without a wait: [`Error::InvalidName`],
+/// [`Error::NotFound`], [`Error::NotRegular`], [`Error::Untrusted`],
+/// [`Error::Io`].
+#[doc(alias = "shm_open")]
+pub fn open_unmapped(name: &str) -> Result<(OwnedFd, u64)> {
+    validate_name(name)?;
+    checked_fd(name)
+        .map(|(fd, stat)| (fd, stat.st_size as u64))
+        .map_err(Attempt::into_error)
+}
+
 fn try_open(name: &str, min_size: usize) -> Result<Region, Attempt> {
+    let (fd, stat) = checked_fd(name)?;
+    let size = stat.st_size as u64;
+    if size == 0 || size < min_size as u64 {
+        return Err(Attempt::NotYet {
+            what: "reach its size",
+            error: Error::TooSmall {
+                name: name.to_owned(),
+                size,
+                min_size: min_size.max(1) as u64,
+            },
+        });
+    }
+    let len = usize::try_from(size).map_err(|_| {
+        Attempt::Fatal(Error::InvalidSize {
+            object: name.to_owned(),
+            size,
+            reason: "larger than this process can map",
+        })
+    })?;
+    if !fully_backed(&stat) {
+        reserve(fd.as_fd(), size, name, false).map_err(Attempt::Fatal)?;
+    }
+    Region::map(fd, Some(name.to_owned()), name.to_owned(), len).map_err(Attempt::Fatal)
+}
+
+/// Opens `/dev/shm/<name>` without blocking or following a link and checks
+/// it: a regular file of ours, mode 0600.
+fn checked_fd(name: &str) -> Result<(OwnedFd, fs::Stat), Attempt> {
     let path = dev_shm_path(name);
     // O_NONBLOCK: whatever sits at the name, opening it returns at once (a
     // FIFO would otherwise wait for a writer); O_NOCTTY: a terminal planted
@@ -170,28 +220,7 @@ fn try_open(name: &str, min_size: usize) -> Result<Region, Attempt> {
             error: untrusted,
         });
     }
-    let size = stat.st_size as u64;
-    if size == 0 || size < min_size as u64 {
-        return Err(Attempt::NotYet {
-            what: "reach its size",
-            error: Error::TooSmall {
-                name: name.to_owned(),
-                size,
-                min_size: min_size.max(1) as u64,
-            },
-        });
-    }
-    let len = usize::try_from(size).map_err(|_| {
-        Attempt::Fatal(Error::InvalidSize {
-            object: name.to_owned(),
-            size,
-            reason: "larger than this process can map",
-        })
-    })?;
-    if !fully_backed(&stat) {
-        reserve(fd.as_fd(), size, name, false).map_err(Attempt::Fatal)?;
-    }
-    Region::map(fd, Some(name.to_owned()), name.to_owned(), len).map_err(Attempt::Fatal)
+    Ok((fd, stat))
 }
 
 fn not_regular(name: &str, file_type: FileType) -> Attempt {
