@@ -100,7 +100,7 @@ pub(crate) fn ls(args: LsArgs) -> CmdResult {
             object.mode,
             object.owner,
             users(&object.users, unseen),
-            object.name
+            Shown(&object.name)
         );
     }
     for dir in &found {
@@ -114,7 +114,7 @@ pub(crate) fn ls(args: LsArgs) -> CmdResult {
             dir.mode,
             dir.owner,
             users(&dir.users, unseen),
-            dir.path.display()
+            Shown(&dir.path.to_string_lossy())
         );
     }
     Ok(())
@@ -138,31 +138,34 @@ pub(crate) fn clean(args: CleanArgs) -> CmdResult {
         "removed"
     };
     for object in &outcome.removed {
-        outln!("{verb} {} {}", kind(object), object.name);
+        outln!("{verb} {} {}", kind(object), Shown(&object.name));
     }
     let mut kept = outcome.kept.len();
     for (object, reason) in &outcome.kept {
-        outln!("kept {} {} ({reason})", kind(object), object.name);
+        outln!("kept {} {} ({reason})", kind(object), Shown(&object.name));
     }
     let mut removed = outcome.removed.len();
     for dir in &found {
         let why = match dir.keep() {
             Some(why) => why.to_owned(),
             None if args.dry_run => {
-                outln!("{verb} directory {}", dir.path.display());
+                outln!("{verb} directory {}", Shown(&dir.path.to_string_lossy()));
                 removed += 1;
                 continue;
             }
             None => match dir.remove() {
                 Ok(()) => {
-                    outln!("{verb} directory {}", dir.path.display());
+                    outln!("{verb} directory {}", Shown(&dir.path.to_string_lossy()));
                     removed += 1;
                     continue;
                 }
                 Err(why) => why,
             },
         };
-        outln!("kept directory {} ({why})", dir.path.display());
+        outln!(
+            "kept directory {} ({why})",
+            Shown(&dir.path.to_string_lossy())
+        );
         kept += 1;
     }
     outln!("{removed} {verb}, {kept} kept");
@@ -186,5 +189,25 @@ fn users(pids: &[u32], unseen: bool) -> String {
             .map(u32::to_string)
             .collect::<Vec<_>>()
             .join(",")
+    }
+}
+
+/// A name as `ls` and `clean` print it: control characters escaped, so a
+/// name someone else made with a newline in it cannot forge a line.
+struct Shown<'a>(&'a str);
+
+impl std::fmt::Display for Shown<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if !self.0.chars().any(char::is_control) {
+            return f.write_str(self.0);
+        }
+        for c in self.0.chars() {
+            if c.is_control() {
+                write!(f, "{}", c.escape_default())?;
+            } else {
+                write!(f, "{c}")?;
+            }
+        }
+        Ok(())
     }
 }

@@ -432,3 +432,37 @@ fn sem_numbers_past_any_limit_are_refused_or_honoured_never_a_panic() {
     assert_ok(&sem_hostile_run(&["sem", "unlink", &name]));
     assert!(shm_leftovers(&name).is_empty());
 }
+
+/// Regression: a name someone else made with a newline in it printed as
+/// two lines, so it could forge a line of `ls` or `clean` output.
+#[test]
+fn regression_names_with_control_characters_are_escaped_in_listings() {
+    let _dog = Watchdog::new("escaped names", Duration::from_secs(60));
+    let prefix = unique_name("esc");
+    let path = format!("/dev/shm{prefix}\nremoved region nodeipc-forged");
+    let file = std::os::unix::fs::OpenOptionsExt::mode(
+        std::fs::OpenOptions::new().write(true).create_new(true),
+        0o600,
+    )
+    .open(&path)
+    .unwrap();
+    drop(file);
+    let listed = nodeipc(&["ls", "--prefix", &prefix]);
+    let dry = nodeipc(&["clean", "--dry-run", "--prefix", &prefix, "--min-age", "0"]);
+    let _ = std::fs::remove_file(&path);
+    for out in [&listed, &dry] {
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(text.contains("\\nremoved region nodeipc-forged"), "{text}");
+        assert!(
+            !text
+                .lines()
+                .any(|l| l.starts_with("removed region nodeipc-forged")),
+            "a forged line: {text}"
+        );
+    }
+}

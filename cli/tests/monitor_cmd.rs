@@ -184,10 +184,30 @@ fn serve_with_u64_max_milliseconds_in_its_config_keeps_serving() {
     let dir = private_dir("cli-mon-huge");
     let socket = dir.join("rank.sock");
     let config = dir.join("monitor.json");
+    // A connection wait past what a deadline may hold is refused in one
+    // line, naming it, before anything is bound.
+    std::fs::write(
+        &config,
+        format!(r#"{{"connection_wait_ms": {}}}"#, u64::MAX),
+    )
+    .unwrap();
+    let out = nodeipc(&[
+        "monitor",
+        "serve",
+        "--socket",
+        socket.to_str().unwrap(),
+        "--config",
+        config.to_str().unwrap(),
+    ]);
+    let refusal = one_line(&out);
+    assert_eq!(out.status.code(), Some(1), "{refusal}");
+    assert!(refusal.contains("connection wait"), "{refusal}");
+    assert!(!socket.exists());
+    // Timeouts that long are no limit at all, and the monitor keeps serving.
     std::fs::write(
         &config,
         format!(
-            r#"{{"connection_wait_ms": {max}, "heartbeat_timeout_ms": {max}, "kill_after_ms": {max}}}"#,
+            r#"{{"heartbeat_timeout_ms": {max}, "kill_after_ms": {max}}}"#,
             max = u64::MAX
         ),
     )
@@ -195,8 +215,7 @@ fn serve_with_u64_max_milliseconds_in_its_config_keeps_serving() {
     let mut server = serve(&socket, Some(&config));
     let mut first = MonitorClient::connect(&socket, Duration::from_secs(10)).unwrap();
     first.init(&RankInfo::this_process(0, 0)).unwrap();
-    // A second client waits for the rank slot: its deadline is the
-    // connection wait added to the clock.
+    // A second client waits for the rank slot.
     let _second = MonitorClient::connect(&socket, Duration::from_secs(10)).unwrap();
     std::thread::sleep(Duration::from_millis(200));
     first.heartbeat().unwrap();
