@@ -8,6 +8,8 @@
 
 use nodeipc_proto::LEN_PREFIX;
 
+use crate::refusal::{Refusal, RefusalCode};
+
 /// The largest frame either side accepts, length prefix included.
 pub const MAX_FRAME: usize = 64 * 1024;
 
@@ -107,6 +109,9 @@ pub(crate) fn truncate(mut text: String, max: usize) -> String {
 }
 
 /// The refusal of a field over its cap: names the field, its size and the cap.
-pub(crate) fn over_cap(field: &str, size: usize, cap: usize) -> String {
-    format!("{field} of {size} bytes exceeds the cap of {cap} bytes")
+pub(crate) fn over_cap(field: &str, size: usize, cap: usize) -> Refusal {
+    Refusal::new(
+        RefusalCode::FieldTooLarge,
+        format!("{field} of {size} bytes exceeds the cap of {cap} bytes"),
+    )
 }

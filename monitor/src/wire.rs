@@ -11,7 +11,7 @@ use nodeipc_proto::{read_frame, write_frame};
 use prost::Message;
 
 use crate::conn::MAX_FRAME;
-use crate::{ControlClient, Error, MonitorStatus, Result};
+use crate::{ControlClient, Error, MonitorStatus, RefusalCode, Result};
 
 /// Connects, retrying while the socket is missing, nobody listens yet or
 /// its backlog is full (a stopped monitor), for at most `timeout`.
@@ -125,7 +125,7 @@ impl Wire {
             return sent;
         }
         match self.read_reply(what) {
-            Ok(pb::server_message::Msg::Error(e)) => self.refused(what, e.cause),
+            Ok(pb::server_message::Msg::Error(e)) => self.refused(what, e),
             _ => sent,
         }
     }
@@ -154,7 +154,7 @@ impl Wire {
     ) -> Result<pb::Ok> {
         match reply {
             pb::server_message::Msg::Ok(ok) => Ok(ok),
-            pb::server_message::Msg::Error(e) => Err(self.refused(what, e.cause)),
+            pb::server_message::Msg::Error(e) => Err(self.refused(what, e)),
             pb::server_message::Msg::Status(_) => Err(Error::Protocol {
                 reason: format!(
                     "the monitor at {} answered {what} with Status, not Ok or Error",
@@ -179,7 +179,7 @@ impl Wire {
                     ),
                 })
             }
-            pb::server_message::Msg::Error(e) => Err(self.refused(what, e.cause)),
+            pb::server_message::Msg::Error(e) => Err(self.refused(what, e)),
             pb::server_message::Msg::Ok(_) => Err(Error::Protocol {
                 reason: format!(
                     "the monitor at {} answered {what} with Ok, not Status",
@@ -189,11 +189,12 @@ impl Wire {
         }
     }
 
-    pub(crate) fn refused(&self, what: &'static str, cause: String) -> Error {
+    pub(crate) fn refused(&self, what: &'static str, error: pb::Error) -> Error {
         Error::Refused {
             what,
             path: self.path.clone(),
-            cause,
+            code: RefusalCode::from_proto(error.code),
+            cause: error.cause,
         }
     }
 }

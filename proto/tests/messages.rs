@@ -15,8 +15,8 @@ use nodeipc_proto::handshake::{
     Reject, RejectCode, SemaphoreKind, logon_reply,
 };
 use nodeipc_proto::monitor::{
-    self, ClientMessage, EffectiveConfig, ErrorCode, Heartbeat, Init, MonitorState, OpenSection, RankInfo,
-    Section, SectionAction, ServerMessage, ShmHeartbeat, Status, StatusQuery, Timeouts,
+    self, ClientMessage, EffectiveConfig, ErrorCode, Heartbeat, Init, MonitorState, OpenSection,
+    RankInfo, Section, SectionAction, ServerMessage, ShmHeartbeat, Status, StatusQuery, Timeouts,
     UpdateConfig, client_message, server_message,
 };
 use nodeipc_proto::{
@@ -582,7 +582,11 @@ fn monitor_error_code_is_field_2_and_old_peers_still_understand() {
     };
     assert_eq!(e.code, 127);
     assert!(ErrorCode::try_from(e.code).is_err());
-    assert_eq!(e.code(), ErrorCode::Unspecified, "prost's accessor defaults");
+    assert_eq!(
+        e.code(),
+        ErrorCode::Unspecified,
+        "prost's accessor defaults"
+    );
 
     // An old client's view of the new frame: a message without field 2
     // skips it and keeps the cause.
