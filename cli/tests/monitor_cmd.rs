@@ -184,10 +184,29 @@ fn serve_with_u64_max_milliseconds_in_its_config_keeps_serving() {
     let dir = private_dir("cli-mon-huge");
     let socket = dir.join("rank.sock");
     let config = dir.join("monitor.json");
+    // Connection deadlines are capped at an hour (MAX_CONNECTION_DEADLINE):
+    // beyond it the file is refused in words, before anything is bound.
+    std::fs::write(
+        &config,
+        format!(r#"{{"connection_wait_ms": {}}}"#, u64::MAX),
+    )
+    .unwrap();
+    let out = nodeipc(&[
+        "monitor",
+        "serve",
+        "--socket",
+        socket.to_str().unwrap(),
+        "--config",
+        config.to_str().unwrap(),
+    ]);
+    let stderr = one_line(&out);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("connection wait"), "{stderr}");
+    assert!(!socket.exists());
     std::fs::write(
         &config,
         format!(
-            r#"{{"connection_wait_ms": {max}, "heartbeat_timeout_ms": {max}, "kill_after_ms": {max}}}"#,
+            r#"{{"connection_wait_ms": 3600000, "heartbeat_timeout_ms": {max}, "kill_after_ms": {max}}}"#,
             max = u64::MAX
         ),
     )
