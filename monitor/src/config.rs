@@ -8,8 +8,8 @@ use nodeipc_fdpass::Signal;
 use nodeipc_proto::monitor as pb;
 use serde::{Deserialize, Serialize};
 
-use crate::limits::{MAX_CONFIG_FILE, MAX_SECTION_NAME, MAX_SECTIONS, over_cap};
-use crate::refusal::{Refusal, RefusalCode};
+use crate::limits::{MAX_CONFIG_FILE, MAX_SECTION_NAME, MAX_SECTIONS};
+use crate::refusal::{Refusal, RefusalCode, over_cap};
 use crate::{Error, Result};
 
 /// The signals a monitor may be configured to terminate a rank with, by name.

@@ -8,8 +8,6 @@
 
 use nodeipc_proto::LEN_PREFIX;
 
-use crate::refusal::{Refusal, RefusalCode};
-
 /// The largest frame either side accepts, length prefix included.
 pub const MAX_FRAME: usize = 64 * 1024;
 
@@ -106,12 +104,4 @@ pub(crate) fn truncate(mut text: String, max: usize) -> String {
         text.push('…');
     }
     text
-}
-
-/// The refusal of a field over its cap: names the field, its size and the cap.
-pub(crate) fn over_cap(field: &str, size: usize, cap: usize) -> Refusal {
-    Refusal::new(
-        RefusalCode::FieldTooLarge,
-        format!("{field} of {size} bytes exceeds the cap of {cap} bytes"),
-    )
 }

@@ -154,16 +154,10 @@ impl std::fmt::Display for Refusal {
     }
 }
 
-/// An `Ok` reply.
-pub(crate) fn ok(ok: pb::Ok) -> pb::ServerMessage {
-    pb::ServerMessage {
-        msg: Some(pb::server_message::Msg::Ok(ok)),
-    }
-}
-
-/// A `Status` reply.
-pub(crate) fn status_reply(status: &crate::MonitorStatus) -> pb::ServerMessage {
-    pb::ServerMessage {
-        msg: Some(pb::server_message::Msg::Status(status.to_proto())),
-    }
+/// The refusal of a field over its cap: names the field, its size and the cap.
+pub(crate) fn over_cap(field: &str, size: usize, cap: usize) -> Refusal {
+    Refusal::new(
+        RefusalCode::FieldTooLarge,
+        format!("{field} of {size} bytes exceeds the cap of {cap} bytes"),
+    )
 }

@@ -66,7 +66,9 @@ pub fn run_if_server() {
     let code = match config.and_then(|c| serve(PathBuf::from(socket), c)) {
         Ok(_) => 0,
         Err(e) => {
-            eprintln!("nodeipc-monitor: {e}");
+            // Not `eprintln!`: it panics when standard error is gone, and
+            // the exit status must say what happened.
+            let _ = writeln!(std::io::stderr(), "nodeipc-monitor: {e}");
             1
         }
     };

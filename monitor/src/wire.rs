@@ -11,7 +11,7 @@ use nodeipc_proto::{read_frame, write_frame};
 use prost::Message;
 
 use crate::conn::MAX_FRAME;
-use crate::{ControlClient, Error, MonitorStatus, RefusalCode, Result};
+use crate::{Error, MonitorStatus, RefusalCode, Result};
 
 /// Connects, retrying while the socket is missing, nobody listens yet or
 /// its backlog is full (a stopped monitor), for at most `timeout`.
@@ -196,25 +196,5 @@ impl Wire {
             code: RefusalCode::from_proto(error.code),
             cause: error.cause,
         }
-    }
-}
-
-/// Why a rank's `Init` went unanswered, asked of the monitor's control
-/// socket (briefly): the monitor serves one rank connection at a time and
-/// holds the others unanswered, or it is not running at all.
-pub(crate) fn unanswered_init_detail(path: &Path) -> String {
-    const PROBE: Duration = Duration::from_millis(250);
-    match ControlClient::connect(path, PROBE).and_then(|mut c| c.status()) {
-        Ok(MonitorStatus {
-            rank: Some(holder), ..
-        }) => format!(
-            ": it did not accept the rank: another client holds the rank connection \
-             (global rank {}, pid {}); the monitor serves one at a time",
-            holder.global_rank, holder.pid
-        ),
-        Ok(_) => ": it did not accept the rank, though it answers on its control socket: \
-                   another connection may hold the rank slot (the monitor serves one at a time)"
-            .to_owned(),
-        Err(e) => format!(": its control socket does not answer either ({e})"),
     }
 }

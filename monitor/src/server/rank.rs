@@ -12,8 +12,8 @@ use super::{MonitorServer, Process};
 use crate::config::signal_name;
 use crate::fastpath::ServerRegion;
 use crate::health::RankContext;
-use crate::refusal::{Refusal, RefusalCode, ok};
-use crate::tracker::{Action, Registration};
+use crate::refusal::{Refusal, RefusalCode};
+use crate::tracker::{Action, Registration, ok};
 use crate::{LogLevel, MonitorStatus, RankInfo, procfs};
 
 impl MonitorServer {

@@ -10,8 +10,8 @@ use nodeipc_proto::monitor as pb;
 
 use super::MonitorServer;
 use crate::conn::{Conn, Incoming};
-use crate::refusal::{Refusal, RefusalCode, ok, status_reply};
-use crate::tracker::Handled;
+use crate::refusal::{Refusal, RefusalCode};
+use crate::tracker::{Handled, ok, status_reply};
 
 impl MonitorServer {
     /// Reads, answers and, when it is done, drops the rank connection.

@@ -6,9 +6,10 @@ use std::time::Instant;
 use nodeipc_proto::monitor as pb;
 
 use super::{RankTracker, Tracked};
+use super::{ok, status_reply};
 use crate::config::check_section_name;
-use crate::limits::{MAX_HOST, MAX_SECTIONS, MAX_STATE, over_cap};
-use crate::refusal::{Refusal, RefusalCode, ok, status_reply};
+use crate::limits::{MAX_HOST, MAX_SECTIONS, MAX_STATE};
+use crate::refusal::{Refusal, RefusalCode, over_cap};
 use crate::status::TimeoutsMs;
 use crate::{LogLevel, RankInfo, RankState};
 

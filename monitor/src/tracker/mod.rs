@@ -539,3 +539,19 @@ impl RankTracker {
         }
     }
 }
+
+/// An `Ok` reply.
+pub(crate) fn ok(ok: nodeipc_proto::monitor::Ok) -> nodeipc_proto::monitor::ServerMessage {
+    nodeipc_proto::monitor::ServerMessage {
+        msg: Some(nodeipc_proto::monitor::server_message::Msg::Ok(ok)),
+    }
+}
+
+/// A `Status` reply.
+pub(crate) fn status_reply(status: &MonitorStatus) -> nodeipc_proto::monitor::ServerMessage {
+    nodeipc_proto::monitor::ServerMessage {
+        msg: Some(nodeipc_proto::monitor::server_message::Msg::Status(
+            status.to_proto(),
+        )),
+    }
+}
