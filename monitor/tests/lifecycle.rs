@@ -225,7 +225,7 @@ fn a_monitor_that_cannot_start_is_reported_with_its_reason() {
     std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
     let log = TempDir::new("mon-spawnfail-log");
     let options = SpawnOptions {
-        program: Some(helper().into()),
+        program: Some(helper()),
         log_file: Some(log.join("monitor.log")),
         ..SpawnOptions::default()
     };

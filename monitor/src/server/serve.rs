@@ -61,7 +61,7 @@ impl MonitorServer {
             self.sample_region(now);
         }
         match self.tracker.handle(msg, now) {
-            Handled::Reply(reply) => Some((reply, None)),
+            Handled::Reply(reply) => Some((*reply, None)),
             Handled::NoReply => None,
             Handled::Register(registration) => Some(self.register(registration)),
         }

@@ -16,8 +16,8 @@ use crate::{LogLevel, RankInfo, RankState};
 /// What became of one message from the rank connection.
 #[derive(Debug)]
 pub enum Handled {
-    /// Send this reply.
-    Reply(pb::ServerMessage),
+    /// Send this reply (boxed: a status is large, the other variants small).
+    Reply(Box<pb::ServerMessage>),
     /// Send nothing: a section while section replies are skipped.
     NoReply,
     /// An `Init` the tracker can take: the server checks the process it
@@ -58,13 +58,15 @@ impl RankTracker {
                 result
             }
             Some(Msg::UpdateConfig(update)) => self.on_update(update),
-            Some(Msg::StatusQuery(_)) => return Handled::Reply(status_reply(&self.status(now))),
+            Some(Msg::StatusQuery(_)) => {
+                return Handled::Reply(Box::new(status_reply(&self.status(now))));
+            }
             None => Err(Refusal::new(
                 RefusalCode::UnknownMessage,
                 "empty ClientMessage: exactly one of init, heartbeat, section, update_config, status_query must be set",
             )),
         };
-        Handled::Reply(result.map_or_else(Refusal::to_message, ok))
+        Handled::Reply(Box::new(result.map_or_else(Refusal::to_message, ok)))
     }
 
     /// What an `Init` can be refused for before its process is looked at.
@@ -75,7 +77,7 @@ impl RankTracker {
         });
         match checked {
             Ok(registration) => Handled::Register(registration),
-            Err(refusal) => Handled::Reply(self.refuse_init(refusal)),
+            Err(refusal) => Handled::Reply(Box::new(self.refuse_init(refusal))),
         }
     }
 
