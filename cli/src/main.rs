@@ -78,6 +78,9 @@ impl<E: std::error::Error> From<E> for Failure {
 pub(crate) type CmdResult = Result<(), Failure>;
 
 fn main() -> ExitCode {
+    // The monitor logs through the `log` facade: its lines go to stderr,
+    // one per record, as `nodeipc-monitor[PID] info: …`.
+    nodeipc_monitor::StderrLogger::install();
     // Benchmark peers and monitors are this binary, spawned again.
     nodeipc_benches::run_if_peer();
     let cli = match parse() {

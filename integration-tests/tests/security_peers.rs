@@ -56,7 +56,7 @@ fn the_error_in(reply: &[u8]) -> String {
     let message: ServerMessage =
         nodeipc_proto::decode_frame(reply, nodeipc_monitor::MAX_FRAME).expect("one frame");
     match message.msg {
-        Some(server_message::Msg::Error(pb::Error { cause })) => cause,
+        Some(server_message::Msg::Error(pb::Error { cause, .. })) => cause,
         other => panic!("expected an Error frame, got {other:?}"),
     }
 }

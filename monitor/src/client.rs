@@ -11,9 +11,7 @@ use prost::Message;
 
 use crate::conn::MAX_FRAME;
 use crate::fastpath::ClientRegion;
-use crate::wire::{
-    Wire, check_timeout, connect_retrying, set_timeouts, timed_out, unanswered_init_detail,
-};
+use crate::wire::{Wire, check_timeout, connect_retrying, set_timeouts, timed_out};
 use crate::{
     Error, MonitorStatus, RankInfo, Result, TimeoutEstimator, TimeoutUpdate, Timeouts,
     control_socket_path,
@@ -428,5 +426,25 @@ impl ControlClient {
         };
         let reply = self.wire.call("close-connection", &request)?;
         self.wire.expect_ok("close-connection", reply).map(drop)
+    }
+}
+
+/// Why a rank's `Init` went unanswered, asked of the monitor's control
+/// socket (briefly): the monitor serves one rank connection at a time and
+/// holds the others unanswered, or it is not running at all.
+fn unanswered_init_detail(path: &Path) -> String {
+    const PROBE: Duration = Duration::from_millis(250);
+    match ControlClient::connect(path, PROBE).and_then(|mut c| c.status()) {
+        Ok(MonitorStatus {
+            rank: Some(holder), ..
+        }) => format!(
+            ": it did not accept the rank: another client holds the rank connection \
+             (global rank {}, pid {}); the monitor serves one at a time",
+            holder.global_rank, holder.pid
+        ),
+        Ok(_) => ": it did not accept the rank, though it answers on its control socket: \
+                   another connection may hold the rank slot (the monitor serves one at a time)"
+            .to_owned(),
+        Err(e) => format!(": its control socket does not answer either ({e})"),
     }
 }

@@ -8,7 +8,8 @@ use nodeipc_fdpass::Signal;
 use nodeipc_proto::monitor as pb;
 use serde::{Deserialize, Serialize};
 
-use crate::limits::{MAX_CONFIG_FILE, MAX_SECTION_NAME, MAX_SECTIONS, over_cap};
+use crate::limits::{MAX_CONFIG_FILE, MAX_SECTION_NAME, MAX_SECTIONS};
+use crate::refusal::{Refusal, RefusalCode, over_cap};
 use crate::{Error, Result};
 
 /// The signals a monitor may be configured to terminate a rank with, by name.
@@ -262,7 +263,7 @@ impl MonitorConfig {
             )));
         }
         for (name, timeout) in &self.timeouts.sections {
-            check_section_name(name).map_err(Error::config)?;
+            check_section_name(name).map_err(|r| Error::config(r.cause))?;
             if timeout.is_zero() {
                 return Err(Error::config(format!(
                     "section {name:?} has a timeout of 0 ms: leave it out for no limit"
@@ -394,7 +395,7 @@ impl Timeouts {
     ///
     /// # Errors
     /// A sentence naming the bad section name or the section count.
-    pub(crate) fn apply(&mut self, update: &pb::Timeouts) -> std::result::Result<(), String> {
+    pub(crate) fn apply(&mut self, update: &pb::Timeouts) -> std::result::Result<(), Refusal> {
         let mut next = self.clone();
         let set = |slot: &mut Option<Duration>, value: Option<u64>| match value {
             None => {}
@@ -414,9 +415,12 @@ impl Timeouts {
             }
         }
         if next.sections.len() > MAX_SECTIONS {
-            return Err(format!(
-                "{} section timeouts; at most {MAX_SECTIONS}",
-                next.sections.len()
+            return Err(Refusal::new(
+                RefusalCode::TooManySections,
+                format!(
+                    "{} section timeouts; at most {MAX_SECTIONS}",
+                    next.sections.len()
+                ),
             ));
         }
         *self = next;
@@ -441,9 +445,12 @@ impl TimeoutUpdate {
 }
 
 /// A section name the server accepts: 1 to 256 bytes.
-pub(crate) fn check_section_name(name: &str) -> std::result::Result<(), String> {
+pub(crate) fn check_section_name(name: &str) -> std::result::Result<(), Refusal> {
     if name.is_empty() {
-        return Err("a section needs a non-empty name".to_owned());
+        return Err(Refusal::new(
+            RefusalCode::InvalidArgument,
+            "a section needs a non-empty name",
+        ));
     }
     if name.len() > MAX_SECTION_NAME {
         return Err(over_cap("section name", name.len(), MAX_SECTION_NAME));

@@ -22,12 +22,13 @@ use std::os::unix::net::UnixStream;
 use std::time::{Duration, Instant};
 
 use nodeipc_fdpass::Credentials;
-use nodeipc_proto::monitor as pb;
 use nodeipc_proto::{LEN_PREFIX, frame_len};
 use prost::Message;
 use rustix::event::PollFlags;
 use rustix::io::Errno;
 use rustix::net::{RecvFlags, SendFlags};
+
+use crate::refusal::{Refusal, RefusalCode};
 
 pub(crate) use crate::limits::MAX_FRAME;
 
@@ -41,10 +42,10 @@ pub(crate) enum Incoming<M> {
     Message(M),
     /// A frame within the limit whose bytes are not a message: answered with
     /// an error, the connection stays usable.
-    Malformed(String),
+    Malformed(Refusal),
     /// A prefix announcing a frame above the limit: answered with an error,
     /// then the connection is closed (the stream cannot be resynchronised).
-    Oversize(String),
+    Oversize(Refusal),
 }
 
 /// Why a connection is closed before its peer closes it.
@@ -159,9 +160,9 @@ impl Conn {
         }
     }
 
-    /// A connection turned away: one `Error { cause }` frame if the socket
-    /// takes it at once (never a wait), then closed.
-    pub(crate) fn refuse(stream: UnixStream, cause: String) {
+    /// A connection turned away: one `Error` frame if the socket takes it
+    /// at once (never a wait), then closed.
+    pub(crate) fn refuse(stream: UnixStream, refusal: Refusal) {
         let unknown = Credentials {
             pid: 0,
             uid: u32::MAX,
@@ -171,12 +172,12 @@ impl Conn {
             first_message: Duration::ZERO,
             reply: Duration::ZERO,
         };
-        Conn::new(stream, unknown, deadlines, Instant::now()).close_with(cause);
+        Conn::new(stream, unknown, deadlines, Instant::now()).close_with(refusal);
     }
 
-    /// Closes with one `Error { cause }` frame if the socket takes it at once.
-    pub(crate) fn close_with(mut self, cause: String) {
-        self.send(&error(cause), None);
+    /// Closes with one `Error` frame if the socket takes it at once.
+    pub(crate) fn close_with(mut self, refusal: Refusal) {
+        self.send(&refusal.to_message(), None);
     }
 
     /// A waiting client gets the rank slot: its frames are read from now on
@@ -234,16 +235,20 @@ impl Conn {
                 }
                 Some(match decoded {
                     Ok(msg) => Incoming::Message(msg),
-                    Err(e) => Incoming::Malformed(format!(
-                        "frame of {size} bytes holds no valid message: {e}"
+                    Err(e) => Incoming::Malformed(Refusal::new(
+                        RefusalCode::Malformed,
+                        format!("frame of {size} bytes holds no valid message: {e}"),
                     )),
                 })
             }
             Err(nodeipc_proto::Error::TooLarge { size, max }) => {
                 self.input.clear();
                 self.closing = true;
-                Some(Incoming::Oversize(format!(
-                    "frame of {size} bytes exceeds the limit of {max} bytes; closing the connection"
+                Some(Incoming::Oversize(Refusal::new(
+                    RefusalCode::FrameTooLarge,
+                    format!(
+                        "frame of {size} bytes exceeds the limit of {max} bytes; closing the connection"
+                    ),
                 )))
             }
             Err(_) => None,
@@ -261,11 +266,14 @@ impl Conn {
             // proves it); were one above it, the peer would refuse it, so
             // it learns why instead.
             Ok(bytes) => {
-                let cause = format!(
-                    "the reply of {} bytes exceeds the frame limit of {MAX_FRAME} bytes",
-                    bytes.len()
+                let refusal = Refusal::new(
+                    RefusalCode::Internal,
+                    format!(
+                        "the reply of {} bytes exceeds the frame limit of {MAX_FRAME} bytes",
+                        bytes.len()
+                    ),
                 );
-                if let Ok(bytes) = nodeipc_proto::encode_frame_to_vec(&error(cause)) {
+                if let Ok(bytes) = nodeipc_proto::encode_frame_to_vec(&refusal.to_message()) {
                     self.output.push_back(Outgoing {
                         bytes,
                         sent: 0,
@@ -454,14 +462,5 @@ pub(crate) fn start_time_of(peer: &Credentials) -> PeerStart {
         Ok(start) => PeerStart::Known(start),
         Err(nodeipc_fdpass::Error::ProcessGone { .. }) => PeerStart::Gone,
         Err(e) => PeerStart::Unreadable(e.to_string()),
-    }
-}
-
-/// An `Error { cause }` reply, the cause cut to [`MAX_CAUSE`](crate::limits::MAX_CAUSE).
-pub(crate) fn error(cause: String) -> pb::ServerMessage {
-    pb::ServerMessage {
-        msg: Some(pb::server_message::Msg::Error(pb::Error {
-            cause: crate::limits::truncate(cause, crate::limits::MAX_CAUSE),
-        })),
     }
 }

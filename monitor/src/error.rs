@@ -5,6 +5,8 @@ use std::path::PathBuf;
 use std::process::ExitStatus;
 use std::time::Duration;
 
+use crate::RefusalCode;
+
 /// What can go wrong binding, serving, connecting to or spawning a monitor.
 /// Every variant names the path, process, limit or count it is about; system
 /// call failures keep their errno.
@@ -96,13 +98,16 @@ pub enum Error {
         source: nodeipc_fs::Error,
     },
 
-    /// The server answered `Error { cause }`: the request was refused.
+    /// The server answered `Error { cause, code }`: the request was refused.
     #[error("the monitor at {path} refused {what}: {cause}")]
     Refused {
         /// The request (`Init`, `the heartbeat`, …).
         what: &'static str,
         /// The monitor's socket.
         path: PathBuf,
+        /// Why, for programs ([`RefusalCode::Unspecified`] from a monitor
+        /// that sends no code).
+        code: RefusalCode,
         /// The server's words.
         cause: String,
     },
@@ -274,6 +279,14 @@ impl Error {
     pub fn refusal_cause(&self) -> Option<&str> {
         match self {
             Error::Refused { cause, .. } => Some(cause),
+            _ => None,
+        }
+    }
+
+    /// The server's code, for an [`Error::Refused`].
+    pub fn refusal_code(&self) -> Option<RefusalCode> {
+        match self {
+            Error::Refused { code, .. } => Some(*code),
             _ => None,
         }
     }

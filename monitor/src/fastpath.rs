@@ -10,11 +10,12 @@
 //! | 8 | 4 | layout version (1) |
 //! | 64 | 8 | beat counter, its own cache line |
 
+use std::mem::offset_of;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 use nodeipc_proto::monitor as pb;
-use nodeipc_shm::Region;
+use nodeipc_shm::{Region, ShmSafe};
 
 use crate::{Error, Result};
 
@@ -25,7 +26,33 @@ pub(crate) const MAGIC: u64 = u64::from_le_bytes(*b"NIPCHBT1");
 /// The layout version at offset 8.
 pub(crate) const VERSION: u32 = 1;
 /// Offset of the beat counter.
-pub(crate) const COUNTER_OFFSET: usize = 64;
+pub(crate) const COUNTER_OFFSET: usize = offset_of!(HeartbeatPage, counter);
+
+/// The region's layout as the server writes it (the table above).
+#[repr(C)]
+struct HeartbeatPage {
+    /// [`MAGIC`], written once before the region is handed over.
+    magic: AtomicU64,
+    /// [`VERSION`], likewise.
+    version: AtomicU32,
+    /// Up to the next cache line: the rank writes the counter at every
+    /// beat, and nothing else may share its line.
+    _reserved: [AtomicU32; 13],
+    /// Beats so far: the rank increments it, the server reads it.
+    counter: AtomicU64,
+}
+
+// The layout is the protocol's (`ShmHeartbeat` in monitor.proto): a field
+// that moves breaks every client already deployed.
+const _: () = assert!(offset_of!(HeartbeatPage, magic) == 0);
+const _: () = assert!(offset_of!(HeartbeatPage, version) == 8);
+const _: () = assert!(offset_of!(HeartbeatPage, counter) == 64);
+const _: () = assert!(size_of::<HeartbeatPage>() == 72);
+const _: () = assert!(size_of::<HeartbeatPage>() <= REGION_SIZE);
+
+// SAFETY: `#[repr(C)]`, atomics only (any bit pattern valid, every access
+// atomic), no pointers.
+unsafe impl ShmSafe for HeartbeatPage {}
 
 /// The server's side: creates the region and reads the counter.
 #[derive(Debug)]
@@ -39,13 +66,10 @@ impl ServerRegion {
     pub(crate) fn create() -> Result<ServerRegion> {
         let region = Region::anonymous(REGION_SIZE)?;
         region.seal_grow_shrink()?;
-        region.view::<AtomicU64>(0)?.store(MAGIC, Ordering::Relaxed);
-        region
-            .view::<AtomicU32>(8)?
-            .store(VERSION, Ordering::Relaxed);
-        region
-            .view::<AtomicU64>(COUNTER_OFFSET)?
-            .store(0, Ordering::Release);
+        let page = region.view::<HeartbeatPage>(0)?;
+        page.magic.store(MAGIC, Ordering::Relaxed);
+        page.version.store(VERSION, Ordering::Relaxed);
+        page.counter.store(0, Ordering::Release);
         Ok(ServerRegion {
             region,
             last_seen: 0,
@@ -64,8 +88,8 @@ impl ServerRegion {
     pub(crate) fn take_beats(&mut self) -> u64 {
         let now = self
             .region
-            .view::<AtomicU64>(COUNTER_OFFSET)
-            .map_or(self.last_seen, |c| c.load(Ordering::Acquire));
+            .view::<HeartbeatPage>(0)
+            .map_or(self.last_seen, |page| page.counter.load(Ordering::Acquire));
         let beats = now.wrapping_sub(self.last_seen);
         self.last_seen = now;
         beats
@@ -109,9 +133,15 @@ impl ClientRegion {
         if !region.is_size_sealed() {
             return Err(bad("the region's size is not sealed".to_owned()));
         }
-        if region.len() >= 12 {
-            let magic = region.view::<AtomicU64>(0)?.load(Ordering::Relaxed);
-            let version = region.view::<AtomicU32>(8)?.load(Ordering::Relaxed);
+        // The counter may sit anywhere the reply says; magic and version
+        // are always where the page has them.
+        if region.len() >= offset_of!(HeartbeatPage, version) + size_of::<AtomicU32>() {
+            let magic = region
+                .view::<AtomicU64>(offset_of!(HeartbeatPage, magic))?
+                .load(Ordering::Relaxed);
+            let version = region
+                .view::<AtomicU32>(offset_of!(HeartbeatPage, version))?
+                .load(Ordering::Relaxed);
             if magic != MAGIC || version != VERSION {
                 return Err(bad(format!(
                     "magic {magic:#x} version {version}; expected {MAGIC:#x} version {VERSION}"

@@ -1,9 +1,7 @@
 #![doc = include_str!("../README.md")]
 #![deny(unsafe_op_in_unsafe_fn)]
 
-mod accept;
 mod bind;
-mod check;
 mod client;
 mod config;
 mod conn;
@@ -12,13 +10,18 @@ mod estimator;
 mod fastpath;
 mod health;
 mod limits;
-mod log;
+mod logging;
 mod procfs;
+mod refusal;
 mod server;
-mod session;
 mod signals;
 mod spawn;
 mod status;
+// Public so that `tests/tracker.rs` can drive the state machine with its
+// own clock; not a supported API (it speaks the protocol's generated types
+// and may change with the server).
+#[doc(hidden)]
+pub mod tracker;
 mod wire;
 
 pub use bind::control_socket_path;
@@ -34,7 +37,8 @@ pub use limits::{
     MAX_CAUSE, MAX_CONFIG_FILE, MAX_FRAME, MAX_HOST, MAX_SECTION_NAME, MAX_SECTIONS, MAX_STATE,
     MAX_STATUS_FRAME,
 };
-pub use log::{LOG_BURST, LOG_WINDOW, LogLevel, MAX_LOG_LINE};
+pub use logging::{LOG_BURST, LOG_TARGET, LOG_WINDOW, LogLevel, MAX_LOG_LINE, StderrLogger};
+pub use refusal::RefusalCode;
 pub use server::{MonitorServer, Shutdown, StopHandle};
 pub use spawn::{
     CONFIG_ENV, MonitorHandle, SERVE_ENV, SpawnOptions, run_if_server, serve, spawn_monitor,

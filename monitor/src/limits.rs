@@ -105,8 +105,3 @@ pub(crate) fn truncate(mut text: String, max: usize) -> String {
     }
     text
 }
-
-/// The refusal of a field over its cap: names the field, its size and the cap.
-pub(crate) fn over_cap(field: &str, size: usize, cap: usize) -> String {
-    format!("{field} of {size} bytes exceeds the cap of {cap} bytes")
-}

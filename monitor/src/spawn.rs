@@ -14,7 +14,7 @@ use nodeipc_fdpass::{Pidfd, Signal};
 use crate::signals::ShutdownSignals;
 use crate::{
     ControlClient, Error, MonitorConfig, MonitorServer, MonitorStatus, Result, Shutdown,
-    control_socket_path,
+    StderrLogger, control_socket_path,
 };
 
 /// Set in a re-executed monitor's environment: the rank socket's path.
@@ -27,11 +27,13 @@ pub const CONFIG_ENV: &str = "NODEIPC_MONITOR_CONFIG";
 /// SIGUSR2, and serves until one arrives: the whole of a monitor process's
 /// `main`. The signals are blocked before the sockets exist, so none can
 /// kill the process with its socket files still in place. Call it from a
-/// process's only thread.
+/// process's only thread. The log goes to the program's `log` logger, or
+/// to standard error ([`StderrLogger`]) when it installed none.
 ///
 /// # Errors
 /// As [`MonitorServer::bind`] and [`MonitorServer::run`].
 pub fn serve(socket: impl AsRef<Path>, config: MonitorConfig) -> Result<Shutdown> {
+    StderrLogger::install();
     let signals = ShutdownSignals::install()?;
     let mut server = MonitorServer::bind(socket, config)?;
     server.set_signals(signals);
@@ -54,6 +56,8 @@ pub fn run_if_server() {
     let Some(socket) = std::env::var_os(SERVE_ENV) else {
         return;
     };
+    // The program's `main` has not run: nothing else can have set a logger.
+    StderrLogger::install();
     let config = match std::env::var(CONFIG_ENV) {
         Ok(json) => MonitorConfig::from_json(&json),
         Err(std::env::VarError::NotPresent) => Ok(MonitorConfig::default()),
@@ -62,7 +66,9 @@ pub fn run_if_server() {
     let code = match config.and_then(|c| serve(PathBuf::from(socket), c)) {
         Ok(_) => 0,
         Err(e) => {
-            eprintln!("nodeipc-monitor: {e}");
+            // Not `eprintln!`: it panics when standard error is gone, and
+            // the exit status must say what happened.
+            let _ = writeln!(std::io::stderr(), "nodeipc-monitor: {e}");
             1
         }
     };

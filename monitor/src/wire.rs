@@ -11,7 +11,7 @@ use nodeipc_proto::{read_frame, write_frame};
 use prost::Message;
 
 use crate::conn::MAX_FRAME;
-use crate::{ControlClient, Error, MonitorStatus, Result};
+use crate::{Error, MonitorStatus, RefusalCode, Result};
 
 /// Connects, retrying while the socket is missing, nobody listens yet or
 /// its backlog is full (a stopped monitor), for at most `timeout`.
@@ -125,7 +125,7 @@ impl Wire {
             return sent;
         }
         match self.read_reply(what) {
-            Ok(pb::server_message::Msg::Error(e)) => self.refused(what, e.cause),
+            Ok(pb::server_message::Msg::Error(e)) => self.refused(what, e),
             _ => sent,
         }
     }
@@ -154,7 +154,7 @@ impl Wire {
     ) -> Result<pb::Ok> {
         match reply {
             pb::server_message::Msg::Ok(ok) => Ok(ok),
-            pb::server_message::Msg::Error(e) => Err(self.refused(what, e.cause)),
+            pb::server_message::Msg::Error(e) => Err(self.refused(what, e)),
             pb::server_message::Msg::Status(_) => Err(Error::Protocol {
                 reason: format!(
                     "the monitor at {} answered {what} with Status, not Ok or Error",
@@ -179,7 +179,7 @@ impl Wire {
                     ),
                 })
             }
-            pb::server_message::Msg::Error(e) => Err(self.refused(what, e.cause)),
+            pb::server_message::Msg::Error(e) => Err(self.refused(what, e)),
             pb::server_message::Msg::Ok(_) => Err(Error::Protocol {
                 reason: format!(
                     "the monitor at {} answered {what} with Ok, not Status",
@@ -189,31 +189,12 @@ impl Wire {
         }
     }
 
-    pub(crate) fn refused(&self, what: &'static str, cause: String) -> Error {
+    pub(crate) fn refused(&self, what: &'static str, error: pb::Error) -> Error {
         Error::Refused {
             what,
             path: self.path.clone(),
-            cause,
+            code: RefusalCode::from_proto(error.code),
+            cause: error.cause,
         }
-    }
-}
-
-/// Why a rank's `Init` went unanswered, asked of the monitor's control
-/// socket (briefly): the monitor serves one rank connection at a time and
-/// holds the others unanswered, or it is not running at all.
-pub(crate) fn unanswered_init_detail(path: &Path) -> String {
-    const PROBE: Duration = Duration::from_millis(250);
-    match ControlClient::connect(path, PROBE).and_then(|mut c| c.status()) {
-        Ok(MonitorStatus {
-            rank: Some(holder), ..
-        }) => format!(
-            ": it did not accept the rank: another client holds the rank connection \
-             (global rank {}, pid {}); the monitor serves one at a time",
-            holder.global_rank, holder.pid
-        ),
-        Ok(_) => ": it did not accept the rank, though it answers on its control socket: \
-                   another connection may hold the rank slot (the monitor serves one at a time)"
-            .to_owned(),
-        Err(e) => format!(": its control socket does not answer either ({e})"),
     }
 }

@@ -164,7 +164,7 @@ fn spawn_with_log(
     log: PathBuf,
 ) -> nodeipc_monitor::Result<nodeipc_monitor::MonitorHandle> {
     let options = SpawnOptions {
-        program: Some(PathBuf::from(helper())),
+        program: Some(helper()),
         log_file: Some(log),
         ready_timeout: Duration::from_secs(10),
         ..SpawnOptions::default()

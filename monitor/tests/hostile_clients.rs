@@ -11,7 +11,7 @@ use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{InProcess, Proc, Served, config, helper, raw, wait_status};
+use common::{InProcess, Proc, Served, config, helper, helper_command, raw, wait_status};
 use nodeipc_monitor::{
     LOG_BURST, MAX_LOG_LINE, MAX_SECTION_NAME, MAX_SECTIONS, MonitorClient, MonitorConfig,
     RankInfo, RankState, control_socket_path,
@@ -134,7 +134,7 @@ fn regression_running_out_of_descriptors_pauses_accepting_and_the_rank_is_still_
 
     // A rank that beats three times, then hangs: 1.5 s later it must die.
     let mut rank = Proc::spawn(
-        Command::new(helper())
+        helper_command()
             .arg("rank")
             .arg("--socket")
             .arg(&socket)

@@ -6,10 +6,10 @@ mod common;
 
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::os::unix::net::UnixListener;
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use common::{Served, config, helper};
+use common::{Served, config, helper, helper_command};
 use nodeipc_fdpass::{Pidfd, Signal};
 use nodeipc_monitor::{
     ControlClient, Error, MonitorClient, MonitorConfig, MonitorServer, RankInfo, RankState,
@@ -182,7 +182,7 @@ fn spawn_monitor_re_executes_a_program_that_calls_run_if_server() {
     let dir = TempDir::new("mon-reexec");
     let socket = dir.join("rank.sock");
     let mut launcher = spawn_child(
-        Command::new(helper())
+        helper_command()
             .arg("spawn")
             .arg("--socket")
             .arg(&socket)
@@ -225,7 +225,7 @@ fn a_monitor_that_cannot_start_is_reported_with_its_reason() {
     std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
     let log = TempDir::new("mon-spawnfail-log");
     let options = SpawnOptions {
-        program: Some(helper().into()),
+        program: Some(helper()),
         log_file: Some(log.join("monitor.log")),
         ..SpawnOptions::default()
     };

@@ -6,7 +6,6 @@
 
 mod common;
 
-use std::process::Command;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -147,7 +146,6 @@ fn logged_at(
 #[ignore = "measurement: run with --ignored --nocapture (and --release)"]
 fn detection_latency_of_hung_and_crashed_ranks() {
     let _dog = Watchdog::new("latency", Duration::from_secs(300));
-    let helper = common::helper();
     let runs = 10;
 
     // Hung: heartbeat timeout 300 ms, check every 100 ms. The server's own
@@ -162,7 +160,7 @@ fn detection_latency_of_hung_and_crashed_ranks() {
         config.timeouts.heartbeat = Some(Duration::from_millis(300));
         let (_dir, socket, log, stop, thread) = timed_server(config);
         let mut rank = Proc::spawn(
-            Command::new(helper)
+            common::helper_command()
                 .arg("rank")
                 .arg("--socket")
                 .arg(&socket)
@@ -210,7 +208,7 @@ fn detection_latency_of_hung_and_crashed_ranks() {
         };
         let (_dir, socket, log, stop, thread) = timed_server(config);
         let mut rank = Proc::spawn(
-            Command::new(helper)
+            common::helper_command()
                 .arg("rank")
                 .arg("--socket")
                 .arg(&socket)

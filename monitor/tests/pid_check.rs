@@ -8,7 +8,7 @@ use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{Proc, Served, config, helper};
+use common::{Proc, Served, config, helper_command};
 use nodeipc_monitor::{Error, MonitorClient, RankInfo, RankState};
 use nodeipc_testkit::{NOBODY, Watchdog, is_root, skip, spawn_child};
 
@@ -31,7 +31,7 @@ fn a_spoofed_pid_is_refused_and_the_named_process_is_untouched() {
     ];
     for (who, pid) in targets {
         let spoofer = Proc::spawn(
-            Command::new(helper())
+            helper_command()
                 .arg("spoof")
                 .arg("--socket")
                 .arg(&served.socket)
@@ -110,7 +110,7 @@ fn another_user_cannot_even_connect() {
         return;
     }
     let served = Served::spawn("mon-nobody", &config("{}"));
-    let mut command = Command::new(helper());
+    let mut command = helper_command();
     command
         .arg("spoof")
         .arg("--socket")

@@ -15,8 +15,8 @@ use nodeipc_proto::handshake::{
     Reject, RejectCode, SemaphoreKind, logon_reply,
 };
 use nodeipc_proto::monitor::{
-    self, ClientMessage, EffectiveConfig, Heartbeat, Init, MonitorState, OpenSection, RankInfo,
-    Section, SectionAction, ServerMessage, ShmHeartbeat, Status, StatusQuery, Timeouts,
+    self, ClientMessage, EffectiveConfig, ErrorCode, Heartbeat, Init, MonitorState, OpenSection,
+    RankInfo, Section, SectionAction, ServerMessage, ShmHeartbeat, Status, StatusQuery, Timeouts,
     UpdateConfig, client_message, server_message,
 };
 use nodeipc_proto::{
@@ -379,7 +379,9 @@ fn monitor_server_messages_round_trip_with_every_variant() {
         server_message::Msg::Ok(monitor::Ok::default()),
         server_message::Msg::Error(monitor::Error {
             cause: "section \"step\" is not open".into(),
+            code: ErrorCode::SectionNotOpen.into(),
         }),
+        server_message::Msg::Error(monitor::Error::default()),
         server_message::Msg::Status(status()),
         server_message::Msg::Status(Status {
             state: MonitorState::Waiting.into(),
@@ -545,4 +547,84 @@ fn frames_are_pinned_to_the_field_numbers() {
         hex(&encode_frame_to_vec(&heartbeat).unwrap()),
         concat!("05000000", "1203", "0a01", "ab")
     );
+}
+
+/// `Error.code` is field 2 beside the cause: a reply of a server older than
+/// the field (cause only) reads as `ERROR_CODE_UNSPECIFIED`, an old client
+/// skips the new field, and a code this build does not know stays
+/// distinguishable from every known one.
+#[test]
+fn monitor_error_code_is_field_2_and_old_peers_still_understand() {
+    let error = ServerMessage {
+        msg: Some(server_message::Msg::Error(monitor::Error {
+            cause: "x".into(),
+            code: ErrorCode::PidNotAllowed.into(),
+        })),
+    };
+    // msg.error (field 2) { cause (field 1) "x", code (field 2) varint 9 }.
+    let frame = encode_frame_to_vec(&error).unwrap();
+    assert_eq!(hex(&frame), concat!("07000000", "1205", "0a0178", "1009"));
+
+    // What an old server sent: only the cause.
+    let old = [0x05, 0, 0, 0, 0x12, 0x03, 0x0a, 0x01, 0x78];
+    let Some(server_message::Msg::Error(e)) = decode_frame::<ServerMessage>(&old, 64).unwrap().msg
+    else {
+        panic!("not an Error");
+    };
+    assert_eq!(e.cause, "x");
+    assert_eq!(e.code(), ErrorCode::Unspecified);
+
+    // What a newer server may send: a code unknown here.
+    let newer = [0x07, 0, 0, 0, 0x12, 0x05, 0x0a, 0x01, 0x78, 0x10, 0x7f];
+    let Some(server_message::Msg::Error(e)) =
+        decode_frame::<ServerMessage>(&newer, 64).unwrap().msg
+    else {
+        panic!("not an Error");
+    };
+    assert_eq!(e.code, 127);
+    assert!(ErrorCode::try_from(e.code).is_err());
+    assert_eq!(
+        e.code(),
+        ErrorCode::Unspecified,
+        "prost's accessor defaults"
+    );
+
+    // An old client's view of the new frame: a message without field 2
+    // skips it and keeps the cause.
+    #[derive(Clone, PartialEq, prost::Message)]
+    struct OldError {
+        #[prost(string, tag = "1")]
+        cause: String,
+    }
+    let old_view = OldError::decode(&frame[LEN_PREFIX + 2..]).unwrap();
+    assert_eq!(old_view.cause, "x");
+
+    // Every value keeps its number: they are a contract.
+    let pinned = [
+        (ErrorCode::Unspecified, 0),
+        (ErrorCode::Malformed, 1),
+        (ErrorCode::FrameTooLarge, 2),
+        (ErrorCode::UnknownMessage, 3),
+        (ErrorCode::FieldTooLarge, 4),
+        (ErrorCode::InvalidArgument, 5),
+        (ErrorCode::NotInitialized, 6),
+        (ErrorCode::AlreadyRegistered, 7),
+        (ErrorCode::RankTimedOut, 8),
+        (ErrorCode::PidNotAllowed, 9),
+        (ErrorCode::PidNamespace, 10),
+        (ErrorCode::ProcessGone, 11),
+        (ErrorCode::SectionAlreadyOpen, 12),
+        (ErrorCode::SectionNotOpen, 13),
+        (ErrorCode::TooManySections, 14),
+        (ErrorCode::FirstMessageDeadline, 15),
+        (ErrorCode::ReplyDeadline, 16),
+        (ErrorCode::RankSlotBusy, 17),
+        (ErrorCode::ControlSlotsBusy, 18),
+        (ErrorCode::PermissionDenied, 19),
+        (ErrorCode::NoRankConnection, 20),
+        (ErrorCode::Internal, 21),
+    ];
+    for (code, number) in pinned {
+        assert_eq!(code as i32, number, "{code:?}");
+    }
 }

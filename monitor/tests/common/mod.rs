@@ -3,6 +3,7 @@
 //! bounded waits on the monitor's state.
 #![allow(dead_code, unreachable_pub)]
 
+pub mod helper;
 pub mod raw;
 
 use std::io::{BufRead, BufReader};
@@ -17,10 +18,7 @@ use nodeipc_monitor::{
 };
 use nodeipc_testkit::{ChildGuard, TempDir, spawn_child};
 
-/// The helper binary that plays ranks and serves as `monitor serve`.
-pub fn helper() -> &'static str {
-    env!("CARGO_BIN_EXE_nodeipc-monitor-helper")
-}
+pub use helper::{helper, helper_command};
 
 /// A config with the given timeouts in milliseconds and a 100 ms check.
 pub fn config(json: &str) -> MonitorConfig {
@@ -44,7 +42,7 @@ impl Served {
         let dir = TempDir::new(tag);
         let socket = dir.join("rank.sock");
         let options = SpawnOptions {
-            program: Some(PathBuf::from(helper())),
+            program: Some(helper()),
             log_file: Some(dir.join("monitor.log")),
             ..SpawnOptions::default()
         };
@@ -77,7 +75,7 @@ impl Served {
     /// A rank helper process against this monitor.
     pub fn rank(&self, args: &[&str]) -> Proc {
         Proc::spawn(
-            Command::new(helper())
+            helper_command()
                 .arg("rank")
                 .arg("--socket")
                 .arg(&self.socket)

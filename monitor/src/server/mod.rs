@@ -14,25 +14,27 @@
 //! the first-message timeout; a listener is not polled while its
 //! connections cannot be taken (no control slot free, no descriptor left).
 
+mod accept;
+mod rank;
+mod serve;
+
 use std::collections::VecDeque;
 use std::os::fd::OwnedFd;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use nodeipc_fdpass::{Listener, Signal};
-use nodeipc_proto::monitor as pb;
+use nodeipc_fdpass::{Listener, Pidfd, Signal};
 use rustix::event::{EventfdFlags, PollFd, PollFlags};
 use rustix::io::Errno;
 
 use crate::bind::{self, control_socket_path};
-use crate::conn::{Conn, Deadlines, Incoming};
-use crate::log::Logger;
-use crate::session::{Registered, Termination};
+use crate::conn::{Conn, Deadlines};
+use crate::fastpath::ServerRegion;
+use crate::logging::Logger;
 use crate::signals::ShutdownSignals;
-use crate::{Error, HealthCheck, LogLevel, MonitorConfig, RankState, Result};
-
-pub(crate) use crate::conn::error;
+use crate::tracker::RankTracker;
+use crate::{Error, HealthCheck, LogLevel, MonitorConfig, Result};
 
 /// Why [`MonitorServer::run`] returned.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -85,35 +87,44 @@ impl StopHandle {
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 pub struct MonitorServer {
-    pub(crate) config: MonitorConfig,
-    pub(crate) rank_socket: Listener,
-    pub(crate) control_socket: Listener,
+    rank_socket: Listener,
+    control_socket: Listener,
     wake: Arc<OwnedFd>,
     signals: Option<ShutdownSignals>,
-    pub(crate) health_checks: Vec<Box<dyn HealthCheck>>,
-    pub(crate) log: Logger,
-    pub(crate) state: RankState,
-    pub(crate) conn: Option<Conn>,
-    pub(crate) rank: Option<Registered>,
-    pub(crate) termination: Option<Termination>,
-    pub(crate) last_timeout: Option<String>,
+    health_checks: Vec<Box<dyn HealthCheck>>,
+    log: Logger,
+    /// The state machine: what the rank said and what it is owed.
+    tracker: RankTracker,
+    /// The registered rank's process: set exactly while the tracker has a
+    /// rank (see [`sync_process`](MonitorServer::sync_process)).
+    process: Option<Process>,
+    /// The connection holding the rank slot.
+    conn: Option<Conn>,
     /// Clients waiting for the rank slot, parked (nothing read).
-    pub(crate) waiting: VecDeque<Conn>,
-    pub(crate) controls: Vec<Conn>,
+    waiting: VecDeque<Conn>,
+    controls: Vec<Conn>,
     next_check: Instant,
     /// Accepting is paused until then: the process ran out of descriptors
     /// or memory, and the listening sockets would stay readable.
-    pub(crate) accept_paused_until: Option<Instant>,
+    accept_paused_until: Option<Instant>,
     /// When the current shortage began and how many accepts it refused.
-    pub(crate) shortage: Option<(Instant, u64)>,
+    shortage: Option<(Instant, u64)>,
+}
+
+/// What the server holds of the registered rank's process: signals go only
+/// through its pidfd; its heartbeat region, if it got one.
+#[derive(Debug)]
+struct Process {
+    pidfd: Pidfd,
+    region: Option<ServerRegion>,
 }
 
 impl std::fmt::Debug for MonitorServer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("MonitorServer")
             .field("socket", &self.rank_socket.path())
-            .field("state", &self.state)
-            .field("config", &self.config)
+            .field("state", &self.tracker.state())
+            .field("config", self.tracker.config())
             .finish_non_exhaustive()
     }
 }
@@ -138,18 +149,15 @@ impl MonitorServer {
             .map_err(|e| Error::io("eventfd", "", e))?;
         let next_check = Instant::now() + config.check_interval;
         Ok(MonitorServer {
-            config,
             rank_socket,
             control_socket,
             wake: Arc::new(wake),
             signals: None,
             health_checks: Vec::new(),
-            log: Logger::stderr(),
-            state: RankState::Waiting,
+            log: Logger::new(),
+            tracker: RankTracker::new(config),
+            process: None,
             conn: None,
-            rank: None,
-            termination: None,
-            last_timeout: None,
             waiting: VecDeque::new(),
             controls: Vec::new(),
             next_check,
@@ -170,7 +178,7 @@ impl MonitorServer {
 
     /// The configuration in force (timeouts change with `UpdateConfig`).
     pub fn config(&self) -> &MonitorConfig {
-        &self.config
+        self.tracker.config()
     }
 
     /// A handle that stops [`run`](MonitorServer::run) from another thread.
@@ -205,7 +213,8 @@ impl MonitorServer {
         self.health_checks.push(Box::new(check));
     }
 
-    /// Sends log lines to `sink` instead of standard error.
+    /// Sends log lines to `sink` instead of the `log` facade (where they go
+    /// by default, target `nodeipc_monitor`); the rate limit applies alike.
     pub fn on_log(&mut self, sink: impl FnMut(LogLevel, &str) + Send + 'static) {
         self.log.set(Box::new(sink));
     }
@@ -222,7 +231,7 @@ impl MonitorServer {
             "serving on {} (control {}), check every {:?}",
             self.rank_socket.path().display(),
             self.control_socket.path().display(),
-            self.config.check_interval
+            self.config().check_interval
         ));
         let reason = loop {
             if let Some(reason) = self.turn()? {
@@ -263,20 +272,23 @@ impl MonitorServer {
         self.expire_connections(now);
         self.promote_waiter();
         self.expire_waiters(now);
-        self.escalate_if_due(now);
         if now >= self.next_check {
             self.periodic_check(now);
-            self.next_check = now + self.config.check_interval;
+            self.next_check = now + self.config().check_interval;
+        } else if self.tracker.next_due().is_some_and(|at| now >= at) {
+            // An escalation does not wait for the periodic check.
+            let action = self.tracker.check(now);
+            self.execute(action);
         }
         self.log.tick(now);
         Ok(None)
     }
 
     /// The limits every connection lives by.
-    pub(crate) fn deadlines(&self) -> Deadlines {
+    fn deadlines(&self) -> Deadlines {
         Deadlines {
-            first_message: self.config.first_message_timeout,
-            reply: self.config.reply_timeout,
+            first_message: self.config().first_message_timeout,
+            reply: self.config().reply_timeout,
         }
     }
 
@@ -293,9 +305,9 @@ impl MonitorServer {
         consider(
             self.waiting
                 .front()
-                .and_then(|w| w.since.checked_add(self.config.connection_wait)),
+                .and_then(|w| w.since.checked_add(self.config().connection_wait)),
         );
-        consider(self.termination.as_ref().and_then(|t| t.escalate_at));
+        consider(self.tracker.next_due());
         consider(self.conn.as_ref().and_then(Conn::deadline));
         for c in self.controls.iter().chain(&self.waiting) {
             consider(c.deadline());
@@ -335,8 +347,8 @@ impl MonitorServer {
             fds.push(PollFd::new(c, c.poll_flags()));
             fds.len() - 1
         });
-        let pidfd_at = self.rank.as_ref().map(|r| {
-            fds.push(PollFd::new(&r.pidfd, PollFlags::IN));
+        let pidfd_at = self.process.as_ref().map(|p| {
+            fds.push(PollFd::new(&p.pidfd, PollFlags::IN));
             fds.len() - 1
         });
         let controls_at = fds.len();
@@ -387,153 +399,23 @@ impl MonitorServer {
         None
     }
 
-    /// Reads, answers and, when it is done, drops the rank connection.
-    pub(crate) fn serve_rank(&mut self) {
-        let Some(conn) = self.conn.as_mut() else {
-            return;
-        };
-        conn.flush();
-        conn.fill();
-        loop {
-            let now = Instant::now();
-            let Some(conn) = self.conn.as_mut() else {
-                return;
-            };
-            let Some(incoming) = conn.next::<pb::ClientMessage>(now) else {
-                break;
-            };
-            let reply = match incoming {
-                Incoming::Message(msg) => self.handle_rank_message(msg),
-                Incoming::Malformed(cause) | Incoming::Oversize(cause) => {
-                    let pid = self.conn.as_ref().map_or(0, |c| c.peer.pid);
-                    self.log.warn_limited(
-                        "malformed frame",
-                        &format!("rank connection (pid {pid}): {cause}"),
-                    );
-                    Some((error(cause), None))
-                }
-            };
-            if let (Some((msg, fd)), Some(conn)) = (reply, self.conn.as_mut()) {
-                conn.send(&msg, fd);
-            }
-        }
-        if self.conn.as_ref().is_some_and(Conn::finished) {
-            self.connection_lost("the rank closed its connection");
-        }
-    }
-
-    fn serve_controls(&mut self, ready: &[bool]) {
-        for i in 0..self.controls.len() {
-            if !ready.get(i).copied().unwrap_or(false) {
-                continue;
-            }
-            self.controls[i].flush();
-            self.controls[i].fill();
-            while let Some(incoming) = self.controls[i].next::<pb::ControlRequest>(Instant::now()) {
-                let reply = match incoming {
-                    Incoming::Message(msg) => self.handle_control(msg),
-                    Incoming::Malformed(cause) | Incoming::Oversize(cause) => {
-                        let pid = self.controls[i].peer.pid;
-                        self.log.warn_limited(
-                            "malformed frame",
-                            &format!("control connection (pid {pid}): {cause}"),
-                        );
-                        error(cause)
-                    }
-                };
-                self.controls[i].send(&reply, None);
-            }
-        }
-        self.controls.retain(|c| !c.finished());
-    }
-
-    fn handle_control(&mut self, request: pb::ControlRequest) -> pb::ServerMessage {
-        use pb::control_request::Request;
-        match request.request {
-            Some(Request::Status(_)) => status_reply(self.status()),
-            Some(Request::CloseConnection(_)) => {
-                if self.conn.is_none() {
-                    return error("no rank connection to close".to_owned());
-                }
-                self.connection_lost("the launcher closed the rank connection");
-                ok(pb::Ok::default())
-            }
-            None => error(
-                "empty ControlRequest: exactly one of close_connection, status must be set"
-                    .to_owned(),
-            ),
-        }
-    }
-
-    /// The rank connection is gone (closed, lost, or dropped by the
-    /// launcher): its state is cleared and the state machine moves on.
-    pub(crate) fn connection_lost(&mut self, why: &str) {
-        let Some(conn) = self.conn.take() else {
-            return;
-        };
-        let pid = conn.peer.pid;
-        drop(conn);
-        match self.state {
-            RankState::Initialized | RankState::Running => {
-                let rank = self.rank.take();
-                let sections = rank.as_ref().map(Registered::describe_sections);
-                let next = if self.config.restart_expected {
-                    RankState::Restarting
-                } else {
-                    RankState::Waiting
-                };
-                // Limited: a client may register and leave in a loop.
-                match sections {
-                    Some(open) if !open.is_empty() => self.log.warn_limited(
-                        "lost rank connection",
-                        &format!(
-                            "{why} (pid {pid}) with sections still open: {open}; state cleared, now {next:?}"
-                        ),
-                    ),
-                    _ => self.log.info_limited(
-                        "lost rank connection",
-                        &format!("{why} (pid {pid}); state cleared, now {next:?}"),
-                    ),
-                }
-                self.state = next;
-            }
-            // A termination in progress keeps the rank's pidfd until it exits.
-            RankState::TimedOut => self.log.info_limited(
-                "closed connection",
-                &format!("{why} (pid {pid}) while the rank is being terminated"),
-            ),
-            _ => self
-                .log
-                .info_limited("closed connection", &format!("{why} (pid {pid})")),
-        }
-    }
-
     /// Orderly shutdown: connections closed (open sections reported),
     /// a pending escalation carried out, socket files removed on drop.
     fn close(&mut self, reason: Shutdown) {
         self.log.info(&format!("shutting down: {reason:?}"));
-        if self
-            .termination
-            .as_ref()
-            .is_some_and(|t| t.escalate_at.is_some())
-            && let Some(rank) = &self.rank
+        if self.tracker.escalation_pending()
+            && let (Some(process), Some(rank)) = (&self.process, self.tracker.rank())
         {
-            let _ = rank.pidfd.send_signal(Signal::KILL);
+            let _ = process.pidfd.send_signal(Signal::KILL);
             self.log.warn(&format!(
                 "rank pid {} had not exited after its termination signal: SIGKILL sent at shutdown",
-                rank.info.pid
+                rank.pid
             ));
         }
-        if let Some(rank) = &self.rank {
-            let open = rank.describe_sections();
-            if !open.is_empty() {
-                self.log
-                    .warn(&format!("shutting down with sections still open: {open}"));
-            }
-        }
-        self.state = RankState::Closed;
+        self.tracker.close(Instant::now());
+        self.drain_notes();
+        self.sync_process();
         self.conn = None;
-        self.rank = None;
         self.waiting.clear();
         self.controls.clear();
     }
@@ -549,16 +431,4 @@ struct Ready {
     rank_pidfd: bool,
     controls: Vec<bool>,
     waiting: Vec<bool>,
-}
-
-pub(crate) fn ok(ok: pb::Ok) -> pb::ServerMessage {
-    pb::ServerMessage {
-        msg: Some(pb::server_message::Msg::Ok(ok)),
-    }
-}
-
-pub(crate) fn status_reply(status: crate::MonitorStatus) -> pb::ServerMessage {
-    pb::ServerMessage {
-        msg: Some(pb::server_message::Msg::Status(status.to_proto())),
-    }
 }

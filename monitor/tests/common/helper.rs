@@ -1,31 +1,94 @@
-//! Processes the monitor's tests need: a monitor server (`monitor serve`,
-//! the command line `SpawnOptions::program` runs), ranks that misbehave in
-//! chosen ways, a client that names someone else's pid, and a launcher that
-//! spawns its monitor by re-executing itself. Not for people.
+//! The processes the monitor's tests need, played by the test binary
+//! itself (nothing of this ships in the crate): a monitor server (`monitor
+//! serve`, the command line `SpawnOptions::program` runs), ranks that
+//! misbehave in chosen ways, a client that names someone else's pid, and a
+//! launcher that spawns its monitor by re-executing itself.
+//!
+//! The test binary's `main` is the test harness's, so the roles start
+//! before it: [`ENTRY`] sits in `.init_array`, which the C runtime calls
+//! before `main` in every process of the binary. It plays a role when the
+//! process was started as one: `monitor serve --socket …` (no test
+//! harness takes that command line), or any role with [`HELPER_ENV`] set
+//! (what [`helper_command`] does). Otherwise it returns and the tests run.
+//! A monitor that `spawn_monitor` re-executed (the `spawn` role's) is served
+//! first of all, as a program's `main` calling `run_if_server` would.
 //!
 //! Every stage a test waits for is one line on standard output.
 
 use std::io::BufRead;
 use std::path::PathBuf;
+use std::process::Command;
 use std::time::Duration;
 
 use nodeipc_monitor::{MonitorClient, MonitorConfig, RankInfo, SpawnOptions};
 
 const TIMEOUT: Duration = Duration::from_secs(10);
 
-fn main() {
+/// Set in a helper process's environment: argument 1 is its role.
+pub const HELPER_ENV: &str = "NODEIPC_MONITOR_TEST_HELPER";
+
+/// The program that plays the roles: this test binary.
+pub fn helper() -> PathBuf {
+    std::env::current_exe().expect("the test binary's path")
+}
+
+/// A command that starts this binary in a role: add the role and its flags.
+pub fn helper_command() -> Command {
+    let mut command = Command::new(helper());
+    command.env(HELPER_ENV, "1");
+    command
+}
+
+// SAFETY (of placing it there): the C runtime calls each `.init_array`
+// entry once, before `main`, with the process's only thread; `entry` is an
+// `extern "C" fn()` as it expects (the arguments glibc passes are ignored,
+// which the C calling convention allows).
+#[used]
+#[unsafe(link_section = ".init_array")]
+static ENTRY: extern "C" fn() = entry;
+
+extern "C" fn entry() {
+    // A monitor re-executed by `spawn_monitor`: serves, then exits.
     nodeipc_monitor::run_if_server();
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let result = match args.first().map(String::as_str) {
+    let args: Vec<String> = match std::fs::read("/proc/self/cmdline") {
+        // Each argument ends with a NUL, the last one too.
+        Ok(bytes) => bytes
+            .strip_suffix(&[0])
+            .unwrap_or(&bytes)
+            .split(|b| *b == 0)
+            .skip(1)
+            .map(|a| String::from_utf8_lossy(a).into_owned())
+            .collect(),
+        Err(_) => return,
+    };
+    let serve_line = args.len() >= 3 && args[..3] == ["monitor", "serve", "--socket"];
+    if !serve_line && std::env::var_os(HELPER_ENV).is_none() {
+        return;
+    }
+    // As Rust's `main` would have it: a write to a closed pipe is an error,
+    // not a death by SIGPIPE.
+    // SAFETY: changes one signal's disposition before anything else runs.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_IGN);
+    }
+    let code = match std::panic::catch_unwind(|| play(&args)) {
+        Ok(Ok(())) => 0,
+        Ok(Err(e)) => {
+            eprintln!("nodeipc-monitor test helper: {e}");
+            1
+        }
+        Err(_) => 101,
+    };
+    std::process::exit(code);
+}
+
+fn play(args: &[String]) -> Result<(), String> {
+    match args.first().map(String::as_str) {
         Some("monitor") => serve(&args[1..]),
         Some("rank") => rank(&Options::parse(&args[1..])),
         Some("spoof") => spoof(&Options::parse(&args[1..])),
         Some("spawn") => spawn(&Options::parse(&args[1..])),
         _ => Err(format!("unknown role in {args:?}")),
-    };
-    if let Err(e) = result {
-        eprintln!("nodeipc-monitor-helper: {e}");
-        std::process::exit(1);
     }
 }
 

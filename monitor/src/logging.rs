@@ -1,5 +1,9 @@
-//! Where the server's reports go: standard error by default, or a sink the
-//! embedding program installs.
+//! Where the server's reports go: the [`log`] facade by default (target
+//! [`LOG_TARGET`]), so a program embedding the monitor gets them in its own
+//! logger; or a sink given to [`MonitorServer::on_log`](crate::MonitorServer::on_log).
+//! [`StderrLogger`] is the facade's logger for a monitor process of its
+//! own (`nodeipc monitor serve`, a process [`spawn_monitor`](crate::spawn_monitor)
+//! started): one line per record on standard error.
 //!
 //! Lines a client can cause at will (a connection, a malformed frame, a
 //! refusal) are rate-limited per kind: the first [`LOG_BURST`] of a kind in
@@ -9,6 +13,8 @@
 
 use std::io::Write;
 use std::time::{Duration, Instant};
+
+use log::{Level, LevelFilter, Log, Metadata, Record};
 
 use crate::limits::truncate;
 
@@ -31,6 +37,18 @@ pub const LOG_WINDOW: Duration = Duration::from_secs(10);
 /// Longest log line, in bytes; longer ones are cut, marked with `…`.
 pub const MAX_LOG_LINE: usize = 4096;
 
+/// The `log` target of every line the server writes.
+pub const LOG_TARGET: &str = "nodeipc_monitor";
+
+impl LogLevel {
+    fn to_log(self) -> Level {
+        match self {
+            LogLevel::Info => Level::Info,
+            LogLevel::Warn => Level::Warn,
+        }
+    }
+}
+
 type Sink = Box<dyn FnMut(LogLevel, &str) + Send>;
 
 /// One kind's count in the current window.
@@ -49,7 +67,7 @@ pub(crate) struct Logger {
 }
 
 impl Logger {
-    pub(crate) fn stderr() -> Logger {
+    pub(crate) fn new() -> Logger {
         Logger {
             sink: None,
             windows: Vec::new(),
@@ -162,20 +180,7 @@ impl Logger {
         };
         match &mut self.sink {
             Some(sink) => sink(level, line),
-            None => {
-                let tag = match level {
-                    LogLevel::Info => "info",
-                    LogLevel::Warn => "warning",
-                };
-                // Not `eprintln!`: it panics when standard error is a pipe
-                // whose reader has gone, and a lost log line must not take
-                // the monitor down with it.
-                let _ = writeln!(
-                    std::io::stderr().lock(),
-                    "nodeipc-monitor[{}] {tag}: {line}",
-                    std::process::id()
-                );
-            }
+            None => log::log!(target: LOG_TARGET, level.to_log(), "{line}"),
         }
     }
 }
@@ -185,7 +190,64 @@ impl std::fmt::Debug for Logger {
         f.write_str(if self.sink.is_some() {
             "Logger(custom)"
         } else {
-            "Logger(stderr)"
+            "Logger(log facade)"
         })
+    }
+}
+
+/// A `log` logger that writes each record at `Info` or above as one line
+/// on standard error: `nodeipc-monitor[PID] info: …` (or `warning:`) for
+/// the monitor's lines, `TARGET[PID] LEVEL: …` for others. What a monitor
+/// process of its own logs through: [`serve`](crate::serve) and
+/// [`run_if_server`](crate::run_if_server) install it unless the program
+/// installed a logger first, and the `nodeipc` command installs it.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct StderrLogger;
+
+static STDERR_LOGGER: StderrLogger = StderrLogger;
+
+impl StderrLogger {
+    /// Makes it the process's logger at level `Info`, unless a logger is
+    /// installed already (then that one is kept, with its level): `true`
+    /// when this call installed it.
+    pub fn install() -> bool {
+        let installed = log::set_logger(&STDERR_LOGGER).is_ok();
+        if installed {
+            log::set_max_level(LevelFilter::Info);
+        }
+        installed
+    }
+}
+
+impl Log for StderrLogger {
+    fn enabled(&self, metadata: &Metadata<'_>) -> bool {
+        metadata.level() <= Level::Info
+    }
+
+    fn log(&self, record: &Record<'_>) {
+        if !self.enabled(record.metadata()) {
+            return;
+        }
+        let pid = std::process::id();
+        let tag = match record.level() {
+            Level::Error => "error",
+            Level::Warn => "warning",
+            _ => "info",
+        };
+        let who = if record.target() == LOG_TARGET {
+            "nodeipc-monitor"
+        } else {
+            record.target()
+        };
+        // Not `eprintln!`: it panics when standard error is a pipe whose
+        // reader has gone, and a lost log line must not take the monitor
+        // down with it. One `write` per line (the lock and a formatted
+        // line), so lines of processes sharing the file never interleave.
+        let line = format!("{who}[{pid}] {tag}: {}\n", record.args());
+        let _ = std::io::stderr().lock().write_all(line.as_bytes());
+    }
+
+    fn flush(&self) {
+        let _ = std::io::stderr().flush();
     }
 }

@@ -8,16 +8,18 @@ use std::time::{Duration, Instant};
 
 use nodeipc_fdpass::Credentials;
 
+use super::MonitorServer;
+use crate::Result;
 use crate::bind::{self, Accepted};
 use crate::conn::{Conn, Overdue, start_time_of};
-use crate::{MonitorServer, Result};
+use crate::refusal::{Refusal, RefusalCode};
 
 /// Most control connections served at once. More wait in the kernel's
 /// queue until a slot frees (an idle connection gives its slot up to them).
-pub(crate) const MAX_CONTROL_CONNECTIONS: usize = 16;
+pub(super) const MAX_CONTROL_CONNECTIONS: usize = 16;
 
 /// Most clients waiting for the rank slot at once; more are refused at once.
-pub(crate) const MAX_WAITING: usize = 16;
+pub(super) const MAX_WAITING: usize = 16;
 
 /// Most connections taken from one listener in one turn of the loop, so
 /// that a flood of connections does not starve the rank.
@@ -25,7 +27,7 @@ const MAX_ACCEPTS_PER_TURN: usize = 64;
 
 /// How long accepting pauses when descriptors or memory run out. The
 /// listening socket stays readable meanwhile: polling it would spin.
-pub(crate) const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
+pub(super) const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
 
 /// What one accept gave the loop.
 enum Take {
@@ -54,7 +56,7 @@ impl Socket {
 }
 
 impl MonitorServer {
-    pub(crate) fn accept_controls(&mut self) -> Result<()> {
+    pub(super) fn accept_controls(&mut self) -> Result<()> {
         for _ in 0..MAX_ACCEPTS_PER_TURN {
             if !self.control_room(Instant::now()) {
                 // Left in the kernel's queue until a slot frees.
@@ -67,10 +69,13 @@ impl MonitorServer {
             };
             // A slot is given up only for a newcomer that is really there.
             if !self.free_control_slot(Instant::now()) {
-                let cause = format!(
-                    "refused: all {MAX_CONTROL_CONNECTIONS} control connections are busy; retry later"
+                let refusal = Refusal::new(
+                    RefusalCode::ControlSlotsBusy,
+                    format!(
+                        "refused: all {MAX_CONTROL_CONNECTIONS} control connections are busy; retry later"
+                    ),
                 );
-                self.refuse(stream, peer, cause);
+                self.refuse(stream, peer, refusal);
                 continue;
             }
             let conn = Conn::control(stream, peer, self.deadlines(), Instant::now());
@@ -79,7 +84,7 @@ impl MonitorServer {
         Ok(())
     }
 
-    pub(crate) fn accept_ranks(&mut self) -> Result<()> {
+    pub(super) fn accept_ranks(&mut self) -> Result<()> {
         for _ in 0..MAX_ACCEPTS_PER_TURN {
             let (stream, peer) = match self.accept_one(Socket::Rank)? {
                 Take::Took(stream, peer) => (stream, peer),
@@ -96,11 +101,14 @@ impl MonitorServer {
                 let conn = Conn::rank(stream, peer, start, false, self.deadlines(), now);
                 self.conn = Some(conn);
             } else if self.waiting.len() >= MAX_WAITING {
-                let cause = format!(
-                    "refused: {MAX_WAITING} clients already wait for the rank connection, which {}",
-                    self.holder()
+                let refusal = Refusal::new(
+                    RefusalCode::RankSlotBusy,
+                    format!(
+                        "refused: {MAX_WAITING} clients already wait for the rank connection, which {}",
+                        self.holder()
+                    ),
                 );
-                self.refuse(stream, peer, cause);
+                self.refuse(stream, peer, refusal);
             } else {
                 let start = start_time_of(&peer);
                 let conn = Conn::rank(stream, peer, start, true, self.deadlines(), now);
@@ -196,27 +204,29 @@ impl MonitorServer {
                     "refused connection",
                     &format!("{} socket: {e}", socket.name()),
                 );
-                Conn::refuse(stream, e.to_string());
+                Conn::refuse(
+                    stream,
+                    Refusal::new(RefusalCode::PermissionDenied, e.to_string()),
+                );
                 None
             }
         }
     }
 
-    fn refuse(&mut self, stream: UnixStream, peer: Credentials, cause: String) {
+    fn refuse(&mut self, stream: UnixStream, peer: Credentials, refusal: Refusal) {
         self.log.warn_limited(
             "refused connection",
-            &format!("client pid {}: {cause}", peer.pid),
+            &format!("client pid {}: {refusal}", peer.pid),
         );
-        Conn::refuse(stream, cause);
+        Conn::refuse(stream, refusal);
     }
 
     /// Who holds the rank slot, for refusals.
     fn holder(&self) -> String {
-        match (&self.conn, &self.rank) {
-            (Some(_), Some(rank)) => format!(
-                "global rank {} (pid {}) holds",
-                rank.info.global_rank, rank.info.pid
-            ),
+        match (&self.conn, self.tracker.rank()) {
+            (Some(_), Some(rank)) => {
+                format!("global rank {} (pid {}) holds", rank.global_rank, rank.pid)
+            }
             (Some(conn), None) => format!("pid {} holds (not yet registered)", conn.peer.pid),
             (None, _) => "nobody holds yet".to_owned(),
         }
@@ -224,7 +234,7 @@ impl MonitorServer {
 
     /// Whether a newcomer on the control socket can be taken now: a slot is
     /// free, or an idle connection can give its slot up.
-    pub(crate) fn control_room(&self, now: Instant) -> bool {
+    pub(super) fn control_room(&self, now: Instant) -> bool {
         self.controls.len() < MAX_CONTROL_CONNECTIONS
             || self.control_slot_frees_at(now).is_some_and(|at| at <= now)
     }
@@ -232,11 +242,11 @@ impl MonitorServer {
     /// With every control slot taken, when the idlest settled connection
     /// will have been idle for the first-message timeout (and may give its
     /// slot up to a newcomer); `None` while a slot is free or none is idle.
-    pub(crate) fn control_slot_frees_at(&self, now: Instant) -> Option<Instant> {
+    pub(super) fn control_slot_frees_at(&self, now: Instant) -> Option<Instant> {
         if self.controls.len() < MAX_CONTROL_CONNECTIONS {
             return None;
         }
-        let limit = self.config.first_message_timeout;
+        let limit = self.config().first_message_timeout;
         self.controls
             .iter()
             .filter_map(|c| c.idle_for(now))
@@ -251,7 +261,7 @@ impl MonitorServer {
         if self.controls.len() < MAX_CONTROL_CONNECTIONS {
             return true;
         }
-        let limit = self.config.first_message_timeout;
+        let limit = self.config().first_message_timeout;
         let idlest = self
             .controls
             .iter()
@@ -263,30 +273,33 @@ impl MonitorServer {
             return false;
         };
         let conn = self.controls.swap_remove(i);
-        let cause = format!(
-            "closed: idle for {} ms while all {MAX_CONTROL_CONNECTIONS} control connections were taken and another client needed one",
-            idle.as_millis()
+        let refusal = Refusal::new(
+            RefusalCode::ControlSlotsBusy,
+            format!(
+                "closed: idle for {} ms while all {MAX_CONTROL_CONNECTIONS} control connections were taken and another client needed one",
+                idle.as_millis()
+            ),
         );
         self.log.info_limited(
             "closed connection",
-            &format!("control connection of pid {}: {cause}", conn.peer.pid),
+            &format!("control connection of pid {}: {refusal}", conn.peer.pid),
         );
-        conn.close_with(cause);
+        conn.close_with(refusal);
         true
     }
 
     /// Closes every connection whose deadline passed: one that did not
     /// prove itself in time, or left a reply unread too long.
-    pub(crate) fn expire_connections(&mut self, now: Instant) {
+    pub(super) fn expire_connections(&mut self, now: Instant) {
         if let Some(overdue) = self.conn.as_mut().and_then(|c| c.overdue(now)) {
-            let cause = describe(&overdue, "rank");
+            let refusal = describe(&overdue, "rank");
             if let Some(conn) = self.conn.as_mut() {
-                conn.send(&crate::server::error(cause.clone()), None);
                 let pid = conn.peer.pid;
                 self.log.warn_limited(
                     "closed connection",
-                    &format!("rank connection of pid {pid} {cause}"),
+                    &format!("rank connection of pid {pid} {refusal}"),
                 );
+                conn.send(&refusal.to_message(), None);
             }
             self.connection_lost("the monitor closed the rank connection");
         }
@@ -314,15 +327,15 @@ impl MonitorServer {
     }
 
     fn close_overdue(&mut self, conn: Conn, overdue: &Overdue, what: &str) {
-        let cause = describe(overdue, what);
+        let refusal = describe(overdue, what);
         self.log.warn_limited(
             "closed connection",
-            &format!("{what} connection of pid {} {cause}", conn.peer.pid),
+            &format!("{what} connection of pid {} {refusal}", conn.peer.pid),
         );
-        conn.close_with(cause);
+        conn.close_with(refusal);
     }
 
-    pub(crate) fn drop_hung_up_waiters(&mut self, ready: &[bool]) {
+    pub(super) fn drop_hung_up_waiters(&mut self, ready: &[bool]) {
         let mut i = 0;
         self.waiting.retain(|_| {
             let keep = !ready.get(i).copied().unwrap_or(false);
@@ -331,7 +344,7 @@ impl MonitorServer {
         });
     }
 
-    pub(crate) fn promote_waiter(&mut self) {
+    pub(super) fn promote_waiter(&mut self) {
         // A promoted client may turn out to be gone already: then the next.
         while self.conn.is_none() {
             let Some(mut conn) = self.waiting.pop_front() else {
@@ -354,8 +367,8 @@ impl MonitorServer {
         }
     }
 
-    pub(crate) fn expire_waiters(&mut self, now: Instant) {
-        let limit = self.config.connection_wait;
+    pub(super) fn expire_waiters(&mut self, now: Instant) {
+        let limit = self.config().connection_wait;
         while self
             .waiting
             .front()
@@ -364,23 +377,26 @@ impl MonitorServer {
             let Some(w) = self.waiting.pop_front() else {
                 break;
             };
-            let cause = format!(
-                "refused: the monitor serves one rank connection at a time and {} it; this connection waited {} ms (limit {} ms)",
-                self.holder(),
-                now.saturating_duration_since(w.since).as_millis(),
-                limit.as_millis()
+            let refusal = Refusal::new(
+                RefusalCode::RankSlotBusy,
+                format!(
+                    "refused: the monitor serves one rank connection at a time and {} it; this connection waited {} ms (limit {} ms)",
+                    self.holder(),
+                    now.saturating_duration_since(w.since).as_millis(),
+                    limit.as_millis()
+                ),
             );
             self.log.warn_limited(
                 "refused connection",
-                &format!("client pid {}: {cause}", w.peer.pid),
+                &format!("client pid {}: {refusal}", w.peer.pid),
             );
-            w.close_with(cause);
+            w.close_with(refusal);
         }
     }
 }
 
 /// Why an overdue connection is closed, for it and for the log.
-fn describe(overdue: &Overdue, what: &str) -> String {
+fn describe(overdue: &Overdue, what: &str) -> Refusal {
     match overdue {
         Overdue::Unsettled { waited, limit } => {
             let expected = match what {
@@ -388,16 +404,22 @@ fn describe(overdue: &Overdue, what: &str) -> String {
                 "control" => "send a request within",
                 _ => "send anything within",
             };
-            format!(
-                "closed: it did not {expected} {} ms of getting its connection (first_message_timeout_ms; {} ms since it connected)",
-                limit.as_millis(),
-                waited.as_millis()
+            Refusal::new(
+                RefusalCode::FirstMessageDeadline,
+                format!(
+                    "closed: it did not {expected} {} ms of getting its connection (first_message_timeout_ms; {} ms since it connected)",
+                    limit.as_millis(),
+                    waited.as_millis()
+                ),
             )
         }
-        Overdue::Unread { waited, limit } => format!(
-            "closed: a reply waited {} ms for it to be read (reply_timeout_ms {})",
-            waited.as_millis(),
-            limit.as_millis()
+        Overdue::Unread { waited, limit } => Refusal::new(
+            RefusalCode::ReplyDeadline,
+            format!(
+                "closed: a reply waited {} ms for it to be read (reply_timeout_ms {})",
+                waited.as_millis(),
+                limit.as_millis()
+            ),
         ),
     }
 }
