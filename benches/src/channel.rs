@@ -11,12 +11,12 @@ use std::io;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::time::{Duration, Instant};
 
+use crate::glibc_sem::GlibcSemaphore;
 use nodeipc_channel::{ChannelConfig, Coordinator, SemKind, Worker};
 use nodeipc_proto::execute::{
     ExecuteRequest, ExecuteResponse, ExecuteType, ForwardRequest, ForwardResponse, execute_request,
     execute_response,
 };
-use nodeipc_sem::{NamedSemaphore, Semaphore};
 use nodeipc_shm::Region;
 use prost::Message;
 
@@ -111,7 +111,7 @@ enum Side {
     Glibc {
         region: Region,
         /// Per worker: request semaphore, response semaphore.
-        sems: Vec<(NamedSemaphore, NamedSemaphore)>,
+        sems: Vec<(GlibcSemaphore, GlibcSemaphore)>,
         layout: GlibcLayout,
     },
     Socket(Vec<std::os::unix::net::UnixStream>),
@@ -206,8 +206,8 @@ impl ChannelSession {
                 let region = Region::anonymous(layout.size(workers))?;
                 let mut sems = Vec::new();
                 for rank in 0..workers {
-                    let request = NamedSemaphore::create(&format!("{tag}-req-{rank}"), 0)?;
-                    let response = NamedSemaphore::create(&format!("{tag}-resp-{rank}"), 0)?;
+                    let request = GlibcSemaphore::create(&format!("{tag}-req-{rank}"), 0)?;
+                    let response = GlibcSemaphore::create(&format!("{tag}-resp-{rank}"), 0)?;
                     sems.push((request, response));
                     let role = format!(
                         "chan-worker {} {tag} {rank} {rounds} {} {} {}",
@@ -429,8 +429,8 @@ pub(crate) fn peer_main(args: &[&str]) -> io::Result<()> {
                 request_bytes: request_bytes.parse().map_err(io::Error::other)?,
                 response_bytes: response_bytes.parse().map_err(io::Error::other)?,
             };
-            let request_sem = NamedSemaphore::open_wait(&format!("{tag}-req-{rank}"), TIMEOUT)?;
-            let response_sem = NamedSemaphore::open_wait(&format!("{tag}-resp-{rank}"), TIMEOUT)?;
+            let request_sem = GlibcSemaphore::open_wait(&format!("{tag}-req-{rank}"), TIMEOUT)?;
+            let response_sem = GlibcSemaphore::open_wait(&format!("{tag}-resp-{rank}"), TIMEOUT)?;
             request_sem.wait()?; // the ready handshake
             response_sem.post()?;
             let at = layout.response_at(rank);

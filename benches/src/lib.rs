@@ -11,6 +11,7 @@ pub mod barrier;
 pub mod channel;
 mod dispatch;
 pub mod fdpass;
+mod glibc_sem;
 pub mod machine;
 pub mod monitor;
 mod peer;

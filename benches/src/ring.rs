@@ -10,7 +10,9 @@ use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use nodeipc_sem::{NamedSemaphore, Semaphore, ShmSemaphore};
+use nodeipc_sem::{Semaphore, ShmSemaphore};
+
+use crate::glibc_sem::GlibcSemaphore;
 use nodeipc_shm::Region;
 use rustix::io::Errno;
 use rustix::thread::futex;
@@ -89,8 +91,8 @@ pub struct Ring {
 enum Owned {
     Nothing,
     Glibc {
-        mine: NamedSemaphore,
-        next: NamedSemaphore,
+        mine: GlibcSemaphore,
+        next: GlibcSemaphore,
     },
     Stream {
         read: OwnedFd,
@@ -121,7 +123,7 @@ impl Ring {
         match handoff {
             Handoff::GlibcSemaphore => {
                 for i in 0..members {
-                    semaphores.push(NamedSemaphore::create(&format!("{base}-{i}"), 0)?);
+                    semaphores.push(GlibcSemaphore::create(&format!("{base}-{i}"), 0)?);
                 }
             }
             Handoff::Pipe => {
@@ -253,8 +255,8 @@ enum Link<'a> {
         next: &'a ShmSemaphore,
     },
     Glibc {
-        mine: &'a NamedSemaphore,
-        next: &'a NamedSemaphore,
+        mine: &'a GlibcSemaphore,
+        next: &'a GlibcSemaphore,
     },
     Stream {
         read: BorrowedFd<'a>,
@@ -399,8 +401,8 @@ pub(crate) fn peer_main(args: &[&str]) -> io::Result<()> {
         (Handoff::GlibcSemaphore, [base]) => {
             let next = (index + 1) % members;
             Owned::Glibc {
-                mine: NamedSemaphore::open(&format!("{base}-{index}"))?,
-                next: NamedSemaphore::open(&format!("{base}-{next}"))?,
+                mine: GlibcSemaphore::open_wait(&format!("{base}-{index}"), WAIT)?,
+                next: GlibcSemaphore::open_wait(&format!("{base}-{next}"), WAIT)?,
             }
         }
         (Handoff::Pipe | Handoff::UnixStream, [read, write]) => Owned::Stream {
