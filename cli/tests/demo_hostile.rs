@@ -147,16 +147,15 @@ fn regression_a_dead_monitor_is_blamed_for_the_failed_heartbeat() {
     assert_nothing_left(pid);
 }
 
-/// Under umask 000 with every chmod refused (a seccomp filter), the demo's
-/// directory and files must get their modes in the calls that create them.
-///
-/// Ignored until the layers below stop tightening modes after creation:
-/// `Region::create` (shm) calls `fchmod` always, `Listener::bind` (fdpass)
-/// calls `chmod 0600` after `bind`, the rank group's mesh (barrier) calls
-/// `chmod` after `mkdir`. The demo's own part is pinned without them by
-/// `demo::files::tests::regression_demo_dir_and_log_modes_are_set_by_the_creating_call`.
+/// Under umask 000 with every chmod by path refused (a seccomp filter), the
+/// whole demo — its directory and logs, the regions, the rank group's socket
+/// directory, every socket — must get its modes in the calls that create
+/// them (or, for a socket, on its descriptor before `bind` gives it a name):
+/// no path is ever made first and tightened after. Each layer's own part is
+/// pinned under the stricter filter that refuses `fchmod` too, where it can
+/// be: `demo::files::tests::regression_demo_dir_and_log_modes_are_set_by_the_creating_call`,
+/// `barrier/private_dir`, `fs/fs::regression_private_dirs_and_files_get_their_mode_in_the_creating_call`.
 #[test]
-#[ignore = "needs shm, fdpass and barrier to create with their modes (no chmod after)"]
 fn regression_demo_under_umask_000_with_chmod_refused() {
     let _dog = Watchdog::new("demo umask 000", Duration::from_secs(120));
     let mut command = demo_command(
@@ -168,7 +167,7 @@ fn regression_demo_under_umask_000_with_chmod_refused() {
     unsafe {
         command.pre_exec(|| {
             libc::umask(0);
-            nodeipc_testkit::deny_chmod();
+            nodeipc_testkit::deny_path_chmod();
             Ok(())
         });
     }
@@ -233,7 +232,6 @@ fn a_descriptor_limit_during_setup_is_reported_with_its_cause() {
 /// without the errno, and the rank group takes `EMFILE` on `/proc/<pid>/stat`
 /// for a death ("rank 1 died").
 #[test]
-#[ignore = "needs the channel's handshake to keep the errno and the rank group's liveness check fixed"]
 fn regression_a_descriptor_limit_at_logon_is_reported_with_its_cause() {
     let _dog = Watchdog::new("demo ulimit -n logon", Duration::from_secs(120));
     for limit in 15..=20 {

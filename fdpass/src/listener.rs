@@ -46,7 +46,8 @@ pub struct Listener {
 impl Listener {
     /// Binds `path`: checks its directory (ours, not group/world writable),
     /// refuses a symlink, a non-socket or a live socket there, removes a
-    /// stale socket (connect refused), then `bind`, `chmod 0600`, `listen`
+    /// stale socket (connect refused), then `bind` with the socket made 0600
+    /// beforehand (`chmod` after only if the umask took owner bits), `listen`
     /// (nobody can connect between `bind` and `listen`).
     ///
     /// # Errors
@@ -73,6 +74,11 @@ impl Listener {
         .map_err(|e| listen_error("socket", path, e))?;
         let address =
             SocketAddrUnix::new(path).map_err(|e| listen_error("sockaddr_un", path, e))?;
+        // Linux gives the socket file the mode of the socket's own inode less
+        // the umask: made 0600 before `bind`, the file is never anything
+        // looser, not even for a moment. Refused, it only costs the head
+        // start: the check after `bind` still tightens what it made.
+        let _ = rustix::fs::fchmod(&fd, Mode::from_raw_mode(0o600));
         rustix::net::bind(&fd, &address).map_err(|e| match e {
             Errno::ADDRINUSE => Error::AlreadyServing {
                 path: path.to_owned(),
@@ -87,8 +93,11 @@ impl Listener {
             path: path.to_owned(),
             identity,
         };
-        rustix::fs::chmod(path, Mode::from_raw_mode(0o600))
-            .map_err(|e| listen_error("chmod 0600", path, e))?;
+        if stat.st_mode & 0o7777 != 0o600 {
+            // A umask that took owner bits away, or an fchmod refused above.
+            rustix::fs::chmod(path, Mode::from_raw_mode(0o600))
+                .map_err(|e| listen_error("chmod 0600", path, e))?;
+        }
         rustix::net::listen(&socket.fd, 64).map_err(|e| listen_error("listen", path, e))?;
         Ok(socket)
     }

@@ -79,3 +79,46 @@ fn a_directory_others_can_write_is_refused() {
         Err(Error::PathTooLong { max: 107, .. })
     ));
 }
+
+/// Set in the child of the umask test: the directory to bind in.
+const UMASK_CHILD: &str = "NODEIPC_FDPASS_TEST_UMASK_CHILD";
+
+/// Regression: the socket file was made by `bind` with the umask's mode
+/// (0777 under umask 000) and tightened by a `chmod` of its path after, a
+/// window in which it was open to anyone who could reach the directory.
+/// Made 0600 on its descriptor before `bind`, it needs no chmod by path.
+#[test]
+fn regression_the_socket_is_0600_from_its_bind_under_umask_000() {
+    if let Ok(dir) = std::env::var(UMASK_CHILD) {
+        rustix::process::umask(rustix::fs::Mode::empty());
+        nodeipc_testkit::deny_path_chmod();
+        let listener = Listener::bind(&std::path::Path::new(&dir).join("sock")).expect("bind");
+        let mode = std::fs::symlink_metadata(listener.path())
+            .unwrap()
+            .permissions()
+            .mode();
+        println!("\nchild socket mode {:o}", mode & 0o7777);
+        return;
+    }
+    let _dog = nodeipc_testkit::Watchdog::new("listener umask", std::time::Duration::from_secs(60));
+    let dir = private_dir("listener-umask");
+    let out = nodeipc_testkit::spawn_child(
+        std::process::Command::new(std::env::current_exe().unwrap())
+            .args([
+                "--exact",
+                "regression_the_socket_is_0600_from_its_bind_under_umask_000",
+            ])
+            .args(["--nocapture", "--test-threads=1"])
+            .env(UMASK_CHILD, dir.path())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped()),
+    )
+    .output_timeout(std::time::Duration::from_secs(30));
+    let context = format!(
+        "{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "child failed: {context}");
+    assert!(context.contains("child socket mode 600"), "{context}");
+}

@@ -264,26 +264,43 @@ pub fn compile_c(source: &Path, output: &Path, extra_args: &[&str]) -> Option<Pa
 /// # Panics
 /// If the kernel refuses the filter, or on an architecture it does not know.
 pub fn deny_chmod() {
+    install_chmod_filter(true);
+}
+
+/// As [`deny_chmod`], for the calls that take a path (`chmod`, `fchmodat`,
+/// `fchmodat2`) only: `fchmod` of a descriptor still works. For code that
+/// sets a mode on a descriptor before the object has a name — a socket made
+/// 0600 before `bind` — and must never change a mode by path afterwards.
+///
+/// # Panics
+/// As [`deny_chmod`].
+pub fn deny_path_chmod() {
+    install_chmod_filter(false);
+}
+
+fn install_chmod_filter(fchmod_too: bool) {
     #[cfg(target_arch = "x86_64")]
-    const ARCH_AND_CALLS: (u32, [u32; 4]) = (0xc000_003e, [90, 91, 268, 452]);
+    const ARCH_AND_CALLS: (u32, [u32; 3], u32) = (0xc000_003e, [90, 268, 452], 91);
     #[cfg(target_arch = "aarch64")]
-    const ARCH_AND_CALLS: (u32, [u32; 4]) = (0xc000_00b7, [52, 52, 53, 452]);
+    const ARCH_AND_CALLS: (u32, [u32; 3], u32) = (0xc000_00b7, [53, 53, 452], 52);
     const LD_W_ABS: u16 = 0x20;
     const JEQ_K: u16 = 0x15;
     const RET_K: u16 = 0x06;
     const ALLOW: u32 = 0x7fff_0000;
     const ERRNO_EPERM: u32 = 0x0005_0000 | 1;
     let op = |code, jt, jf, k| libc::sock_filter { code, jt, jf, k };
-    let (arch, calls) = ARCH_AND_CALLS;
+    let (arch, paths, fchmod) = ARCH_AND_CALLS;
+    // With fchmod allowed, its slot repeats a path call: same verdict.
+    let fourth = if fchmod_too { fchmod } else { paths[0] };
     let filter = [
         op(LD_W_ABS, 0, 0, 4), // seccomp_data.arch
         op(JEQ_K, 1, 0, arch),
         op(RET_K, 0, 0, ALLOW),
         op(LD_W_ABS, 0, 0, 0), // seccomp_data.nr
-        op(JEQ_K, 4, 0, calls[0]),
-        op(JEQ_K, 3, 0, calls[1]),
-        op(JEQ_K, 2, 0, calls[2]),
-        op(JEQ_K, 1, 0, calls[3]),
+        op(JEQ_K, 4, 0, paths[0]),
+        op(JEQ_K, 3, 0, paths[1]),
+        op(JEQ_K, 2, 0, paths[2]),
+        op(JEQ_K, 1, 0, fourth),
         op(RET_K, 0, 0, ALLOW),
         op(RET_K, 0, 0, ERRNO_EPERM),
     ];

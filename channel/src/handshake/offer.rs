@@ -141,12 +141,17 @@ impl ChannelOffer {
                 format!("rank {} is taken by pid {pid}", logon.worker_rank),
             );
         }
-        let dup = |fd: &OwnedFd| fd.try_clone();
-        let (Ok(request), Ok(response)) = (dup(&self.request), dup(&self.response)) else {
-            return refuse(
-                RejectCode::Internal,
-                "the server could not duplicate its descriptors".to_owned(),
-            );
+        // Out of descriptors (EMFILE) is the usual cause: say so, errno and all.
+        let dup = |fd: &OwnedFd, what: &str| {
+            fd.try_clone()
+                .map_err(|e| format!("the server could not duplicate its {what} descriptor: {e}"))
+        };
+        let (request, response) = match (
+            dup(&self.request, "request region"),
+            dup(&self.response, "response region"),
+        ) {
+            (Ok(request), Ok(response)) => (request, response),
+            (Err(why), _) | (_, Err(why)) => return refuse(RejectCode::Internal, why),
         };
         Ok(Offer {
             accept: Accept {
