@@ -3,7 +3,7 @@
 use std::os::fd::{BorrowedFd, OwnedFd};
 use std::time::Duration;
 
-use nodeipc_fdpass::{FdHandle, Transport};
+use nodeipc_fdpass::Transport;
 
 use crate::{Error, Group, Result};
 
@@ -48,11 +48,9 @@ impl Group {
                 }
                 out
             }
-            Transport::ScmRights => {
-                let mesh = self.mesh().expect("an SCM_RIGHTS group has a mesh");
-                mesh.exchange(self, Some(fd), &peers, &peers, timeout)
-                    .map_err(|e| self.fail(e))?
-            }
+            Transport::ScmRights => self
+                .mesh_exchange(Some(fd), &peers, &peers, timeout)
+                .map_err(|e| self.fail(e))?,
         };
         // The exporters keep their descriptors open until every import is done.
         self.barrier_timeout(timeout)?;
@@ -103,8 +101,7 @@ impl Group {
                     Transport::ScmRights => {
                         let peers: Vec<u32> =
                             (0..self.world_size()).filter(|&r| r != root).collect();
-                        let mesh = self.mesh().expect("an SCM_RIGHTS group has a mesh");
-                        mesh.exchange(self, Some(fd), &peers, &[], timeout)
+                        self.mesh_exchange(Some(fd), &peers, &[], timeout)
                             .map_err(|e| self.fail(e))?;
                     }
                 }
@@ -115,9 +112,8 @@ impl Group {
                 self.import_from(parity, root).map_err(|e| self.fail(e))?
             }
             (Transport::ScmRights, None) => {
-                let mesh = self.mesh().expect("an SCM_RIGHTS group has a mesh");
-                let mut got = mesh
-                    .exchange(self, None, &[], &[root], timeout)
+                let mut got = self
+                    .mesh_exchange(None, &[], &[root], timeout)
                     .map_err(|e| self.fail(e))?;
                 got[root as usize]
                     .take()
@@ -126,53 +122,5 @@ impl Group {
         };
         self.barrier_timeout(timeout)?;
         Ok(result)
-    }
-
-    fn publish_handle(&self, parity: usize, fd: BorrowedFd<'_>) -> Result<()> {
-        let handle = FdHandle::export(&fd).map_err(|source| Error::FdPass {
-            group: self.name().to_owned(),
-            source,
-        })?;
-        let at = self.layout().handle_slot(parity, self.rank());
-        self.region()
-            .write_at(at, &handle.to_bytes())
-            .map_err(|source| Error::Shm {
-                group: self.name().to_owned(),
-                source,
-            })
-    }
-
-    /// Reads `rank`'s handle, checks that it names the process registered for
-    /// that rank, and copies the descriptor through our verified pidfd.
-    fn import_from(&self, parity: usize, rank: u32) -> Result<OwnedFd> {
-        let mut bytes = [0u8; FdHandle::SIZE];
-        let at = self.layout().handle_slot(parity, rank);
-        self.region()
-            .read_at(at, &mut bytes)
-            .map_err(|source| Error::Shm {
-                group: self.name().to_owned(),
-                source,
-            })?;
-        let protocol = |reason: String| Error::Protocol {
-            group: self.name().to_owned(),
-            reason,
-        };
-        let handle = FdHandle::from_bytes(&bytes)
-            .map_err(|e| protocol(format!("rank {rank}'s slot: {e}")))?;
-        let (pid, start_time) = self.entry_identity(rank);
-        if handle.pid != pid || handle.start_time != start_time {
-            return Err(protocol(format!(
-                "rank {rank}'s handle names pid {} (start {}), not its registered pid {pid} (start {start_time})",
-                handle.pid, handle.start_time
-            )));
-        }
-        let pidfd = self.peer(rank).expect("every peer has a pidfd");
-        pidfd.get_fd(handle.fd).map_err(|source| match source {
-            nodeipc_fdpass::Error::ProcessGone { .. } => self.died(rank, pid),
-            source => Error::FdPass {
-                group: self.name().to_owned(),
-                source,
-            },
-        })
     }
 }

@@ -9,20 +9,35 @@
 
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use rustix::event::{PollFd, PollFlags};
 use rustix::io::Errno;
 use rustix::net::{AddressFamily, SocketAddrUnix, SocketFlags, SocketType};
 
-use crate::{Error, Group, Result, vault};
+use crate::{Error, Result};
 
 /// "NIFX": the first word of every descriptor message.
 const MESSAGE_MAGIC: [u8; 4] = *b"NIFX";
 const MESSAGE_LEN: usize = 16;
 /// How often a rank waiting for descriptors checks its peers.
 const SLICE: Duration = Duration::from_millis(50);
+
+/// What the mesh needs of the group it connects, and all it sees of it:
+/// who we are, a meeting of every rank between the set-up steps, and
+/// whether the group still stands while a descriptor is awaited.
+pub(crate) trait Members {
+    /// The group's name, for errors.
+    fn name(&self) -> &str;
+    /// This rank.
+    fn rank(&self) -> u32;
+    /// How many ranks there are.
+    fn world_size(&self) -> u32;
+    /// Waits for every rank to get here (a barrier).
+    fn meet(&self) -> Result<()>;
+    /// Fails once the group is poisoned or a peer is gone.
+    fn check_alive(&self) -> Result<()>;
+}
 
 #[derive(Debug)]
 pub(crate) struct Mesh {
@@ -34,9 +49,9 @@ pub(crate) struct Mesh {
 impl Mesh {
     /// Sets the sockets up, in steps separated by barriers: rank 0 makes the
     /// directory; everyone binds; everyone connects; everyone removes its
-    /// socket file; rank 0 removes the directory.
-    pub(crate) fn connect(group: &Group) -> Result<Mesh> {
-        let nonce = vault::header(group.region()).nonce.load(Ordering::Relaxed);
+    /// socket file; rank 0 removes the directory. `nonce` is the group's
+    /// random number, the same for every rank: it names the directory.
+    pub(crate) fn connect(group: &impl Members, nonce: u64) -> Result<Mesh> {
         let uid = rustix::process::geteuid().as_raw();
         let dir = PathBuf::from(format!("/tmp/nodeipc-group-{uid}-{nonce:016x}"));
         if group.rank() == 0 {
@@ -52,8 +67,8 @@ impl Mesh {
         result
     }
 
-    fn connect_in(group: &Group, dir: &Path) -> Result<Mesh> {
-        group.barrier()?;
+    fn connect_in(group: &impl Members, dir: &Path) -> Result<Mesh> {
+        group.meet()?;
         nodeipc_fs::check_private_dir(dir).map_err(|e| refused(group, e))?;
         let socket_path = |rank: u32| dir.join(rank.to_string());
         let new_socket = || {
@@ -63,15 +78,16 @@ impl Mesh {
                 SocketFlags::CLOEXEC | SocketFlags::NONBLOCK,
                 None,
             )
-            .map_err(|e| group.io("socket", e))
+            .map_err(|e| io(group, "socket", e))
         };
         let address = |rank: u32| {
-            SocketAddrUnix::new(socket_path(rank).as_path()).map_err(|e| group.io("sockaddr_un", e))
+            SocketAddrUnix::new(socket_path(rank).as_path())
+                .map_err(|e| io(group, "sockaddr_un", e))
         };
         let inbox = new_socket()?;
-        rustix::net::bind(&inbox, &address(group.rank())?).map_err(|e| group.io("bind", e))?;
+        rustix::net::bind(&inbox, &address(group.rank())?).map_err(|e| io(group, "bind", e))?;
         let result = (|| {
-            group.barrier()?;
+            group.meet()?;
             let mut outboxes = Vec::new();
             for rank in 0..group.world_size() {
                 if rank == group.rank() {
@@ -80,30 +96,31 @@ impl Mesh {
                 }
                 let socket = new_socket()?;
                 rustix::net::connect(&socket, &address(rank)?)
-                    .map_err(|e| group.io("connect", e))?;
+                    .map_err(|e| io(group, "connect", e))?;
                 outboxes.push(Some(socket));
             }
-            group.barrier()?;
+            group.meet()?;
             Ok(Mesh { inbox, outboxes })
         })();
         let _ = std::fs::remove_file(socket_path(group.rank()));
         let mesh = result?;
         // Everyone's file is gone before rank 0 removes the directory.
-        group.barrier()?;
+        group.meet()?;
         Ok(mesh)
     }
 
     /// Sends `fd` to every rank in `to`, and receives one descriptor from every
-    /// rank in `from`; returns them by rank.
+    /// rank in `from`; returns them by rank. Every message carries `epoch`,
+    /// the collective it belongs to.
     pub(crate) fn exchange(
         &self,
-        group: &Group,
+        group: &impl Members,
+        epoch: u64,
         fd: Option<BorrowedFd<'_>>,
         to: &[u32],
         from: &[u32],
         timeout: Duration,
     ) -> Result<Vec<Option<OwnedFd>>> {
-        let epoch = group.epoch();
         let mut message = [0u8; MESSAGE_LEN];
         message[0..4].copy_from_slice(&MESSAGE_MAGIC);
         message[4..8].copy_from_slice(&group.rank().to_le_bytes());
@@ -139,8 +156,7 @@ impl Mesh {
             if unsent.is_empty() && missing == 0 {
                 return Ok(received);
             }
-            group.check_poison()?;
-            group.check_peers()?;
+            group.check_alive()?;
             let waited = start.elapsed();
             if waited >= timeout {
                 return Err(Error::Timeout {
@@ -165,7 +181,7 @@ impl Mesh {
             };
             match rustix::event::poll(&mut polls, Some(&timespec)) {
                 Ok(_) | Err(Errno::INTR) => {}
-                Err(e) => return Err(group.io("poll", e)),
+                Err(e) => return Err(io(group, "poll", e)),
             }
         }
     }
@@ -174,7 +190,7 @@ impl Mesh {
     /// descriptors arrived.
     fn drain_inbox(
         &self,
-        group: &Group,
+        group: &impl Members,
         epoch: u64,
         from: &[u32],
         received: &mut [Option<OwnedFd>],
@@ -233,7 +249,7 @@ impl Mesh {
 /// A refusal of the socket directory in the group's words: the path, and
 /// what was wrong with it (owner and mode, what sits there, or the errno,
 /// kept in the error's source chain).
-fn refused(group: &Group, error: nodeipc_fs::Error) -> Error {
+fn refused(group: &impl Members, error: nodeipc_fs::Error) -> Error {
     match error {
         nodeipc_fs::Error::Io { op, ref source, .. } => Error::Io {
             group: group.name().to_owned(),
@@ -244,5 +260,14 @@ fn refused(group: &Group, error: nodeipc_fs::Error) -> Error {
             group: group.name().to_owned(),
             reason: format!("refusing the socket directory: {other}"),
         },
+    }
+}
+
+/// A socket call's failure, its errno kept, in the group's words.
+fn io(group: &impl Members, op: &'static str, errno: Errno) -> Error {
+    Error::Io {
+        group: group.name().to_owned(),
+        op,
+        source: errno.into(),
     }
 }

@@ -1,14 +1,15 @@
 //! A vault another process wrote, met by a joining rank: every header field
 //! that does not fit is refused by name, a slot length past its slot is
 //! `Corrupt`, a descriptor handle naming another process is refused, and
-//! no counter a peer left can make a rank panic.
+//! no counter a peer left can make a rank panic; a header rank 0 never
+//! published times the join out, naming that wait.
 //!
 //! The test writes the vault itself, as a (hostile) rank 0 would: this
 //! process plays rank 0's registered process, so the join goes through
 //! to the collectives.
 
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use nodeipc_barrier::{Error, Group, GroupOptions, TransportChoice};
 use nodeipc_fdpass::{FdHandle, process_start_time};
@@ -245,4 +246,33 @@ fn a_poison_cause_this_version_does_not_know_is_named_not_taken_for_a_timeout() 
         }
         other => panic!("expected Poisoned with an unknown cause, got {other:?}"),
     }
+}
+
+#[test]
+fn a_header_never_published_times_out_the_join_naming_that_wait() {
+    let _dog = Watchdog::new("header never published", Duration::from_secs(60));
+    let name = unique_name("hostile-vault-unpublished");
+    // Sized and 0600, but rank 0 never stored `init`: it died writing the header.
+    let region = Region::create(&name, SIZE).unwrap();
+    let started = Instant::now();
+    match join(&name) {
+        Err(Error::Timeout {
+            op: "join (waiting for rank 0 to publish the vault)",
+            rank: 1,
+            waited,
+            arrived: 0,
+            expected: 2,
+            ..
+        }) => assert!(waited >= Duration::from_millis(300), "{waited:?}"),
+        other => panic!("expected the header wait to time out, got {other:?}"),
+    }
+    // The pauses stop at the timeout: no sleep runs far past it.
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        started.elapsed()
+    );
+    // A dead creator cannot remove its name: the joiner did.
+    assert!(shm_leftovers(&name).is_empty());
+    drop(region);
 }

@@ -1,0 +1,149 @@
+//! [`Group`]: what a rank holds, and what it tells about the group.
+//!
+//! The group's work lies in submodules along its seams: [`join`] (meeting
+//! the other ranks and agreeing on a transport), [`wait`] (the barriers and
+//! everything that ends a wait early: poison, dead or departed peers) and
+//! [`collectives`] (the slot buffers: all-gather, broadcast, descriptor
+//! handles).
+
+mod collectives;
+mod join;
+mod wait;
+
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use nodeipc_fdpass::{Pidfd, Transport};
+use nodeipc_shm::Region;
+
+use crate::Result;
+use crate::mesh::{Members, Mesh};
+use crate::vault::{Layout, flags};
+
+/// One rank's membership of a group of processes on this node.
+///
+/// [`join`](Group::join) meets the other ranks by the group's name; then
+/// [`barrier`](Group::barrier), [`all_gather`](Group::all_gather),
+/// [`broadcast`](Group::broadcast), [`exchange_fds`](Group::exchange_fds) and
+/// [`broadcast_fd`](Group::broadcast_fd) are collective: every rank calls
+/// them in the same order.
+///
+/// Nothing waits forever. Every rank registers its pid at join; a waiter
+/// that has parked for a moment checks its peers' pidfds, and a dead rank
+/// poisons the group: every pending and later call returns
+/// [`Error::PeerDied`](crate::Error::PeerDied) (or
+/// [`Error::Poisoned`](crate::Error::Poisoned)) within a fraction of a
+/// second. A wait that outlasts the timeout poisons the group too: a rank
+/// missing from a collective is a failed job, as in MPI or NCCL.
+///
+/// # Examples
+/// ```
+/// use std::time::Duration;
+/// use nodeipc_barrier::{Group, GroupOptions};
+///
+/// let name = format!("/nodeipc-doc-group-{}", std::process::id());
+/// // A group of one, to keep the example in one process; real groups have
+/// // one rank per process, each calling `join` with its own rank.
+/// let mut group = Group::join(GroupOptions::new(&name, 0, 1).timeout(Duration::from_secs(5)))?;
+/// group.barrier()?;
+/// let handles = group.all_gather(b"my 64-byte GPU IPC handle")?;
+/// assert_eq!(handles, vec![b"my 64-byte GPU IPC handle".to_vec()]);
+/// # Ok::<(), nodeipc_barrier::Error>(())
+/// ```
+#[derive(Debug)]
+pub struct Group {
+    name: String,
+    rank: u32,
+    world_size: u32,
+    layout: Layout,
+    region: Region,
+    /// Peers' pidfds, verified against their start time; `None` for ourselves.
+    peers: Vec<Option<Pidfd>>,
+    transport: Transport,
+    mesh: Option<Mesh>,
+    timeout: Duration,
+    /// Collectives so far: picks which of the two slot buffers the next uses.
+    epoch: u64,
+    /// Cores this process may run on: with more ranks waiting than that,
+    /// polling only delays the ranks that still have to arrive.
+    cores: u32,
+}
+
+impl Group {
+    /// The group's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// This rank.
+    pub fn rank(&self) -> u32 {
+        self.rank
+    }
+
+    /// How many ranks the group has.
+    pub fn world_size(&self) -> u32 {
+        self.world_size
+    }
+
+    /// The slot size of all-gathers and broadcasts.
+    pub fn slot_size(&self) -> usize {
+        self.layout.slot_size
+    }
+
+    /// How descriptors travel in this group, as agreed at join.
+    pub fn transport(&self) -> Transport {
+        self.transport
+    }
+
+    /// The timeout collective calls use unless given one.
+    pub fn timeout(&self) -> Duration {
+        self.timeout
+    }
+
+    /// The pids of every rank, by rank.
+    pub fn pids(&self) -> Vec<u32> {
+        (0..self.world_size)
+            .map(|r| {
+                self.layout
+                    .rank(&self.region, r)
+                    .pid
+                    .load(Ordering::Relaxed)
+            })
+            .collect()
+    }
+}
+
+/// The mesh sees the group only through this: who we are, a meeting of all
+/// ranks, and whether the group still stands.
+impl Members for Group {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn rank(&self) -> u32 {
+        self.rank
+    }
+
+    fn world_size(&self) -> u32 {
+        self.world_size
+    }
+
+    fn meet(&self) -> Result<()> {
+        self.barrier_timeout(self.timeout)
+    }
+
+    fn check_alive(&self) -> Result<()> {
+        self.check_poison()?;
+        self.check_peers()
+    }
+}
+
+impl Drop for Group {
+    fn drop(&mut self) {
+        // Peers still waiting on us learn we are gone instead of timing out.
+        self.layout
+            .rank(&self.region, self.rank)
+            .flags
+            .fetch_or(flags::LEFT, Ordering::AcqRel);
+    }
+}
