@@ -19,7 +19,21 @@ use rustix::net::{AddressFamily, SocketAddrUnix, SocketFlags, SocketType};
 use crate::{Error, Result};
 
 /// Room in `sockaddr_un.sun_path`, the terminating NUL excluded.
-pub(crate) const SUN_PATH_MAX: usize = 107;
+const SUN_PATH_MAX: usize = 107;
+
+/// Refuses a socket path longer than `sockaddr_un` holds, before any system
+/// call (the kernel would otherwise cut it short or refuse it less clearly).
+pub(crate) fn check_sun_path(path: &Path) -> Result<()> {
+    let len = path.as_os_str().len();
+    if len > SUN_PATH_MAX {
+        return Err(Error::PathTooLong {
+            path: path.to_owned(),
+            len,
+            max: SUN_PATH_MAX,
+        });
+    }
+    Ok(())
+}
 
 /// First pause between attempts; it doubles up to [`MAX_PAUSE`].
 const FIRST_PAUSE: Duration = Duration::from_millis(1);
@@ -90,14 +104,7 @@ pub fn connect_failure_reason(error: &io::Error) -> String {
 }
 
 fn connect_until(path: &Path, timeout: Duration, wait_for_server: bool) -> Result<UnixStream> {
-    let len = path.as_os_str().len();
-    if len > SUN_PATH_MAX {
-        return Err(Error::PathTooLong {
-            path: path.to_owned(),
-            len,
-            max: SUN_PATH_MAX,
-        });
-    }
+    check_sun_path(path)?;
     let address = SocketAddrUnix::new(path).map_err(|e| connect_error(path, e))?;
     let start = Instant::now();
     // None: a timeout past the clock's range, i.e. no deadline.

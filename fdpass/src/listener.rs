@@ -12,7 +12,7 @@ use rustix::fs::Mode;
 use rustix::io::Errno;
 use rustix::net::{AddressFamily, SocketAddrUnix, SocketFlags, SocketType};
 
-use crate::connect::SUN_PATH_MAX;
+use crate::connect::check_sun_path;
 use crate::{Credentials, Error, Result, connect_unix, peer_credentials};
 
 /// A listening, non-blocking Unix stream socket bound at a path it removes on
@@ -55,14 +55,7 @@ impl Listener {
     /// [`Error::NotADirectory`], [`Error::SymlinkRefused`],
     /// [`Error::NotASocket`], [`Error::AlreadyServing`], [`Error::Io`].
     pub fn bind(path: &Path) -> Result<Listener> {
-        let len = path.as_os_str().len();
-        if len > SUN_PATH_MAX {
-            return Err(Error::PathTooLong {
-                path: path.to_owned(),
-                len,
-                max: SUN_PATH_MAX,
-            });
-        }
+        check_sun_path(path)?;
         check_directory(path)?;
         clear_stale(path)?;
         let fd = rustix::net::socket_with(
