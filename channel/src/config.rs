@@ -2,18 +2,11 @@
 
 use std::time::Duration;
 
-use crate::{Error, Result};
+use nodeipc_shm::Region;
 
-/// Which semaphores carry the hand-offs.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum SemKind {
-    /// glibc named semaphores `<name>_request_produce_<i>`, …: a C or C++
-    /// process using `sem_open` can take a worker's place.
-    Named,
-    /// Futex semaphores inside the response region: the fast path.
-    #[default]
-    InRegion,
-}
+use crate::layout::{self, Layout};
+use crate::sem_kind::{Direction, Role, SemKind};
+use crate::{Error, Result};
 
 /// Everything that fixes a channel's layout and behaviour.
 #[derive(Clone, Debug)]
@@ -113,35 +106,43 @@ impl ChannelConfig {
                 ));
             }
         }
-        if self.workers == 0 || self.workers > crate::MAX_WORKERS {
-            return invalid(format!(
-                "{} workers is not in 1..={}",
-                self.workers,
-                crate::MAX_WORKERS
-            ));
-        }
-        if self.depth == 0 || self.depth > crate::MAX_DEPTH {
-            return invalid(format!(
-                "depth {} is not in 1..={}",
-                self.depth,
-                crate::MAX_DEPTH
-            ));
-        }
-        for (what, bytes) in [
-            ("request capacity", self.request_capacity),
-            ("response slot size", self.response_slot_size),
-            ("init slot size", self.init_slot_size),
-        ] {
-            if !(nodeipc_proto::LEN_PREFIX + 1..=crate::MAX_SLOT).contains(&bytes) {
-                return invalid(format!("{what} {bytes} is not in 5..={}", crate::MAX_SLOT));
-            }
-        }
-        Ok(())
+        self.layout().check(&self.name)
     }
 
     /// Where everything sits in the regions of a channel of this shape.
-    pub fn layout(&self) -> crate::Layout {
-        crate::layout::Layout::of(self)
+    pub fn layout(&self) -> Layout {
+        Layout {
+            workers: self.workers,
+            depth: self.depth,
+            request_capacity: self.request_capacity,
+            response_slot_size: self.response_slot_size,
+            init_slot_size: self.init_slot_size,
+        }
+    }
+
+    /// The configuration a coordinator published in the regions' headers,
+    /// for workers that received the regions without one (through the
+    /// handshake). Range-checked like any configuration before anything is
+    /// computed from it; `name` only labels errors, `timeout` bounds waits.
+    pub(crate) fn published(
+        name: &str,
+        request: &Region,
+        response: &Region,
+        timeout: Duration,
+    ) -> Result<ChannelConfig> {
+        let (layout, sems) = layout::read_published(name, request, response)?;
+        let config = ChannelConfig {
+            name: name.to_owned(),
+            workers: layout.workers,
+            request_capacity: layout.request_capacity,
+            response_slot_size: layout.response_slot_size,
+            init_slot_size: layout.init_slot_size,
+            depth: layout.depth,
+            sems,
+            timeout,
+        };
+        config.check()?;
+        Ok(config)
     }
 
     /// The name of one of the named semaphores.
@@ -162,41 +163,5 @@ impl ChannelConfig {
     /// The name of the named response region.
     pub fn response_region_name(&self) -> String {
         format!("{}_response", self.name)
-    }
-}
-
-/// Which way a semaphore hands over.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Direction {
-    /// Coordinator to worker.
-    Request,
-    /// Worker to coordinator.
-    Response,
-}
-
-impl Direction {
-    fn as_str(self) -> &'static str {
-        match self {
-            Direction::Request => "request",
-            Direction::Response => "response",
-        }
-    }
-}
-
-/// What a semaphore counts.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Role {
-    /// Free slots the writer may fill (starts at the depth, or 1).
-    Produce,
-    /// Filled slots the reader may take (starts at 0).
-    Consume,
-}
-
-impl Role {
-    fn as_str(self) -> &'static str {
-        match self {
-            Role::Produce => "produce",
-            Role::Consume => "consume",
-        }
     }
 }

@@ -22,7 +22,7 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 use nodeipc_shm::{Region, ShmSafe};
 
-use crate::config::{ChannelConfig, Direction, Role, SemKind};
+use crate::sem_kind::{Direction, Role, SemKind};
 use crate::{Error, Result};
 
 pub(crate) const REQUEST_MAGIC: u64 = u64::from_le_bytes(*b"NIPCREQ1");
@@ -127,7 +127,8 @@ pub(crate) mod worker_flags {
 
 /// Offsets and sizes of both regions of a channel: the contract a C or C++
 /// worker follows to take part (see the crate's README), and what tests use
-/// to play a misbehaving worker. Get one with [`ChannelConfig::layout`].
+/// to play a misbehaving worker. Get one with
+/// [`ChannelConfig::layout`](crate::ChannelConfig::layout).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Layout {
     pub(crate) workers: u32,
@@ -138,14 +139,40 @@ pub struct Layout {
 }
 
 impl Layout {
-    pub(crate) fn of(config: &ChannelConfig) -> Layout {
-        Layout {
-            workers: config.workers,
-            depth: config.depth,
-            request_capacity: config.request_capacity,
-            response_slot_size: config.response_slot_size,
-            init_slot_size: config.init_slot_size,
+    /// Whether this shape can be a channel's, the offsets computed from it
+    /// included: every count and size in its range, an error naming the
+    /// first that is not.
+    pub(crate) fn check(&self, channel: &str) -> Result<()> {
+        let invalid = |reason: String| {
+            Err(Error::InvalidConfig {
+                channel: channel.to_owned(),
+                reason,
+            })
+        };
+        if self.workers == 0 || self.workers > crate::MAX_WORKERS {
+            return invalid(format!(
+                "{} workers is not in 1..={}",
+                self.workers,
+                crate::MAX_WORKERS
+            ));
         }
+        if self.depth == 0 || self.depth > crate::MAX_DEPTH {
+            return invalid(format!(
+                "depth {} is not in 1..={}",
+                self.depth,
+                crate::MAX_DEPTH
+            ));
+        }
+        for (what, bytes) in [
+            ("request capacity", self.request_capacity),
+            ("response slot size", self.response_slot_size),
+            ("init slot size", self.init_slot_size),
+        ] {
+            if !(nodeipc_proto::LEN_PREFIX + 1..=crate::MAX_SLOT).contains(&bytes) {
+                return invalid(format!("{what} {bytes} is not in 5..={}", crate::MAX_SLOT));
+            }
+        }
+        Ok(())
     }
 
     fn frame_stride(&self) -> usize {
@@ -364,15 +391,16 @@ pub(crate) fn sems_code(sems: SemKind) -> u32 {
     }
 }
 
-/// Reads the shape a coordinator published, for workers that received the
-/// regions without a configuration (through the handshake). The values are
-/// range-checked like any configuration before anything is computed from them.
-pub(crate) fn published_config(
+/// Reads the shape and semaphore kind a coordinator published, for workers
+/// that received the regions without a configuration (through the
+/// handshake). Only the headers' presence and initialisation are checked
+/// here: the caller range-checks the shape (with the rest of its
+/// configuration) before computing anything from it.
+pub(crate) fn read_published(
     name: &str,
     request: &Region,
     response: &Region,
-    timeout: std::time::Duration,
-) -> Result<ChannelConfig> {
+) -> Result<(Layout, SemKind)> {
     if request.len() < REQUEST_HEADER || response.len() < RESPONSE_HEADER {
         return Err(Error::Mismatch {
             channel: name.to_owned(),
@@ -393,19 +421,16 @@ pub(crate) fn published_config(
     }
     let s = response_header(response);
     let size = |v: u64| usize::try_from(v).unwrap_or(usize::MAX);
-    let config = ChannelConfig {
-        name: name.to_owned(),
+    let layout = Layout {
         workers: r.workers.load(Ordering::Relaxed),
+        depth: r.depth.load(Ordering::Relaxed),
         request_capacity: size(r.request_capacity.load(Ordering::Relaxed)),
         response_slot_size: size(s.response_slot_size.load(Ordering::Relaxed)),
         init_slot_size: size(s.init_slot_size.load(Ordering::Relaxed)),
-        depth: r.depth.load(Ordering::Relaxed),
-        sems: match r.sems.load(Ordering::Relaxed) {
-            1 => SemKind::Named,
-            _ => SemKind::InRegion,
-        },
-        timeout,
     };
-    config.check()?;
-    Ok(config)
+    let sems = match r.sems.load(Ordering::Relaxed) {
+        1 => SemKind::Named,
+        _ => SemKind::InRegion,
+    };
+    Ok((layout, sems))
 }

@@ -7,11 +7,12 @@ mod coordinator;
 mod error;
 mod handshake;
 mod layout;
+mod sem_kind;
 mod sems;
 mod wait;
 mod worker;
 
-pub use config::{ChannelConfig, Direction, Role, SemKind};
+pub use config::ChannelConfig;
 pub use coordinator::{Coordinator, ResponseHandler};
 pub use error::{Error, Result};
 pub use handshake::{
@@ -19,6 +20,7 @@ pub use handshake::{
     connect, worker_logon,
 };
 pub use layout::Layout;
+pub use sem_kind::{Direction, Role, SemKind};
 pub use worker::Worker;
 
 /// The most workers a channel can have.

@@ -4,8 +4,9 @@
 use nodeipc_sem::{NamedSemaphore, Semaphore, ShmSemaphore};
 use nodeipc_shm::Region;
 
-use crate::config::{ChannelConfig, Direction, Role, SemKind};
+use crate::config::ChannelConfig;
 use crate::layout::Layout;
+use crate::sem_kind::{Direction, Role, SemKind};
 use crate::{Error, Result};
 
 /// Every (direction, role) pair, in the order they are stored.

@@ -10,8 +10,9 @@ use nodeipc_shm::{OpenOptions, Region};
 use prost::Message;
 use prost::bytes::BytesMut;
 
-use crate::config::{ChannelConfig, Direction, Role};
+use crate::config::ChannelConfig;
 use crate::layout::{self, Layout, worker_flags};
+use crate::sem_kind::{Direction, Role};
 use crate::sems::SemSet;
 use crate::{Error, Result, wait};
 
@@ -97,7 +98,7 @@ impl Worker {
         };
         let request = Region::from_fd(request).map_err(shm)?;
         let response = Region::from_fd(response).map_err(shm)?;
-        let config = layout::published_config(name, &request, &response, timeout)?;
+        let config = ChannelConfig::published(name, &request, &response, timeout)?;
         Worker::attach(config, rank, request, response)
     }
 
@@ -114,7 +115,7 @@ impl Worker {
                 workers: config.workers,
             });
         }
-        let layout = Layout::of(&config);
+        let layout = config.layout();
         layout.validate(&config.name, &request, &response, config.sems)?;
         let header = layout::request_header(&request);
         let pid = header.coordinator_pid.load(Ordering::Relaxed);

@@ -11,8 +11,9 @@ use nodeipc_proto::handshake::{
 use nodeipc_shm::Region;
 
 use super::server::{Decision, Offer, passed};
-use crate::config::{ChannelConfig, SemKind};
+use crate::config::ChannelConfig;
 use crate::layout::{Layout, worker_flags};
+use crate::sem_kind::SemKind;
 use crate::{Coordinator, Error, Result};
 
 /// The decision a coordinator's handshake server makes: a logon of a worker
@@ -62,7 +63,7 @@ impl Coordinator {
             })?;
         Ok(ChannelOffer {
             config: self.config().clone(),
-            layout: Layout::of(self.config()),
+            layout: self.config().layout(),
             request: dup(self.request_fd())?,
             response,
             response_view,

@@ -1,0 +1,156 @@
+//! Whether a worker is still there, and the bounded waits on a worker that
+//! keep looking while they wait.
+
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use nodeipc_fdpass::open_verified;
+
+use super::{Coordinator, Shared};
+use crate::layout::worker_flags;
+use crate::sem_kind::{Direction, Role};
+use crate::wait::{self, Poll};
+use crate::{Error, Result};
+
+/// Who waits on a worker: the response thread also stops waiting when
+/// asked to stop.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(super) enum Waiter {
+    Caller,
+    ResponseThread,
+}
+
+impl Coordinator {
+    /// Waits (bounded) until every worker has joined, then removes every name
+    /// the channel had: from here on a crash of any process leaves nothing.
+    ///
+    /// # Errors
+    /// [`Error::Timeout`] naming how many joined; [`Error::WorkerDied`].
+    pub fn wait_for_workers(&self, timeout: Duration) -> Result<()> {
+        let mut poll = Poll::new(Duration::from_micros(50), Duration::from_millis(5), timeout);
+        loop {
+            let mut joined = 0;
+            for rank in 0..self.shared.config.workers {
+                if self.shared.joined(rank) {
+                    self.shared.check_worker(rank)?;
+                    joined += 1;
+                }
+            }
+            if joined == self.shared.config.workers {
+                break;
+            }
+            poll.pause(&self.shared.config.name, || {
+                format!(
+                    "waiting for workers to join ({joined} of {} did)",
+                    self.shared.config.workers
+                )
+            })?;
+        }
+        let _ = self.shared.request.unlink_now();
+        let _ = self.shared.response.unlink_now();
+        self.shared.sems.unlink_names();
+        Ok(())
+    }
+}
+
+impl Shared {
+    fn joined(&self, rank: u32) -> bool {
+        self.layout
+            .worker(&self.response, rank)
+            .flags
+            .load(Ordering::Acquire)
+            & worker_flags::JOINED
+            != 0
+    }
+
+    /// Whether worker `rank` is still there: once it has registered, its
+    /// process alive. A worker that left cleanly may come back (a reconnect)
+    /// while its process lives; once that process is gone too, it has left.
+    pub(super) fn check_worker(&self, rank: u32) -> Result<()> {
+        let entry = self.layout.worker(&self.response, rank);
+        let flags = entry.flags.load(Ordering::Acquire);
+        if flags & worker_flags::JOINED == 0 || flags & worker_flags::CLAIMING != 0 {
+            return Ok(());
+        }
+        let pid = entry.pid.load(Ordering::Relaxed);
+        let died = || Error::WorkerDied {
+            channel: self.config.name.clone(),
+            rank,
+            pid,
+        };
+        let mut cached = self.workers[rank as usize]
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        if cached
+            .as_ref()
+            .is_none_or(|(cached_pid, _)| *cached_pid != pid)
+        {
+            // Only the kernel saying the process is gone (or a later start
+            // time) is a death; failing to look (EMFILE, say) is reported as
+            // itself.
+            let pidfd = open_verified(pid, entry.start_time.load(Ordering::Relaxed)).map_err(
+                |e| match e {
+                    nodeipc_fdpass::Error::ProcessGone { .. } => died(),
+                    source => self.fdpass(rank, source),
+                },
+            )?;
+            *cached = Some((pid, pidfd));
+        }
+        let (_, pidfd) = cached.as_ref().expect("just filled");
+        if pidfd.has_exited().map_err(|e| self.fdpass(rank, e))? {
+            if flags & worker_flags::LEFT != 0 {
+                return Err(Error::WorkerLeft {
+                    channel: self.config.name.clone(),
+                    rank,
+                });
+            }
+            return Err(died());
+        }
+        Ok(())
+    }
+
+    /// A failure to look at worker `rank`'s process, named as such.
+    fn fdpass(&self, rank: u32, source: nodeipc_fdpass::Error) -> Error {
+        Error::FdPass {
+            context: format!(
+                "channel {}: checking whether worker {rank} lives",
+                self.config.name
+            ),
+            source,
+        }
+    }
+
+    pub(super) fn wait_worker(&self, direction: Direction, role: Role, rank: u32) -> Result<()> {
+        self.wait_worker_as(Waiter::Caller, direction, role, rank)
+    }
+
+    /// [`wait_worker`](Shared::wait_worker) for `waiter`: the response thread
+    /// also gives up (within a wait slice) once it is asked to stop.
+    pub(super) fn wait_worker_as(
+        &self,
+        waiter: Waiter,
+        direction: Direction,
+        role: Role,
+        rank: u32,
+    ) -> Result<()> {
+        let what = || match direction {
+            Direction::Request => format!("waiting for worker {rank} to free a request frame"),
+            Direction::Response => format!("waiting for worker {rank}'s response"),
+        };
+        wait::wait(
+            self.sem(direction, role, rank),
+            self.config.timeout,
+            &self.config.name,
+            what,
+            || {
+                if waiter == Waiter::ResponseThread && self.stop.load(Ordering::SeqCst) {
+                    return Err(Error::ResponseThread {
+                        channel: self.config.name.clone(),
+                        reason: "the response thread was asked to stop",
+                    });
+                }
+                self.check_worker(rank)
+            },
+        )
+    }
+}
