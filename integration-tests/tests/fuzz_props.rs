@@ -4,15 +4,14 @@
 //! monitor's socket. Arbitrary bytes in, never a panic, never a read outside
 //! the buffer, always an error that says what was wrong.
 //!
-//! The drivers (`fuzz_props/drivers.rs`) are shared with the cargo-fuzz
-//! targets in `fuzz/`, which run the same code for minutes instead of cases.
-
-#[path = "fuzz_props/drivers.rs"]
-mod drivers;
+//! The drivers (this package's library, `src/fuzz_drivers/`) are shared
+//! with the cargo-fuzz targets in `fuzz/`, which run the same code for
+//! minutes instead of cases.
 
 use std::time::Duration;
 
 use nodeipc_barrier::{Group, GroupOptions};
+use nodeipc_integration_tests::fuzz_drivers as drivers;
 use nodeipc_shm::{OpenOptions, Region};
 use nodeipc_testkit::{Watchdog, shm_leftovers, unique_name};
 use proptest::collection::vec;
