@@ -7,10 +7,9 @@ use std::sync::{Mutex, OnceLock, mpsc};
 use std::time::Duration;
 
 use nodeipc_channel::{ChannelConfig, ChannelOffer, Coordinator, connect, worker_logon};
-use nodeipc_proto::{Error as ProtoError, handshake, read_frame};
+use nodeipc_proto::{Error as ProtoError, decode_message, handshake, read_frame};
 use nodeipc_shm::Region;
 use nodeipc_testkit::TempDir;
-use prost::Message;
 
 use super::channel::check_channel_error;
 use super::decode::check_decode_error;
@@ -37,12 +36,13 @@ pub fn logon(data: &[u8]) {
         Err(ProtoError::TooLarge { .. } | ProtoError::Truncated { .. } | ProtoError::Closed) => {
             // Not even a frame: the bare message, as a server would see a
             // well-framed one.
-            match handshake::Logon::decode(data) {
+            match decode_message::<handshake::Logon>(data) {
                 Ok(logon) => logon,
-                Err(e) => {
+                Err(ProtoError::Decode(e)) => {
                     check_decode_error::<handshake::Logon>(&e, data);
                     return;
                 }
+                Err(other) => panic!("unexpected error {other}"),
             }
         }
         Err(ProtoError::Decode(e)) => {

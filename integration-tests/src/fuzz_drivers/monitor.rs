@@ -6,9 +6,8 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
-use nodeipc_proto::{Error as ProtoError, LEN_PREFIX, monitor, read_frame};
+use nodeipc_proto::{Error as ProtoError, LEN_PREFIX, decode_message, monitor, read_frame};
 use nodeipc_testkit::TempDir;
-use prost::Message;
 
 use super::decode::check_decode_error;
 
@@ -120,9 +119,10 @@ pub fn monitor_stream(fixture: &MonitorFixture, data: &[u8]) {
         let answer = answers
             .next()
             .unwrap_or_else(|| panic!("frame {frames} ({body:02x?}) got no answer"));
-        match monitor::ClientMessage::decode(body) {
+        // As the monitor decodes: map fields' wire types checked first.
+        match decode_message::<monitor::ClientMessage>(body) {
             Ok(msg) => connection.answered(&msg, &answer),
-            Err(e) => {
+            Err(ProtoError::Decode(e)) => {
                 let text = check_decode_error::<monitor::ClientMessage>(&e, body);
                 let cause = error_cause(&answer, "a frame that is not a ClientMessage");
                 assert!(
@@ -131,6 +131,7 @@ pub fn monitor_stream(fixture: &MonitorFixture, data: &[u8]) {
                      (expected prost's {text:?}): {cause:?}"
                 );
             }
+            Err(other) => panic!("unexpected error {other}"),
         }
         frames += 1;
     }
