@@ -263,12 +263,21 @@ pub fn unpark(word: &AtomicU32, count: u32) -> Result<usize, Errno> {
     futex::wake(word, futex::Flags::empty(), count)
 }
 
-/// A relative `timeout` as a `timespec`, the seconds capped at what it holds.
+/// The largest `timespec`: what a timeout too long for one becomes. The
+/// kernel takes it (`poll`, `futex`) as a deadline it never reaches.
+pub const TIMESPEC_MAX: Timespec = Timespec {
+    tv_sec: i64::MAX,
+    tv_nsec: 999_999_999,
+};
+
+/// A relative `timeout` as a `timespec` (rustix's conversion); one too long
+/// for it becomes [`TIMESPEC_MAX`], in effect no limit — never a panic, a
+/// wrap to a negative (refused) value, or a shorter wait.
+///
+/// The one conversion of the tree: every crate above this one uses it for
+/// `poll`, `futex` and `sem_timedwait` timeouts.
 pub fn timespec(timeout: Duration) -> Timespec {
-    Timespec {
-        tv_sec: i64::try_from(timeout.as_secs()).unwrap_or(i64::MAX),
-        tv_nsec: i64::from(timeout.subsec_nanos()),
-    }
+    Timespec::try_from(timeout).unwrap_or(TIMESPEC_MAX)
 }
 
 /// The monotonic clock `timeout` from now, for [`park_until`]; a timeout past
@@ -286,10 +295,7 @@ pub fn deadline_after(timeout: Duration) -> Timespec {
             tv_sec,
             tv_nsec: (nanos % 1_000_000_000) as i64,
         },
-        None => Timespec {
-            tv_sec: i64::MAX,
-            tv_nsec: 999_999_999,
-        },
+        None => TIMESPEC_MAX,
     }
 }
 

@@ -360,11 +360,7 @@ impl MonitorServer {
             // Parked: no events asked, only a hang-up or an error is reported.
             fds.push(PollFd::new(w, w.poll_flags()));
         }
-        let spec = rustix::time::Timespec {
-            tv_sec: timeout.as_secs().min(i64::MAX as u64) as i64,
-            tv_nsec: i64::from(timeout.subsec_nanos()),
-        };
-        match rustix::event::poll(&mut fds, Some(&spec)) {
+        match rustix::event::poll(&mut fds, Some(&nodeipc_shm::wait::timespec(timeout))) {
             Ok(_) | Err(Errno::INTR) => {}
             Err(e) => return Err(Error::io("poll", "", e)),
         }
