@@ -20,4 +20,5 @@ pub use handle::{
 };
 pub use listener::Listener;
 pub use pidfd::{Pidfd, Signal};
+pub use procstat::{ProcStat, process_stat};
 pub use scm::{Received, SCM_MAX_FD, recv_fds, recv_fds_exact, send_fds, send_fds_to};

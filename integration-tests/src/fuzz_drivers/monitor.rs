@@ -389,17 +389,8 @@ fn is_descendant_of(pid: u32, ancestor: u32) -> bool {
         if current == ancestor {
             return true;
         }
-        let Ok(stat) = std::fs::read_to_string(format!("/proc/{current}/stat")) else {
-            return false;
-        };
-        // The parent is the second field after the command name, which ends
-        // at the last ')'.
-        let parent = stat
-            .rsplit_once(')')
-            .and_then(|(_, rest)| rest.split_whitespace().nth(1))
-            .and_then(|p| p.parse::<u32>().ok());
-        match parent {
-            Some(parent) if parent != 0 && parent != current => current = parent,
+        match nodeipc_fdpass::process_stat(current) {
+            Ok(stat) if stat.ppid != 0 && stat.ppid != current => current = stat.ppid,
             _ => return false,
         }
     }
