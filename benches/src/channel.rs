@@ -17,6 +17,7 @@ use nodeipc_proto::execute::{
     ExecuteRequest, ExecuteResponse, ExecuteType, ForwardRequest, ForwardResponse, execute_request,
     execute_response,
 };
+use nodeipc_proto::{KnownMessage, decode_message};
 use nodeipc_shm::Region;
 use prost::Message;
 
@@ -384,7 +385,7 @@ impl ChannelSession {
 }
 
 /// A `u32` length and a protobuf message at `at`, read out of the region.
-fn read_glibc_frame<M: Message + Default>(region: &Region, at: usize, max: usize) -> io::Result<M> {
+fn read_glibc_frame<M: KnownMessage>(region: &Region, at: usize, max: usize) -> io::Result<M> {
     let mut len = [0u8; 4];
     region.read_at(at, &mut len)?;
     let len = u32::from_le_bytes(len) as usize;
@@ -395,7 +396,9 @@ fn read_glibc_frame<M: Message + Default>(region: &Region, at: usize, max: usize
     }
     let mut bytes = vec![0u8; len];
     region.read_at(at + 4, &mut bytes)?;
-    M::decode(bytes.as_slice()).map_err(io::Error::other)
+    // As the channel decodes (the schema's wire types checked first), so the
+    // baseline pays for what the channel pays for.
+    Ok(decode_message(&bytes)?)
 }
 
 /// A worker: `chan-worker IMPL TAG RANK ROUNDS FDS…`. Answers `ROUNDS` requests

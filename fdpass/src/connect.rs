@@ -16,6 +16,7 @@ use rustix::event::{PollFd, PollFlags};
 use rustix::io::Errno;
 use rustix::net::{AddressFamily, SocketAddrUnix, SocketFlags, SocketType};
 
+use crate::timeout::timespec;
 use crate::{Error, Result};
 
 /// Room in `sockaddr_un.sun_path`, the terminating NUL excluded.
@@ -161,10 +162,7 @@ fn finish_in_progress(
     fd: std::os::fd::OwnedFd,
     left: Option<Duration>,
 ) -> Result<UnixStream, Errno> {
-    let timespec = left.map(|t| rustix::time::Timespec {
-        tv_sec: t.as_secs().min(i64::MAX as u64) as i64,
-        tv_nsec: i64::from(t.subsec_nanos()),
-    });
+    let timespec = left.map(timespec);
     let mut fds = [PollFd::new(&fd, PollFlags::OUT)];
     match rustix::event::poll(&mut fds, timespec.as_ref()) {
         Ok(0) => Err(Errno::INPROGRESS),

@@ -9,6 +9,7 @@ mod listener;
 mod pidfd;
 mod procstat;
 mod scm;
+mod timeout;
 
 pub use connect::{connect_failure_reason, connect_unix, connect_unix_when_up};
 pub use cred::{Credentials, peer_credentials, require_peer_uid};
@@ -19,4 +20,5 @@ pub use handle::{
 };
 pub use listener::Listener;
 pub use pidfd::{Pidfd, Signal};
+pub use procstat::{ProcStat, process_stat};
 pub use scm::{Received, SCM_MAX_FD, recv_fds, recv_fds_exact, send_fds, send_fds_to};

@@ -26,8 +26,8 @@ use crate::{Credentials, Error, Result, connect_unix, peer_credentials};
 /// # Examples
 /// ```
 /// let dir = std::env::temp_dir().join(format!("nodeipc-doc-listener-{}", std::process::id()));
-/// std::fs::create_dir(&dir)?;
-/// std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o700))?;
+/// // Private from the creating call on: no window with the umask's mode.
+/// std::os::unix::fs::DirBuilderExt::mode(&mut std::fs::DirBuilder::new(), 0o700).create(&dir)?;
 /// let listener = nodeipc_fdpass::Listener::bind(&dir.join("sock"))?;
 /// let _client = std::os::unix::net::UnixStream::connect(listener.path())?;
 /// let (_server_side, peer) = listener.accept()?.expect("a pending connection");

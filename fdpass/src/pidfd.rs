@@ -9,6 +9,7 @@ use rustix::process::{Pid, PidfdFlags, PidfdGetfdFlags};
 
 pub use rustix::process::Signal;
 
+use crate::timeout::timespec;
 use crate::{Error, ForeignFd, Result};
 
 /// A descriptor referring to one process (`pidfd_open`). Unlike its pid it
@@ -111,10 +112,7 @@ impl Pidfd {
         let deadline = timeout.and_then(|t| Instant::now().checked_add(t));
         loop {
             let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
-            let timespec = left.map(|t| rustix::time::Timespec {
-                tv_sec: t.as_secs().min(i64::MAX as u64) as i64,
-                tv_nsec: i64::from(t.subsec_nanos()),
-            });
+            let timespec = left.map(timespec);
             let mut fds = [PollFd::new(&self.fd, PollFlags::IN)];
             match rustix::event::poll(&mut fds, timespec.as_ref()) {
                 Ok(0) => return Ok(false),

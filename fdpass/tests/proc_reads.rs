@@ -9,7 +9,7 @@ use std::os::fd::OwnedFd;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use nodeipc_fdpass::{Error, FdHandle, Pidfd, open_verified, process_start_time};
+use nodeipc_fdpass::{Error, FdHandle, Pidfd, open_verified, process_start_time, process_stat};
 use nodeipc_testkit::{Watchdog, spawn_child};
 use rustix::io::Errno;
 use rustix::process::{Resource, Rlimit, getrlimit, setrlimit};
@@ -61,6 +61,8 @@ fn child(target: u32) {
     let fillers = fill_table(0);
     let export = FdHandle::export(&std::io::stdin()).map(drop);
     let read = process_start_time(target);
+    // The monitor's parent check reads the same file through the same reader.
+    let stat = process_stat(target);
     drop(fillers);
     // One free slot: the pidfd opens, reading the start time finds none.
     let fillers = fill_table(1);
@@ -69,9 +71,11 @@ fn child(target: u32) {
     println!("export: {}", describe(export));
     println!("start time: {}", describe(read));
     println!("verified: {}", describe(verified));
+    println!("stat: {}", describe(stat));
     // With descriptors back, the target is found alive and the same.
     let pidfd = open_verified(target, start).unwrap();
     println!("alive after: {}", !pidfd.has_exited().unwrap());
+    println!("parent after: {}", process_stat(target).unwrap().ppid);
 }
 
 #[test]
@@ -103,7 +107,9 @@ fn regression_a_failed_proc_read_is_an_error_not_a_death() {
         "export: io: read /proc/self/stat failed for process".to_owned(),
         format!("start time: io: read /proc/<pid>/stat failed for process {target}: {emfile}"),
         format!("verified: io: read /proc/<pid>/stat failed for process {target}: {emfile}"),
+        format!("stat: io: read /proc/<pid>/stat failed for process {target}: {emfile}"),
         "alive after: true".to_owned(),
+        format!("parent after: {}", std::process::id()),
     ] {
         assert!(
             stdout.lines().any(|l| l.starts_with(&expected)),
@@ -132,6 +138,7 @@ fn a_process_that_exited_is_gone_and_its_pidfd_says_so() {
         process_start_time(pid),
         Err(Error::ProcessGone { .. })
     ));
+    assert!(matches!(process_stat(pid), Err(Error::ProcessGone { .. })));
     assert!(matches!(
         open_verified(pid, start),
         Err(Error::ProcessGone { .. })

@@ -2,4 +2,6 @@
 //! process rewrote (`Worker::from_fds`: `published_config`, `Layout::validate`).
 #![no_main]
 
-libfuzzer_sys::fuzz_target!(|data: &[u8]| nodeipc_fuzz::drivers::channel_headers(data));
+use nodeipc_integration_tests::fuzz_drivers::channel_headers;
+
+libfuzzer_sys::fuzz_target!(|data: &[u8]| channel_headers(data));

@@ -3,4 +3,6 @@
 //! between their steps.
 #![no_main]
 
-libfuzzer_sys::fuzz_target!(|data: &[u8]| nodeipc_fuzz::drivers::channel_slots(data));
+use nodeipc_integration_tests::fuzz_drivers::channel_slots;
+
+libfuzzer_sys::fuzz_target!(|data: &[u8]| channel_slots(data));

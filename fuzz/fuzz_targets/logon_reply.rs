@@ -4,7 +4,7 @@
 
 use std::sync::OnceLock;
 
-use nodeipc_fuzz::drivers::{FakeServer, logon_reply};
+use nodeipc_integration_tests::fuzz_drivers::{FakeServer, logon_reply};
 
 static SERVER: OnceLock<FakeServer> = OnceLock::new();
 

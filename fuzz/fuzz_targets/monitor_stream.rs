@@ -4,7 +4,7 @@
 
 use std::sync::OnceLock;
 
-use nodeipc_fuzz::drivers::{MonitorFixture, monitor_stream};
+use nodeipc_integration_tests::fuzz_drivers::{MonitorFixture, monitor_stream};
 
 static MONITOR: OnceLock<MonitorFixture> = OnceLock::new();
 

@@ -2,4 +2,6 @@
 //! running collectives over its slots and handles.
 #![no_main]
 
-libfuzzer_sys::fuzz_target!(|data: &[u8]| nodeipc_fuzz::drivers::vault(data));
+use nodeipc_integration_tests::fuzz_drivers::vault;
+
+libfuzzer_sys::fuzz_target!(|data: &[u8]| vault(data));

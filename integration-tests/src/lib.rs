@@ -1,2 +1,6 @@
-//! Nothing to use here: this package holds the multi-process tests under
-//! `tests/` and the peer programs they spawn under `src/bin/`.
+//! The multi-process tests under `tests/`, the peer programs they spawn
+//! under `src/bin/`, and, as this library, the hostile-input drivers that
+//! both the property tests (`tests/fuzz_props.rs`) and the cargo-fuzz
+//! targets (`fuzz/`) run.
+
+pub mod fuzz_drivers;

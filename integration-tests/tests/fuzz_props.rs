@@ -4,15 +4,14 @@
 //! monitor's socket. Arbitrary bytes in, never a panic, never a read outside
 //! the buffer, always an error that says what was wrong.
 //!
-//! The drivers (`fuzz_props/drivers.rs`) are shared with the cargo-fuzz
-//! targets in `fuzz/`, which run the same code for minutes instead of cases.
-
-#[path = "fuzz_props/drivers.rs"]
-mod drivers;
+//! The drivers (this package's library, `src/fuzz_drivers/`) are shared
+//! with the cargo-fuzz targets in `fuzz/`, which run the same code for
+//! minutes instead of cases.
 
 use std::time::Duration;
 
 use nodeipc_barrier::{Group, GroupOptions};
+use nodeipc_integration_tests::fuzz_drivers as drivers;
 use nodeipc_shm::{OpenOptions, Region};
 use nodeipc_testkit::{Watchdog, shm_leftovers, unique_name};
 use proptest::collection::vec;
@@ -321,6 +320,12 @@ fn any_bytes_on_the_monitor_socket_get_frames_back_and_the_server_keeps_serving(
             vec![0x10, 0x00, 0x00, 0x00, 0x0a],
             // An oversize prefix.
             vec![0xff, 0xff, 0xff, 0x7f],
+            // An UpdateConfig whose section_timeouts_ms map comes on wire
+            // type 1 (fixed64), whose 8 bytes prost alone reads as an entry.
+            vec![
+                0x0d, 0x00, 0x00, 0x00, 0x22, 0x0b, 0x0a, 0x09, 0x21, 0x07, 0x0a, 0x01, b'x', 0x10,
+                0x05, 0x10, 0x05,
+            ],
             // A rank that registers, beats, opens a section and asks for the
             // status, so the answers that depend on the connection's state
             // (heartbeats counted, sections open) are checked too.

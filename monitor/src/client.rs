@@ -5,9 +5,8 @@ use std::os::fd::OwnedFd;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use nodeipc_proto::LEN_PREFIX;
 use nodeipc_proto::monitor as pb;
-use prost::Message;
+use nodeipc_proto::{LEN_PREFIX, decode_message};
 
 use crate::conn::MAX_FRAME;
 use crate::fastpath::ClientRegion;
@@ -192,9 +191,11 @@ impl MonitorClient {
         if let Err(e) = self.wire.stream.read_exact(&mut body) {
             return Err(self.wire.error(OP.to_owned(), started, e.into()));
         }
-        let reply = pb::ServerMessage::decode(body.as_slice()).map_err(|e| {
+        // As every other reply is read (`read_frame`): map fields' wire
+        // types checked, which prost's `decode` skips.
+        let reply = decode_message::<pb::ServerMessage>(&body).map_err(|e| {
             self.wire
-                .error("decoding the reply to Init".to_owned(), started, e.into())
+                .error("decoding the reply to Init".to_owned(), started, e)
         })?;
         let msg = reply.msg.ok_or_else(|| self.wire.empty_reply("Init"))?;
         Ok((self.wire.expect_ok("Init", msg)?, fds))

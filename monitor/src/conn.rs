@@ -22,7 +22,7 @@ use std::os::unix::net::UnixStream;
 use std::time::{Duration, Instant};
 
 use nodeipc_fdpass::Credentials;
-use nodeipc_proto::{LEN_PREFIX, frame_len};
+use nodeipc_proto::{KnownMessage, LEN_PREFIX, decode_message, frame_len};
 use prost::Message;
 use rustix::event::PollFlags;
 use rustix::io::Errno;
@@ -221,13 +221,15 @@ impl Conn {
     /// The next complete frame in the buffer, if any. Nothing is taken while
     /// a reply is still waiting to go out: a peer that does not read its
     /// replies is not served more, and its output never exceeds one reply.
-    pub(crate) fn next<M: Message + Default>(&mut self, now: Instant) -> Option<Incoming<M>> {
+    pub(crate) fn next<M: KnownMessage>(&mut self, now: Instant) -> Option<Incoming<M>> {
         if self.closing || self.parked || !self.output.is_empty() {
             return None;
         }
         match frame_len(&self.input, MAX_FRAME) {
             Ok(size) => {
-                let decoded = M::decode(&self.input[LEN_PREFIX..size]);
+                // Not prost's `decode`: it takes a map field on any wire
+                // type and reads an entry the peer never wrote.
+                let decoded = decode_message::<M>(&self.input[LEN_PREFIX..size]);
                 self.input.drain(..size);
                 self.last_active = now;
                 if self.settles_on_first_frame {
@@ -237,7 +239,10 @@ impl Conn {
                     Ok(msg) => Incoming::Message(msg),
                     Err(e) => Incoming::Malformed(Refusal::new(
                         RefusalCode::Malformed,
-                        format!("frame of {size} bytes holds no valid message: {e}"),
+                        format!(
+                            "frame of {size} bytes holds no valid message: {}",
+                            decode_cause(&e)
+                        ),
                     )),
                 })
             }
@@ -435,6 +440,15 @@ impl Conn {
 impl AsFd for Conn {
     fn as_fd(&self) -> BorrowedFd<'_> {
         self.stream.as_fd()
+    }
+}
+
+/// prost's own words for what was wrong with a frame's message (the path of
+/// `Message.field` steps, then the fault), as the refusal quotes them.
+fn decode_cause(error: &nodeipc_proto::Error) -> String {
+    match error {
+        nodeipc_proto::Error::Decode(e) => e.to_string(),
+        other => other.to_string(),
     }
 }
 

@@ -1,5 +1,6 @@
-//! Process ancestry from `/proc/<pid>/stat`: whether the pid a client names
-//! is the client itself or one of its descendants.
+//! Process ancestry from `/proc/<pid>/stat` (read by
+//! `nodeipc_fdpass::process_stat`): whether the pid a client names is the
+//! client itself or one of its descendants.
 //!
 //! Only the kernel saying there is no such process (`ENOENT`, `ESRCH`) means
 //! a process is gone; any other failure to read (`EMFILE`, say) is returned
@@ -17,28 +18,17 @@ pub(crate) enum Parent {
     Gone,
 }
 
-/// The parent pid of `pid` (field 4 of `/proc/<pid>/stat`).
+/// The parent pid of `pid`, read by fdpass's reader of `/proc/<pid>/stat`.
 ///
 /// # Errors
 /// A sentence naming the pid, the file and the errno when the file cannot be
 /// read for a reason other than the process being gone, or holds no parent.
 pub(crate) fn parent_of(pid: u32) -> Result<Parent, String> {
-    let path = format!("/proc/{pid}/stat");
-    match std::fs::read_to_string(&path) {
-        Ok(stat) => parse_ppid(&stat)
-            .map(Parent::Pid)
-            .ok_or_else(|| format!("{path} holds no parent pid")),
-        Err(e) if matches!(e.raw_os_error(), Some(libc::ENOENT | libc::ESRCH)) => Ok(Parent::Gone),
-        Err(e) => Err(format!("cannot read {path}: {e}")),
+    match nodeipc_fdpass::process_stat(pid) {
+        Ok(stat) => Ok(Parent::Pid(stat.ppid)),
+        Err(nodeipc_fdpass::Error::ProcessGone { .. }) => Ok(Parent::Gone),
+        Err(e) => Err(e.to_string()),
     }
-}
-
-/// Field 4 of a stat line. The command name (field 2) may hold spaces and
-/// parentheses, so counting starts after its last `)`.
-fn parse_ppid(stat: &str) -> Option<u32> {
-    let after_comm = &stat[stat.rfind(')')? + 1..];
-    // Fields 3 (state), 4 (ppid), …
-    after_comm.split_ascii_whitespace().nth(1)?.parse().ok()
 }
 
 /// Whether `pid` is `ancestor` or a descendant of it, following the parent
@@ -64,16 +54,7 @@ pub(crate) fn is_self_or_descendant(pid: u32, ancestor: u32) -> Result<bool, Str
 
 #[cfg(test)]
 mod tests {
-    use super::{Parent, is_self_or_descendant, parse_ppid};
-
-    #[test]
-    fn a_command_name_with_spaces_and_parentheses_is_skipped() {
-        assert_eq!(
-            parse_ppid("4242 (evil ) 7 (x) S 1234 4242 4242 0"),
-            Some(1234)
-        );
-        assert_eq!(parse_ppid("no parenthesis"), None);
-    }
+    use super::{Parent, is_self_or_descendant};
 
     #[test]
     fn we_are_our_own_and_a_child_of_our_parent() {

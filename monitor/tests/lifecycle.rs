@@ -286,3 +286,40 @@ fn the_fast_path_region_is_a_sealed_memfd_and_leaves_nothing_in_dev_shm() {
     ));
     client.heartbeat().unwrap();
 }
+
+/// A monitor re-executed before `main` (the test helper's `.init_array`
+/// entry) behaves as one a program's `main` starts: a write to a standard
+/// error nobody reads is an error it ignores, not a death by `SIGPIPE`.
+#[test]
+fn regression_a_re_executed_monitor_survives_a_standard_error_nobody_reads() {
+    let _dog = Watchdog::new("spawn_re_exec_sigpipe", Duration::from_secs(60));
+    let dir = TempDir::new("mon-reexec-pipe");
+    let socket = dir.join("rank.sock");
+    let mut launcher = spawn_child(
+        helper_command()
+            .arg("spawn")
+            .arg("--socket")
+            .arg(&socket)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped()),
+    );
+    // Nobody reads the launcher's standard error, which its monitor shares.
+    drop(launcher.child().stderr.take());
+    let mut stdout = std::io::BufReader::new(launcher.child().stdout.take().unwrap());
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut stdout, &mut line).unwrap();
+    assert!(line.starts_with("ready "), "{line:?}");
+    // A rank that registers and goes makes the monitor log; it still answers.
+    let mut client = MonitorClient::connect(&socket, T).unwrap();
+    client.init(&RankInfo::this_process(0, 0)).unwrap();
+    drop(client);
+    let mut control = ControlClient::connect(&socket, T).unwrap();
+    assert!(control.status().is_ok());
+    drop(control);
+    drop(launcher.child().stdin.take());
+    line.clear();
+    std::io::BufRead::read_line(&mut stdout, &mut line).unwrap();
+    assert_eq!(line.trim(), "stopped exit status: 0");
+    assert!(launcher.wait_timeout(T).success());
+}

@@ -9,6 +9,7 @@ mod common;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use common::raw::{cpu_ticks, ticks_per_second};
 use common::{Proc, Served, config};
 use nodeipc_monitor::{MonitorClient, MonitorConfig, MonitorServer, RankInfo};
 use nodeipc_testkit::{TempDir, Watchdog};
@@ -17,14 +18,6 @@ fn proc_field(pid: u32, key: &str) -> u64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
     let line = status.lines().find(|l| l.starts_with(key)).unwrap();
     line.split_whitespace().nth(1).unwrap().parse().unwrap()
-}
-
-/// utime + stime of `pid`, in clock ticks.
-fn cpu_ticks(pid: u32) -> u64 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
-    let fields: Vec<&str> = stat[stat.rfind(')').unwrap() + 2..].split(' ').collect();
-    // Fields 14 and 15 of the line are the 12th and 13th after the name.
-    fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap()
 }
 
 #[test]
@@ -79,8 +72,7 @@ fn heartbeat_rates_memory_and_idle_cpu() {
     let hwm_kib = proc_field(pid, "VmHWM:");
 
     // Idle with the rank connected: only the 100 ms checks run.
-    // SAFETY: sysconf only reads a system constant.
-    let ticks_per_s = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
+    let ticks_per_s = ticks_per_second() as f64;
     let window = Duration::from_secs(10);
     let before = cpu_ticks(pid);
     std::thread::sleep(window);

@@ -7,7 +7,8 @@
 //!    ([`Spin::polls`]): a peer on another core usually changes it within a
 //!    few cache-line transfers, and an exponential back-off would leave gaps
 //!    of microseconds between looks.
-//! 2. **Yield** (crossbeam's `Backoff`, then `sched_yield`) for
+//! 2. **Yield** (crossbeam's `Backoff`, then `sched_yield`; or `sched_yield`
+//!    alone where waiters outnumber cores, see [`Spin::snooze`]) for
 //!    [`Spin::yield_for`], about what one futex wake-up costs: it gives the
 //!    core away at once when another process wants it, so more processes
 //!    than cores lose little, and it catches a change a few microseconds of
@@ -46,6 +47,12 @@ pub struct Spin {
     pub polls: u32,
     /// Time spent yielding before parking.
     pub yield_for: Duration,
+    /// Whether the first yields are short spins (crossbeam's `Backoff`:
+    /// 1, 2, 4 … 64 `PAUSE`s, then `sched_yield`), which catch a change a
+    /// few hundred nanoseconds away without a system call; or every yield is
+    /// `sched_yield` at once, which hands the core over sooner to the peers
+    /// that need it (more waiters than cores).
+    pub snooze: bool,
 }
 
 impl Spin {
@@ -54,6 +61,7 @@ impl Spin {
     pub const DEFAULT: Spin = Spin {
         polls: 128,
         yield_for: Duration::from_micros(50),
+        snooze: true,
     };
 
     /// Ranks of a barrier: they arrive at once, and the last arriver's
@@ -61,6 +69,7 @@ impl Spin {
     pub const BARRIER: Spin = Spin {
         polls: 128,
         yield_for: Duration::from_micros(100),
+        snooze: false,
     };
 
     /// More waiters than cores: the others need our core to make progress,
@@ -68,6 +77,7 @@ impl Spin {
     pub const OVERSUBSCRIBED: Spin = Spin {
         polls: 16,
         yield_for: Duration::from_micros(100),
+        snooze: false,
     };
 }
 
@@ -148,13 +158,24 @@ pub fn wait_while<E>(
     }
     let start = deadline.start();
     let backoff = Backoff::new();
-    while !backoff.is_completed() || start.elapsed() < spin.yield_for {
+    loop {
         if changed() {
             return Ok(());
         }
+        // One clock read a turn, for both limits.
+        let waited = start.elapsed();
+        if (!spin.snooze || backoff.is_completed()) && waited >= spin.yield_for {
+            break;
+        }
         // A short limit ends the wait here, before anything parks.
-        deadline.left().map_err(WaitError::TimedOut)?;
-        backoff.snooze();
+        if deadline.limit.is_some_and(|limit| waited >= limit) {
+            return Err(WaitError::TimedOut(waited));
+        }
+        if spin.snooze {
+            backoff.snooze();
+        } else {
+            thread::yield_now();
+        }
     }
     loop {
         if changed() {
@@ -263,12 +284,21 @@ pub fn unpark(word: &AtomicU32, count: u32) -> Result<usize, Errno> {
     futex::wake(word, futex::Flags::empty(), count)
 }
 
-/// A relative `timeout` as a `timespec`, the seconds capped at what it holds.
+/// The largest `timespec`: what a timeout too long for one becomes. The
+/// kernel takes it (`poll`, `futex`) as a deadline it never reaches.
+pub const TIMESPEC_MAX: Timespec = Timespec {
+    tv_sec: i64::MAX,
+    tv_nsec: 999_999_999,
+};
+
+/// A relative `timeout` as a `timespec` (rustix's conversion); one too long
+/// for it becomes [`TIMESPEC_MAX`], in effect no limit — never a panic, a
+/// wrap to a negative (refused) value, or a shorter wait.
+///
+/// The one conversion of the tree: every crate above this one uses it for
+/// `poll`, `futex` and `sem_timedwait` timeouts.
 pub fn timespec(timeout: Duration) -> Timespec {
-    Timespec {
-        tv_sec: i64::try_from(timeout.as_secs()).unwrap_or(i64::MAX),
-        tv_nsec: i64::from(timeout.subsec_nanos()),
-    }
+    Timespec::try_from(timeout).unwrap_or(TIMESPEC_MAX)
 }
 
 /// The monotonic clock `timeout` from now, for [`park_until`]; a timeout past
@@ -286,10 +316,7 @@ pub fn deadline_after(timeout: Duration) -> Timespec {
             tv_sec,
             tv_nsec: (nanos % 1_000_000_000) as i64,
         },
-        None => Timespec {
-            tv_sec: i64::MAX,
-            tv_nsec: 999_999_999,
-        },
+        None => TIMESPEC_MAX,
     }
 }
 

@@ -112,3 +112,38 @@ fn a_pacer_stops_at_its_limit_and_never_sleeps_past_it() {
         "a 10 s ceiling was cut to the limit"
     );
 }
+
+/// A timeout past what a `timespec` holds becomes the largest one, never a
+/// panic or a wrap: `Duration::from_secs(u64::MAX)` kept no nanoseconds
+/// (a shorter wait than the largest), and copies elsewhere cast the seconds.
+/// The kernel takes the largest as a wait a wake-up still ends.
+#[test]
+fn regression_timeouts_past_a_timespec_saturate_to_the_largest() {
+    use nodeipc_shm::wait::{Parked, TIMESPEC_MAX, park_for, timespec};
+    let _dog = Watchdog::new("timespec_saturates", Duration::from_secs(30));
+    assert_eq!(TIMESPEC_MAX.tv_sec, i64::MAX);
+    assert_eq!(TIMESPEC_MAX.tv_nsec, 999_999_999);
+    for huge in [
+        Duration::MAX,
+        Duration::from_secs(u64::MAX),
+        Duration::from_secs(i64::MAX as u64 + 1),
+    ] {
+        assert_eq!(timespec(huge), TIMESPEC_MAX, "{huge:?}");
+    }
+    let exact = timespec(Duration::new(i64::MAX as u64, 5));
+    assert_eq!((exact.tv_sec, exact.tv_nsec), (i64::MAX, 5));
+    let small = timespec(Duration::from_millis(1500));
+    assert_eq!((small.tv_sec, small.tv_nsec), (1, 500_000_000));
+
+    let word = AtomicU32::new(0);
+    thread::scope(|s| {
+        s.spawn(|| {
+            thread::sleep(Duration::from_millis(20));
+            word.store(1, Ordering::SeqCst);
+            nodeipc_shm::wait::unpark(&word, 1).unwrap();
+        });
+        while word.load(Ordering::SeqCst) == 0 {
+            assert_eq!(park_for(&word, 0, Some(Duration::MAX)), Ok(Parked::Woken));
+        }
+    });
+}

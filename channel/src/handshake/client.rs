@@ -9,7 +9,6 @@ use nodeipc_proto::LEN_PREFIX;
 use nodeipc_proto::handshake::{
     Accept, FdKind, Logon, LogonReply, PROTOCOL_VERSION, RejectCode, logon_reply,
 };
-use prost::Message;
 
 use super::{MAX_PASSED_FDS, MAX_REPLY};
 use crate::{Error, Result, Worker};
@@ -180,8 +179,14 @@ pub fn connect(path: impl AsRef<Path>, logon: &Logon, timeout: Duration) -> Resu
             handshake(format!("the reply was cut short: {e}"))
         }
     })?;
-    let reply = LogonReply::decode(body.as_slice())
-        .map_err(|e| handshake(format!("the reply is not a LogonReply: {e}")))?;
+    // Through the schema's wire-type check, as every frame we read.
+    let reply = nodeipc_proto::decode_message::<LogonReply>(&body).map_err(|e| {
+        let cause = match e {
+            nodeipc_proto::Error::Decode(e) => e.to_string(),
+            other => other.to_string(),
+        };
+        handshake(format!("the reply is not a LogonReply: {cause}"))
+    })?;
     match reply.reply {
         Some(logon_reply::Reply::Reject(reject)) => Err(Error::Rejected {
             code: RejectCode::try_from(reject.code)

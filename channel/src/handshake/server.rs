@@ -18,6 +18,10 @@ use rustix::event::{PollFd, PollFlags};
 use super::MAX_LOGON;
 use crate::{Error, Result};
 
+/// How often the accept loop looks at its stop flag while nobody connects:
+/// how late a stop is noticed, at worst.
+const ACCEPT_TICK: Duration = Duration::from_millis(50);
+
 /// What the server hands an accepted client: the descriptors, described one
 /// by one in `Accept.fds`, in the same order.
 #[derive(Debug)]
@@ -170,10 +174,7 @@ fn accept_loop(
     let handlers: Mutex<Vec<JoinHandle<()>>> = Mutex::new(Vec::new());
     while !stop.load(Ordering::SeqCst) {
         let mut polls = [PollFd::new(&listener, PollFlags::IN)];
-        let tick = rustix::time::Timespec {
-            tv_sec: 0,
-            tv_nsec: 50_000_000,
-        };
+        let tick = nodeipc_shm::wait::timespec(ACCEPT_TICK);
         if !matches!(rustix::event::poll(&mut polls, Some(&tick)), Ok(n) if n > 0) {
             continue;
         }

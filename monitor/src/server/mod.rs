@@ -68,9 +68,8 @@ impl StopHandle {
 /// use std::time::Duration;
 /// use nodeipc_monitor::{MonitorClient, MonitorConfig, MonitorServer, RankInfo, RankState};
 ///
-/// let dir = std::env::temp_dir().join(format!("monitor-doc-{}", std::process::id()));
-/// std::fs::create_dir_all(&dir)?;
-/// std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o700))?;
+/// // A private directory (0700 in the creating call) nobody could prepare.
+/// let dir = nodeipc_fs::create_unique_private_dir(&std::env::temp_dir(), "monitor-doc-")?;
 /// let server = MonitorServer::bind(dir.join("rank0.sock"), MonitorConfig::default())?;
 /// let stop = server.stop_handle();
 /// let running = std::thread::spawn(move || server.run());
@@ -360,11 +359,7 @@ impl MonitorServer {
             // Parked: no events asked, only a hang-up or an error is reported.
             fds.push(PollFd::new(w, w.poll_flags()));
         }
-        let spec = rustix::time::Timespec {
-            tv_sec: timeout.as_secs().min(i64::MAX as u64) as i64,
-            tv_nsec: i64::from(timeout.subsec_nanos()),
-        };
-        match rustix::event::poll(&mut fds, Some(&spec)) {
+        match rustix::event::poll(&mut fds, Some(&nodeipc_shm::wait::timespec(timeout))) {
             Ok(_) | Err(Errno::INTR) => {}
             Err(e) => return Err(Error::io("poll", "", e)),
         }

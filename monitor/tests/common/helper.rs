@@ -15,7 +15,7 @@
 //!
 //! Every stage a test waits for is one line on standard output.
 
-use std::io::BufRead;
+use std::io::{BufRead, Write};
 use std::path::PathBuf;
 use std::process::Command;
 use std::time::Duration;
@@ -48,6 +48,20 @@ pub fn helper_command() -> Command {
 static ENTRY: extern "C" fn() = entry;
 
 extern "C" fn entry() {
+    // As Rust's `main` would have it (its runtime does this before `main`,
+    // in every process of the binary): a write to a closed pipe is an error,
+    // not a death by SIGPIPE. First of all, since a monitor served from here
+    // writes its log to a standard error whose reader may be gone.
+    // SAFETY: changes one signal's disposition, to what std sets anyway,
+    // while this is the process's only thread.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_IGN);
+    }
+    // Until it is known that this process plays a role, only what std
+    // allows before its runtime is set up: allocation, files, environment —
+    // never `thread::current` (std aborts at `main` if it was used) nor a
+    // panic (it cannot unwind out of an `extern "C"` function). A role
+    // process never reaches `main`.
     // A monitor re-executed by `spawn_monitor`: serves, then exits.
     nodeipc_monitor::run_if_server();
     let args: Vec<String> = match std::fs::read("/proc/self/cmdline") {
@@ -65,16 +79,12 @@ extern "C" fn entry() {
     if !serve_line && std::env::var_os(HELPER_ENV).is_none() {
         return;
     }
-    // As Rust's `main` would have it: a write to a closed pipe is an error,
-    // not a death by SIGPIPE.
-    // SAFETY: changes one signal's disposition before anything else runs.
-    unsafe {
-        libc::signal(libc::SIGPIPE, libc::SIG_IGN);
-    }
     let code = match std::panic::catch_unwind(|| play(&args)) {
         Ok(Ok(())) => 0,
         Ok(Err(e)) => {
-            eprintln!("nodeipc-monitor test helper: {e}");
+            // Not `eprintln!`, which panics when standard error is gone: a
+            // panic cannot unwind out of this `extern "C"` function.
+            let _ = writeln!(std::io::stderr(), "nodeipc-monitor test helper: {e}");
             1
         }
         Err(_) => 101,

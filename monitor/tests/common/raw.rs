@@ -83,11 +83,7 @@ pub fn wait_hang_up(fd: impl AsFd, limit: Duration) -> Option<Duration> {
     loop {
         let left = limit.checked_sub(start.elapsed())?;
         let mut fds = [PollFd::new(&fd, PollFlags::RDHUP)];
-        let spec = rustix::time::Timespec {
-            tv_sec: left.as_secs() as i64,
-            tv_nsec: i64::from(left.subsec_nanos()),
-        };
-        match rustix::event::poll(&mut fds, Some(&spec)) {
+        match rustix::event::poll(&mut fds, Some(&nodeipc_shm::wait::timespec(left))) {
             Ok(_)
                 if fds[0]
                     .revents()
