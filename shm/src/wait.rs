@@ -92,21 +92,25 @@ pub struct Deadline {
 impl Deadline {
     /// A wait of at most `limit` (`None`: no limit; a limit too large for
     /// the clock is no limit either).
+    #[inline]
     pub const fn after(limit: Option<Duration>) -> Deadline {
         Deadline { limit, start: None }
     }
 
     /// When the wait started (now, if it had not yet).
+    #[inline]
     pub fn start(&mut self) -> Instant {
         *self.start.get_or_insert_with(Instant::now)
     }
 
     /// How long the wait has lasted.
+    #[inline]
     pub fn waited(&mut self) -> Duration {
         self.start().elapsed()
     }
 
     /// The time left (`None`: no limit), or `Err(waited)` once it has passed.
+    #[inline]
     pub fn left(&mut self) -> Result<Option<Duration>, Duration> {
         let waited = self.waited();
         match self.limit {
@@ -204,6 +208,7 @@ pub fn wait_while<E>(
 ///
 /// # Errors
 /// The errno of `FUTEX_WAKE` (`EFAULT`, `EINVAL`: never expected).
+#[inline]
 pub fn wake_if_parked(word: &AtomicU32, parked: &AtomicU32, count: u32) -> Result<usize, Errno> {
     if parked.load(Ordering::SeqCst) == 0 {
         return Ok(0);
@@ -280,6 +285,7 @@ pub fn park_until(
 /// # Errors
 /// The errno of `FUTEX_WAKE`.
 #[doc(alias = "FUTEX_WAKE")]
+#[inline]
 pub fn unpark(word: &AtomicU32, count: u32) -> Result<usize, Errno> {
     futex::wake(word, futex::Flags::empty(), count)
 }
