@@ -6,42 +6,16 @@
 //! Runs in a child (this test binary again) whose descriptor table is
 //! filled while two ranks, threads of it, wait for a third that never comes.
 
-use std::os::fd::OwnedFd;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use nodeipc_barrier::{Error, Group, GroupOptions};
-use nodeipc_testkit::{Watchdog, shm_leftovers, spawn_child, unique_name};
+use nodeipc_testkit::{FullFdTable, Watchdog, shm_leftovers, spawn_child, unique_name};
 use rustix::io::Errno;
-use rustix::process::{Resource, Rlimit, getrlimit, setrlimit};
 
 /// Set in the child: the group name.
 const CHILD: &str = "NODEIPC_BARRIER_TEST_FD_EXHAUSTION_CHILD";
 const TEST: &str = "regression_a_rank_out_of_descriptors_reports_that_not_a_dead_peer";
-
-/// Fills the descriptor table under a soft limit lowered to a little above
-/// what is open; returns the fillers and the old limit.
-fn fill_table() -> (Vec<OwnedFd>, Rlimit) {
-    let limit = getrlimit(Resource::Nofile);
-    let open = std::fs::read_dir("/proc/self/fd").unwrap().count() as u64;
-    setrlimit(
-        Resource::Nofile,
-        Rlimit {
-            current: Some(open + 16),
-            maximum: limit.maximum,
-        },
-    )
-    .unwrap();
-    let mut fillers = Vec::new();
-    let full = loop {
-        match rustix::io::fcntl_dupfd_cloexec(std::io::stdin(), 0) {
-            Ok(fd) => fillers.push(fd),
-            Err(e) => break e,
-        }
-    };
-    assert_eq!(full, Errno::MFILE, "the table did not fill up");
-    (fillers, limit)
-}
 
 fn child(name: &str) {
     println!(); // our lines start after the harness's "test … ..."
@@ -54,10 +28,9 @@ fn child(name: &str) {
     let ranks = [join(0), join(1)];
     // Both register within milliseconds, then wait for rank 2.
     std::thread::sleep(Duration::from_millis(500));
-    let (fillers, limit) = fill_table();
+    let table = FullFdTable::fill(0);
     let results: Vec<_> = ranks.into_iter().map(|r| r.join().unwrap()).collect();
-    drop(fillers);
-    setrlimit(Resource::Nofile, limit).unwrap();
+    drop(table);
     for (rank, result) in results.into_iter().enumerate() {
         match result {
             Err(Error::PeerDied { rank: dead, .. }) => {

@@ -5,43 +5,17 @@
 //! Runs in a child (this test binary again) whose descriptor table is
 //! filled once the worker, a thread of it, has joined.
 
-use std::os::fd::OwnedFd;
 use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
 
 use nodeipc_channel::{ChannelConfig, Coordinator, Error, Worker};
-use nodeipc_testkit::{Watchdog, shm_leftovers, spawn_child, unique_name};
+use nodeipc_testkit::{FullFdTable, Watchdog, shm_leftovers, spawn_child, unique_name};
 use rustix::io::Errno;
-use rustix::process::{Resource, Rlimit, getrlimit, setrlimit};
 
 /// Set in the child: the channel name.
 const CHILD: &str = "NODEIPC_CHANNEL_TEST_FD_EXHAUSTION_CHILD";
 const TEST: &str = "regression_a_coordinator_out_of_descriptors_reports_that_not_a_dead_worker";
-
-/// Fills the descriptor table under a soft limit lowered to a little above
-/// what is open; returns the fillers and the old limit.
-fn fill_table() -> (Vec<OwnedFd>, Rlimit) {
-    let limit = getrlimit(Resource::Nofile);
-    let open = std::fs::read_dir("/proc/self/fd").unwrap().count() as u64;
-    setrlimit(
-        Resource::Nofile,
-        Rlimit {
-            current: Some(open + 16),
-            maximum: limit.maximum,
-        },
-    )
-    .unwrap();
-    let mut fillers = Vec::new();
-    let full = loop {
-        match rustix::io::fcntl_dupfd_cloexec(std::io::stdin(), 0) {
-            Ok(fd) => fillers.push(fd),
-            Err(e) => break e,
-        }
-    };
-    assert_eq!(full, Errno::MFILE, "the table did not fill up");
-    (fillers, limit)
-}
 
 fn child(name: &str) {
     println!(); // our lines start after the harness's "test … ..."
@@ -56,10 +30,9 @@ fn child(name: &str) {
         drop(worker);
     });
     wait_joined.recv().unwrap();
-    let (fillers, limit) = fill_table();
+    let table = FullFdTable::fill(0);
     let result = coordinator.wait_for_workers(Duration::from_secs(1));
-    drop(fillers);
-    setrlimit(Resource::Nofile, limit).unwrap();
+    drop(table);
     match result {
         Err(Error::WorkerDied { rank, .. }) => println!("said worker {rank} died"),
         Err(e) => println!("error: {e}"),

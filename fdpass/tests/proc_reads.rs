@@ -5,43 +5,15 @@
 //! Each check runs in a child (this test binary again) whose descriptor
 //! table is full, so the other tests keep their descriptors.
 
-use std::os::fd::OwnedFd;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use nodeipc_fdpass::{Error, FdHandle, Pidfd, open_verified, process_start_time, process_stat};
-use nodeipc_testkit::{Watchdog, spawn_child};
+use nodeipc_testkit::{FullFdTable, Watchdog, spawn_child};
 use rustix::io::Errno;
-use rustix::process::{Resource, Rlimit, getrlimit, setrlimit};
 
 /// Set in the child: the pid of a live process to look at.
 const CHILD: &str = "NODEIPC_FDPASS_TEST_PROC_READS_CHILD";
-
-/// Fills the descriptor table under a soft limit lowered to a little above
-/// what is open, leaving `free` slots; returns the fillers (drop them to
-/// free the table).
-fn fill_table(free: usize) -> Vec<OwnedFd> {
-    let limit = getrlimit(Resource::Nofile);
-    let open = std::fs::read_dir("/proc/self/fd").unwrap().count() as u64;
-    setrlimit(
-        Resource::Nofile,
-        Rlimit {
-            current: Some(open + 16),
-            maximum: limit.maximum,
-        },
-    )
-    .unwrap();
-    let mut fillers = Vec::new();
-    let full = loop {
-        match rustix::io::fcntl_dupfd_cloexec(std::io::stdin(), 0) {
-            Ok(fd) => fillers.push(fd),
-            Err(e) => break e,
-        }
-    };
-    assert_eq!(full, Errno::MFILE, "the table did not fill up");
-    fillers.truncate(fillers.len() - free);
-    fillers
-}
 
 /// What an error is, in one line the parent can check.
 fn describe<T>(result: Result<T, Error>) -> String {
@@ -58,16 +30,16 @@ fn child(target: u32) {
     let start = process_start_time(target).unwrap();
     // No free slot: our own start time (never read yet in this process), the
     // target's, and a pidfd for it all fail.
-    let fillers = fill_table(0);
+    let table = FullFdTable::fill(0);
     let export = FdHandle::export(&std::io::stdin()).map(drop);
     let read = process_start_time(target);
     // The monitor's parent check reads the same file through the same reader.
     let stat = process_stat(target);
-    drop(fillers);
+    drop(table);
     // One free slot: the pidfd opens, reading the start time finds none.
-    let fillers = fill_table(1);
+    let table = FullFdTable::fill(1);
     let verified = open_verified(target, start).map(drop);
-    drop(fillers);
+    drop(table);
     println!("export: {}", describe(export));
     println!("start time: {}", describe(read));
     println!("verified: {}", describe(verified));

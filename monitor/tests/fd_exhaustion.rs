@@ -8,44 +8,17 @@
 
 mod common;
 
-use std::os::fd::OwnedFd;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::InProcess;
 use nodeipc_monitor::{MonitorClient, MonitorConfig, RankInfo};
-use nodeipc_testkit::{Watchdog, spawn_child};
+use nodeipc_testkit::{FullFdTable, Watchdog, spawn_child};
 use rustix::io::Errno;
-use rustix::process::{Resource, Rlimit, getrlimit, setrlimit};
 
 /// Set in the child: how many descriptor slots to leave free.
 const CHILD: &str = "NODEIPC_MONITOR_TEST_FD_EXHAUSTION_CHILD";
 const TEST: &str = "regression_init_out_of_descriptors_is_refused_as_such_not_as_an_exit";
-
-/// Fills the descriptor table under a soft limit lowered to a little above
-/// what is open, leaving `free` slots; returns the fillers and the old limit.
-fn fill_table(free: usize) -> (Vec<OwnedFd>, Rlimit) {
-    let limit = getrlimit(Resource::Nofile);
-    let open = std::fs::read_dir("/proc/self/fd").unwrap().count() as u64;
-    setrlimit(
-        Resource::Nofile,
-        Rlimit {
-            current: Some(open + 16),
-            maximum: limit.maximum,
-        },
-    )
-    .unwrap();
-    let mut fillers = Vec::new();
-    let full = loop {
-        match rustix::io::fcntl_dupfd_cloexec(std::io::stdin(), 0) {
-            Ok(fd) => fillers.push(fd),
-            Err(e) => break e,
-        }
-    };
-    assert_eq!(full, Errno::MFILE, "the table did not fill up");
-    fillers.truncate(fillers.len() - free);
-    (fillers, limit)
-}
 
 fn child(free: usize) {
     println!(); // our lines start after the harness's "test … ..."
@@ -58,10 +31,9 @@ fn child(free: usize) {
         assert!(Instant::now() < deadline, "never accepted");
         std::thread::sleep(Duration::from_millis(5));
     }
-    let (fillers, limit) = fill_table(free);
+    let table = FullFdTable::fill(free);
     let refused = client.init(&rank);
-    drop(fillers);
-    setrlimit(Resource::Nofile, limit).unwrap();
+    drop(table);
     match refused {
         Ok(_) => println!("registered"),
         Err(e) => println!("refused: {e}"),

@@ -5,54 +5,26 @@
 //! scan was not given at all. Each is kept with the reason, and removed once
 //! it is really abandoned.
 
-use std::os::fd::OwnedFd;
 use std::os::unix::net::UnixDatagram;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use nodeipc_shm::{KeepReason, ProcessScan, Region, remove_stale, remove_stale_with};
-use nodeipc_testkit::{Watchdog, shm_leftovers, spawn_child, unique_name};
+use nodeipc_testkit::{FullFdTable, Watchdog, shm_leftovers, spawn_child, unique_name};
 use rustix::io::Errno;
-use rustix::process::{Resource, Rlimit, getrlimit, setrlimit};
 
 /// Set in the child: the name of the object its parent maps.
 const CHILD: &str = "NODEIPC_SHM_TEST_LIST_PROOF_CHILD";
 const TEST: &str = "regression_out_of_descriptors_a_held_object_is_kept_and_says_why";
-
-/// Fills the descriptor table under a soft limit lowered to a little above
-/// what is open, leaving `free` slots; returns the fillers and the old limit.
-fn fill_table(free: usize) -> (Vec<OwnedFd>, Rlimit) {
-    let limit = getrlimit(Resource::Nofile);
-    let open = std::fs::read_dir("/proc/self/fd").unwrap().count() as u64;
-    setrlimit(
-        Resource::Nofile,
-        Rlimit {
-            current: Some(open + 16),
-            maximum: limit.maximum,
-        },
-    )
-    .unwrap();
-    let mut fillers = Vec::new();
-    let full = loop {
-        match rustix::io::fcntl_dupfd_cloexec(std::io::stdin(), 0) {
-            Ok(fd) => fillers.push(fd),
-            Err(e) => break e,
-        }
-    };
-    assert_eq!(full, Errno::MFILE, "the table did not fill up");
-    fillers.truncate(fillers.len() - free);
-    (fillers, limit)
-}
 
 fn child(name: &str) {
     println!(); // our lines start after the harness's "test … ..."
     // One free slot: /dev/shm can be listed and the lease tried, but the
     // scan of /proc fails at once. None: not even /dev/shm can be listed.
     for free in [1, 0] {
-        let (fillers, limit) = fill_table(free);
+        let table = FullFdTable::fill(free);
         let done = remove_stale(name);
-        drop(fillers);
-        setrlimit(Resource::Nofile, limit).unwrap();
+        drop(table);
         match done {
             Ok(done) => {
                 for object in &done.removed {

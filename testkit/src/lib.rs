@@ -328,3 +328,49 @@ fn install_chmod_filter(fchmod_too: bool) {
     };
     assert_eq!(rc, 0, "seccomp: {}", std::io::Error::last_os_error());
 }
+
+/// This process's descriptor table, filled up: the soft `RLIMIT_NOFILE`
+/// lowered to a little above what is open, then every slot but `free`
+/// taken. For tests of what code does out of descriptors (`EMFILE`). Drop
+/// it to free the slots and put the old limit back; run it in a child made
+/// for the purpose when other threads may need descriptors meanwhile.
+pub struct FullFdTable {
+    fillers: Vec<std::os::fd::OwnedFd>,
+    limit: rustix::process::Rlimit,
+}
+
+impl FullFdTable {
+    /// Fills the table, leaving `free` slots.
+    ///
+    /// # Panics
+    /// If the limit cannot be lowered or the table does not fill up.
+    pub fn fill(free: usize) -> FullFdTable {
+        use rustix::process::{Resource, Rlimit, getrlimit, setrlimit};
+        let limit = getrlimit(Resource::Nofile);
+        let open = std::fs::read_dir("/proc/self/fd")
+            .expect("list /proc/self/fd")
+            .count() as u64;
+        let lowered = Rlimit {
+            current: Some(open + 16),
+            maximum: limit.maximum,
+        };
+        setrlimit(Resource::Nofile, lowered).expect("lower RLIMIT_NOFILE");
+        let mut fillers = Vec::new();
+        let full = loop {
+            match rustix::io::fcntl_dupfd_cloexec(std::io::stdin(), 0) {
+                Ok(fd) => fillers.push(fd),
+                Err(e) => break e,
+            }
+        };
+        assert_eq!(full, rustix::io::Errno::MFILE, "the table did not fill up");
+        fillers.truncate(fillers.len().saturating_sub(free));
+        FullFdTable { fillers, limit }
+    }
+}
+
+impl Drop for FullFdTable {
+    fn drop(&mut self) {
+        self.fillers.clear();
+        let _ = rustix::process::setrlimit(rustix::process::Resource::Nofile, self.limit);
+    }
+}
