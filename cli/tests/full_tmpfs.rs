@@ -7,41 +7,15 @@
 //! inherit that namespace. The host's `/dev/shm` is never touched.
 
 use std::io::Write;
-use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::os::unix::process::ExitStatusExt;
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
-use nodeipc_testkit::{Watchdog, is_root, skip, spawn_child};
+use nodeipc_testkit::{Watchdog, in_small_dev_shm, is_root, skip, spawn_child};
 
 /// Set in the child: it runs in the private namespace.
 const CHILD: &str = "NODEIPC_CLI_TEST_IN_SMALL_TMPFS";
 const TEST: &str = "regression_a_full_dev_shm_fails_shm_create_and_the_demo_cleanly";
-
-/// Makes the process about to `exec` see a private 64 KiB tmpfs at `/dev/shm`.
-fn in_small_dev_shm(command: &mut Command) -> &mut Command {
-    // SAFETY: runs between fork and exec in a single-threaded child; only
-    // system calls on constant C strings, nothing allocated or locked.
-    unsafe {
-        command.pre_exec(|| {
-            // SAFETY: the child has one thread, so no descriptor table is shared.
-            rustix::thread::unshare_unsafe(rustix::thread::UnshareFlags::NEWNS)?;
-            // Our mounts must not propagate back to the host's namespace.
-            rustix::mount::mount_change(
-                c"/",
-                rustix::mount::MountPropagationFlags::PRIVATE
-                    | rustix::mount::MountPropagationFlags::REC,
-            )?;
-            rustix::mount::mount(
-                c"tmpfs",
-                c"/dev/shm",
-                c"tmpfs",
-                rustix::mount::MountFlags::empty(),
-                c"size=64k",
-            )?;
-            Ok(())
-        })
-    }
-}
 
 #[test]
 fn regression_a_full_dev_shm_fails_shm_create_and_the_demo_cleanly() {

@@ -374,3 +374,31 @@ impl Drop for FullFdTable {
         let _ = rustix::process::setrlimit(rustix::process::Resource::Nofile, self.limit);
     }
 }
+
+/// Makes the process about to `exec` see a private 64 KiB tmpfs at
+/// `/dev/shm`, in a mount namespace of its own (needs root): a full
+/// `/dev/shm` without touching the machine's.
+pub fn in_small_dev_shm(command: &mut Command) -> &mut Command {
+    // SAFETY: runs between fork and exec in a single-threaded child; only
+    // system calls on constant C strings, nothing allocated or locked.
+    unsafe {
+        command.pre_exec(|| {
+            // SAFETY: the child has one thread, so no descriptor table is shared.
+            rustix::thread::unshare_unsafe(rustix::thread::UnshareFlags::NEWNS)?;
+            // Our mounts must not propagate back to the host's namespace.
+            rustix::mount::mount_change(
+                c"/",
+                rustix::mount::MountPropagationFlags::PRIVATE
+                    | rustix::mount::MountPropagationFlags::REC,
+            )?;
+            rustix::mount::mount(
+                c"tmpfs",
+                c"/dev/shm",
+                c"tmpfs",
+                rustix::mount::MountFlags::empty(),
+                c"size=64k",
+            )?;
+            Ok(())
+        })
+    }
+}
