@@ -4,14 +4,12 @@
 //! forever and never a bare "Resource temporarily unavailable".
 
 use std::io::{Read, Write};
-use std::os::fd::OwnedFd;
-use std::os::unix::net::{UnixListener, UnixStream};
+use std::os::unix::net::UnixListener;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
 use nodeipc_channel::{Error, connect, worker_logon};
-use nodeipc_testkit::{TempDir, Watchdog};
-use rustix::net::{AddressFamily, SocketAddrUnix, SocketFlags, SocketType};
+use nodeipc_testkit::{TempDir, Watchdog, full_backlog_listener};
 
 fn private_dir() -> TempDir {
     let dir = TempDir::new("handshake-connect");
@@ -21,30 +19,6 @@ fn private_dir() -> TempDir {
     )
     .unwrap();
     dir
-}
-
-/// A listener at `path` that never accepts, backlog 0, and the connections
-/// that fill it.
-fn full_backlog(path: &Path) -> (OwnedFd, Vec<UnixStream>) {
-    let fd = rustix::net::socket_with(
-        AddressFamily::UNIX,
-        SocketType::STREAM,
-        SocketFlags::CLOEXEC,
-        None,
-    )
-    .unwrap();
-    rustix::net::bind(&fd, &SocketAddrUnix::new(path).unwrap()).unwrap();
-    rustix::net::listen(&fd, 0).unwrap();
-    let mut held = Vec::new();
-    loop {
-        match nodeipc_fdpass::connect_unix(path, Duration::ZERO) {
-            Ok(stream) => held.push(stream),
-            Err(nodeipc_fdpass::Error::ConnectTimeout { .. }) => break,
-            Err(e) => panic!("filling the backlog: {e}"),
-        }
-        assert!(held.len() < 64, "the backlog never filled");
-    }
-    (fd, held)
 }
 
 fn assert_words(error: &Error, path: &Path, awaited: &str) {
@@ -63,7 +37,7 @@ fn regression_a_server_with_a_full_backlog_costs_the_timeout_not_forever() {
     let _dog = Watchdog::new("handshake_full_backlog", Duration::from_secs(20));
     let dir = private_dir();
     let path = dir.join("logon.sock");
-    let (_listener, _held) = full_backlog(&path);
+    let (_listener, _held) = full_backlog_listener(&path);
     let start = Instant::now();
     let error = connect(&path, &worker_logon(0), Duration::from_millis(300)).unwrap_err();
     let waited = start.elapsed();

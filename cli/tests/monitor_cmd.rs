@@ -2,17 +2,16 @@
 //! and sockets that are taken: every wait bounded, a timeout exits 3 with
 //! one line, a taken path exits 1 at once, extreme numbers never panic.
 
-use std::os::fd::OwnedFd;
 use std::os::unix::fs::PermissionsExt;
-use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use nodeipc_fdpass::{Pidfd, Signal};
 use nodeipc_monitor::{ControlClient, MonitorClient, RankInfo, control_socket_path};
-use nodeipc_testkit::{ChildGuard, TempDir, Watchdog, spawn_child};
-use rustix::net::{AddressFamily, SocketAddrUnix, SocketFlags, SocketType};
+use nodeipc_testkit::{
+    ChildGuard, TempDir, Watchdog, fill_backlog, full_backlog_listener, spawn_child,
+};
 
 fn nodeipc(args: &[&str]) -> Output {
     spawn_child(
@@ -80,33 +79,6 @@ fn stop(server: ChildGuard) {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-}
-
-/// Connections that fill the backlog of the (stopped) server at `path`.
-fn fill_backlog(path: &Path) -> Vec<UnixStream> {
-    let mut held = Vec::new();
-    loop {
-        match nodeipc_fdpass::connect_unix(path, Duration::ZERO) {
-            Ok(stream) => held.push(stream),
-            Err(nodeipc_fdpass::Error::ConnectTimeout { .. }) => return held,
-            Err(e) => panic!("filling the backlog of {}: {e}", path.display()),
-        }
-        assert!(held.len() < 1024, "the backlog never filled");
-    }
-}
-
-/// A live listener at `path` (backlog 0) that never accepts, its backlog full.
-fn full_backlog_listener(path: &Path) -> (OwnedFd, Vec<UnixStream>) {
-    let fd = rustix::net::socket_with(
-        AddressFamily::UNIX,
-        SocketType::STREAM,
-        SocketFlags::CLOEXEC,
-        None,
-    )
-    .unwrap();
-    rustix::net::bind(&fd, &SocketAddrUnix::new(path).unwrap()).unwrap();
-    rustix::net::listen(&fd, 0).unwrap();
-    (fd, fill_backlog(path))
 }
 
 fn one_line(out: &Output) -> String {

@@ -2,15 +2,13 @@
 //! is full (stopped, wedged) costs the caller its timeout, not forever; the
 //! probe `Listener::bind` makes of a socket already there never blocks.
 
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::AsFd;
 use std::os::unix::fs::PermissionsExt;
-use std::os::unix::net::{UnixListener, UnixStream};
-use std::path::Path;
+use std::os::unix::net::UnixListener;
 use std::time::{Duration, Instant};
 
 use nodeipc_fdpass::{Error, Listener, Pidfd, connect_unix, connect_unix_when_up};
-use nodeipc_testkit::{TempDir, Watchdog};
-use rustix::net::{AddressFamily, SocketAddrUnix, SocketFlags, SocketType};
+use nodeipc_testkit::{TempDir, Watchdog, full_backlog_listener};
 
 fn private_dir(tag: &str) -> TempDir {
     let dir = TempDir::new(tag);
@@ -18,36 +16,12 @@ fn private_dir(tag: &str) -> TempDir {
     dir
 }
 
-/// A listener at `path` that never accepts, with a backlog of 0, and the
-/// connections that fill it: the next connect finds the backlog full.
-fn full_backlog(path: &Path) -> (OwnedFd, Vec<UnixStream>) {
-    let fd = rustix::net::socket_with(
-        AddressFamily::UNIX,
-        SocketType::STREAM,
-        SocketFlags::CLOEXEC,
-        None,
-    )
-    .unwrap();
-    rustix::net::bind(&fd, &SocketAddrUnix::new(path).unwrap()).unwrap();
-    rustix::net::listen(&fd, 0).unwrap();
-    let mut held = Vec::new();
-    loop {
-        match connect_unix(path, Duration::ZERO) {
-            Ok(stream) => held.push(stream),
-            Err(Error::ConnectTimeout { .. }) => break,
-            Err(e) => panic!("filling the backlog: {e}"),
-        }
-        assert!(held.len() < 64, "the backlog never filled");
-    }
-    (fd, held)
-}
-
 #[test]
 fn regression_a_full_backlog_times_out_in_words_instead_of_blocking() {
     let _dog = Watchdog::new("full_backlog_times_out", Duration::from_secs(20));
     let dir = private_dir("connect-full");
     let path = dir.join("sock");
-    let (_listener, _held) = full_backlog(&path);
+    let (_listener, _held) = full_backlog_listener(&path);
     let start = Instant::now();
     let error = connect_unix(&path, Duration::from_millis(300)).unwrap_err();
     let waited = start.elapsed();
@@ -84,7 +58,7 @@ fn a_connect_gets_through_once_the_server_accepts_again() {
     let _dog = Watchdog::new("backlog_drains", Duration::from_secs(20));
     let dir = private_dir("connect-drain");
     let path = dir.join("sock");
-    let (listener, held) = full_backlog(&path);
+    let (listener, held) = full_backlog_listener(&path);
     let drain = std::thread::spawn(move || {
         std::thread::sleep(Duration::from_millis(100));
         for _ in 0..=held.len() {
@@ -182,7 +156,7 @@ fn regression_binding_over_a_live_server_with_a_full_backlog_refuses_at_once() {
     let _dog = Watchdog::new("bind_over_full_backlog", Duration::from_secs(20));
     let dir = private_dir("connect-bind-full");
     let path = dir.join("sock");
-    let (_listener, _held) = full_backlog(&path);
+    let (_listener, _held) = full_backlog_listener(&path);
     let start = Instant::now();
     let error = Listener::bind(&path).unwrap_err();
     assert!(

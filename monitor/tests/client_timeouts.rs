@@ -6,7 +6,6 @@
 
 mod common;
 
-use std::os::unix::net::UnixStream;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -14,22 +13,9 @@ use common::{InProcess, Served, config};
 use nodeipc_monitor::{
     ControlClient, Error, MonitorClient, MonitorConfig, RankInfo, control_socket_path,
 };
-use nodeipc_testkit::Watchdog;
+use nodeipc_testkit::{Watchdog, fill_backlog};
 
 const T: Duration = Duration::from_secs(10);
-
-/// Connections that fill the backlog of the (stopped) server at `path`.
-fn fill_backlog(path: &Path) -> Vec<UnixStream> {
-    let mut held = Vec::new();
-    loop {
-        match nodeipc_fdpass::connect_unix(path, Duration::ZERO) {
-            Ok(stream) => held.push(stream),
-            Err(nodeipc_fdpass::Error::ConnectTimeout { .. }) => return held,
-            Err(e) => panic!("filling the backlog of {}: {e}", path.display()),
-        }
-        assert!(held.len() < 1024, "the backlog never filled");
-    }
-}
 
 fn signal(pid: u32, signal: i32) {
     // SAFETY: kill(2) with a pid this test spawned and a valid signal.

@@ -402,3 +402,58 @@ pub fn in_small_dev_shm(command: &mut Command) -> &mut Command {
         })
     }
 }
+
+/// Connections that fill the listen backlog of the (stopped, or never
+/// accepting) server at `path`: non-blocking connects until the kernel says
+/// the backlog is full (`EAGAIN`). Hold them while the test runs.
+///
+/// # Panics
+/// On any other failure, or if the backlog never fills.
+pub fn fill_backlog(path: &Path) -> Vec<std::os::fd::OwnedFd> {
+    use rustix::net::{AddressFamily, SocketAddrUnix, SocketFlags, SocketType};
+    let address = SocketAddrUnix::new(path).expect("a socket path");
+    let mut held = Vec::new();
+    loop {
+        let socket = rustix::net::socket_with(
+            AddressFamily::UNIX,
+            SocketType::STREAM,
+            SocketFlags::CLOEXEC | SocketFlags::NONBLOCK,
+            None,
+        )
+        .expect("socket");
+        match rustix::net::connect(&socket, &address) {
+            Ok(()) => held.push(socket),
+            Err(rustix::io::Errno::AGAIN) => return held,
+            Err(e) => panic!("filling the backlog of {}: {e}", path.display()),
+        }
+        assert!(
+            held.len() < 1024,
+            "the backlog of {} never filled",
+            path.display()
+        );
+    }
+}
+
+/// A live listener at `path` that never accepts (backlog 0), its backlog
+/// full ([`fill_backlog`]): the next connect finds no room.
+///
+/// # Panics
+/// If the socket cannot be bound or the backlog never fills.
+pub fn full_backlog_listener(path: &Path) -> (std::os::fd::OwnedFd, Vec<std::os::fd::OwnedFd>) {
+    use rustix::net::{AddressFamily, SocketAddrUnix, SocketFlags, SocketType};
+    let listener = rustix::net::socket_with(
+        AddressFamily::UNIX,
+        SocketType::STREAM,
+        SocketFlags::CLOEXEC,
+        None,
+    )
+    .expect("socket");
+    rustix::net::bind(
+        &listener,
+        &SocketAddrUnix::new(path).expect("a socket path"),
+    )
+    .expect("bind");
+    rustix::net::listen(&listener, 0).expect("listen");
+    let held = fill_backlog(path);
+    (listener, held)
+}
