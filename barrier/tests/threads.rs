@@ -410,3 +410,39 @@ fn bad_options_are_refused_before_anything_is_created() {
         }
     }
 }
+
+/// Regression: a rank that looked at its peers between two wait slices just
+/// as the barrier completed found the last arriver already gone (it passed
+/// and dropped its handle) and failed the barrier it had in fact passed,
+/// poisoning the group ("rank 1 left the group"; seen in the demo's last
+/// barrier). A peer that leaves after the barrier is passed is no failure.
+#[test]
+fn regression_a_peer_leaving_right_after_the_barrier_does_not_fail_it() {
+    let _dog = Watchdog::new("leave after barrier", Duration::from_secs(120));
+    let prefix = unique_name("bar-leave");
+    for i in 0..300u64 {
+        let name = format!("{prefix}-{i}");
+        // Rank 1 arrives when rank 0 is about done polling and yielding and
+        // looks at its peers: the window the race needs, swept across runs.
+        let delay = Duration::from_micros(60 + (i * 7) % 120);
+        let results = run_group(
+            2,
+            move |rank| opts(&name, rank, 2),
+            move |group| {
+                if group.rank() == 1 {
+                    let start = Instant::now();
+                    while start.elapsed() < delay {
+                        std::hint::spin_loop();
+                    }
+                }
+                let passed = group.barrier().map_err(|e| e.to_string());
+                drop(group); // leaves at once: LEFT is set
+                passed
+            },
+        );
+        for (rank, result) in results.iter().enumerate() {
+            assert!(result.is_ok(), "run {i}, rank {rank}: {result:?}");
+        }
+    }
+    assert!(shm_leftovers(&prefix).is_empty());
+}

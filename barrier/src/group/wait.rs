@@ -116,7 +116,15 @@ impl Group {
             spin,
             || {
                 self.check_poison()?;
-                self.check_peers()
+                match self.gone_peer()? {
+                    // The barrier may have been passed while we looked: a
+                    // peer that went through it and left (or died) since is
+                    // no reason to fail it, nor to poison the group.
+                    Some(gone) if wake.generation.load(Ordering::Acquire) == generation => {
+                        Err(self.mark_gone(gone))
+                    }
+                    _ => Ok(()),
+                }
             },
         );
         match waited {
@@ -185,6 +193,15 @@ impl Group {
     /// Checks every peer's pidfd (one `poll`) and departure flag; poisons the
     /// group and fails on the first that is gone.
     pub(super) fn check_peers(&self) -> Result<()> {
+        match self.gone_peer()? {
+            Some(gone) => Err(self.mark_gone(gone)),
+            None => Ok(()),
+        }
+    }
+
+    /// The first peer that has died or left, with its pid, if any; nothing
+    /// is poisoned yet (see [`mark_gone`](Group::mark_gone)).
+    fn gone_peer(&self) -> Result<Option<(u32, Cause, u32)>> {
         let pidfds: Vec<(u32, &Pidfd)> = self
             .peers
             .iter()
@@ -215,26 +232,32 @@ impl Group {
                 .position(|p| p.revents().intersects(PollFlags::IN | PollFlags::HUP))
         {
             let (rank, pidfd) = pidfds[i];
-            self.poison(rank, Cause::Died);
-            return Err(self.died(rank, pidfd.pid()));
+            return Ok(Some((rank, Cause::Died, pidfd.pid())));
         }
-        for (rank, _) in &pidfds {
-            if self
+        for (rank, pidfd) in &pidfds {
+            let state = self
                 .layout
                 .rank(&self.region, *rank)
                 .flags
-                .load(Ordering::Acquire)
-                & flags::LEFT
-                != 0
-            {
-                self.poison(*rank, Cause::Left);
-                return Err(Error::PeerLeft {
-                    group: self.name.clone(),
-                    rank: *rank,
-                });
+                .load(Ordering::Acquire);
+            if state & flags::LEFT != 0 {
+                return Ok(Some((*rank, Cause::Left, pidfd.pid())));
             }
         }
-        Ok(())
+        Ok(None)
+    }
+
+    /// Poisons the group for a peer [`gone_peer`](Group::gone_peer) found,
+    /// and says what happened to it.
+    fn mark_gone(&self, (rank, cause, pid): (u32, Cause, u32)) -> Error {
+        self.poison(rank, cause);
+        match cause {
+            Cause::Left => Error::PeerLeft {
+                group: self.name.clone(),
+                rank,
+            },
+            _ => self.died(rank, pid),
+        }
     }
 
     /// Marks the group unusable (the first cause sticks) and wakes every sleeper.
