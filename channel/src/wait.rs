@@ -35,7 +35,14 @@ pub(crate) fn wait(
                 });
             }
         }
-        check()?;
+        if let Err(gone) = check() {
+            // The peer may have posted and then gone while we looked: what
+            // it posted is still ours to take.
+            if matches!(sem.try_wait(), Ok(true)) {
+                return Ok(());
+            }
+            return Err(gone);
+        }
         let start = *started.get_or_insert_with(Instant::now);
         let waited = start.elapsed() + first;
         if waited >= timeout {
