@@ -194,10 +194,12 @@ impl Layout {
         self.handles_at() + 2 * self.world_size as usize * HANDLE_SLOT
     }
 
+    #[inline]
     pub(crate) fn barrier<'r>(&self, region: &'r Region) -> &'r BarrierWords {
         region.view(BARRIER_AT).expect("vault size checked at join")
     }
 
+    #[inline]
     pub(crate) fn subset<'r>(&self, region: &'r Region) -> &'r BarrierWords {
         region.view(SUBSET_AT).expect("vault size checked at join")
     }
@@ -219,6 +221,7 @@ impl Layout {
     }
 }
 
+#[inline]
 pub(crate) fn header(region: &Region) -> &Header {
     region.view(HEADER_AT).expect("every vault holds a header")
 }

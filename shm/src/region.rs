@@ -282,6 +282,7 @@ impl Region {
     }
 
     /// Size of the mapping in bytes.
+    #[inline]
     pub fn len(&self) -> usize {
         self.map.len()
     }
@@ -369,6 +370,7 @@ impl Region {
 
     /// Start of the mapping. Reading or writing through it is the caller's
     /// responsibility (see the type's safety section).
+    #[inline]
     pub fn as_ptr(&self) -> *mut u8 {
         self.map.as_mut_ptr()
     }
@@ -377,6 +379,7 @@ impl Region {
     ///
     /// # Errors
     /// [`Error::OutOfBounds`] naming the range and the size.
+    #[inline]
     pub fn check_range(&self, offset: usize, len: usize) -> Result<()> {
         match offset.checked_add(len) {
             Some(end) if end <= self.len() => Ok(()),

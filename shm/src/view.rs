@@ -87,6 +87,7 @@ impl Region {
     /// assert!(region.view::<AtomicU32>(65).is_err()); // misaligned
     /// # Ok::<(), nodeipc_shm::Error>(())
     /// ```
+    #[inline]
     pub fn view<T: ShmSafe>(&self, offset: usize) -> Result<&T> {
         self.check_placement::<T>(offset, size_of::<T>())?;
         // SAFETY: the range is inside the live mapping and aligned for `T`
@@ -114,6 +115,7 @@ impl Region {
         Ok(unsafe { std::slice::from_raw_parts(self.as_ptr().add(offset).cast::<T>(), count) })
     }
 
+    #[inline]
     fn check_placement<T>(&self, offset: usize, bytes: usize) -> Result<()> {
         self.check_range(offset, bytes)?;
         let align = align_of::<T>();

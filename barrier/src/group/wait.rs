@@ -147,6 +147,7 @@ impl Group {
     }
 
     /// Fails if the group was poisoned, naming who and why.
+    #[inline]
     pub(super) fn check_poison(&self) -> Result<()> {
         let header = vault::header(&self.region);
         let poison = header.poison.load(Ordering::Acquire);
