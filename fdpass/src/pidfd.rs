@@ -47,17 +47,8 @@ impl Pidfd {
                 pid,
                 reason: "not a valid pid",
             })?;
-        let fd = rustix::process::pidfd_open(raw, PidfdFlags::empty()).map_err(|e| match e {
-            Errno::SRCH => Error::ProcessGone {
-                pid,
-                reason: "it has exited",
-            },
-            Errno::NOSYS => Error::Unsupported {
-                call: "pidfd_open",
-                needs: "5.3",
-            },
-            e => Error::process_io("pidfd_open", pid, None, e),
-        })?;
+        let fd = rustix::process::pidfd_open(raw, PidfdFlags::empty())
+            .map_err(|e| pidfd_error(e, "pidfd_open", "5.3", pid, None))?;
         Ok(Pidfd { fd, pid })
     }
 
@@ -154,16 +145,27 @@ impl Pidfd {
         rustix::process::pidfd_getfd(&self.fd, fd, PidfdGetfdFlags::empty()).map_err(|e| match e {
             Errno::PERM => Error::NotPermitted { pid, fd },
             Errno::BADF => Error::NoSuchFd { pid, fd },
-            Errno::SRCH => Error::ProcessGone {
-                pid,
-                reason: "it has exited",
-            },
-            Errno::NOSYS => Error::Unsupported {
-                call: "pidfd_getfd",
-                needs: "5.6",
-            },
-            e => Error::process_io("pidfd_getfd", pid, Some(fd), e),
+            e => pidfd_error(e, "pidfd_getfd", "5.6", pid, Some(fd)),
         })
+    }
+}
+
+/// What a failed pidfd call means: the process gone, a kernel older than
+/// `needs`, or the errno itself, naming the process (and descriptor).
+fn pidfd_error(
+    errno: Errno,
+    call: &'static str,
+    needs: &'static str,
+    pid: u32,
+    fd: Option<i32>,
+) -> Error {
+    match errno {
+        Errno::SRCH => Error::ProcessGone {
+            pid,
+            reason: "it has exited",
+        },
+        Errno::NOSYS => Error::Unsupported { call, needs },
+        e => Error::process_io(call, pid, fd, e),
     }
 }
 
