@@ -5,7 +5,8 @@ use std::path::{Path, PathBuf};
 use rustix::fs::{self, FileType, Mode};
 use rustix::io::Errno;
 
-use crate::{Error, Result, file_type_name};
+use crate::open::check_kind_owner_mode;
+use crate::{Error, ModeRule, Result};
 
 /// Creates `path` as a directory only we can enter, in one step.
 ///
@@ -69,25 +70,5 @@ pub fn create_unique_private_dir(parent: &Path, prefix: &str) -> Result<PathBuf>
 /// [`Error::Untrusted`] naming owner and mode, [`Error::Io`].
 pub fn check_private_dir(path: &Path) -> Result<()> {
     let stat = fs::lstat(path).map_err(|e| Error::io("lstat", path, e))?;
-    let file_type = FileType::from_raw_mode(stat.st_mode as _);
-    if file_type != FileType::Directory {
-        return Err(Error::NotRegular {
-            path: path.to_owned(),
-            found: file_type_name(file_type),
-            expected: "a directory",
-        });
-    }
-    let owner = stat.st_uid;
-    let mode = stat.st_mode & 0o7777;
-    let expected_owner = rustix::process::geteuid().as_raw();
-    if owner != expected_owner || mode != 0o700 {
-        return Err(Error::Untrusted {
-            path: path.to_owned(),
-            owner,
-            mode,
-            expected_owner,
-            rule: "mode 0700".into(),
-        });
-    }
-    Ok(())
+    check_kind_owner_mode(path, &stat, FileType::Directory, ModeRule::Exactly(0o700))
 }

@@ -128,12 +128,23 @@ pub fn create_exclusive(path: &Path, mode: u32) -> Result<OwnedFd> {
 
 /// Checks a `stat` against the rules: a regular file, ours, mode allowed.
 fn check(path: &Path, stat: &Stat, rule: ModeRule) -> Result<()> {
+    check_kind_owner_mode(path, stat, FileType::RegularFile, rule)
+}
+
+/// Checks that `stat` is of `kind`, owned by our effective uid, and of a
+/// mode `rule` allows; the refusal names what was found.
+pub(crate) fn check_kind_owner_mode(
+    path: &Path,
+    stat: &Stat,
+    kind: FileType,
+    rule: ModeRule,
+) -> Result<()> {
     let file_type = FileType::from_raw_mode(stat.st_mode as _);
-    if file_type != FileType::RegularFile {
+    if file_type != kind {
         return Err(Error::NotRegular {
             path: path.to_owned(),
             found: file_type_name(file_type),
-            expected: "a regular file",
+            expected: file_type_name(kind),
         });
     }
     let owner = stat.st_uid;
