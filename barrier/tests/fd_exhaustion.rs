@@ -6,7 +6,6 @@
 //! Runs in a child (this test binary again) whose descriptor table is
 //! filled while two ranks, threads of it, wait for a third that never comes.
 
-use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use nodeipc_barrier::{Error, Group, GroupOptions};
@@ -49,14 +48,8 @@ fn regression_a_rank_out_of_descriptors_reports_that_not_a_dead_peer() {
     }
     let _dog = Watchdog::new(TEST, Duration::from_secs(60));
     let name = unique_name("emfile-join");
-    let out = spawn_child(
-        Command::new(std::env::current_exe().unwrap())
-            .args(["--exact", TEST, "--nocapture", "--test-threads=1"])
-            .env(CHILD, &name)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped()),
-    )
-    .output_timeout(Duration::from_secs(30));
+    let out = spawn_child(nodeipc_testkit::this_test_in_a_child(TEST).env(CHILD, &name))
+        .output_timeout(Duration::from_secs(30));
     let stdout = String::from_utf8_lossy(&out.stdout);
     let context = format!("{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
     assert!(out.status.success(), "the child failed: {context}");

@@ -7,7 +7,6 @@
 //! (`deny_chmod`): code that loosens then tightens fails there, code that
 //! creates with the right mode does not.
 
-use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::thread;
 use std::time::Duration;
@@ -32,14 +31,8 @@ fn regression_the_socket_directory_is_0700_from_its_mkdir_under_umask_000() {
     }
     let _dog = Watchdog::new(TEST, Duration::from_secs(60));
     let name = unique_name("bar-nochmod");
-    let out = spawn_child(
-        Command::new(std::env::current_exe().unwrap())
-            .args(["--exact", TEST, "--nocapture", "--test-threads=1"])
-            .env(CHILD, &name)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped()),
-    )
-    .output_timeout(Duration::from_secs(30));
+    let out = spawn_child(nodeipc_testkit::this_test_in_a_child(TEST).env(CHILD, &name))
+        .output_timeout(Duration::from_secs(30));
     let context = format!(
         "{}\n{}",
         String::from_utf8_lossy(&out.stdout),

@@ -127,7 +127,6 @@ impl MonitorSession {
 #[cfg(test)]
 mod tests {
     use std::os::unix::fs::MetadataExt;
-    use std::process::Command;
     use std::time::Duration;
 
     use nodeipc_testkit::{TempDir, Watchdog};
@@ -170,12 +169,17 @@ mod tests {
         }
         let _dog = Watchdog::new(TEST, Duration::from_secs(60));
         let parent = TempDir::new("bench-dir");
-        let status = Command::new(std::env::current_exe().unwrap())
-            .args(["--exact", TEST, "--test-threads=1", "--nocapture"])
-            .env(CHILD_ENV, parent.path())
-            .status()
-            .unwrap();
-        assert!(status.success(), "the child failed: {status}");
+        let out = nodeipc_testkit::spawn_child(
+            nodeipc_testkit::this_test_in_a_child(TEST).env(CHILD_ENV, parent.path()),
+        )
+        .output_timeout(Duration::from_secs(30));
+        assert!(
+            out.status.success(),
+            "the child failed: {}\n{}\n{}",
+            out.status,
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
         let left: Vec<_> = std::fs::read_dir(parent.path()).unwrap().collect();
         assert!(left.is_empty(), "the directory was not removed: {left:?}");
     }

@@ -5,7 +5,6 @@
 //! Runs in a child (this test binary again) whose descriptor table is
 //! filled once the worker, a thread of it, has joined.
 
-use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
 
@@ -54,13 +53,7 @@ fn regression_a_coordinator_out_of_descriptors_reports_that_not_a_dead_worker() 
     }
     let _dog = Watchdog::new(TEST, Duration::from_secs(60));
     let name = unique_name("emfile-chan");
-    let child = spawn_child(
-        Command::new(std::env::current_exe().unwrap())
-            .args(["--exact", TEST, "--nocapture", "--test-threads=1"])
-            .env(CHILD, &name)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped()),
-    );
+    let child = spawn_child(nodeipc_testkit::this_test_in_a_child(TEST).env(CHILD, &name));
     let pid = child.id();
     let out = child.output_timeout(Duration::from_secs(30));
     let stdout = String::from_utf8_lossy(&out.stdout);

@@ -11,6 +11,8 @@
 //! `--ignore-unreadable` is given. These tests check the first and then use
 //! the flag; and `--min-age 0`, since what they remove was left a moment ago.
 
+mod common;
+
 use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::process::{Command, Output, Stdio};
@@ -109,28 +111,7 @@ fn removal_flags(prefix: &str, dir: &std::path::Path) -> Vec<&'static str> {
 
 /// Every process of process group `pgid`.
 fn group_members(pgid: u32) -> Vec<u32> {
-    let mut pids = Vec::new();
-    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Some(pid) = entry
-            .file_name()
-            .to_str()
-            .and_then(|s| s.parse::<u32>().ok())
-        else {
-            continue;
-        };
-        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
-            continue;
-        };
-        let fields: Vec<&str> = stat
-            .rsplit_once(')')
-            .map(|(_, rest)| rest.split_whitespace().collect())
-            .unwrap_or_default();
-        // After the name: state, ppid, pgrp.
-        if fields.get(2).and_then(|g| g.parse::<u32>().ok()) == Some(pgid) && fields[0] != "Z" {
-            pids.push(pid);
-        }
-    }
-    pids
+    common::live_processes_with(common::STAT_PGRP, pgid)
 }
 
 fn pid(raw: u32) -> rustix::process::Pid {

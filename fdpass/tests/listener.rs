@@ -103,15 +103,10 @@ fn regression_the_socket_is_0600_from_its_bind_under_umask_000() {
     let _dog = nodeipc_testkit::Watchdog::new("listener umask", std::time::Duration::from_secs(60));
     let dir = private_dir("listener-umask");
     let out = nodeipc_testkit::spawn_child(
-        std::process::Command::new(std::env::current_exe().unwrap())
-            .args([
-                "--exact",
-                "regression_the_socket_is_0600_from_its_bind_under_umask_000",
-            ])
-            .args(["--nocapture", "--test-threads=1"])
-            .env(UMASK_CHILD, dir.path())
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped()),
+        nodeipc_testkit::this_test_in_a_child(
+            "regression_the_socket_is_0600_from_its_bind_under_umask_000",
+        )
+        .env(UMASK_CHILD, dir.path()),
     )
     .output_timeout(std::time::Duration::from_secs(30));
     let context = format!(

@@ -5,7 +5,7 @@
 //! Each check runs in a child (this test binary again) whose descriptor
 //! table is full, so the other tests keep their descriptors.
 
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::Duration;
 
 use nodeipc_fdpass::{Error, FdHandle, Pidfd, open_verified, process_start_time, process_stat};
@@ -59,16 +59,10 @@ fn regression_a_failed_proc_read_is_an_error_not_a_death() {
     let mut live = spawn_child(Command::new("sleep").arg("30"));
     let target = live.id();
     let out = spawn_child(
-        Command::new(std::env::current_exe().unwrap())
-            .args([
-                "--exact",
-                "regression_a_failed_proc_read_is_an_error_not_a_death",
-                "--nocapture",
-                "--test-threads=1",
-            ])
-            .env(CHILD, target.to_string())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped()),
+        nodeipc_testkit::this_test_in_a_child(
+            "regression_a_failed_proc_read_is_an_error_not_a_death",
+        )
+        .env(CHILD, target.to_string()),
     )
     .output_timeout(Duration::from_secs(30));
     let stdout = String::from_utf8_lossy(&out.stdout);

@@ -1,7 +1,6 @@
 //! The traps a path can hold, each refused by name and none of them blocking.
 
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
-use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use nodeipc_fs::{
@@ -225,15 +224,10 @@ fn regression_private_dirs_and_files_get_their_mode_in_the_creating_call() {
     let parent = TempDir::new("fs-umask");
     let path = parent.join("private");
     let out = spawn_child(
-        Command::new(std::env::current_exe().unwrap())
-            .args([
-                "--exact",
-                "regression_private_dirs_and_files_get_their_mode_in_the_creating_call",
-            ])
-            .args(["--nocapture", "--test-threads=1"])
-            .env(UMASK_CHILD, &path)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped()),
+        nodeipc_testkit::this_test_in_a_child(
+            "regression_private_dirs_and_files_get_their_mode_in_the_creating_call",
+        )
+        .env(UMASK_CHILD, &path),
     )
     .output_timeout(Duration::from_secs(30));
     let context = format!(

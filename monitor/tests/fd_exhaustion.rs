@@ -8,7 +8,6 @@
 
 mod common;
 
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::InProcess;
@@ -57,13 +56,8 @@ fn regression_init_out_of_descriptors_is_refused_as_such_not_as_an_exit() {
     // No free slot: the connecting process's start time cannot be read.
     // One: the pidfd opens, the rank's start time cannot be read.
     for free in [0, 1] {
-        let child = spawn_child(
-            Command::new(std::env::current_exe().unwrap())
-                .args(["--exact", TEST, "--nocapture", "--test-threads=1"])
-                .env(CHILD, free.to_string())
-                .stdout(Stdio::piped())
-                .stderr(Stdio::piped()),
-        );
+        let child =
+            spawn_child(nodeipc_testkit::this_test_in_a_child(TEST).env(CHILD, free.to_string()));
         let pid = child.id();
         let out = child.output_timeout(Duration::from_secs(30));
         let stdout = String::from_utf8_lossy(&out.stdout);

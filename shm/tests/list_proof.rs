@@ -6,7 +6,6 @@
 //! it is really abandoned.
 
 use std::os::unix::net::UnixDatagram;
-use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use nodeipc_shm::{KeepReason, ProcessScan, Region, remove_stale, remove_stale_with};
@@ -47,14 +46,8 @@ fn regression_out_of_descriptors_a_held_object_is_kept_and_says_why() {
     let _dog = Watchdog::new(TEST, Duration::from_secs(60));
     let name = unique_name("proof-emfile");
     let live = Region::create(&name, 4096).unwrap();
-    let out = spawn_child(
-        Command::new(std::env::current_exe().unwrap())
-            .args(["--exact", TEST, "--nocapture", "--test-threads=1"])
-            .env(CHILD, &name)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped()),
-    )
-    .output_timeout(Duration::from_secs(30));
+    let out = spawn_child(nodeipc_testkit::this_test_in_a_child(TEST).env(CHILD, &name))
+        .output_timeout(Duration::from_secs(30));
     let stdout = String::from_utf8_lossy(&out.stdout);
     let context = format!("{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
     assert!(out.status.success(), "the child failed: {context}");

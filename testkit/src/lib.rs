@@ -457,3 +457,18 @@ pub fn full_backlog_listener(path: &Path) -> (std::os::fd::OwnedFd, Vec<std::os:
     let held = fill_backlog(path);
     (listener, held)
 }
+
+/// A command that runs test `test` of this test binary again, alone, in a
+/// child process (`--exact TEST --nocapture --test-threads=1`), its output
+/// piped: for a test whose work must happen in a process of its own (a
+/// seccomp filter, a lowered limit, another uid). The caller sets the
+/// environment variable that tells the child it is the child, anything
+/// else it needs, and spawns it with [`spawn_child`].
+pub fn this_test_in_a_child(test: &str) -> Command {
+    let mut command = Command::new(std::env::current_exe().expect("the test binary's path"));
+    command
+        .args(["--exact", test, "--nocapture", "--test-threads=1"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    command
+}

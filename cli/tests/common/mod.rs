@@ -78,6 +78,17 @@ pub(crate) fn wait_for(what: &str, limit: Duration, mut done: impl FnMut() -> bo
 
 /// Live (not zombie) children of `parent`.
 pub(crate) fn children(parent: u32) -> Vec<u32> {
+    live_processes_with(STAT_PPID, parent)
+}
+
+/// Where the parent pid and the process group are among the fields of
+/// `/proc/<pid>/stat` that follow the command name (the state is 0).
+pub(crate) const STAT_PPID: usize = 1;
+pub(crate) const STAT_PGRP: usize = 2;
+
+/// Live (not zombie) processes whose `/proc/<pid>/stat` field `field` (as
+/// counted after the command name) is `value`.
+pub(crate) fn live_processes_with(field: usize, value: u32) -> Vec<u32> {
     let mut pids = Vec::new();
     for entry in std::fs::read_dir("/proc").unwrap().flatten() {
         let Some(pid) = entry
@@ -94,8 +105,8 @@ pub(crate) fn children(parent: u32) -> Vec<u32> {
             .rsplit_once(')')
             .map(|(_, rest)| rest.split_whitespace().collect())
             .unwrap_or_default();
-        // After the name: state, ppid.
-        if fields.get(1).and_then(|p| p.parse::<u32>().ok()) == Some(parent) && fields[0] != "Z" {
+        if fields.get(field).and_then(|f| f.parse::<u32>().ok()) == Some(value) && fields[0] != "Z"
+        {
             pids.push(pid);
         }
     }
