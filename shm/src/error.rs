@@ -160,6 +160,14 @@ pub enum Error {
         object: String,
     },
 
+    /// A write through a region mapped read-only ([`Region::from_fd_read_only`](crate::Region::from_fd_read_only),
+    /// [`OpenOptions::read_only`](crate::OpenOptions::read_only)).
+    #[error("{object}: mapped read-only, so it cannot be written")]
+    ReadOnly {
+        /// The region's label.
+        object: String,
+    },
+
     /// A system call failed; the errno is kept in `source`.
     #[error("{op} failed for {object}: {source}")]
     Io {

@@ -23,6 +23,10 @@ pub struct OpenOptions {
     /// setting mode and size, and for it to reach `min_size`. `None`: look
     /// once and fail at once.
     pub wait: Option<Duration>,
+    /// Open `O_RDONLY` and map `PROT_READ`: this process can read the region
+    /// and never write it (see [`Region::from_fd_read_only`]). No memory is
+    /// reserved for a region not all taken yet: reading a hole gives zeros.
+    pub read_only: bool,
 }
 
 impl OpenOptions {
@@ -31,7 +35,14 @@ impl OpenOptions {
         OpenOptions {
             min_size,
             wait: Some(wait),
+            read_only: false,
         }
+    }
+
+    /// These options, opening read-only.
+    pub fn read_only(mut self) -> Self {
+        self.read_only = true;
+        self
     }
 }
 
@@ -80,7 +91,7 @@ impl Region {
             )
         });
         loop {
-            let attempt = try_open(name, options.min_size);
+            let attempt = try_open(name, options.min_size, !options.read_only);
             let Err(Attempt::NotYet { what, error }) = attempt else {
                 return attempt.map_err(Attempt::into_error);
             };
@@ -113,13 +124,13 @@ impl Region {
 #[doc(alias = "shm_open")]
 pub fn open_unmapped(name: &str) -> Result<(OwnedFd, u64)> {
     validate_name(name)?;
-    checked_fd(name)
+    checked_fd(name, true)
         .map(|(fd, stat)| (fd, stat.st_size as u64))
         .map_err(Attempt::into_error)
 }
 
-fn try_open(name: &str, min_size: usize) -> Result<Region, Attempt> {
-    let (fd, stat) = checked_fd(name)?;
+fn try_open(name: &str, min_size: usize, writable: bool) -> Result<Region, Attempt> {
+    let (fd, stat) = checked_fd(name, writable)?;
     let size = stat.st_size as u64;
     if size == 0 || size < min_size as u64 {
         return Err(Attempt::NotYet {
@@ -138,21 +149,25 @@ fn try_open(name: &str, min_size: usize) -> Result<Region, Attempt> {
             reason: "larger than this process can map",
         })
     })?;
-    if !fully_backed(&stat) {
+    if writable && !fully_backed(&stat) {
         reserve(fd.as_fd(), size, name, false).map_err(Attempt::Fatal)?;
     }
-    Region::map(fd, Some(name.to_owned()), name.to_owned(), len).map_err(Attempt::Fatal)
+    Region::map(fd, Some(name.to_owned()), name.to_owned(), len, writable).map_err(Attempt::Fatal)
 }
 
 /// Opens `/dev/shm/<name>` without blocking or following a link and checks
 /// it: a regular file of ours, mode 0600.
-fn checked_fd(name: &str) -> Result<(OwnedFd, fs::Stat), Attempt> {
+fn checked_fd(name: &str, writable: bool) -> Result<(OwnedFd, fs::Stat), Attempt> {
     let path = dev_shm_path(name);
     // O_NONBLOCK: whatever sits at the name, opening it returns at once (a
     // FIFO would otherwise wait for a writer); O_NOCTTY: a terminal planted
     // there never becomes ours.
-    let flags =
-        OFlags::RDWR | OFlags::NONBLOCK | OFlags::NOFOLLOW | OFlags::NOCTTY | OFlags::CLOEXEC;
+    let access = if writable {
+        OFlags::RDWR
+    } else {
+        OFlags::RDONLY
+    };
+    let flags = access | OFlags::NONBLOCK | OFlags::NOFOLLOW | OFlags::NOCTTY | OFlags::CLOEXEC;
     let fd = match fs::open(&path, flags, Mode::empty()) {
         Ok(fd) => fd,
         Err(Errno::NOENT) => {

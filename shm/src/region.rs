@@ -61,6 +61,8 @@ pub struct Region {
     identity: (u64, u64),
     /// Whether this `Region` should remove the name when it drops.
     unlink_on_drop: AtomicBool,
+    /// False for a `PROT_READ` mapping: every write is refused before it faults.
+    writable: bool,
 }
 
 /// Removes a region's name (`shm_unlink`), whoever created it; mappings of it
@@ -151,7 +153,7 @@ impl Region {
         let mut guard = CreationGuard { name, armed: true };
         reserve(fd.as_fd(), size as u64, name, false)?;
         fs::ftruncate(&fd, size as u64).map_err(|e| Error::io("ftruncate", name, e))?;
-        let region = Region::map(fd, Some(name.to_owned()), name.to_owned(), size)?;
+        let region = Region::map(fd, Some(name.to_owned()), name.to_owned(), size, true)?;
         region.unlink_on_drop.store(true, Ordering::Relaxed);
         guard.armed = false;
         Ok(region)
@@ -228,7 +230,7 @@ impl Region {
             e => e,
         })?;
         fs::ftruncate(&fd, len as u64).map_err(unavailable)?;
-        Region::map(fd, None, LABEL.to_owned(), len).map_err(|e| match e {
+        Region::map(fd, None, LABEL.to_owned(), len, true).map_err(|e| match e {
             Error::Io { source, .. } if huge => {
                 unavailable(Errno::from_io_error(&source).unwrap_or(Errno::NOMEM))
             }
@@ -246,6 +248,38 @@ impl Region {
     /// [`Error::NotRegular`] if the descriptor is not a regular file;
     /// [`Error::InvalidSize`] if it is empty; [`Error::Io`].
     pub fn from_fd(fd: OwnedFd) -> Result<Region> {
+        Region::from_fd_with(fd, true)
+    }
+
+    /// Maps a region from a descriptor read-only (`PROT_READ`): this process
+    /// cannot change a byte of it, and [`write_at`](Region::write_at) and
+    /// [`bytes_mut`](Region::bytes_mut) answer [`Error::ReadOnly`]. The
+    /// descriptor may be read-write or read-only (see
+    /// [`reopen_read_only`](Region::reopen_read_only)); a read-only one
+    /// also keeps this process from mapping it writable later.
+    ///
+    /// Storing through a [`view`](Region::view) of a read-only region faults
+    /// (`SIGSEGV`): views of such regions are for loads.
+    ///
+    /// # Errors
+    /// As [`from_fd`](Region::from_fd).
+    ///
+    /// # Examples
+    /// ```
+    /// let owner = nodeipc_shm::Region::anonymous(4096)?;
+    /// owner.write_at(0, b"only mine to write")?;
+    /// let reader = nodeipc_shm::Region::from_fd_read_only(owner.reopen_read_only()?)?;
+    /// let mut buf = [0u8; 4];
+    /// reader.read_at(0, &mut buf)?;
+    /// assert_eq!(&buf, b"only");
+    /// assert!(matches!(reader.write_at(0, b"x"), Err(nodeipc_shm::Error::ReadOnly { .. })));
+    /// # Ok::<(), nodeipc_shm::Error>(())
+    /// ```
+    pub fn from_fd_read_only(fd: OwnedFd) -> Result<Region> {
+        Region::from_fd_with(fd, false)
+    }
+
+    fn from_fd_with(fd: OwnedFd, writable: bool) -> Result<Region> {
         const LABEL: &str = "received fd";
         let stat = fs::fstat(&fd).map_err(|e| Error::io("fstat", LABEL, e))?;
         let file_type = FileType::from_raw_mode(stat.st_mode as _);
@@ -257,7 +291,7 @@ impl Region {
         }
         let size = stat.st_size as u64;
         check_size(LABEL, size)?;
-        Region::map(fd, None, LABEL.to_owned(), size as usize)
+        Region::map(fd, None, LABEL.to_owned(), size as usize, writable)
     }
 
     pub(crate) fn map(
@@ -265,12 +299,17 @@ impl Region {
         name: Option<String>,
         label: String,
         len: usize,
+        writable: bool,
     ) -> Result<Region> {
         let stat = fs::fstat(&fd).map_err(|e| Error::io("fstat", &label, e))?;
-        let map = MmapOptions::new()
-            .len(len)
-            .map_raw(&fd)
-            .map_err(|e| Error::io("mmap", &label, e))?;
+        let mut options = MmapOptions::new();
+        options.len(len);
+        let map = if writable {
+            options.map_raw(&fd)
+        } else {
+            options.map_raw_read_only(&fd)
+        }
+        .map_err(|e| Error::io("mmap", &label, e))?;
         Ok(Region {
             map,
             fd,
@@ -278,7 +317,43 @@ impl Region {
             label,
             identity: (stat.st_dev, stat.st_ino),
             unlink_on_drop: AtomicBool::new(false),
+            writable,
         })
+    }
+
+    /// Whether this process may write the region (false for read-only mappings).
+    pub fn is_writable(&self) -> bool {
+        self.writable
+    }
+
+    /// A new descriptor for the same memory, opened read-only (through
+    /// `/proc/self/fd`): hand it to a peer that must only read, and that peer
+    /// can neither map it writable nor write, truncate or seal it.
+    ///
+    /// It does not stop a process of our uid that can open the region's name
+    /// (while it has one) or ptrace us; see the crate's README.
+    ///
+    /// # Errors
+    /// [`Error::Io`] if `/proc` is not mounted or the open fails.
+    pub fn reopen_read_only(&self) -> Result<OwnedFd> {
+        use std::os::fd::AsRawFd;
+        let path = format!("/proc/self/fd/{}", self.fd.as_raw_fd());
+        fs::open(
+            path.as_str(),
+            fs::OFlags::RDONLY | fs::OFlags::CLOEXEC,
+            fs::Mode::empty(),
+        )
+        .map_err(|e| Error::io("open(/proc/self/fd, O_RDONLY)", &self.label, e))
+    }
+
+    fn check_writable(&self) -> Result<()> {
+        if self.writable {
+            Ok(())
+        } else {
+            Err(Error::ReadOnly {
+                object: self.label.clone(),
+            })
+        }
     }
 
     /// Size of the mapping in bytes.
@@ -436,8 +511,9 @@ impl Region {
     /// Copies `data` into the region at `offset`.
     ///
     /// # Errors
-    /// [`Error::OutOfBounds`]; nothing is written then.
+    /// [`Error::OutOfBounds`], [`Error::ReadOnly`]; nothing is written then.
     pub fn write_at(&self, offset: usize, data: &[u8]) -> Result<()> {
+        self.check_writable()?;
         self.check_range(offset, data.len())?;
         // SAFETY: the range was checked to lie in the live, writable mapping,
         // `data` is a distinct buffer, and no reference to the mapped bytes exists.
@@ -451,13 +527,14 @@ impl Region {
     /// straight into the region.
     ///
     /// # Errors
-    /// [`Error::OutOfBounds`].
+    /// [`Error::OutOfBounds`], [`Error::ReadOnly`].
     ///
     /// # Safety
     /// While the slice lives, no thread of any process may read or write the
     /// range, and no other slice over it may exist.
     #[allow(clippy::mut_from_ref)]
     pub unsafe fn bytes_mut(&self, offset: usize, len: usize) -> Result<&mut [u8]> {
+        self.check_writable()?;
         self.check_range(offset, len)?;
         // SAFETY: in bounds of the live, writable mapping (checked above); the
         // caller guarantees exclusive access to the range while the slice lives.

@@ -274,6 +274,7 @@ fn a_region_smaller_than_min_size_is_refused() {
         OpenOptions {
             min_size: 8192,
             wait: None,
+            ..OpenOptions::default()
         },
     )
     .unwrap_err();
