@@ -4,6 +4,36 @@ use nodeipc_proto::execute::{ExecuteResponse, ExecuteType, PdErrorCode, execute_
 
 use crate::{Error, Result};
 
+/// How the responses of every worker to one request become one: the rule
+/// [`Coordinator::recv_all_aggregated`](crate::Coordinator::recv_all_aggregated)
+/// and the response thread apply. Any `FnMut(Vec<R>) -> Result<R>` is one;
+/// [`PullKvRule`] is the execute schema's.
+pub trait Aggregate<R> {
+    /// Folds `responses` (one per worker, in rank order, never empty) into one.
+    ///
+    /// # Errors
+    /// Whatever the rule decides the request's outcome is.
+    fn aggregate(&mut self, responses: Vec<R>) -> Result<R>;
+}
+
+impl<R, F: FnMut(Vec<R>) -> Result<R>> Aggregate<R> for F {
+    fn aggregate(&mut self, responses: Vec<R>) -> Result<R> {
+        self(responses)
+    }
+}
+
+/// The execute schema's rule: the first response whose pull-KV results carry
+/// a code other than success (an unknown code counts as a failure), else
+/// rank 0's. What MindIE's coordinator does.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct PullKvRule;
+
+impl Aggregate<ExecuteResponse> for PullKvRule {
+    fn aggregate(&mut self, responses: Vec<ExecuteResponse>) -> Result<ExecuteResponse> {
+        aggregate(responses)
+    }
+}
+
 /// Refuses a response with a non-zero status or a message type this side
 /// does not know, naming the worker.
 pub(crate) fn validate(
@@ -30,9 +60,8 @@ pub(crate) fn validate(
     Ok(response)
 }
 
-/// The first response whose pull-KV results carry a code other than
-/// success (an unknown code counts as a failure), else rank 0's.
-pub(crate) fn aggregate(mut responses: Vec<ExecuteResponse>) -> Result<ExecuteResponse> {
+/// [`PullKvRule`].
+fn aggregate(mut responses: Vec<ExecuteResponse>) -> Result<ExecuteResponse> {
     let failed = responses
         .iter()
         .position(|response| match &response.result {

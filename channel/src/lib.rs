@@ -13,7 +13,8 @@ mod wait;
 mod worker;
 
 pub use config::ChannelConfig;
-pub use coordinator::{Coordinator, ResponseHandler};
+pub use aggregate::{Aggregate, PullKvRule};
+pub use coordinator::{Coordinator, First, Gathered, ResponseHandler, ThreadPolicy};
 pub use error::{Error, Result};
 pub use handshake::{
     ChannelOffer, Decision, HandshakeOptions, HandshakeServer, HandshakeStats, Offer, Session,
@@ -21,7 +22,7 @@ pub use handshake::{
 };
 pub use layout::Layout;
 pub use sem_kind::{Direction, Role, SemKind};
-pub use worker::Worker;
+pub use worker::{InPlace, Worker};
 
 /// The most workers a channel can have.
 pub const MAX_WORKERS: u32 = 1024;

@@ -1,4 +1,5 @@
-//! Waiting on a semaphore without ever waiting on a dead peer.
+//! Waiting on a semaphore without ever waiting on a dead peer, within the
+//! time one call may take.
 
 use std::time::{Duration, Instant};
 
@@ -11,18 +12,59 @@ use crate::{Error, Result};
 /// the slice every parked waiter of nodeipc uses.
 pub(crate) const SLICE: Duration = nodeipc_shm::wait::SLICE;
 
+/// The time one call (a send, a gather, a receive) may spend waiting, over
+/// all its waits together.
+///
+/// The clock is read only once a wait has run out its first slice: waits
+/// that succeed at once cost no clock read, and the time they took (each
+/// under one slice) is not counted against the budget.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Budget {
+    timeout: Duration,
+    /// When the budget started to be counted: the first slow wait's start.
+    started: Option<Instant>,
+}
+
+impl Budget {
+    pub(crate) fn new(timeout: Duration) -> Budget {
+        Budget {
+            timeout,
+            started: None,
+        }
+    }
+
+    /// Time left, counted from the first slow wait (`None` before one).
+    fn left(&self) -> Option<Duration> {
+        self.started
+            .map(|start| self.timeout.saturating_sub(start.elapsed()))
+    }
+
+    fn waited(&self) -> Duration {
+        self.started.map_or(Duration::ZERO, |start| start.elapsed())
+    }
+
+    /// A pacer for a loop watching for something no semaphore announces,
+    /// bounded by what is left of the budget (the budget starts now if it
+    /// has not yet).
+    pub(crate) fn poll(&mut self, first: Duration, ceiling: Duration) -> Poll {
+        let now = Instant::now();
+        let start = *self.started.get_or_insert(now);
+        let left = self.timeout.saturating_sub(now - start);
+        Poll(Pacer::new(first, ceiling, Some(left)), start)
+    }
+}
+
 /// Takes `sem`, in slices of [`SLICE`]; between slices `check` says whether
 /// the peer is still there. No clock is read unless the first slice runs out:
 /// the fast path is the semaphore's own.
 pub(crate) fn wait(
     sem: &(dyn Semaphore + Sync),
-    timeout: Duration,
+    budget: &mut Budget,
     channel: &str,
     what: impl Fn() -> String,
     mut check: impl FnMut() -> Result<()>,
 ) -> Result<()> {
-    let first = SLICE.min(timeout);
-    let mut started: Option<Instant> = None;
+    let first = budget.left().unwrap_or(budget.timeout).min(SLICE);
     let mut slice = first;
     loop {
         match sem.wait_timeout(slice) {
@@ -43,36 +85,42 @@ pub(crate) fn wait(
             }
             return Err(gone);
         }
-        let start = *started.get_or_insert_with(Instant::now);
-        let waited = start.elapsed() + first;
-        if waited >= timeout {
+        // The first slow wait of the call starts the count, back-dated by
+        // the slice it just spent.
+        budget
+            .started
+            .get_or_insert_with(|| Instant::now().checked_sub(first).unwrap_or_else(Instant::now));
+        let left = budget.left().unwrap_or_default();
+        if left.is_zero() {
             return Err(Error::Timeout {
                 channel: channel.to_owned(),
                 op: what(),
-                waited,
+                waited: budget.waited(),
             });
         }
-        slice = SLICE.min(timeout - waited);
+        slice = SLICE.min(left);
     }
 }
 
 /// Paces a loop that watches for something no semaphore announces (workers
 /// joining, a slot filling), as every such loop in nodeipc is paced
-/// ([`Pacer`]); past the timeout, an error naming what was awaited.
-pub(crate) struct Poll(Pacer);
+/// ([`Pacer`]); past the budget, an error naming what was awaited.
+pub(crate) struct Poll(Pacer, Instant);
 
 impl Poll {
+    /// A pacer bounded by `timeout` alone, for waits that are not part of a
+    /// call's budget.
     pub(crate) fn new(first: Duration, ceiling: Duration, timeout: Duration) -> Poll {
-        Poll(Pacer::new(first, ceiling, Some(timeout)))
+        Budget::new(timeout).poll(first, ceiling)
     }
 
     /// Pauses once, or fails with [`Error::Timeout`] for `what` when the
-    /// timeout has passed.
+    /// budget has run out.
     pub(crate) fn pause(&mut self, channel: &str, what: impl FnOnce() -> String) -> Result<()> {
-        self.0.pause().map_err(|waited| Error::Timeout {
+        self.0.pause().map_err(|_| Error::Timeout {
             channel: channel.to_owned(),
             op: what(),
-            waited,
+            waited: self.1.elapsed(),
         })
     }
 }

@@ -523,6 +523,24 @@ impl Region {
         Ok(())
     }
 
+    /// The bytes at `offset..offset + len` as a shared slice, for reading
+    /// (decoding, hashing) in place without a copy.
+    ///
+    /// # Errors
+    /// [`Error::OutOfBounds`].
+    ///
+    /// # Safety
+    /// While the slice lives, no thread of any process may write the range:
+    /// the caller's protocol must guarantee it (the usual way: the range's
+    /// writer waits for the reader to release it, and the reader maps the
+    /// region read-only so it cannot write it by mistake either).
+    pub unsafe fn bytes(&self, offset: usize, len: usize) -> Result<&[u8]> {
+        self.check_range(offset, len)?;
+        // SAFETY: in bounds of the live mapping (checked above); the caller
+        // guarantees nobody writes the range while the slice lives.
+        Ok(unsafe { std::slice::from_raw_parts(self.as_ptr().add(offset), len) })
+    }
+
     /// The bytes at `offset..offset + len` as a mutable slice, for encoding
     /// straight into the region.
     ///

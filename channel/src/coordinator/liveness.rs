@@ -9,7 +9,7 @@ use nodeipc_fdpass::open_verified;
 use super::{Coordinator, Shared};
 use crate::layout::worker_flags;
 use crate::sem_kind::{Direction, Role};
-use crate::wait::{self, Poll};
+use crate::wait::{self, Budget, Poll};
 use crate::{Error, Result};
 
 /// Who waits on a worker: the response thread also stops waiting when
@@ -120,26 +120,28 @@ impl Shared {
         }
     }
 
-    pub(super) fn wait_worker(&self, direction: Direction, role: Role, rank: u32) -> Result<()> {
-        self.wait_worker_as(Waiter::Caller, direction, role, rank)
-    }
-
-    /// [`wait_worker`](Shared::wait_worker) for `waiter`: the response thread
-    /// also gives up (within a wait slice) once it is asked to stop.
+    /// Waits on worker `rank`'s semaphore within `budget`, for `waiter`: the
+    /// response thread also gives up (within a wait slice) once it is asked
+    /// to stop.
     pub(super) fn wait_worker_as(
         &self,
         waiter: Waiter,
         direction: Direction,
         role: Role,
         rank: u32,
+        budget: &mut Budget,
     ) -> Result<()> {
         let what = || match direction {
-            Direction::Request => format!("waiting for worker {rank} to free a request frame"),
+            Direction::Request => format!(
+                "waiting for worker {rank} to free a request frame (it has taken {} requests \
+                 and not released the oldest frame)",
+                self.worker_received(rank)
+            ),
             Direction::Response => format!("waiting for worker {rank}'s response"),
         };
         wait::wait(
             self.sem(direction, role, rank),
-            self.config.timeout,
+            budget,
             &self.config.name,
             what,
             || {
@@ -152,5 +154,14 @@ impl Shared {
                 self.check_worker(rank)
             },
         )
+    }
+
+    /// How many requests worker `rank` has taken, as its entry says (for
+    /// messages only: any process may write the entry).
+    fn worker_received(&self, rank: u32) -> u64 {
+        self.layout
+            .worker(&self.response, rank)
+            .received
+            .load(Ordering::Relaxed)
     }
 }

@@ -16,24 +16,35 @@ mod liveness;
 mod send;
 mod thread;
 
-use std::os::fd::BorrowedFd;
+use std::marker::PhantomData;
+use std::os::fd::{BorrowedFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 
 use nodeipc_fdpass::Pidfd;
-use nodeipc_proto::execute::ExecuteResponse;
+use nodeipc_proto::execute::{ExecuteRequest, ExecuteResponse};
 use nodeipc_shm::Region;
 
+pub use gather::{First, Gathered};
+pub use thread::ThreadPolicy;
+
+use crate::aggregate::{Aggregate, PullKvRule};
 use crate::config::ChannelConfig;
 use crate::layout::Layout;
 use crate::sem_kind::{Direction, Role};
 use crate::sems::SemSet;
+use crate::wait::Budget;
 use crate::{Error, Result};
 
 /// Called by the response thread with each aggregated response, or with the
-/// error that ended its gather.
-pub type ResponseHandler = Box<dyn FnMut(Result<ExecuteResponse>) + Send>;
+/// error that ended its gather (or, under [`ThreadPolicy::LogAndContinue`],
+/// with every error).
+pub type ResponseHandler<Resp = ExecuteResponse> = Box<dyn FnMut(Result<Resp>) + Send>;
+
+/// What a response must be before a gather hands it out: for the execute
+/// schema, a known message type and a zero status; for any other, nothing.
+type Check<Resp> = fn(&str, u32, Resp) -> Result<Resp>;
 
 /// The coordinator's end of an execute channel.
 ///
@@ -44,20 +55,33 @@ pub type ResponseHandler = Box<dyn FnMut(Result<ExecuteResponse>) + Send>;
 /// requests ahead of the slowest worker. Responses come back one slot per
 /// worker and are gathered with [`recv_all`](Coordinator::recv_all),
 /// [`recv_all_aggregated`](Coordinator::recv_all_aggregated),
-/// [`recv_first`](Coordinator::recv_first) or [`recv_init`](Coordinator::recv_init),
-/// or handed to a handler on a thread of their own.
+/// [`recv_first`](Coordinator::recv_first),
+/// [`recv_rank0_after_all`](Coordinator::recv_rank0_after_all) or
+/// [`recv_init`](Coordinator::recv_init), as raw bytes with
+/// [`recv_all_bytes`](Coordinator::recv_all_bytes), or handed to a handler on
+/// a thread of their own.
 ///
-/// Nothing waits forever: every wait is bounded by the configured timeout,
-/// and a worker whose process died is reported as [`Error::WorkerDied`]
-/// within a fraction of a second.
-pub struct Coordinator {
+/// The request and response types are any protobuf messages (`Req`, `Resp`),
+/// our own `execute.proto` by default; [`send_bytes`](Coordinator::send_bytes)
+/// and the `_bytes` gathers carry frames of any encoding.
+///
+/// Nothing waits forever: every call is bounded by the configured timeout
+/// or the one it is given (`send_timeout`, `recv_all_timeout`), and a worker
+/// whose process died is reported as [`Error::WorkerDied`] within a fraction
+/// of a second. A timeout breaks nothing: the next call resumes where the
+/// one that timed out stopped.
+pub struct Coordinator<Req = ExecuteRequest, Resp = ExecuteResponse> {
     shared: Arc<Shared>,
-    handler: Option<ResponseHandler>,
-    thread: Option<ResponseThread>,
+    handler: Option<ResponseHandler<Resp>>,
+    aggregate: Option<Box<dyn Aggregate<Resp> + Send>>,
+    check: Check<Resp>,
+    thread: Option<ResponseThread<Resp>>,
+    _request: PhantomData<fn(&Req)>,
 }
 
-struct ResponseThread {
-    handle: JoinHandle<ResponseHandler>,
+struct ResponseThread<Resp> {
+    #[allow(clippy::type_complexity)]
+    handle: JoinHandle<(ResponseHandler<Resp>, Box<dyn Aggregate<Resp> + Send>)>,
 }
 
 /// What the sending side and the response thread share.
@@ -83,19 +107,21 @@ struct Shared {
     /// any process mapping the region can write that one: what the
     /// coordinator sends next and gathers is decided by this count alone.
     sent: AtomicU64,
-    /// Where a worker's answer is copied out of its slot before decoding,
-    /// sized once for the largest slot. Gathers run one at a time (under
-    /// `gatherer`), so this lock is never contended.
-    slot_copy: Mutex<Vec<u8>>,
 }
 
 /// Where gathering stands: which request the next gather answers, how many
-/// responses each worker's slot has given up, and what a gather interrupted
-/// half-way had collected.
+/// responses each worker's slot has given up, and what a gather (perhaps
+/// interrupted half-way) has taken from each worker's slot for it.
 struct Gatherer {
     next: u64,
     consumed: Vec<u64>,
-    partial: Vec<Option<Result<ExecuteResponse>>>,
+    /// Per worker: `None` until its answer to request `next` is taken;
+    /// then `Ok` (the frame's bytes are in `frames`) or why it is unusable.
+    taken: Vec<Option<Result<()>>>,
+    /// Per worker, the body of the last frame copied out of its slot: the
+    /// coordinator's own memory, which no worker can change, reused from
+    /// one gather to the next.
+    frames: Vec<Vec<u8>>,
 }
 
 impl Coordinator {
@@ -104,10 +130,62 @@ impl Coordinator {
     /// by name. Call [`wait_for_workers`](Coordinator::wait_for_workers) next:
     /// it removes every name once all workers are in.
     ///
+    /// The channel carries our `execute.proto` messages; for another schema
+    /// see [`create_typed`](Coordinator::create_typed).
+    ///
     /// # Errors
     /// [`Error::InvalidConfig`]; [`Error::Shm`] / [`Error::Sem`] (a name
     /// already taken, say).
     pub fn create(config: ChannelConfig) -> Result<Coordinator> {
+        let mut coordinator = Coordinator::create_typed(config)?;
+        coordinator.use_execute_rules();
+        Ok(coordinator)
+    }
+
+    /// Creates a channel over anonymous regions (sealed memfds) that have no
+    /// name at all: workers get them as descriptors, through the handshake
+    /// ([`HandshakeServer`](crate::HandshakeServer)) or any other way, and
+    /// join with [`Worker::from_fds`](crate::Worker::from_fds).
+    ///
+    /// # Errors
+    /// As [`create`](Coordinator::create).
+    pub fn create_anonymous(config: ChannelConfig) -> Result<Coordinator> {
+        let mut coordinator = Coordinator::create_anonymous_typed(config)?;
+        coordinator.use_execute_rules();
+        Ok(coordinator)
+    }
+
+    /// The execute schema's rules: a response with a non-zero status or an
+    /// unknown message type is refused, and aggregation is the pull-KV rule.
+    fn use_execute_rules(&mut self) {
+        self.check = crate::aggregate::validate;
+        self.aggregate = Some(Box::new(PullKvRule));
+    }
+}
+
+impl<Req: prost::Message + Default, Resp: prost::Message + Default + 'static> Coordinator<Req, Resp> {
+    /// [`create`](Coordinator::create) for any request and response
+    /// messages: responses are handed out as they decode (no status check),
+    /// and aggregation needs a rule ([`set_aggregate`](Coordinator::set_aggregate)).
+    ///
+    /// # Errors
+    /// As [`create`](Coordinator::create).
+    ///
+    /// # Examples
+    /// ```no_run
+    /// use nodeipc_channel::{ChannelConfig, Coordinator};
+    /// #[derive(Clone, PartialEq, prost::Message)]
+    /// struct Prompt { #[prost(string, tag = "1")] text: String }
+    /// #[derive(Clone, PartialEq, prost::Message)]
+    /// struct Tokens { #[prost(uint32, repeated, tag = "1")] ids: Vec<u32> }
+    ///
+    /// let mut coordinator = Coordinator::<Prompt, Tokens>::create_typed(
+    ///     ChannelConfig::new("/nodeipc-doc-typed", 2),
+    /// )?;
+    /// coordinator.set_aggregate(|mut all: Vec<Tokens>| Ok(all.swap_remove(0)));
+    /// # Ok::<(), nodeipc_channel::Error>(())
+    /// ```
+    pub fn create_typed(config: ChannelConfig) -> Result<Coordinator<Req, Resp>> {
         config.check()?;
         let layout = config.layout();
         let shm = |source| Error::Shm {
@@ -121,14 +199,12 @@ impl Coordinator {
         Coordinator::with_regions(config, layout, request, response)
     }
 
-    /// Creates a channel over anonymous regions (sealed memfds) that have no
-    /// name at all: workers get them as descriptors, through the handshake
-    /// ([`HandshakeServer`](crate::HandshakeServer)) or any other way, and
-    /// join with [`Worker::from_fds`](crate::Worker::from_fds).
+    /// [`create_anonymous`](Coordinator::create_anonymous) for any request
+    /// and response messages (see [`create_typed`](Coordinator::create_typed)).
     ///
     /// # Errors
     /// As [`create`](Coordinator::create).
-    pub fn create_anonymous(config: ChannelConfig) -> Result<Coordinator> {
+    pub fn create_anonymous_typed(config: ChannelConfig) -> Result<Coordinator<Req, Resp>> {
         config.check()?;
         let layout = config.layout();
         let shm = |source| Error::Shm {
@@ -148,7 +224,7 @@ impl Coordinator {
         layout: Layout,
         request: Region,
         response: Region,
-    ) -> Result<Coordinator> {
+    ) -> Result<Coordinator<Req, Resp>> {
         let sems = SemSet::create(&config, &layout, &response)?;
         // Workers check the coordinator by pid and start time: a start time
         // we failed to read would make them take us for dead.
@@ -163,9 +239,9 @@ impl Coordinator {
         let gatherer = Gatherer {
             next: 0,
             consumed: vec![0; config.workers as usize],
-            partial: (0..config.workers).map(|_| None).collect(),
+            taken: (0..config.workers).map(|_| None).collect(),
+            frames: (0..config.workers).map(|_| Vec::new()).collect(),
         };
-        let largest_slot = layout.response_slot_size.max(layout.init_slot_size);
         Ok(Coordinator {
             shared: Arc::new(Shared {
                 config,
@@ -180,10 +256,12 @@ impl Coordinator {
                 stop: AtomicBool::new(false),
                 stale: AtomicBool::new(false),
                 sent: AtomicU64::new(0),
-                slot_copy: Mutex::new(vec![0; largest_slot]),
             }),
             handler: None,
+            aggregate: None,
+            check: |_, _, response| Ok(response),
             thread: None,
+            _request: PhantomData,
         })
     }
 
@@ -192,9 +270,27 @@ impl Coordinator {
         &self.shared.config
     }
 
-    /// The request region's descriptor, to hand to workers.
+    /// The request region's descriptor (read-write: the coordinator's own).
+    /// Hand workers [`request_fd_read_only`](Coordinator::request_fd_read_only)
+    /// instead.
     pub fn request_fd(&self) -> BorrowedFd<'_> {
         self.shared.request.as_fd()
+    }
+
+    /// A read-only descriptor of the request region, for a worker: it can
+    /// map the ring only `PROT_READ`, so a request it reads in place cannot
+    /// be changed by it, nor another worker's view of it.
+    ///
+    /// # Errors
+    /// [`Error::Shm`] if the descriptor cannot be reopened.
+    pub fn request_fd_read_only(&self) -> Result<OwnedFd> {
+        self.shared
+            .request
+            .reopen_read_only()
+            .map_err(|source| Error::Shm {
+                channel: self.shared.config.name.clone(),
+                source,
+            })
     }
 
     /// The response region's descriptor, to hand to workers.
@@ -205,6 +301,14 @@ impl Coordinator {
     /// Sizes of the request and response regions, in bytes.
     pub fn region_sizes(&self) -> (usize, usize) {
         (self.shared.request.len(), self.shared.response.len())
+    }
+
+    /// The rule [`recv_all_aggregated`](Coordinator::recv_all_aggregated) and
+    /// the response thread fold the workers' responses with (the pull-KV
+    /// rule for the execute schema; none otherwise). A closure
+    /// `FnMut(Vec<Resp>) -> Result<Resp>` is one.
+    pub fn set_aggregate(&mut self, aggregate: impl Aggregate<Resp> + Send + 'static) {
+        self.aggregate = Some(Box::new(aggregate));
     }
 
     fn check_no_thread(&self) -> Result<()> {
@@ -221,6 +325,11 @@ impl Coordinator {
             channel: self.shared.config.name.clone(),
             reason,
         }
+    }
+
+    /// The budget of a call that has no timeout of its own.
+    fn default_budget(&self) -> Budget {
+        Budget::new(self.shared.config.timeout)
     }
 }
 

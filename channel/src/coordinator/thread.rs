@@ -6,27 +6,38 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::thread;
 
-use nodeipc_proto::execute::ExecuteResponse;
-
 use super::gather::Slot;
 use super::liveness::Waiter;
-use super::{Coordinator, ResponseHandler, ResponseThread, Shared};
-use crate::aggregate::aggregate;
+use super::{Check, Coordinator, ResponseHandler, ResponseThread, Shared};
+use crate::aggregate::Aggregate;
 use crate::layout;
 use crate::sem_kind::{Direction, Role};
-use crate::wait;
+use crate::wait::{self, Budget};
 use crate::{Error, Result};
 
-impl Coordinator {
+/// What the response thread does after an error that breaks a gather (a
+/// dead worker, a timeout). The handler hears of every error either way.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum ThreadPolicy {
+    /// End the thread (restart it with `start_response_thread` once the
+    /// cause is dealt with).
+    #[default]
+    StopOnError,
+    /// Log the error (the `log` facade, level warn) and go on gathering,
+    /// pausing one wait slice (50 ms) first so a lasting cause (a dead
+    /// worker) is not retried in a busy loop: MindIE's behaviour.
+    LogAndContinue,
+}
+
+impl<Req: prost::Message + Default, Resp: prost::Message + Default + 'static>
+    Coordinator<Req, Resp>
+{
     /// Registers the handler the response thread calls with every aggregated
-    /// response (or the error that ended a gather).
+    /// response (or an error).
     ///
     /// # Errors
     /// [`Error::ResponseThread`] if one is registered already.
-    pub fn on_response(
-        &mut self,
-        handler: impl FnMut(Result<ExecuteResponse>) + Send + 'static,
-    ) -> Result<()> {
+    pub fn on_response(&mut self, handler: impl FnMut(Result<Resp>) + Send + 'static) -> Result<()> {
         if self.handler.is_some() || self.thread.is_some() {
             return Err(self.thread_error("a response handler is registered already"));
         }
@@ -37,32 +48,54 @@ impl Coordinator {
     /// Starts a thread that gathers every response ([`recv_all_aggregated`](Coordinator::recv_all_aggregated)
     /// for each request sent) and calls the handler with it. The thread ends
     /// by itself after an error that breaks the channel (a dead worker, a
-    /// timeout); after an error of one response it goes on.
+    /// timeout); after an error of one response it goes on. See
+    /// [`start_response_thread_with`](Coordinator::start_response_thread_with)
+    /// to go on after every error.
     ///
     /// # Errors
-    /// [`Error::ResponseThread`] without a handler or when already running;
-    /// [`Error::Io`] if the thread cannot be spawned.
+    /// [`Error::ResponseThread`] without a handler or an aggregation rule,
+    /// or when already running; [`Error::Io`] if the thread cannot be spawned.
     pub fn start_response_thread(&mut self) -> Result<()> {
+        self.start_response_thread_with(ThreadPolicy::StopOnError)
+    }
+
+    /// [`start_response_thread`](Coordinator::start_response_thread) with a
+    /// policy for errors that break a gather.
+    ///
+    /// # Errors
+    /// As [`start_response_thread`](Coordinator::start_response_thread).
+    pub fn start_response_thread_with(&mut self, policy: ThreadPolicy) -> Result<()> {
         if self.thread.is_some() {
             return Err(self.thread_error("the response thread is running already"));
         }
-        let Some(handler) = self.handler.take() else {
+        if self.handler.is_none() {
             return Err(
                 self.thread_error("no response handler is registered (call on_response first)")
             );
+        }
+        let Some(aggregate) = self.aggregate.take() else {
+            return Err(self.thread_error(
+                "no aggregation rule for these messages (call set_aggregate first)",
+            ));
         };
+        let handler = self.handler.take().expect("checked above");
         self.shared.stop.store(false, Ordering::SeqCst);
         let shared = Arc::clone(&self.shared);
-        let handle = thread::Builder::new()
+        let check = self.check;
+        let spawned = thread::Builder::new()
             .name(format!("nodeipc-responses {}", self.shared.config.name))
-            .spawn(move || shared.response_loop(handler))
-            .map_err(|source| Error::Io {
+            .spawn(move || response_loop(&shared, handler, aggregate, check, policy));
+        match spawned {
+            Ok(handle) => {
+                self.thread = Some(ResponseThread { handle });
+                Ok(())
+            }
+            Err(source) => Err(Error::Io {
                 context: format!("channel {}", self.shared.config.name),
                 op: "spawn response thread",
                 source,
-            })?;
-        self.thread = Some(ResponseThread { handle });
-        Ok(())
+            }),
+        }
     }
 
     /// Stops the response thread and waits for it (within one wait slice);
@@ -75,13 +108,11 @@ impl Coordinator {
             return Err(self.thread_error("the response thread is not running"));
         };
         self.shared.stop.store(true, Ordering::SeqCst);
-        {
-            let _guard = self.shared.idle.0.lock().unwrap_or_else(|e| e.into_inner());
-            self.shared.idle.1.notify_all();
-        }
+        self.shared.wake_idle();
         match thread.handle.join() {
-            Ok(handler) => {
+            Ok((handler, aggregate)) => {
                 self.handler = Some(handler);
+                self.aggregate = Some(aggregate);
                 Ok(())
             }
             Err(_) => Err(self.thread_error("the response handler panicked")),
@@ -89,7 +120,7 @@ impl Coordinator {
     }
 
     /// Whether the response thread is running (it ends by itself after an
-    /// error that breaks the channel).
+    /// error that breaks the channel, under [`ThreadPolicy::StopOnError`]).
     pub fn response_thread_running(&self) -> bool {
         self.thread
             .as_ref()
@@ -97,10 +128,12 @@ impl Coordinator {
     }
 }
 
-impl Drop for Coordinator {
+impl<Req, Resp> Drop for Coordinator<Req, Resp> {
     fn drop(&mut self) {
-        if self.thread.is_some() {
-            let _ = self.stop_response_thread();
+        if let Some(thread) = self.thread.take() {
+            self.shared.stop.store(true, Ordering::SeqCst);
+            self.shared.wake_idle();
+            let _ = thread.handle.join();
         }
         // Wake every worker waiting for a request: they see the channel closed.
         layout::request_header(&self.shared.request)
@@ -115,31 +148,64 @@ impl Drop for Coordinator {
     }
 }
 
-impl Shared {
-    fn response_loop(self: Arc<Self>, mut handler: ResponseHandler) -> ResponseHandler {
-        while !self.stop.load(Ordering::SeqCst) {
-            let next = self.lock_gatherer().next;
-            if next >= self.sent.load(Ordering::SeqCst) {
-                self.wait_idle(next);
-                continue;
+#[allow(clippy::type_complexity)]
+fn response_loop<Resp: prost::Message + Default>(
+    shared: &Shared,
+    mut handler: ResponseHandler<Resp>,
+    mut aggregate: Box<dyn Aggregate<Resp> + Send>,
+    check: Check<Resp>,
+    policy: ThreadPolicy,
+) -> (ResponseHandler<Resp>, Box<dyn Aggregate<Resp> + Send>) {
+    let channel = &shared.config.name;
+    while !shared.stop.load(Ordering::SeqCst) {
+        let next = shared.lock_gatherer().next;
+        if next >= shared.sent.load(Ordering::SeqCst) {
+            shared.wait_idle(next);
+            continue;
+        }
+        let mut budget = Budget::new(shared.config.timeout);
+        let gathered = shared.gather(Waiter::ResponseThread, Slot::Response, &mut budget);
+        match gathered {
+            Ok(gathered) => {
+                let all = super::gather::decode_all(channel, &gathered, Slot::Response, check);
+                drop(gathered);
+                handler(all.and_then(|all| aggregate.aggregate(all)));
             }
-            match self.gather(Waiter::ResponseThread, Slot::Response) {
-                Ok(responses) => {
-                    let all: Result<Vec<_>> = responses.into_iter().collect();
-                    handler(all.and_then(aggregate));
-                }
-                // Asked to stop mid-gather: what was gathered stays for the
-                // next gather, and the handler hears nothing.
-                Err(_) if self.stop.load(Ordering::SeqCst) => break,
-                Err(e) => {
-                    handler(Err(e));
-                    break;
+            // One response unusable (corrupt, a failure status): every slot
+            // was consumed, the channel is in step; the handler hears it.
+            Err(e) if !breaks_gather(&e) => handler(Err(e)),
+            // Asked to stop mid-gather: what was gathered stays for the
+            // next gather, and the handler hears nothing.
+            Err(_) if shared.stop.load(Ordering::SeqCst) => break,
+            Err(e) => {
+                let shown = e.to_string();
+                handler(Err(e));
+                match policy {
+                    ThreadPolicy::StopOnError => break,
+                    ThreadPolicy::LogAndContinue => {
+                        log::warn!("channel {channel}: response thread goes on after: {shown}");
+                        shared.pause_after_error();
+                    }
                 }
             }
         }
-        handler
     }
+    (handler, aggregate)
+}
 
+/// Whether a gather error is the channel's (the thread's policy decides)
+/// rather than one response's (the thread always goes on).
+fn breaks_gather(error: &Error) -> bool {
+    !matches!(
+        error,
+        Error::Corrupt { .. }
+            | Error::Decode { .. }
+            | Error::WorkerFailed { .. }
+            | Error::UnknownMessageType { .. }
+    )
+}
+
+impl Shared {
     /// Sleeps until a request is sent after gather `next`, or a stop.
     fn wait_idle(&self, next: u64) {
         let guard = self.idle.0.lock().unwrap_or_else(|e| e.into_inner());
@@ -148,5 +214,18 @@ impl Shared {
             let _ = self.idle.1.wait_timeout(guard, wait::SLICE);
         }
         self.thread_idle.store(false, Ordering::SeqCst);
+    }
+
+    /// One wait slice, cut short by a stop.
+    fn pause_after_error(&self) {
+        let guard = self.idle.0.lock().unwrap_or_else(|e| e.into_inner());
+        if !self.stop.load(Ordering::SeqCst) {
+            let _ = self.idle.1.wait_timeout(guard, wait::SLICE);
+        }
+    }
+
+    fn wake_idle(&self) {
+        let _guard = self.idle.0.lock().unwrap_or_else(|e| e.into_inner());
+        self.idle.1.notify_all();
     }
 }

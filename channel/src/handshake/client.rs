@@ -47,7 +47,23 @@ impl Session {
     /// # Errors
     /// [`Error::Handshake`] if the server passed no request or response
     /// region, or no channel geometry; otherwise as [`Worker::from_fds`].
-    pub fn into_worker(mut self, rank: u32, timeout: Duration) -> Result<Worker> {
+    pub fn into_worker(self, rank: u32, timeout: Duration) -> Result<Worker> {
+        self.into_worker_typed(rank, timeout)
+    }
+
+    /// [`into_worker`](Session::into_worker) for a channel of other messages.
+    ///
+    /// # Errors
+    /// As [`into_worker`](Session::into_worker).
+    pub fn into_worker_typed<Req, Resp>(
+        mut self,
+        rank: u32,
+        timeout: Duration,
+    ) -> Result<Worker<Req, Resp>>
+    where
+        Req: prost::Message + Default,
+        Resp: prost::Message + Default,
+    {
         let server_pid = self.server.pid;
         let missing = |what: &str| Error::Handshake {
             peer: format!("server pid {server_pid}"),
@@ -63,7 +79,7 @@ impl Session {
         let response = self
             .take(FdKind::ResponseRegion)
             .ok_or_else(|| missing("response region"))?;
-        Worker::from_fds(&name, rank, request, response, timeout)
+        Worker::from_fds_typed(&name, rank, request, response, timeout)
     }
 }
 

@@ -41,7 +41,9 @@ pub struct ChannelOffer {
     response_view: Region,
 }
 
-impl Coordinator {
+impl<Req: prost::Message + Default, Resp: prost::Message + Default + 'static>
+    Coordinator<Req, Resp>
+{
     /// What a handshake server should hand out for this channel.
     ///
     /// # Errors
@@ -64,7 +66,8 @@ impl Coordinator {
         Ok(ChannelOffer {
             config: self.config().clone(),
             layout: self.config().layout(),
-            request: dup(self.request_fd())?,
+            // Workers get the ring read-only: none can change a request.
+            request: self.request_fd_read_only()?,
             response,
             response_view,
         })

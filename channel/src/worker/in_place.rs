@@ -1,0 +1,125 @@
+//! [`InPlace`]: a request read where it lies in the ring.
+
+use super::Worker;
+use crate::{Error, Result};
+
+/// A request held in place in the ring: its frame's bytes, borrowed from the
+/// worker for as long as this guard lives. Dropping the guard (or answering
+/// through it) gives the frame back to the coordinator.
+///
+/// Sound because the worker maps the ring read-only and the coordinator does
+/// not write a frame until every worker has released it: while the guard
+/// lives, no process of the channel writes these bytes. (A process of our
+/// uid outside the channel that opens the ring's name, while it has one, or
+/// ptraces the coordinator could; see the crate's README.)
+///
+/// # Examples
+/// ```no_run
+/// # fn f(worker: &mut nodeipc_channel::Worker) -> nodeipc_channel::Result<()> {
+/// let request = worker.recv_in_place()?;
+/// let digest = request.bytes().iter().fold(0u64, |h, &b| h.rotate_left(5) ^ u64::from(b));
+/// request.respond_bytes(&digest.to_le_bytes())?;
+/// # Ok(()) }
+/// ```
+pub struct InPlace<'w, Req: prost::Message + Default, Resp: prost::Message + Default> {
+    worker: &'w mut Worker<Req, Resp>,
+    /// Offset of the body in the request region, and its length: checked
+    /// against the frame when the request was taken.
+    at: usize,
+    len: usize,
+    released: bool,
+}
+
+impl<'w, Req: prost::Message + Default, Resp: prost::Message + Default> InPlace<'w, Req, Resp> {
+    pub(super) fn new(worker: &'w mut Worker<Req, Resp>, at: usize, len: usize) -> Self {
+        InPlace {
+            worker,
+            at,
+            len,
+            released: false,
+        }
+    }
+
+    /// The request's bytes (the frame's body, without its length prefix).
+    pub fn bytes(&self) -> &[u8] {
+        // SAFETY: the range was checked against the frame when the request
+        // was taken; this worker maps the ring read-only, and the
+        // coordinator writes the frame again only after this worker's
+        // request-produce post, which happens when the guard is released.
+        unsafe { self.worker.request.bytes(self.at, self.len) }
+            .expect("the body was checked to lie in its frame")
+    }
+
+    /// The request's index (0, 1, …: the coordinator's `send` returned it).
+    pub fn index(&self) -> u64 {
+        self.worker.received.wrapping_sub(1)
+    }
+
+    /// Decodes the request into a new message (its `bytes` and `string`
+    /// fields are copies).
+    ///
+    /// # Errors
+    /// [`Error::Decode`] for bytes that are not a `Req`.
+    pub fn decode(&self) -> Result<Req> {
+        let mut request = Req::default();
+        self.decode_into(&mut request)?;
+        Ok(request)
+    }
+
+    /// Decodes the request into `request`, reusing its allocations.
+    ///
+    /// # Errors
+    /// As [`decode`](InPlace::decode).
+    pub fn decode_into(&self, request: &mut Req) -> Result<()> {
+        request.clear();
+        request.merge(self.bytes()).map_err(|source| Error::Decode {
+            channel: self.worker.config.name.clone(),
+            rank: self.worker.rank,
+            slot: "request frame",
+            source,
+        })
+    }
+
+    /// Answers the request (as [`Worker::respond`]) and releases its frame.
+    ///
+    /// # Errors
+    /// As [`Worker::respond`]; the frame is released either way.
+    pub fn respond(mut self, response: &Resp) -> Result<()> {
+        let answered = self.worker.respond(response);
+        let released = self.release_inner();
+        answered.and(released)
+    }
+
+    /// Answers with bytes of any encoding (as [`Worker::respond_bytes`]) and
+    /// releases the frame.
+    ///
+    /// # Errors
+    /// As [`Worker::respond`]; the frame is released either way.
+    pub fn respond_bytes(mut self, frame: &[u8]) -> Result<()> {
+        let answered = self.worker.respond_bytes(frame);
+        let released = self.release_inner();
+        answered.and(released)
+    }
+
+    /// Releases the frame now, reporting a failure to (dropping the guard
+    /// releases it too, silently).
+    ///
+    /// # Errors
+    /// [`Error::Sem`] if the coordinator's semaphore cannot be posted.
+    pub fn release(mut self) -> Result<()> {
+        self.release_inner()
+    }
+
+    fn release_inner(&mut self) -> Result<()> {
+        if std::mem::replace(&mut self.released, true) {
+            return Ok(());
+        }
+        self.worker.release_frame()
+    }
+}
+
+impl<Req: prost::Message + Default, Resp: prost::Message + Default> Drop for InPlace<'_, Req, Resp> {
+    fn drop(&mut self) {
+        let _ = self.release_inner();
+    }
+}
