@@ -12,8 +12,8 @@ mod sems;
 mod wait;
 mod worker;
 
-pub use config::ChannelConfig;
 pub use aggregate::{Aggregate, PullKvRule};
+pub use config::ChannelConfig;
 pub use coordinator::{Coordinator, First, Gathered, ResponseHandler, ThreadPolicy};
 pub use error::{Error, Result};
 pub use handshake::{

@@ -87,9 +87,11 @@ pub(crate) fn wait(
         }
         // The first slow wait of the call starts the count, back-dated by
         // the slice it just spent.
-        budget
-            .started
-            .get_or_insert_with(|| Instant::now().checked_sub(first).unwrap_or_else(Instant::now));
+        budget.started.get_or_insert_with(|| {
+            Instant::now()
+                .checked_sub(first)
+                .unwrap_or_else(Instant::now)
+        });
         let left = budget.left().unwrap_or_default();
         if left.is_zero() {
             return Err(Error::Timeout {

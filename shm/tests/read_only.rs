@@ -38,7 +38,10 @@ fn a_read_only_descriptor_cannot_be_mapped_writable_truncated_or_sealed() {
         matches!(&err, Error::Io { op: "mmap", source, .. } if source.raw_os_error() == Some(libc::EACCES)),
         "a writable mapping of a read-only descriptor: {err}"
     );
-    assert!(rustix::fs::ftruncate(&fd, 0).is_err(), "truncated through a read-only fd");
+    assert!(
+        rustix::fs::ftruncate(&fd, 0).is_err(),
+        "truncated through a read-only fd"
+    );
     let reader = Region::from_fd_read_only(fd).unwrap();
     assert!(
         reader.seal_grow_shrink().is_err(),
@@ -52,12 +55,18 @@ fn a_named_region_opened_read_only_refuses_writes() {
     let name = unique_name("ro-open");
     let owner = Region::create(&name, 4096).unwrap();
     owner.write_at(0, b"named").unwrap();
-    let reader = Region::open(&name, OpenOptions::wait(4096, Duration::from_secs(1)).read_only())
-        .unwrap();
+    let reader = Region::open(
+        &name,
+        OpenOptions::wait(4096, Duration::from_secs(1)).read_only(),
+    )
+    .unwrap();
     let mut buf = [0u8; 5];
     reader.read_at(0, &mut buf).unwrap();
     assert_eq!(&buf, b"named");
-    assert!(matches!(reader.write_at(0, b"x"), Err(Error::ReadOnly { .. })));
+    assert!(matches!(
+        reader.write_at(0, b"x"),
+        Err(Error::ReadOnly { .. })
+    ));
 }
 
 const FAULT_TEST: &str = "a_stray_store_into_a_read_only_mapping_faults_and_changes_nothing";
@@ -66,9 +75,11 @@ const FAULT_CHILD: &str = "NODEIPC_TEST_RO_FAULT_CHILD";
 #[test]
 fn a_stray_store_into_a_read_only_mapping_faults_and_changes_nothing() {
     if let Ok(name) = std::env::var(FAULT_CHILD) {
-        let reader =
-            Region::open(&name, OpenOptions::wait(4096, Duration::from_secs(5)).read_only())
-                .unwrap();
+        let reader = Region::open(
+            &name,
+            OpenOptions::wait(4096, Duration::from_secs(5)).read_only(),
+        )
+        .unwrap();
         println!("child: mapped");
         // SAFETY: deliberately wrong — a store through the pointer of a
         // PROT_READ mapping, which the kernel must stop with SIGSEGV.
@@ -80,10 +91,14 @@ fn a_stray_store_into_a_read_only_mapping_faults_and_changes_nothing() {
     let name = unique_name("ro-fault");
     let owner = Region::create(&name, 4096).unwrap();
     owner.write_at(0, b"intact").unwrap();
-    let out = spawn_child(nodeipc_testkit::this_test_in_a_child(FAULT_TEST).env(FAULT_CHILD, &name))
-        .output_timeout(Duration::from_secs(30));
+    let out =
+        spawn_child(nodeipc_testkit::this_test_in_a_child(FAULT_TEST).env(FAULT_CHILD, &name))
+            .output_timeout(Duration::from_secs(30));
     let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(stdout.contains("child: mapped"), "the child did not run: {stdout}");
+    assert!(
+        stdout.contains("child: mapped"),
+        "the child did not run: {stdout}"
+    );
     assert!(!stdout.contains("went through"), "{stdout}");
     assert_eq!(out.status.signal(), Some(libc::SIGSEGV), "{:?}", out.status);
     let mut buf = [0u8; 6];

@@ -118,7 +118,12 @@ impl<Req: prost::Message + Default, Resp: prost::Message + Default + 'static>
         let gathered = self
             .shared
             .gather(Waiter::Caller, Slot::Response, &mut budget)?;
-        decode_all(&self.shared.config.name, &gathered, Slot::Response, self.check)
+        decode_all(
+            &self.shared.config.name,
+            &gathered,
+            Slot::Response,
+            self.check,
+        )
     }
 
     /// One response for the oldest request not yet gathered: every worker's,
@@ -168,7 +173,9 @@ impl<Req: prost::Message + Default, Resp: prost::Message + Default + 'static>
     pub fn recv_init(&mut self) -> Result<Vec<Resp>> {
         self.check_no_thread()?;
         let mut budget = self.default_budget();
-        let gathered = self.shared.gather(Waiter::Caller, Slot::Init, &mut budget)?;
+        let gathered = self
+            .shared
+            .gather(Waiter::Caller, Slot::Init, &mut budget)?;
         decode_all(&self.shared.config.name, &gathered, Slot::Init, self.check)
     }
 
@@ -236,7 +243,11 @@ impl<Req: prost::Message + Default, Resp: prost::Message + Default + 'static>
         let n = gatherer.next;
         shared.check_outstanding(n)?;
         // A gather interrupted half-way may already hold an answer.
-        if let Some(rank) = gatherer.taken.iter().position(|t| matches!(t, Some(Ok(())))) {
+        if let Some(rank) = gatherer
+            .taken
+            .iter()
+            .position(|t| matches!(t, Some(Ok(()))))
+        {
             gatherer.taken.iter_mut().for_each(|t| *t = None);
             gatherer.next += 1;
             shared.update_stale(&gatherer);
@@ -314,7 +325,9 @@ pub(super) fn decode_all<Resp: prost::Message + Default>(
 ) -> Result<Vec<Resp>> {
     gathered
         .iter()
-        .map(|(rank, bytes)| decode(channel, rank, slot, bytes).and_then(|r| check(channel, rank, r)))
+        .map(|(rank, bytes)| {
+            decode(channel, rank, slot, bytes).and_then(|r| check(channel, rank, r))
+        })
         .collect::<Vec<_>>()
         .into_iter()
         .collect()

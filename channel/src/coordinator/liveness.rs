@@ -20,7 +20,9 @@ pub(super) enum Waiter {
     ResponseThread,
 }
 
-impl Coordinator {
+impl<Req: prost::Message + Default, Resp: prost::Message + Default + 'static>
+    Coordinator<Req, Resp>
+{
     /// Waits (bounded) until every worker has joined, then removes every name
     /// the channel had: from here on a crash of any process leaves nothing.
     ///

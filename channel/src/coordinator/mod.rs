@@ -163,7 +163,9 @@ impl Coordinator {
     }
 }
 
-impl<Req: prost::Message + Default, Resp: prost::Message + Default + 'static> Coordinator<Req, Resp> {
+impl<Req: prost::Message + Default, Resp: prost::Message + Default + 'static>
+    Coordinator<Req, Resp>
+{
     /// [`create`](Coordinator::create) for any request and response
     /// messages: responses are handed out as they decode (no status check),
     /// and aggregation needs a rule ([`set_aggregate`](Coordinator::set_aggregate)).

@@ -49,7 +49,8 @@ impl<Req: prost::Message + Default, Resp: prost::Message + Default + 'static>
     /// As [`send`](Coordinator::send).
     pub fn send_bytes(&mut self, frame: &[u8]) -> Result<u64> {
         let mut budget = self.default_budget();
-        self.shared.send(frame.len(), &mut budget, |out| bytes_frame(frame, out))
+        self.shared
+            .send(frame.len(), &mut budget, |out| bytes_frame(frame, out))
     }
 
     /// [`send_bytes`](Coordinator::send_bytes) within `timeout`.
@@ -58,7 +59,9 @@ impl<Req: prost::Message + Default, Resp: prost::Message + Default + 'static>
     /// As [`send`](Coordinator::send).
     pub fn send_bytes_timeout(&mut self, frame: &[u8], timeout: Duration) -> Result<u64> {
         self.shared
-            .send(frame.len(), &mut Budget::new(timeout), |out| bytes_frame(frame, out))
+            .send(frame.len(), &mut Budget::new(timeout), |out| {
+                bytes_frame(frame, out)
+            })
     }
 
     fn send_within(&mut self, request: &Req, budget: &mut Budget) -> Result<u64> {
@@ -110,7 +113,13 @@ impl Shared {
             let freed = if self.stale.load(Ordering::Acquire) {
                 self.wait_frame_draining(rank, budget)
             } else {
-                self.wait_worker_as(Waiter::Caller, Direction::Request, Role::Produce, rank, budget)
+                self.wait_worker_as(
+                    Waiter::Caller,
+                    Direction::Request,
+                    Role::Produce,
+                    rank,
+                    budget,
+                )
             };
             if let Err(e) = freed {
                 // Nothing is written: give back the frames already taken from

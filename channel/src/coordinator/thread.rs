@@ -37,7 +37,10 @@ impl<Req: prost::Message + Default, Resp: prost::Message + Default + 'static>
     ///
     /// # Errors
     /// [`Error::ResponseThread`] if one is registered already.
-    pub fn on_response(&mut self, handler: impl FnMut(Result<Resp>) + Send + 'static) -> Result<()> {
+    pub fn on_response(
+        &mut self,
+        handler: impl FnMut(Result<Resp>) + Send + 'static,
+    ) -> Result<()> {
         if self.handler.is_some() || self.thread.is_some() {
             return Err(self.thread_error("a response handler is registered already"));
         }

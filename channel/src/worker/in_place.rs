@@ -118,7 +118,9 @@ impl<'w, Req: prost::Message + Default, Resp: prost::Message + Default> InPlace<
     }
 }
 
-impl<Req: prost::Message + Default, Resp: prost::Message + Default> Drop for InPlace<'_, Req, Resp> {
+impl<Req: prost::Message + Default, Resp: prost::Message + Default> Drop
+    for InPlace<'_, Req, Resp>
+{
     fn drop(&mut self) {
         let _ = self.release_inner();
     }

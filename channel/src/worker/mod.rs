@@ -126,7 +126,11 @@ impl<Req: prost::Message + Default, Resp: prost::Message + Default> Worker<Req, 
         // Wait for the headers only: a region of another shape must be
         // reported as a mismatch naming both values, not waited on.
         let request = open(&config.request_region_name(), layout::REQUEST_HEADER, true)?;
-        let response = open(&config.response_region_name(), layout::RESPONSE_HEADER, false)?;
+        let response = open(
+            &config.response_region_name(),
+            layout::RESPONSE_HEADER,
+            false,
+        )?;
         wait_initialised(&config, &request)?;
         Worker::attach(config, rank, request, response)
     }
@@ -282,8 +286,7 @@ impl<Req: prost::Message + Default, Resp: prost::Message + Default> Worker<Req, 
     /// As [`recv`](Worker::recv).
     pub fn recv_into(&mut self, request: &mut Req) -> Result<()> {
         let budget = Budget::new(self.config.timeout);
-        self.recv_with(request, Patience::Within(budget))
-            .map(drop)
+        self.recv_with(request, Patience::Within(budget)).map(drop)
     }
 
     /// The next request's frame (any encoding) copied into `into`, whose
