@@ -157,18 +157,7 @@ fn serve(spec: &str) -> Result<()> {
     Ok(())
 }
 
-/// XOR of the payload's 8-byte words (and its tail): cheap, but it reads
-/// every byte, so the server cannot answer without touching the request.
-fn digest(bytes: &[u8]) -> u64 {
-    let words = bytes.chunks_exact(8);
-    let tail = words
-        .remainder()
-        .iter()
-        .fold(0u64, |d, &b| d.rotate_left(8) ^ u64::from(b));
-    words.fold(tail, |d, w| {
-        d ^ u64::from_le_bytes(w.try_into().expect("8 bytes"))
-    })
-}
+use nodeipc_benches::channel::digest;
 
 /// The client's iceoryx2 objects; the client port drops before its node.
 struct Ports {

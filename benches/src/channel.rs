@@ -6,6 +6,11 @@
 //!   shared memory, one glibc named semaphore per worker each way, blocking
 //!   `sem_wait`s; responses the same way back.
 //! - `UnixSocket`: length-prefixed frames over one Unix stream socket per worker.
+//!
+//! `NodeipcInPlace` moves raw bytes instead, as iceoryx2's request-response
+//! does (see `versus-iceoryx2`): the request's bytes broadcast, each worker
+//! reading them in place in the read-only ring and answering an 8-byte
+//! [`digest`] the coordinator checks.
 
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
@@ -35,6 +40,32 @@ pub enum ChannelImpl {
     GlibcLockstep,
     /// Frames over a Unix stream socket per worker.
     UnixSocket,
+    /// nodeipc-channel moving raw bytes: `send_bytes`, `recv_in_place`,
+    /// `respond_bytes` of a digest, `recv_all_bytes`.
+    NodeipcInPlace,
+    /// `NodeipcInPlace` with both sides busy-polling before they sleep
+    /// (`ChannelConfig::poll`, 50 ms), as iceoryx2's polling does.
+    NodeipcInPlacePoll,
+}
+
+/// How long the polling variant polls before it sleeps.
+const POLL: Duration = Duration::from_millis(50);
+
+impl ChannelImpl {
+    fn in_place(self) -> bool {
+        matches!(
+            self,
+            ChannelImpl::NodeipcInPlace | ChannelImpl::NodeipcInPlacePoll
+        )
+    }
+
+    fn poll(self) -> Duration {
+        if self == ChannelImpl::NodeipcInPlacePoll {
+            POLL
+        } else {
+            Duration::ZERO
+        }
+    }
 }
 
 impl ChannelImpl {
@@ -45,6 +76,8 @@ impl ChannelImpl {
             ChannelImpl::NodeipcNamed => "nodeipc-named-sems",
             ChannelImpl::GlibcLockstep => "glibc-sem-lockstep",
             ChannelImpl::UnixSocket => "unix-socket",
+            ChannelImpl::NodeipcInPlace => "nodeipc-in-place",
+            ChannelImpl::NodeipcInPlacePoll => "nodeipc-in-place-poll",
         }
     }
 
@@ -54,6 +87,8 @@ impl ChannelImpl {
             ChannelImpl::NodeipcNamed,
             ChannelImpl::GlibcLockstep,
             ChannelImpl::UnixSocket,
+            ChannelImpl::NodeipcInPlace,
+            ChannelImpl::NodeipcInPlacePoll,
         ]
         .into_iter()
         .find(|i| i.name() == s)
@@ -109,6 +144,9 @@ pub struct ChannelSession {
 
 enum Side {
     Nodeipc(Box<Coordinator>),
+    /// The coordinator, the request's bytes and the digest every worker
+    /// must answer.
+    NodeipcBytes(Box<Coordinator>, Vec<u8>, [u8; 8]),
     Glibc {
         region: Region,
         /// Per worker: request semaphore, response semaphore.
@@ -173,31 +211,48 @@ impl ChannelSession {
         );
         let mut peers = Peers::default();
         let side = match which {
-            ChannelImpl::Nodeipc | ChannelImpl::NodeipcNamed => {
-                let sems = if which == ChannelImpl::Nodeipc {
-                    SemKind::InRegion
-                } else {
+            ChannelImpl::Nodeipc
+            | ChannelImpl::NodeipcNamed
+            | ChannelImpl::NodeipcInPlace
+            | ChannelImpl::NodeipcInPlacePoll => {
+                let sems = if which == ChannelImpl::NodeipcNamed {
                     SemKind::Named
+                } else {
+                    SemKind::InRegion
+                };
+                let frame = if which.in_place() {
+                    payload + 64
+                } else {
+                    frame
                 };
                 let config = ChannelConfig::new(&tag, workers)
                     .sems(sems)
                     .depth(depth)
                     .request_capacity(frame.max(256))
                     .response_slot_size(256)
+                    .poll(which.poll())
                     .timeout(TIMEOUT);
                 let coordinator = Coordinator::create_anonymous(config)?;
+                // Workers get the ring read-only, as the handshake gives it.
+                let request = coordinator.request_fd_read_only()?;
                 for rank in 0..workers {
-                    let (request, response) = (coordinator.request_fd(), coordinator.response_fd());
+                    let response = coordinator.response_fd();
                     let role = format!(
                         "chan-worker {} {tag} {rank} {rounds} {} {}",
                         which.name(),
                         request.as_raw_fd(),
                         response.as_raw_fd()
                     );
-                    peers.spawn(&role, &[request, response], cpu)?;
+                    peers.spawn(&role, &[request.as_fd(), response], cpu)?;
                 }
                 coordinator.wait_for_workers(TIMEOUT)?;
-                Side::Nodeipc(Box::new(coordinator))
+                if which.in_place() {
+                    let bytes = vec![0x5a; payload];
+                    let expected = digest(&bytes).to_le_bytes();
+                    Side::NodeipcBytes(Box::new(coordinator), bytes, expected)
+                } else {
+                    Side::Nodeipc(Box::new(coordinator))
+                }
             }
             ChannelImpl::GlibcLockstep => {
                 let layout = GlibcLayout {
@@ -326,6 +381,16 @@ impl ChannelSession {
                     check(&response)?;
                 }
             }
+            Side::NodeipcBytes(coordinator, bytes, expected) => {
+                coordinator.send_bytes(bytes)?;
+                for (rank, answer) in coordinator.recv_all_bytes()?.iter() {
+                    if answer != expected.as_slice() {
+                        return Err(io::Error::other(format!(
+                            "worker {rank} answered a wrong digest"
+                        )));
+                    }
+                }
+            }
             Side::Glibc {
                 region,
                 sems,
@@ -413,16 +478,31 @@ pub(crate) fn peer_main(args: &[&str]) -> io::Result<()> {
     let rank: u32 = rank.parse().map_err(io::Error::other)?;
     let rounds: u64 = rounds.parse().map_err(io::Error::other)?;
     match (which, rest) {
-        (ChannelImpl::Nodeipc | ChannelImpl::NodeipcNamed, [request_arg, response_arg]) => {
+        (
+            ChannelImpl::Nodeipc
+            | ChannelImpl::NodeipcNamed
+            | ChannelImpl::NodeipcInPlace
+            | ChannelImpl::NodeipcInPlacePoll,
+            [request_arg, response_arg],
+        ) => {
             // SAFETY: both descriptors were passed down for our sole use.
             let request_fd: OwnedFd = unsafe { peer::inherited(request_arg)? };
             // SAFETY: as above.
             let response_fd: OwnedFd = unsafe { peer::inherited(response_arg)? };
             let mut worker = Worker::from_fds(tag, rank, request_fd, response_fd, TIMEOUT)?;
-            let mut request = ExecuteRequest::default();
-            for _ in 0..rounds {
-                worker.recv_into(&mut request)?;
-                worker.respond(&response(&request))?;
+            worker.set_poll(which.poll());
+            if which.in_place() {
+                for _ in 0..rounds {
+                    let request = worker.recv_in_place()?;
+                    let answer = digest(request.bytes()).to_le_bytes();
+                    request.respond_bytes(&answer)?;
+                }
+            } else {
+                let mut request = ExecuteRequest::default();
+                for _ in 0..rounds {
+                    worker.recv_into(&mut request)?;
+                    worker.respond(&response(&request))?;
+                }
             }
         }
         (ChannelImpl::GlibcLockstep, [region, request_bytes, response_bytes]) => {
@@ -466,6 +546,20 @@ pub(crate) fn peer_main(args: &[&str]) -> io::Result<()> {
         }
     }
     Ok(())
+}
+
+/// XOR of the payload's 8-byte words (and its tail): cheap, but it reads
+/// every byte, so a worker cannot answer without touching the request. The
+/// iceoryx2 server of `versus-iceoryx2` answers the same.
+pub fn digest(bytes: &[u8]) -> u64 {
+    let words = bytes.chunks_exact(8);
+    let tail = words
+        .remainder()
+        .iter()
+        .fold(0u64, |d, &b| d.rotate_left(8) ^ u64::from(b));
+    words.fold(tail, |d, w| {
+        d ^ u64::from_le_bytes(w.try_into().expect("8 bytes"))
+    })
 }
 
 /// Single-core `memcpy` bandwidth in bytes per second, copying `bytes` at a

@@ -28,8 +28,16 @@ pub struct ChannelConfig {
     pub depth: u32,
     /// Which semaphores to use.
     pub sems: SemKind,
-    /// How long any one wait on a peer may last.
+    /// How long one call (a send, a gather, a receive) may wait on its
+    /// peers, unless the call is given a timeout of its own.
     pub timeout: Duration,
+    /// How long a waiting side busy-polls before it sleeps. Zero (the
+    /// default): the semaphores' own short spin, then a futex sleep — no
+    /// core burnt while a peer works. Longer: lower latency when a peer
+    /// takes microseconds to answer (a large request being read), at the
+    /// price of a core spinning meanwhile, as a polling transport does.
+    /// Each process chooses its own (see [`Worker::set_poll`](crate::Worker::set_poll)).
+    pub poll: Duration,
 }
 
 impl ChannelConfig {
@@ -45,6 +53,7 @@ impl ChannelConfig {
             depth: 1,
             sems: SemKind::InRegion,
             timeout: Duration::from_secs(30),
+            poll: Duration::ZERO,
         }
     }
 
@@ -81,6 +90,12 @@ impl ChannelConfig {
     /// With another timeout.
     pub fn timeout(mut self, timeout: Duration) -> Self {
         self.timeout = timeout;
+        self
+    }
+
+    /// With another busy-poll time (see [`poll`](ChannelConfig::poll)).
+    pub fn poll(mut self, poll: Duration) -> Self {
+        self.poll = poll;
         self
     }
 
@@ -140,6 +155,7 @@ impl ChannelConfig {
             depth: layout.depth,
             sems,
             timeout,
+            poll: Duration::ZERO,
         };
         config.check()?;
         Ok(config)

@@ -55,15 +55,23 @@ impl Budget {
 }
 
 /// Takes `sem`, in slices of [`SLICE`]; between slices `check` says whether
-/// the peer is still there. No clock is read unless the first slice runs out:
-/// the fast path is the semaphore's own.
+/// the peer is still there. No clock is read unless the first slice runs out
+/// (or `poll` is set): the fast path is the semaphore's own.
+///
+/// With a non-zero `poll` (at most one slice), the semaphore is first polled
+/// for that long, the core never given up: no wake-up to wait for when the
+/// peer answers within it.
 pub(crate) fn wait(
     sem: &(dyn Semaphore + Sync),
     budget: &mut Budget,
+    poll: Duration,
     channel: &str,
     what: impl Fn() -> String,
     mut check: impl FnMut() -> Result<()>,
 ) -> Result<()> {
+    if !poll.is_zero() && busy_poll(sem, poll.min(SLICE), channel)? {
+        return Ok(());
+    }
     let first = budget.left().unwrap_or(budget.timeout).min(SLICE);
     let mut slice = first;
     loop {
@@ -101,6 +109,28 @@ pub(crate) fn wait(
             });
         }
         slice = SLICE.min(left);
+    }
+}
+
+/// Polls `sem` for up to `poll`; whether it was taken.
+fn busy_poll(sem: &(dyn Semaphore + Sync), poll: Duration, channel: &str) -> Result<bool> {
+    let sem_error = |source| Error::Sem {
+        channel: channel.to_owned(),
+        source,
+    };
+    let start = Instant::now();
+    loop {
+        // The clock once every 64 looks: a look is a load (a take is one
+        // compare-and-swap more), a clock read costs about as much as 20.
+        for _ in 0..64 {
+            if sem.try_wait().map_err(sem_error)? {
+                return Ok(true);
+            }
+            std::hint::spin_loop();
+        }
+        if start.elapsed() >= poll {
+            return Ok(false);
+        }
     }
 }
 

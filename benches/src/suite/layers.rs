@@ -309,7 +309,34 @@ pub fn channel(
         &[GlibcLockstep],
         false,
     )?;
-    Ok(vec![small, large, wide])
+    let in_place = in_place_row(options)?;
+    Ok(vec![small, in_place, large, wide])
+}
+
+/// The channel carrying raw bytes, read in place (`send_bytes`,
+/// `recv_in_place`, `respond_bytes`): the round trip with no protobuf work,
+/// beside the cache-line floor it is judged by.
+fn in_place_row(options: Options) -> io::Result<Row> {
+    let iters = options.ops(8_000);
+    let contenders = vec![
+        channel_contender(ChannelImpl::NodeipcInPlace, 1, 64, 1, iters),
+        ring(Handoff::CacheLine, 2, iters),
+    ];
+    let (ours, baselines) = split(interleave(options.batches(), contenders)?);
+    let note = baselines.first().map(|floor| {
+        format!(
+            "{:.1}x the cache-line floor",
+            ours.ns.median / floor.ns.median
+        )
+    });
+    Ok(Row {
+        bench: "channel",
+        what: "raw bytes read in place, 1 worker, 64-byte payload".to_owned(),
+        params: vec![("workers", 1), ("payload", 64), ("depth", 1)],
+        ours,
+        baselines,
+        note,
+    })
 }
 
 /// Heartbeats: the shared-memory fast path against the socket.

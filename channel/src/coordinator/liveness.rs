@@ -144,6 +144,7 @@ impl Shared {
         wait::wait(
             self.sem(direction, role, rank),
             budget,
+            self.config.poll,
             &self.config.name,
             what,
             || {

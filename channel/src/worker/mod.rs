@@ -239,6 +239,12 @@ impl<Req: prost::Message + Default, Resp: prost::Message + Default> Worker<Req, 
         self.rank
     }
 
+    /// How long this worker busy-polls before it sleeps while waiting (see
+    /// [`ChannelConfig::poll`]; at most 50 ms is used at a time).
+    pub fn set_poll(&mut self, poll: Duration) {
+        self.config.poll = poll;
+    }
+
     /// The channel's configuration, as the coordinator published it.
     pub fn config(&self) -> &ChannelConfig {
         &self.config
@@ -607,6 +613,7 @@ impl<Req: prost::Message + Default, Resp: prost::Message + Default> Worker<Req, 
         wait::wait(
             self.sem(direction, role),
             budget,
+            self.config.poll,
             &self.config.name,
             || what.to_owned(),
             || self.check_coordinator(direction),
