@@ -201,6 +201,38 @@ fn request(sequence: u64) -> ExecuteRequest {
     }
 }
 
+/// A worker's receive, one of its forms: decoded, read in place (every byte
+/// looked at, then decoded), or copied as bytes.
+fn receive(worker: &mut Worker, how: u8) -> nodeipc_channel::Result<()> {
+    match how % 3 {
+        0 => worker.recv().map(drop),
+        1 => {
+            let request = worker.recv_in_place()?;
+            let sum = request.bytes().iter().map(|&b| u64::from(b)).sum::<u64>();
+            std::hint::black_box(sum);
+            request.decode().map(drop)
+        }
+        _ => worker.recv_bytes(&mut Vec::new()),
+    }
+}
+
+/// A coordinator's gather, one of its forms: decoded, as bytes, or the
+/// first answer as bytes and the rest drained.
+fn gather(coordinator: &mut Coordinator, how: u8) -> nodeipc_channel::Result<()> {
+    match how % 3 {
+        0 => coordinator.recv_all().map(drop),
+        1 => coordinator.recv_all_bytes().map(|g| {
+            std::hint::black_box(g.iter().map(|(_, b)| b.len()).sum::<usize>());
+        }),
+        _ => {
+            coordinator
+                .recv_first_bytes()
+                .map(|f| std::hint::black_box(f.bytes().len()))?;
+            coordinator.drain().map(drop)
+        }
+    }
+}
+
 /// A real coordinator and a real worker in one thread, and a hostile
 /// process writing between their steps: request frames, response and init
 /// slots (lengths past the slot, garbage bodies), the worker's table entry
@@ -243,9 +275,10 @@ pub fn channel_slots(data: &[u8]) {
             0 => {
                 check(coordinator.send(&request(sent)).map(drop));
                 sent += 1;
-                check(worker.recv().map(drop));
+                let how = script.byte();
+                check(receive(&mut worker, how));
                 check(worker.respond(&ExecuteResponse::default()));
-                check(coordinator.recv_all().map(drop));
+                check(gather(&mut coordinator, how >> 2));
             }
             // A request frame rewritten after the coordinator wrote it.
             1 => {
@@ -258,7 +291,8 @@ pub fn channel_slots(data: &[u8]) {
                     .write_at(at, &prefix.to_le_bytes())
                     .expect("prefix");
                 request_map.write_at(at + 4, body).expect("body");
-                check(worker.recv().map(drop));
+                let how = script.byte();
+                check(receive(&mut worker, how));
             }
             // A response or init slot the worker filled with anything.
             2 | 3 => {
@@ -281,7 +315,7 @@ pub fn channel_slots(data: &[u8]) {
                 let gathered = if init {
                     coordinator.recv_init().map(drop)
                 } else {
-                    coordinator.recv_all().map(drop)
+                    gather(&mut coordinator, script.byte())
                 };
                 check(gathered);
             }
