@@ -1,0 +1,26 @@
+#![doc = include_str!("../README.md")]
+
+#[cfg(feature = "barrier")]
+#[doc(inline)]
+pub use nodeipc_barrier as barrier;
+#[cfg(feature = "channel")]
+#[doc(inline)]
+pub use nodeipc_channel as channel;
+#[cfg(feature = "fdpass")]
+#[doc(inline)]
+pub use nodeipc_fdpass as fdpass;
+#[cfg(feature = "fs")]
+#[doc(inline)]
+pub use nodeipc_fs as fs;
+#[cfg(feature = "monitor")]
+#[doc(inline)]
+pub use nodeipc_monitor as monitor;
+#[cfg(feature = "proto")]
+#[doc(inline)]
+pub use nodeipc_proto as proto;
+#[cfg(feature = "sem")]
+#[doc(inline)]
+pub use nodeipc_sem as sem;
+#[cfg(feature = "shm")]
+#[doc(inline)]
+pub use nodeipc_shm as shm;
