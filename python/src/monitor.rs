@@ -274,6 +274,8 @@ impl MonitorConnection {
         )?;
         dict.set_item("state", format!("{:?}", status.state).to_lowercase())?;
         dict.set_item("heartbeats", status.heartbeats)?;
+        dict.set_item("global_rank", status.rank.as_ref().map(|r| r.global_rank))?;
+        dict.set_item("local_rank", status.rank.as_ref().map(|r| r.local_rank))?;
         dict.set_item(
             "open_sections",
             status
