@@ -12,7 +12,7 @@ import time
 import pytest
 
 import nodeipc
-from conftest import HERE, python_child, rust_program
+from conftest import HERE, python_child, rust_program  # noqa: F401
 from nodeipc.monitor import RankMonitorClient, RankMonitorClientError
 
 
@@ -90,27 +90,18 @@ def test_a_training_loop_that_hangs_is_killed_and_its_timeouts_were_calculated(m
 def test_calculated_timeouts_survive_a_restart_through_state_dict(monitor, private_dir):
     socket = monitor(heartbeat_region=True, restart_expected=True)
     state = private_dir / "state.json"
-    saved = subprocess.run(
-        python_child("train_py.py", "save", str(state), env=child_env(socket)).args,
-        env=child_env(socket),
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    saved = run_rank("save", str(state), env=child_env(socket))
     assert saved.returncode == 0, saved.stdout + saved.stderr
     kept = json.loads(state.read_text())
     assert kept["hb_timeouts"]["were_calculated"] is True
     assert kept["hb_timeouts"]["subsequent"] == 1.0
     assert kept["section_timeouts"]["calculated_sections"] == ["step"]
-    restored = subprocess.run(
-        python_child("train_py.py", "restore", str(state), env=child_env(socket)).args,
-        env=child_env(socket),
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    # The job restarts: a new monitor, which knows nothing of them.
+    fresh = monitor(heartbeat_region=True, restart_expected=True)
+    restored = run_rank("restore", str(state), env=child_env(fresh))
     assert restored.returncode == 0, restored.stdout + restored.stderr
     lines = restored.stdout.splitlines()
+    assert "before hb None" in lines, lines
     assert "hb 1.0" in lines and "step 1.0" in lines, lines
     assert "calculated True" in lines
 

@@ -50,6 +50,7 @@ def main():
             json.dump(client.state_dict(), f)
         print(f"hb {client.hb_timeouts.subsequent}", flush=True)
     elif mode == "restore":
+        print(f"before hb {client._connection().status()['heartbeat']}", flush=True)
         client.shutdown_workload_monitoring()
         client = RankMonitorClient(check_interval=0.1)
         with open(args[0]) as f:

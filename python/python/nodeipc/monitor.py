@@ -174,9 +174,11 @@ class RankMonitorClient:
         except NodeipcError as e:
             raise _wrap(e) from e
         self._conn = conn
-        self._adopt(config, calculated=False)
         if self._loaded:
+            # The loaded timeouts, not the monitor's defaults, are in force.
             self._send_calculated()
+        else:
+            self._adopt(config, calculated=False)
 
     def shutdown_workload_monitoring(self) -> None:
         """Closes the connection; the monitor sees the rank leave."""
