@@ -14,7 +14,7 @@ target="${CARGO_TARGET_DIR:-$PWD/target}"
 export CARGO_TARGET_DIR="${target}"
 venv="${target}/python-venv"
 
-step "virtual environment with maturin, pytest, numpy, protobuf"
+step "virtual environment with maturin, pytest, numpy, protobuf, mypy"
 rm -rf "${venv}"
 if ! python3 -m venv "${venv}"; then
     # Debian's python3 keeps venv (and its pip) in a package of its own.
@@ -23,8 +23,8 @@ if ! python3 -m venv "${venv}"; then
     python3 -m venv "${venv}"
 fi
 "${venv}/bin/python" -m pip install --quiet --disable-pip-version-check \
-    'maturin>=1.5,<2' pytest numpy 'protobuf>=4.21'
-"${venv}/bin/python" -c "import maturin, pytest, numpy, google.protobuf"
+    'maturin>=1.5,<2' pytest numpy 'protobuf>=4.21' mypy
+"${venv}/bin/python" -c "import maturin, pytest, numpy, google.protobuf, mypy"
 
 step "the programs the tests drive"
 cargo build --locked -p nodeipc-cli --bin nodeipc -p nodeipc-integration-tests --bin rank
