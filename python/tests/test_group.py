@@ -157,3 +157,39 @@ def test_a_closed_descriptor_is_refused_by_exchange_fds(unique_name):
             group.exchange_fds(r)
         with pytest.raises(TypeError):
             group.exchange_fds("3")
+
+
+@pytest.mark.parametrize("what", ["named-sem", "shm-sem", "open"])
+def test_ctrl_c_ends_every_kind_of_wait(unique_name, what):
+    name = unique_name("wait")
+    child = python_child("waiter_py.py", what, name)
+    assert child.stdout.readline().strip() == "waiting"
+    time.sleep(0.3)  # parked by now
+    child.send_signal(signal.SIGINT)
+    code, out, err = finish(child, timeout=10)
+    assert code == 0 and out.startswith("KeyboardInterrupt after"), f"{out}\n{err}"
+    assert ours_in_dev_shm(name) == []
+
+
+def test_a_waiting_call_lets_other_python_threads_run(unique_name):
+    import threading
+
+    name = unique_name("gil")
+    child = python_child("rank_py.py", "barrier-wait", name, "0", "2")
+    group = nodeipc.Group(name, 1, 2, timeout=30)
+    assert child.stdout.readline().strip() == "waiting"
+    region = nodeipc.Region.anonymous(64)
+    sem = nodeipc.ShmSemaphore(region, initial=0)
+    done = []
+    waiter = threading.Thread(target=lambda: done.append(sem.wait(timeout=10)))
+    waiter.start()
+    # The waiter holds no lock: this thread counts freely meanwhile.
+    count, until = 0, time.monotonic() + 0.3
+    while time.monotonic() < until:
+        count += 1
+    sem.post()
+    waiter.join(timeout=10)
+    assert done == [None] and count > 10_000, count
+    group.barrier()  # lets the child's barrier pass
+    code, out, err = finish(child)
+    assert code == 0 and out.strip().splitlines()[-1] == "ok", f"{out}\n{err}"
