@@ -159,3 +159,22 @@ def test_the_safety_floor_follows_the_check_interval(monkeypatch):
     assert RankMonitorClient("x", check_interval=2.5).safety_floor == 5.0
     monkeypatch.setenv("NODEIPC_MONITOR_CHECK_INTERVAL", "0.75")
     assert RankMonitorClient("x").safety_floor == 1.5
+
+
+def test_timeouts_calculated_over_a_group_are_the_maximum_of_its_ranks(monitor, unique_name):
+    name = unique_name("ft-group")
+    # Rank 0 beats every ~10 ms, rank 1 every ~300 ms: alone, rank 0 would
+    # get the 1 s floor; together both get rank 1's ~5 x 0.3 s.
+    ranks = [
+        python_child("train_py.py", "group", name, str(r), pause, env=child_env(monitor()))
+        for r, pause in ((0, "0.01"), (1, "0.3"))
+    ]
+    outputs = []
+    for proc in ranks:
+        out, err = proc.communicate(timeout=60)
+        assert proc.returncode == 0, out + err
+        outputs.append(out.splitlines())
+    hb = [float(line.split()[1]) for out in outputs for line in out if line.startswith("hb ")]
+    step = [float(line.split()[1]) for out in outputs for line in out if line.startswith("step ")]
+    assert len(hb) == 2 and hb[0] == hb[1] and hb[0] >= 1.4, outputs
+    assert len(step) == 2 and step[0] == step[1] and step[0] >= 1.4, outputs

@@ -9,6 +9,9 @@ Modes:
   restore FILE    loads FILE before Init and prints the monitor's timeouts.
   socket          5 heartbeats; prints whether they took shared memory.
   rank            prints the rank the monitor registered.
+  group NAME RANK PAUSE
+                  rank RANK of a group of 2 named NAME: steps PAUSE s long,
+                  then timeouts agreed over the group (max over ranks).
 """
 
 import json
@@ -28,7 +31,12 @@ def steps(client, n=20, pause=0.01):
 
 def main():
     mode, *args = sys.argv[1:]
-    client = RankMonitorClient(check_interval=0.1)
+    group = None
+    if mode == "group":
+        import nodeipc
+
+        group = nodeipc.Group(args[0], int(args[1]), 2, timeout=30, slot_size=4096)
+    client = RankMonitorClient(check_interval=0.1, group=group)
     client.init_workload_monitoring()
     print(f"shared memory {client.uses_shared_memory_heartbeats}", flush=True)
     if mode == "hang":
@@ -64,6 +72,14 @@ def main():
         for _ in range(5):
             client.send_heartbeat()
         print(f"heartbeats {client._connection().status()['heartbeats']}", flush=True)
+    elif mode == "group":
+        steps(client, n=6, pause=float(args[2]))
+        assert client.calculate_and_set_hb_timeouts()
+        assert client.calculate_and_set_section_timeouts()
+        status = client._connection().status()
+        print(f"hb {status['heartbeat']:.1f}", flush=True)
+        print(f"step {status['sections']['step']:.1f}", flush=True)
+        group.leave()
     elif mode == "rank":
         status = client._connection().status()
         print(f"rank {status['global_rank']} local {status['local_rank']}", flush=True)
