@@ -238,6 +238,17 @@ impl MonitorConnection {
         }
     }
 
+    /// The estimator's section and out-of-section proposal (seconds), which
+    /// needs no heartbeats: sections with too few observations are left out.
+    fn propose_sections<'py>(&mut self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let client = self.client(py)?;
+        let Some(estimator) = client.estimator_mut() else {
+            return Err(invalid("no estimator attached".to_owned()));
+        };
+        let p = estimator.propose_sections();
+        timeouts_dict(py, None, None, p.out_of_section, &p.sections)
+    }
+
     /// Heartbeat intervals the estimator has seen.
     fn heartbeat_samples(&mut self, py: Python<'_>) -> PyResult<usize> {
         Ok(self

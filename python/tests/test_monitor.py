@@ -114,6 +114,12 @@ def test_heartbeats_go_over_the_socket_when_no_region_is_granted(monitor):
     assert "heartbeats 5" in done.stdout
 
 
+def test_section_timeouts_need_no_heartbeats(monitor):
+    done = run_rank("sections", env=child_env(monitor()))
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "step 1.0 out 1.0" in done.stdout and "hb None" in done.stdout, done.stdout
+
+
 @pytest.mark.parametrize(
     "env, expected",
     [

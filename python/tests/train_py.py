@@ -8,6 +8,8 @@ Modes:
   save FILE       20 steps, calculates, writes state_dict() as JSON to FILE.
   restore FILE    loads FILE before Init and prints the monitor's timeouts.
   socket          5 heartbeats; prints whether they took shared memory.
+  sections        20 steps of sections and no heartbeat; calculates the
+                  section timeouts and prints them.
   rank            prints the rank the monitor registered.
   group NAME RANK PAUSE
                   rank RANK of a group of 2 named NAME: steps PAUSE s long,
@@ -80,6 +82,16 @@ def main():
         print(f"hb {status['heartbeat']:.1f}", flush=True)
         print(f"step {status['sections']['step']:.1f}", flush=True)
         group.leave()
+    elif mode == "sections":
+        for _ in range(20):
+            client.start_section("step")
+            time.sleep(0.01)
+            client.end_section("step")
+        assert not client.calculate_and_set_hb_timeouts(skip_if_not_ready=True)
+        assert client.calculate_and_set_section_timeouts()
+        status = client._connection().status()
+        print(f"step {status['sections']['step']} out {status['out_of_section']}", flush=True)
+        print(f"hb {status['heartbeat']}", flush=True)
     elif mode == "rank":
         status = client._connection().status()
         print(f"rank {status['global_rank']} local {status['local_rank']}", flush=True)

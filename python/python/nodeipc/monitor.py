@@ -302,7 +302,7 @@ class RankMonitorClient:
         ``RankMonitorClientError`` then otherwise."""
         conn = self._connection()
         try:
-            proposal = self._agree(conn.propose())
+            proposal = self._agree(conn.propose_sections())
         except NodeipcError as e:
             raise _wrap(e) from e
         sections: Dict[str, float] = dict((proposal or {}).get("sections", {}))
@@ -317,7 +317,7 @@ class RankMonitorClient:
             raise RankMonitorClientError(
                 "not enough observations to calculate the timeouts of "
                 + (", ".join(missing) if missing else "any section")
-                + f" (each needs {self._min_samples}, and as many heartbeat intervals)"
+                + f" (each needs {self._min_samples})"
             )
         chosen = {name: self._floor(sections[name]) for name in wanted}
         try:
