@@ -174,6 +174,11 @@ class RankMonitorClient:
         except NodeipcError as e:
             raise _wrap(e) from e
         self._conn = conn
+        if conn.has_heartbeat_region:
+            # The fast path is one atomic increment: call it without this
+            # class's wrapper, which would cost more than the heartbeat (its
+            # errors are RankMonitorClientError already).
+            setattr(self, "send_heartbeat", conn.heartbeat)
         if self._loaded:
             # The loaded timeouts, not the monitor's defaults, are in force.
             self._send_calculated()
@@ -182,6 +187,7 @@ class RankMonitorClient:
 
     def shutdown_workload_monitoring(self) -> None:
         """Closes the connection; the monitor sees the rank leave."""
+        self.__dict__.pop("send_heartbeat", None)
         if self._conn is not None:
             self._conn.close()
             self._conn = None
