@@ -18,6 +18,8 @@ pub(crate) enum Kind {
     AlreadyExists,
     InvalidArgument,
     RankMonitorClient,
+    MonitorRefused,
+    MonitorTimeout,
 }
 
 impl Kind {
@@ -31,6 +33,8 @@ impl Kind {
             Kind::AlreadyExists => "AlreadyExistsError",
             Kind::InvalidArgument => "InvalidArgumentError",
             Kind::RankMonitorClient => "RankMonitorClientError",
+            Kind::MonitorRefused => "MonitorRefusedError",
+            Kind::MonitorTimeout => "MonitorTimeoutError",
         }
     }
 }
@@ -121,12 +125,16 @@ pub(crate) fn group(py: Python<'_>, e: nodeipc_barrier::Error) -> PyErr {
     raise(py, kind, e.to_string(), errno_of(&e))
 }
 
-/// A monitor client error: `RankMonitorClientError`, as nvidia-resiliency-ext
-/// raises, with `timed_out` and `refused` attributes saying which it was.
+/// A monitor client error: a `RankMonitorClientError`, as
+/// nvidia-resiliency-ext raises; a refusal is also a `RefusedError`, a
+/// timeout also a `TimeoutError`.
 pub(crate) fn monitor(py: Python<'_>, e: nodeipc_monitor::Error) -> PyErr {
-    let err = raise(py, Kind::RankMonitorClient, e.to_string(), errno_of(&e));
-    let value = err.value(py);
-    let _ = value.setattr("timed_out", e.is_timeout());
-    let _ = value.setattr("refused", e.is_refused());
-    err
+    let kind = if e.is_refused() {
+        Kind::MonitorRefused
+    } else if e.is_timeout() {
+        Kind::MonitorTimeout
+    } else {
+        Kind::RankMonitorClient
+    };
+    raise(py, kind, e.to_string(), errno_of(&e))
 }

@@ -24,6 +24,10 @@ def test_every_error_derives_from_the_base_and_its_builtin_meaning():
     assert issubclass(nodeipc.RefusedError, nodeipc.NodeipcError)
     assert RankMonitorClientError is nodeipc.RankMonitorClientError
     assert issubclass(RankMonitorClientError, nodeipc.NodeipcError)
+    assert issubclass(nodeipc.MonitorRefusedError, RankMonitorClientError)
+    assert issubclass(nodeipc.MonitorRefusedError, nodeipc.RefusedError)
+    assert issubclass(nodeipc.MonitorTimeoutError, RankMonitorClientError)
+    assert issubclass(nodeipc.MonitorTimeoutError, builtins.TimeoutError)
 
 
 def test_a_rust_error_keeps_its_message_and_errno(unique_name):

@@ -114,6 +114,21 @@ def test_heartbeats_go_over_the_socket_when_no_region_is_granted(monitor):
     assert "heartbeats 5" in done.stdout
 
 
+def test_a_refusal_and_a_timeout_say_which_they_are(monitor, private_dir):
+    client = RankMonitorClient(monitor(), rank=0, timeout=5)
+    client.init_workload_monitoring()
+    try:
+        with pytest.raises(nodeipc.RefusedError) as caught:
+            client.end_section("never-opened")
+        assert isinstance(caught.value, RankMonitorClientError)
+        assert "never-opened" in str(caught.value)
+    finally:
+        client.shutdown_workload_monitoring()
+    with pytest.raises(nodeipc.TimeoutError) as caught:
+        RankMonitorClient(str(private_dir / "nobody.sock"), timeout=0.2).init_workload_monitoring()
+    assert isinstance(caught.value, RankMonitorClientError)
+
+
 def test_section_timeouts_need_no_heartbeats(monitor):
     done = run_rank("sections", env=child_env(monitor()))
     assert done.returncode == 0, done.stdout + done.stderr

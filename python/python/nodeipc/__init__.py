@@ -22,6 +22,8 @@ from ._errors import (
     AlreadyExistsError,
     Error,
     InvalidArgumentError,
+    MonitorRefusedError,
+    MonitorTimeoutError,
     NodeipcError,
     NotFoundError,
     NotPermittedError,
@@ -49,4 +51,6 @@ __all__ = [
     "AlreadyExistsError",
     "InvalidArgumentError",
     "RankMonitorClientError",
+    "MonitorRefusedError",
+    "MonitorTimeoutError",
 ]

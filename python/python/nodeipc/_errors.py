@@ -50,6 +50,14 @@ class RankMonitorClientError(NodeipcError):
     nvidia-resiliency-ext."""
 
 
+class MonitorRefusedError(RankMonitorClientError, RefusedError):
+    """The monitor refused a request (a section not open, a second Init …)."""
+
+
+class MonitorTimeoutError(RankMonitorClientError, TimeoutError):
+    """The monitor did not answer in time (or never listened)."""
+
+
 __all__ = [
     "NodeipcError",
     "Error",
@@ -61,4 +69,6 @@ __all__ = [
     "AlreadyExistsError",
     "InvalidArgumentError",
     "RankMonitorClientError",
+    "MonitorRefusedError",
+    "MonitorTimeoutError",
 ]
