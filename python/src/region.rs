@@ -22,6 +22,9 @@ use crate::errors::{self, invalid};
 #[pyclass(module = "nodeipc._native", frozen)]
 pub(crate) struct Region {
     pub(crate) inner: nodeipc_shm::Region,
+    /// Made by `create` here: the name is ours to remove at the end of a
+    /// `with` block (an opener's block leaves it to its creator).
+    created: bool,
 }
 
 /// `value` as a size, or an exception naming `what` and the value.
@@ -79,7 +82,10 @@ impl Region {
             move || nodeipc_shm::Region::create(&name, size),
             errors::shm,
         )
-        .map(|inner| Region { inner })
+        .map(|inner| Region {
+            inner,
+            created: true,
+        })
     }
 
     /// Opens a named region of at least `min_size` bytes, waiting up to
@@ -103,7 +109,10 @@ impl Region {
             move || nodeipc_shm::Region::open(&name, options),
             errors::shm,
         )
-        .map(|inner| Region { inner })
+        .map(|inner| Region {
+            inner,
+            created: false,
+        })
     }
 
     /// An unnamed region (a memfd) to pass to other processes by descriptor.
@@ -115,7 +124,10 @@ impl Region {
             move || nodeipc_shm::Region::anonymous(size),
             errors::shm,
         )
-        .map(|inner| Region { inner })
+        .map(|inner| Region {
+            inner,
+            created: false,
+        })
     }
 
     /// Maps the region behind descriptor `fd` (a memfd or shared-memory
@@ -129,8 +141,10 @@ impl Region {
                 fd.as_raw_fd()
             ))
         })?;
-        blocking(py, move || nodeipc_shm::Region::from_fd(owned), errors::shm)
-            .map(|inner| Region { inner })
+        blocking(py, move || nodeipc_shm::Region::from_fd(owned), errors::shm).map(|inner| Region {
+            inner,
+            created: false,
+        })
     }
 
     /// The name, or None for an anonymous region.
@@ -203,7 +217,8 @@ impl Region {
         slf
     }
 
-    /// Leaving a `with` block removes the name (as `unlink()`).
+    /// Leaving a `with` block removes the name of a region `create` made
+    /// (as `unlink()`); an opened region's name is its creator's.
     fn __exit__(
         &self,
         py: Python<'_>,
@@ -211,7 +226,9 @@ impl Region {
         _value: Py<PyAny>,
         _traceback: Py<PyAny>,
     ) -> PyResult<bool> {
-        self.unlink(py)?;
+        if self.created {
+            self.unlink(py)?;
+        }
         Ok(false)
     }
 

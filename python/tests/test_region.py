@@ -99,6 +99,10 @@ def test_a_region_in_a_with_block_is_unlinked_at_its_end(unique_name):
     name = unique_name("with")
     with nodeipc.Region.create(name, 64) as region:
         region.write(0, b"x")
+        # An opener's block leaves the name to its creator.
+        with nodeipc.Region.open(name) as opened:
+            assert opened.read(0, 1) == b"x"
+        assert nodeipc.Region.open(name).read(0, 1) == b"x"
     with pytest.raises(nodeipc.NotFoundError):
         nodeipc.Region.open(name)
 

@@ -60,7 +60,7 @@ class Region(Buffer):
         value: Optional[BaseException],
         traceback: Optional[TracebackType],
     ) -> bool:
-        """Unlinks the name."""
+        """Unlinks the name of a region ``create`` made."""
 
 @final
 class NamedSemaphore:
