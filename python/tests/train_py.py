@@ -38,6 +38,8 @@ def main():
         import nodeipc
 
         group = nodeipc.Group(args[0], int(args[1]), 2, timeout=30, slot_size=4096)
+    # The group given to the constructor serves the heartbeat timeout; the
+    # section timeouts take it as an argument (both forms are supported).
     client = RankMonitorClient(check_interval=0.1, group=group)
     client.init_workload_monitoring()
     print(f"shared memory {client.uses_shared_memory_heartbeats}", flush=True)
@@ -77,7 +79,8 @@ def main():
     elif mode == "group":
         steps(client, n=6, pause=float(args[2]))
         assert client.calculate_and_set_hb_timeouts()
-        assert client.calculate_and_set_section_timeouts()
+        client._group = None
+        assert client.calculate_and_set_section_timeouts(group=group)
         status = client._connection().status()
         print(f"hb {status['heartbeat']:.1f}", flush=True)
         print(f"step {status['sections']['step']:.1f}", flush=True)

@@ -241,14 +241,17 @@ class RankMonitorClient:
     def _floor(self, value: Optional[float]) -> Optional[float]:
         return None if value is None else max(value, self.safety_floor)
 
-    def _agree(self, proposal: Optional[Dict[str, Any]]) -> Optional[Dict[str, Any]]:
+    def _agree(
+        self, proposal: Optional[Dict[str, Any]], group: Optional[_native.Group]
+    ) -> Optional[Dict[str, Any]]:
         """With a group: every rank's proposal, merged by maximum; None when
         any rank has none yet. Alone: the proposal as it is."""
-        if self._group is None:
+        group = group if group is not None else self._group
+        if group is None:
             return proposal
         mine = json.dumps(proposal, separators=(",", ":")).encode()
         try:
-            gathered = self._group.all_gather(mine)
+            gathered = group.all_gather(mine)
         except NodeipcError as e:
             raise _wrap(e) from e
         proposals = [json.loads(raw) for raw in gathered]
@@ -269,14 +272,17 @@ class RankMonitorClient:
         merged["sections"] = {k: v for k, v in merged["sections"].items() if k in common}
         return merged
 
-    def calculate_and_set_hb_timeouts(self, skip_if_not_ready: bool = False) -> bool:
+    def calculate_and_set_hb_timeouts(
+        self, skip_if_not_ready: bool = False, group: Optional[_native.Group] = None
+    ) -> bool:
         """Calculates the heartbeat timeout from the intervals seen and sends
         it. Returns True when set; False when there were too few intervals
         and ``skip_if_not_ready``; raises ``RankMonitorClientError`` then
-        otherwise."""
+        otherwise. With ``group`` (or the constructor's), every rank of it
+        calls this together and all set the maximum of their timeouts."""
         conn = self._connection()
         try:
-            proposal = self._agree(conn.propose())
+            proposal = self._agree(conn.propose(), group)
         except NodeipcError as e:
             raise _wrap(e) from e
         if proposal is None or proposal.get("heartbeat") is None:
@@ -300,15 +306,18 @@ class RankMonitorClient:
         selected_sections: Optional[Iterable[str]] = None,
         calc_out_of_section: bool = True,
         skip_if_not_ready: bool = False,
+        group: Optional[_native.Group] = None,
     ) -> bool:
         """Calculates the timeouts of ``selected_sections`` (default: every
         section seen) and, with ``calc_out_of_section``, of the stretches
         outside sections, and sends them. Returns True when set; False when
         some lacked observations and ``skip_if_not_ready``; raises
-        ``RankMonitorClientError`` then otherwise."""
+        ``RankMonitorClientError`` then otherwise. With ``group`` (or the
+        constructor's), every rank of it calls this together and all set the
+        maximum of their timeouts."""
         conn = self._connection()
         try:
-            proposal = self._agree(conn.propose_sections())
+            proposal = self._agree(conn.propose_sections(), group)
         except NodeipcError as e:
             raise _wrap(e) from e
         sections: Dict[str, float] = dict((proposal or {}).get("sections", {}))
