@@ -54,3 +54,15 @@ def test_a_script_using_the_package_type_checks(tmp_path: pathlib.Path):
         cwd=tmp_path,
     )
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_the_package_itself_type_checks_strictly(tmp_path: pathlib.Path):
+    require_module("mypy")
+    done = subprocess.run(
+        [sys.executable, "-m", "mypy", "--strict", "--no-incremental", "-p", "nodeipc"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=tmp_path,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr

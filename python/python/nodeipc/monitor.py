@@ -334,7 +334,7 @@ class RankMonitorClient:
                 + (", ".join(missing) if missing else "any section")
                 + f" (each needs {self._min_samples})"
             )
-        chosen = {name: self._floor(sections[name]) for name in wanted}
+        chosen = {name: max(sections[name], self.safety_floor) for name in wanted}
         try:
             config = conn.send_timeouts(
                 out_of_section=self._floor(out_of_section) if calc_out_of_section else None,

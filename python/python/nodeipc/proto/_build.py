@@ -4,8 +4,9 @@ build time), as the modules ``protoc --python_out`` writes do."""
 
 from typing import Any, Dict
 
-from google.protobuf import descriptor_pool as _descriptor_pool
-from google.protobuf.internal import builder as _builder
+# protobuf ships no type information (types-protobuf has it).
+from google.protobuf import descriptor_pool as _descriptor_pool  # type: ignore[import-untyped, unused-ignore]
+from google.protobuf.internal import builder as _builder  # type: ignore[import-untyped, unused-ignore]
 
 from .. import _native
 
