@@ -63,10 +63,12 @@ pub(crate) fn caller_fd(what: &str, fd: i64) -> PyResult<BorrowedFd<'static>> {
             std::io::Error::last_os_error()
         )));
     }
-    // SAFETY: the number is open (checked just above) and stays open for the
-    // call that borrows it: the caller's descriptor is not closed under a
-    // call it passed it to (the interpreter lock is released only around
-    // the Rust call itself, which does not close it).
+    // SAFETY: the number is open (checked just above) and the caller, who
+    // owns it, keeps it open for the call it passed it to; a call reads or
+    // duplicates it and never closes it. Were another thread of the caller
+    // to close it meanwhile (its own race, as with `os.read`), a system
+    // call would fail with EBADF or act on whatever file took the number:
+    // no memory is at stake.
     Ok(unsafe { BorrowedFd::borrow_raw(raw) })
 }
 
