@@ -88,6 +88,22 @@ pub enum Error {
         expected: u32,
     },
 
+    /// This thread's cancellation hook
+    /// ([`nodeipc_shm::wait::with_cancel_hook`]: Ctrl-C in a binding) ended
+    /// a wait. An interrupted collective poisons the group (this rank is
+    /// going down); an interrupted join leaves nothing behind.
+    #[error("group {group}: rank {rank} was interrupted in {op} after {waited:?}")]
+    Interrupted {
+        /// The group name.
+        group: String,
+        /// This rank.
+        rank: u32,
+        /// The operation (join, barrier, …).
+        op: &'static str,
+        /// How long it had waited.
+        waited: Duration,
+    },
+
     /// An earlier failure (a death, a departure, a timeout) made the group
     /// unusable; every later call returns this.
     #[error("group {group}: unusable since rank {rank} {cause}")]
@@ -210,6 +226,7 @@ impl From<Error> for io::Error {
         let kind = match &error {
             Error::Io { source, .. } => source.kind(),
             Error::Timeout { .. } => io::ErrorKind::TimedOut,
+            Error::Interrupted { .. } => io::ErrorKind::Interrupted,
             Error::PeerDied { .. } | Error::PeerLeft { .. } | Error::Poisoned { .. } => {
                 io::ErrorKind::BrokenPipe
             }

@@ -158,6 +158,14 @@ impl Mesh {
             }
             group.check_alive()?;
             let waited = start.elapsed();
+            if nodeipc_shm::wait::cancelled() {
+                return Err(Error::Interrupted {
+                    group: group.name().to_owned(),
+                    rank: group.rank(),
+                    op: "descriptor exchange",
+                    waited,
+                });
+            }
             if waited >= timeout {
                 return Err(Error::Timeout {
                     group: group.name().to_owned(),

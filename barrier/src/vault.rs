@@ -99,6 +99,8 @@ pub(crate) enum Cause {
     Left,
     TimedOut,
     Failed,
+    /// Its wait was interrupted (Ctrl-C in a binding): the rank is going down.
+    Interrupted,
     /// A value no cause of ours has: a vault written by another version, a
     /// corrupted one, or a cause not stored yet (0). Kept as it was found,
     /// so the error names it rather than guessing.
@@ -112,6 +114,7 @@ impl Cause {
             2 => Cause::Left,
             3 => Cause::TimedOut,
             4 => Cause::Failed,
+            5 => Cause::Interrupted,
             raw => Cause::Unknown(raw),
         }
     }
@@ -123,6 +126,7 @@ impl Cause {
             Cause::Left => 2,
             Cause::TimedOut => 3,
             Cause::Failed => 4,
+            Cause::Interrupted => 5,
             Cause::Unknown(raw) => raw,
         }
     }
@@ -134,6 +138,7 @@ impl Cause {
             Cause::Left => "left the group".to_owned(),
             Cause::TimedOut => "timed out waiting for the others".to_owned(),
             Cause::Failed => "failed inside a collective operation".to_owned(),
+            Cause::Interrupted => "was interrupted inside a collective operation".to_owned(),
             Cause::Unknown(raw) => format!("poisoned the group with unknown cause {raw}"),
         }
     }
@@ -275,7 +280,13 @@ mod tests {
 
     #[test]
     fn every_known_cause_survives_the_vault_word() {
-        for cause in [Cause::Died, Cause::Left, Cause::TimedOut, Cause::Failed] {
+        for cause in [
+            Cause::Died,
+            Cause::Left,
+            Cause::TimedOut,
+            Cause::Failed,
+            Cause::Interrupted,
+        ] {
             assert_eq!(Cause::from_raw(cause.to_raw()), cause);
             assert!(!cause.describe().contains("unknown"), "{cause:?}");
         }
@@ -284,7 +295,7 @@ mod tests {
 
     #[test]
     fn an_unknown_cause_is_kept_and_named_never_taken_for_a_timeout() {
-        for raw in [0u32, 5, 99, u32::MAX] {
+        for raw in [0u32, 6, 99, u32::MAX] {
             let cause = Cause::from_raw(raw);
             assert_eq!(cause, Cause::Unknown(raw));
             assert_eq!(cause.to_raw(), raw);

@@ -182,10 +182,37 @@ impl TimeoutEstimator {
             });
         }
         let previous = self.previous.clone().unwrap_or_default();
+        let mut proposal = self.sections_proposal(&previous);
+        proposal.heartbeat = Some(self.merge(self.heartbeat.max, previous.heartbeat));
+        self.previous = Some(proposal.clone());
+        Ok(proposal)
+    }
+
+    /// Proposes the section and out-of-section timeouts alone, however few
+    /// heartbeats were seen: for a rank that reports sections and sends no
+    /// heartbeats (nvidia-resiliency-ext's section-only use). Sections and
+    /// the out-of-section stretch with fewer than `min_samples`
+    /// observations are left out; the heartbeat is never proposed. What it
+    /// proposes is averaged with, and becomes, the previous proposal of
+    /// those timeouts.
+    pub fn propose_sections(&mut self) -> TimeoutUpdate {
+        let mut previous = self.previous.clone().unwrap_or_default();
+        let proposal = self.sections_proposal(&previous);
+        if proposal.out_of_section.is_some() {
+            previous.out_of_section = proposal.out_of_section;
+        }
+        previous.sections.extend(proposal.sections.clone());
+        self.previous = Some(previous);
+        proposal
+    }
+
+    /// The sections and the out-of-section stretch that have enough
+    /// samples, each merged with its previous proposal.
+    fn sections_proposal(&self, previous: &TimeoutUpdate) -> TimeoutUpdate {
         let enough = |s: &Samples| s.count >= self.min_samples;
-        let proposal = TimeoutUpdate {
+        TimeoutUpdate {
             initial_heartbeat: None,
-            heartbeat: Some(self.merge(self.heartbeat.max, previous.heartbeat)),
+            heartbeat: None,
             out_of_section: enough(&self.out_of_section)
                 .then(|| self.merge(self.out_of_section.max, previous.out_of_section)),
             sections: self
@@ -199,9 +226,7 @@ impl TimeoutEstimator {
                     )
                 })
                 .collect(),
-        };
-        self.previous = Some(proposal.clone());
-        Ok(proposal)
+        }
     }
 
     /// `max × factor`, averaged with `previous` when there is one; at least 1 ms.

@@ -74,6 +74,34 @@ fn sections_and_out_of_section_are_proposed_once_each_has_enough_samples() {
 }
 
 #[test]
+fn sections_are_proposed_without_heartbeats_and_averaged_with_the_previous() {
+    let mut e = TimeoutEstimator::new(2.0, 2)
+        .unwrap()
+        .with_smoothing(0.5)
+        .unwrap();
+    let t0 = Instant::now();
+    e.record_init(t0);
+    // No heartbeat at all: out 0..100, step 100..200, out 200..250, step 250..450.
+    e.record_section_start("step", t0 + ms(100));
+    e.record_section_end("step", t0 + ms(200));
+    e.record_section_start("step", t0 + ms(250));
+    e.record_section_end("step", t0 + ms(450));
+    assert!(
+        e.propose().is_err(),
+        "the full proposal still wants heartbeats"
+    );
+    let first = e.propose_sections();
+    assert_eq!(first.heartbeat, None);
+    assert_eq!(first.sections.get("step"), Some(&ms(400)));
+    assert_eq!(first.out_of_section, Some(ms(200)));
+    // A longer step: averaged with the previous proposal, 0.5 x 1000 + 0.5 x 400.
+    e.record_section_start("step", t0 + ms(500));
+    e.record_section_end("step", t0 + ms(1000));
+    let second = e.propose_sections();
+    assert_eq!(second.sections.get("step"), Some(&ms(700)));
+}
+
+#[test]
 fn bad_parameters_are_refused() {
     assert!(TimeoutEstimator::new(0.5, 3).is_err());
     assert!(TimeoutEstimator::new(f64::NAN, 3).is_err());

@@ -94,6 +94,16 @@ pub enum Error {
         waited: Duration,
     },
 
+    /// A wait ended by this thread's cancellation hook
+    /// ([`nodeipc_shm::wait::with_cancel_hook`]): Ctrl-C in a binding.
+    #[error("interrupted after {waited:?} waiting for semaphore {name}")]
+    Interrupted {
+        /// The semaphore.
+        name: String,
+        /// How long we waited.
+        waited: Duration,
+    },
+
     /// A post would take the count past its maximum.
     #[error("semaphore {name} is at its maximum count {max}; post refused")]
     Overflow {
@@ -142,6 +152,7 @@ impl From<Error> for io::Error {
             Error::NotFound { .. } => io::ErrorKind::NotFound,
             Error::AlreadyExists { .. } => io::ErrorKind::AlreadyExists,
             Error::Timeout { .. } => io::ErrorKind::TimedOut,
+            Error::Interrupted { .. } => io::ErrorKind::Interrupted,
             Error::Untrusted { .. } | Error::NotRegular { .. } => io::ErrorKind::PermissionDenied,
             Error::Corrupt { .. } => io::ErrorKind::InvalidData,
             Error::InvalidName { .. } => io::ErrorKind::InvalidInput,

@@ -102,6 +102,12 @@ impl ShmSemaphore {
                     });
                 }
                 Err(WaitError::Futex(e)) => return Err(Error::io("futex(FUTEX_WAIT)", LABEL, e)),
+                Err(WaitError::Interrupted(waited)) => {
+                    return Err(Error::Interrupted {
+                        name: LABEL.to_owned(),
+                        waited,
+                    });
+                }
                 Err(WaitError::Stopped(never)) => match never {},
             }
         }

@@ -22,13 +22,14 @@
 use std::os::fd::AsFd;
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicI32, AtomicU32, AtomicU64, Ordering};
+use std::time::Duration;
 
 use rustix::io::Errno;
 use rustix::mm::{MapFlags, ProtFlags};
 use rustix::time::Timespec;
 
 use crate::{Error, Result};
-use nodeipc_shm::wait::{Parked, park_until, unpark};
+use nodeipc_shm::wait::{Parked, SLICE, cancelled, deadline_after, park_until, unpark};
 
 #[cfg(not(all(target_os = "linux", target_pointer_width = "64")))]
 compile_error!("named semaphores follow glibc's 64-bit layout: Linux on a 64-bit target only");
@@ -186,7 +187,9 @@ impl SemWords {
 
     /// `sem_clockwait` on the monotonic clock until `deadline` (`None`: no
     /// limit). `Ok(false)` when the deadline passed. A signal does not end
-    /// the wait: it resumes with the same deadline.
+    /// the wait: it resumes with the same deadline. This thread's
+    /// cancellation hook (`nodeipc_shm::wait::with_cancel_hook`) is asked
+    /// every `SLICE`: [`Error::Interrupted`] when it says to stop.
     pub(crate) fn take_until(&self, name: &str, deadline: Option<&Timespec>) -> Result<bool> {
         if self.try_take(name)? {
             return Ok(true);
@@ -198,9 +201,25 @@ impl SemWords {
                 break Err(e);
             }
             if value(data) == 0 {
-                match park_until(self.futex_word(), 0, deadline) {
+                // In slices, so that a cancellation hook is asked at least
+                // every `SLICE`; the deadline stays the one given.
+                let slice_end = deadline_after(SLICE);
+                let (until, last) = match deadline {
+                    Some(d) if (d.tv_sec, d.tv_nsec) <= (slice_end.tv_sec, slice_end.tv_nsec) => {
+                        (d, true)
+                    }
+                    _ => (&slice_end, false),
+                };
+                match park_until(self.futex_word(), 0, Some(until)) {
                     Ok(Parked::Woken) => {}
-                    Ok(Parked::TimedOut) => break Ok(false),
+                    Ok(Parked::TimedOut) if last => break Ok(false),
+                    Ok(Parked::TimedOut) if cancelled() => {
+                        break Err(Error::Interrupted {
+                            name: name.to_owned(),
+                            waited: Duration::ZERO,
+                        });
+                    }
+                    Ok(Parked::TimedOut) => {}
                     Err(e) => break Err(Error::io("futex(FUTEX_WAIT_BITSET)", name, e)),
                 }
                 data = self.data().load(Ordering::Relaxed);

@@ -12,7 +12,7 @@ use rustix::io::Errno;
 
 use crate::glibc::{SEM_SIZE, SemWords, initial_bytes};
 use crate::{Error, Result, Semaphore};
-use nodeipc_shm::wait::{Pacer, deadline_after};
+use nodeipc_shm::wait::{Pacer, WaitError, deadline_after};
 
 /// The largest count a glibc semaphore holds (`SEM_VALUE_MAX`).
 pub const SEM_VALUE_MAX: u32 = crate::glibc::SEM_VALUE_MAX;
@@ -210,9 +210,17 @@ impl NamedSemaphore {
             if !transient {
                 return Err(error);
             }
-            pacer.pause().map_err(|waited| Error::Timeout {
-                name: name.to_owned(),
-                waited,
+            pacer.pause_interruptible().map_err(|stop| match stop {
+                WaitError::Interrupted(waited) => Error::Interrupted {
+                    name: name.to_owned(),
+                    waited,
+                },
+                WaitError::TimedOut(waited) => Error::Timeout {
+                    name: name.to_owned(),
+                    waited,
+                },
+                WaitError::Futex(errno) => Error::io("futex", name, errno),
+                WaitError::Stopped(never) => match never {},
             })?;
         }
     }
@@ -269,8 +277,16 @@ impl NamedSemaphore {
     fn wait_for(&self, timeout: Option<Duration>) -> Result<()> {
         let start = Instant::now();
         let deadline = timeout.map(deadline_after);
-        if self.words.take_until(&self.name, deadline.as_ref())? {
-            return Ok(());
+        match self.words.take_until(&self.name, deadline.as_ref()) {
+            Ok(true) => return Ok(()),
+            Ok(false) => {}
+            Err(Error::Interrupted { name, .. }) => {
+                return Err(Error::Interrupted {
+                    name,
+                    waited: start.elapsed(),
+                });
+            }
+            Err(e) => return Err(e),
         }
         Err(Error::Timeout {
             name: self.name.clone(),

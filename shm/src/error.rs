@@ -118,6 +118,18 @@ pub enum Error {
         what: &'static str,
     },
 
+    /// A wait ended by this thread's cancellation hook
+    /// ([`with_cancel_hook`](crate::wait::with_cancel_hook)): Ctrl-C in a binding.
+    #[error("interrupted after {waited:?} waiting for shared-memory object {name} to {what}")]
+    Interrupted {
+        /// The name.
+        name: String,
+        /// How long we waited.
+        waited: Duration,
+        /// What we were waiting for.
+        what: &'static str,
+    },
+
     /// An access outside the mapping.
     #[error("range {offset}..{offset}+{len} is outside {object} ({size} bytes)")]
     OutOfBounds {
@@ -210,6 +222,7 @@ impl From<Error> for io::Error {
             Error::NotFound { .. } => io::ErrorKind::NotFound,
             Error::AlreadyExists { .. } => io::ErrorKind::AlreadyExists,
             Error::Timeout { .. } => io::ErrorKind::TimedOut,
+            Error::Interrupted { .. } => io::ErrorKind::Interrupted,
             Error::Untrusted { .. } => io::ErrorKind::PermissionDenied,
             Error::InvalidName { .. } => io::ErrorKind::InvalidInput,
             _ => io::ErrorKind::Other,

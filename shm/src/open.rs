@@ -4,7 +4,7 @@
 use std::os::fd::{AsFd, OwnedFd};
 use std::time::Duration;
 
-use crate::wait::Pacer;
+use crate::wait::{Pacer, WaitError};
 
 use rustix::fs::{self, FileType, Mode, OFlags};
 use rustix::io::Errno;
@@ -62,7 +62,8 @@ impl Region {
     ///
     /// # Errors
     /// [`Error::InvalidName`]; [`Error::NotFound`] or [`Error::TooSmall`] when
-    /// not waiting, [`Error::Timeout`] when the wait ran out;
+    /// not waiting, [`Error::Timeout`] when the wait ran out,
+    /// [`Error::Interrupted`] when the thread's cancellation hook ended it;
     /// [`Error::Untrusted`] for another owner or a mode other than 0600;
     /// [`Error::NotRegular`] naming what is there; [`Error::NoSpace`];
     /// [`Error::Io`].
@@ -98,10 +99,19 @@ impl Region {
             let Some(pacer) = pacer.as_mut() else {
                 return Err(error);
             };
-            pacer.pause().map_err(|waited| Error::Timeout {
-                name: name.to_owned(),
-                waited,
-                what,
+            pacer.pause_interruptible().map_err(|stop| match stop {
+                WaitError::Interrupted(waited) => Error::Interrupted {
+                    name: name.to_owned(),
+                    waited,
+                    what,
+                },
+                WaitError::TimedOut(waited) => Error::Timeout {
+                    name: name.to_owned(),
+                    waited,
+                    what,
+                },
+                WaitError::Futex(errno) => Error::io("futex", name, errno),
+                WaitError::Stopped(never) => match never {},
             })?;
         }
     }

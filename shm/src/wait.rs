@@ -26,6 +26,8 @@
 //! A waker calls [`wake_if_parked`]: when nobody is parked that is a fence
 //! and a load, no system call.
 
+use std::cell::Cell;
+use std::convert::Infallible;
 use std::num::NonZeroU32;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::thread;
@@ -39,6 +41,54 @@ use rustix::time::{ClockId, Timespec};
 /// The longest a waiter stays parked before it asks its caller whether to
 /// go on: how late a dead peer or a cancellation is noticed, at worst.
 pub const SLICE: Duration = Duration::from_millis(50);
+
+thread_local! {
+    /// This thread's cancellation hook (see [`with_cancel_hook`]).
+    static CANCEL_HOOK: Cell<Option<fn() -> bool>> = const { Cell::new(None) };
+}
+
+/// Runs `f` with `hook` as this thread's cancellation hook: every wait of
+/// this module that `f` enters ([`wait_while`] between park slices,
+/// [`Pacer::pause_interruptible`] between pauses of a millisecond or more)
+/// asks it whether to stop, at least every [`SLICE`], and ends with
+/// [`WaitError::Interrupted`] when it says yes. The previous hook is back
+/// when `f` returns or unwinds.
+///
+/// A language binding's way to let its user interrupt a wait (Python runs
+/// its signal handlers in the hook, so Ctrl-C ends a barrier) without
+/// slicing the wait's timeout, which would change what a timeout means (a
+/// barrier that times out poisons its group).
+///
+/// # Examples
+/// ```
+/// use std::sync::atomic::AtomicU32;
+/// use std::time::Duration;
+/// use nodeipc_shm::wait::{Deadline, Spin, WaitError, wait_while, with_cancel_hook};
+///
+/// let (word, parked) = (AtomicU32::new(0), AtomicU32::new(0));
+/// let mut deadline = Deadline::after(Some(Duration::from_secs(60)));
+/// let waited = with_cancel_hook(|| true, || {
+///     wait_while(&word, &parked, 0, &mut deadline, Spin::DEFAULT, || Ok::<(), ()>(()))
+/// });
+/// assert!(matches!(waited, Err(WaitError::Interrupted(_))));
+/// ```
+pub fn with_cancel_hook<R>(hook: fn() -> bool, f: impl FnOnce() -> R) -> R {
+    struct Restore(Option<fn() -> bool>);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            CANCEL_HOOK.with(|h| h.set(self.0));
+        }
+    }
+    let _restore = Restore(CANCEL_HOOK.with(|h| h.replace(Some(hook))));
+    f()
+}
+
+/// Whether this thread's cancellation hook, if any, asks the current wait
+/// to stop. For waits outside this module (a `poll` in slices, say) that
+/// should end as this module's do.
+pub fn cancelled() -> bool {
+    CANCEL_HOOK.with(Cell::get).is_some_and(|hook| hook())
+}
 
 /// How long a waiter polls and yields before it parks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -128,6 +178,9 @@ pub enum WaitError<E> {
     TimedOut(Duration),
     /// The caller's check between slices said to stop.
     Stopped(E),
+    /// This thread's cancellation hook ([`with_cancel_hook`]) said to stop,
+    /// after this long.
+    Interrupted(Duration),
     /// `futex` failed with an errno a waiter does not expect (never an abort).
     Futex(Errno),
 }
@@ -141,7 +194,8 @@ pub enum WaitError<E> {
 /// then is the caller's to look at (another waiter may have taken it).
 ///
 /// # Errors
-/// [`WaitError::TimedOut`], [`WaitError::Stopped`], [`WaitError::Futex`].
+/// [`WaitError::TimedOut`], [`WaitError::Stopped`],
+/// [`WaitError::Interrupted`], [`WaitError::Futex`].
 ///
 /// # References
 /// - [Linux `futex(2)`](https://man7.org/linux/man-pages/man2/futex.2.html), `FUTEX_WAIT`
@@ -184,6 +238,9 @@ pub fn wait_while<E>(
     loop {
         if changed() {
             return Ok(());
+        }
+        if cancelled() {
+            return Err(WaitError::Interrupted(start.elapsed()));
         }
         between_slices().map_err(WaitError::Stopped)?;
         let left = deadline.left().map_err(WaitError::TimedOut)?;
@@ -340,6 +397,9 @@ pub struct Pacer {
 impl Pacer {
     /// Sleeping shorter than this costs more than it saves: yield instead.
     const YIELD_BELOW: Duration = Duration::from_micros(50);
+    /// Pauses from which [`pause_interruptible`](Pacer::pause_interruptible)
+    /// asks the cancellation hook.
+    const CHECK_FROM: Duration = Duration::from_millis(1);
 
     /// Starts pacing now: pauses from `first` doubling up to `ceiling`, for
     /// at most `limit` (`None`: no limit).
@@ -365,6 +425,21 @@ impl Pacer {
         }
         self.pause = (self.pause * 2).min(self.ceiling);
         Ok(())
+    }
+
+    /// As [`pause`](Pacer::pause), asking this thread's cancellation hook
+    /// ([`with_cancel_hook`]) first once the pauses have grown to a
+    /// millisecond (a hook may cost microseconds: a Python binding takes
+    /// the interpreter's lock in it).
+    ///
+    /// # Errors
+    /// [`WaitError::TimedOut`] when the limit has passed,
+    /// [`WaitError::Interrupted`] when the hook said to stop.
+    pub fn pause_interruptible(&mut self) -> Result<(), WaitError<Infallible>> {
+        if self.pause >= Self::CHECK_FROM && cancelled() {
+            return Err(WaitError::Interrupted(self.waited()));
+        }
+        self.pause().map_err(WaitError::TimedOut)
     }
 
     /// How long it has been pacing.

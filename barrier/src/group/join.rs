@@ -5,7 +5,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use nodeipc_fdpass::{Transport, open_verified, process_start_time};
-use nodeipc_shm::wait::Pacer;
+use nodeipc_shm::wait::{Pacer, WaitError};
 use nodeipc_shm::{OpenOptions, Region};
 
 use super::Group;
@@ -38,7 +38,8 @@ impl Group {
     /// [`Error::InvalidOptions`]; [`Error::NameTaken`] (rank 0);
     /// [`Error::NotAVault`], [`Error::Mismatch`]; [`Error::Timeout`] when not
     /// every rank joins in time; [`Error::PeerDied`] for a registered rank
-    /// that died meanwhile; [`Error::Transport`] when `Pidfd` was forced and
+    /// that died meanwhile; [`Error::Interrupted`] by this thread's
+    /// cancellation hook (nothing is left behind); [`Error::Transport`] when `Pidfd` was forced and
     /// is refused.
     pub fn join(options: GroupOptions) -> Result<Group> {
         options.check()?;
@@ -83,6 +84,12 @@ impl Group {
                         expected: options.world_size,
                     }
                 }
+                nodeipc_shm::Error::Interrupted { waited, .. } => Error::Interrupted {
+                    group: name.clone(),
+                    rank: options.rank,
+                    op: "join (waiting for rank 0 to create the vault)",
+                    waited,
+                },
                 e => shm(e),
             })?;
             if let Err(e) = wait_for_header(&name, &region, &options, start) {
@@ -112,7 +119,10 @@ impl Group {
             // name goes when its region drops, but rank 0 may be the one
             // that died, so a joiner removes the name too (only while it
             // still names this very vault).
-            if matches!(e, Error::PeerDied { .. } | Error::Timeout { .. }) {
+            if matches!(
+                e,
+                Error::PeerDied { .. } | Error::Timeout { .. } | Error::Interrupted { .. }
+            ) {
                 let _ = group.region.unlink_now();
             }
             return Err(e);
@@ -171,15 +181,26 @@ impl Group {
                     self.check_registered(rank, pid, entry.start_time.load(Ordering::Relaxed))?;
                 }
             }
-            if pacer.pause().is_err() {
-                return Err(Error::Timeout {
-                    group: self.name.clone(),
-                    rank: self.rank,
-                    op: "join",
-                    waited: start.elapsed(),
-                    arrived: joined,
-                    expected: self.world_size,
-                });
+            match pacer.pause_interruptible() {
+                Ok(()) => {}
+                Err(WaitError::Interrupted(_)) => {
+                    return Err(Error::Interrupted {
+                        group: self.name.clone(),
+                        rank: self.rank,
+                        op: "join",
+                        waited: start.elapsed(),
+                    });
+                }
+                Err(_) => {
+                    return Err(Error::Timeout {
+                        group: self.name.clone(),
+                        rank: self.rank,
+                        op: "join",
+                        waited: start.elapsed(),
+                        arrived: joined,
+                        expected: self.world_size,
+                    });
+                }
             }
         }
         for rank in 0..self.world_size {
@@ -293,15 +314,26 @@ fn wait_for_header(
     let left = options.timeout.saturating_sub(start.elapsed());
     let mut pacer = Pacer::new(FIRST_PAUSE, HEADER_CEILING, Some(left));
     while header.init.load(Ordering::Acquire) != 1 {
-        if pacer.pause().is_err() {
-            return Err(Error::Timeout {
-                group: name.to_owned(),
-                rank: options.rank,
-                op: "join (waiting for rank 0 to publish the vault)",
-                waited: start.elapsed(),
-                arrived: 0,
-                expected: options.world_size,
-            });
+        match pacer.pause_interruptible() {
+            Ok(()) => {}
+            Err(WaitError::Interrupted(_)) => {
+                return Err(Error::Interrupted {
+                    group: name.to_owned(),
+                    rank: options.rank,
+                    op: "join (waiting for rank 0 to publish the vault)",
+                    waited: start.elapsed(),
+                });
+            }
+            Err(_) => {
+                return Err(Error::Timeout {
+                    group: name.to_owned(),
+                    rank: options.rank,
+                    op: "join (waiting for rank 0 to publish the vault)",
+                    waited: start.elapsed(),
+                    arrived: 0,
+                    expected: options.world_size,
+                });
+            }
         }
     }
     Ok(())

@@ -24,7 +24,8 @@ impl Group {
     ///
     /// # Errors
     /// [`Error::PeerDied`], [`Error::PeerLeft`], [`Error::Poisoned`],
-    /// [`Error::Timeout`] (with how many ranks arrived).
+    /// [`Error::Timeout`] (with how many ranks arrived), [`Error::Interrupted`]
+    /// by this thread's cancellation hook; each poisons the group.
     pub fn barrier(&self) -> Result<()> {
         self.barrier_timeout(self.timeout)
     }
@@ -131,6 +132,17 @@ impl Group {
             Ok(()) => Ok(()),
             Err(WaitError::Stopped(e)) => Err(e),
             Err(WaitError::Futex(e)) => Err(self.io("futex(FUTEX_WAIT)", e)),
+            Err(WaitError::Interrupted(waited)) => {
+                // As a timeout: our arrival stays counted, so the others
+                // must not wait for a rank that is going down.
+                self.poison(self.rank, Cause::Interrupted);
+                Err(Error::Interrupted {
+                    group: self.name.clone(),
+                    rank: self.rank,
+                    op,
+                    waited,
+                })
+            }
             Err(WaitError::TimedOut(waited)) => {
                 // Our arrival cannot be taken back: the barrier is broken for all.
                 self.poison(self.rank, Cause::TimedOut);

@@ -1,0 +1,35 @@
+//! The native half of the Python package `nodeipc` (module
+//! `nodeipc._native`): thin classes over the Rust crates. Behaviour lives in
+//! the crates and is tested there; this module converts arguments and
+//! errors, releases the interpreter lock around every blocking call, and
+//! lets Ctrl-C end a wait (see [`blocking`]).
+
+mod blocking;
+mod errors;
+mod group;
+mod monitor;
+mod region;
+mod sem;
+
+use pyo3::prelude::*;
+
+/// The serialized `FileDescriptorProto` of each `.proto` file, by name
+/// (written by `build.rs`).
+const FILE_DESCRIPTORS: &[(&str, &[u8])] = include!(concat!(env!("OUT_DIR"), "/descriptors.rs"));
+
+/// The module `nodeipc._native`.
+#[pymodule]
+fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<region::Region>()?;
+    m.add_class::<sem::NamedSemaphore>()?;
+    m.add_class::<sem::ShmSemaphore>()?;
+    m.add_class::<group::Group>()?;
+    m.add_class::<monitor::MonitorConnection>()?;
+    m.add("SLICE_SECONDS", nodeipc_shm::wait::SLICE.as_secs_f64())?;
+    let descriptors = pyo3::types::PyDict::new(m.py());
+    for (name, bytes) in FILE_DESCRIPTORS {
+        descriptors.set_item(name, pyo3::types::PyBytes::new(m.py(), bytes))?;
+    }
+    m.add("FILE_DESCRIPTORS", descriptors)?;
+    Ok(())
+}

@@ -1,0 +1,41 @@
+"""The exception hierarchy: one base, built-in meanings kept."""
+
+import builtins
+
+import pytest
+
+import nodeipc
+from nodeipc.monitor import RankMonitorClientError
+
+
+def test_every_error_derives_from_the_base_and_its_builtin_meaning():
+    assert nodeipc.Error is nodeipc.NodeipcError
+    pairs = [
+        (nodeipc.TimeoutError, builtins.TimeoutError),
+        (nodeipc.PeerDiedError, ConnectionError),
+        (nodeipc.NotPermittedError, PermissionError),
+        (nodeipc.NotFoundError, FileNotFoundError),
+        (nodeipc.AlreadyExistsError, FileExistsError),
+        (nodeipc.InvalidArgumentError, ValueError),
+    ]
+    for ours, builtin in pairs:
+        assert issubclass(ours, nodeipc.NodeipcError)
+        assert issubclass(ours, builtin), ours
+    assert issubclass(nodeipc.RefusedError, nodeipc.NodeipcError)
+    assert RankMonitorClientError is nodeipc.RankMonitorClientError
+    assert issubclass(RankMonitorClientError, nodeipc.NodeipcError)
+    assert issubclass(nodeipc.MonitorRefusedError, RankMonitorClientError)
+    assert issubclass(nodeipc.MonitorRefusedError, nodeipc.RefusedError)
+    assert issubclass(nodeipc.MonitorTimeoutError, RankMonitorClientError)
+    assert issubclass(nodeipc.MonitorTimeoutError, builtins.TimeoutError)
+
+
+def test_a_rust_error_keeps_its_message_and_errno(unique_name):
+    name = unique_name("missing")
+    with pytest.raises(nodeipc.NotFoundError) as caught:
+        nodeipc.Region.open(name)
+    assert name in str(caught.value)
+    with pytest.raises(nodeipc.InvalidArgumentError) as caught:
+        nodeipc.Region.create("no-leading-slash", 64)
+    assert "no-leading-slash" in str(caught.value)
+    assert caught.value.errno is None
