@@ -50,6 +50,8 @@ fn main() {
         .unwrap_or_else(|| "channel-latency.svg".to_owned());
     let channels = [
         ChannelImpl::Nodeipc,
+        ChannelImpl::NodeipcInPlace,
+        ChannelImpl::NodeipcInPlacePoll,
         ChannelImpl::GlibcLockstep,
         ChannelImpl::UnixSocket,
     ];
@@ -113,7 +115,9 @@ fn svg(series: &[(String, Vec<f64>)]) -> String {
     );
     let x = |bytes: usize| left + ((bytes as f64).log10() - x_lo) / (x_hi - x_lo) * plot_w;
     let y = |ns: f64| top + plot_h - (ns.log10() - lo) / (hi - lo) * plot_h;
-    let colors = ["#1b7837", "#b2182b", "#2166ac", "#762a83", "#e08214"];
+    let colors = [
+        "#1b7837", "#5aae61", "#a6dba0", "#b2182b", "#2166ac", "#762a83", "#e08214",
+    ];
     let mut s = format!(
         "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{width}\" height=\"{height}\" font-family=\"sans-serif\" font-size=\"12\">\n\
          <rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n\
