@@ -78,7 +78,7 @@ fn parent() -> Result<()> {
     let theirs = recv_one(&stream, b'C')?;
     expect_contents(&theirs, 0, &format!("written by the child {child_pid}"))?;
     expect_contents(
-        &File::from(mine),
+        &mine,
         CHILD_LINE_AT,
         &format!("and read by the child {child_pid}"),
     )?;
