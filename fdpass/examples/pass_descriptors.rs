@@ -14,7 +14,13 @@
 //!
 //! ```text
 //! cargo run -p nodeipc-fdpass --example pass_descriptors
+//! cargo run -p nodeipc-fdpass --example pass_descriptors -- --child-not-dumpable
 //! ```
+//!
+//! With `--child-not-dumpable` the child makes itself non-dumpable
+//! (`PR_SET_DUMPABLE` 0, as a process holding secrets does): a parent
+//! without `CAP_SYS_PTRACE` (not root) is then refused `pidfd_getfd` and
+//! takes the fallback.
 //!
 //! Every file's contents are checked. The socket lives in a private 0700
 //! directory under the temporary directory, removed at the end; every read
@@ -37,6 +43,8 @@ use nodeipc_fdpass::{FdHandle, Listener, connect_unix_when_up, recv_fds, send_fd
 /// Names this process's role (and the socket) in the child.
 const SOCKET_ENV: &str = "NODEIPC_EXAMPLE_FDPASS_SOCKET";
 const PARENT_ENV: &str = "NODEIPC_EXAMPLE_PARENT";
+/// Set in the child when it is to make itself non-dumpable.
+const NOT_DUMPABLE_ENV: &str = "NODEIPC_EXAMPLE_FDPASS_NOT_DUMPABLE";
 /// The bound on every wait.
 const STEP: Duration = Duration::from_secs(5);
 /// Where the child writes its line in the parent's memfd.
@@ -59,11 +67,18 @@ fn main() -> ExitCode {
 }
 
 fn parent() -> Result<()> {
+    let child_not_dumpable = match std::env::args().nth(1).as_deref() {
+        None => false,
+        Some("--child-not-dumpable") => true,
+        Some(other) => {
+            return Err(format!("unknown argument {other:?} (only --child-not-dumpable)").into());
+        }
+    };
     let me = std::process::id();
     // Declared first, dropped last: after the listener removed its socket.
     let dir = PrivateDir::create(&format!("nodeipc-example-fdpass-{me}"))?;
     let listener = Listener::bind(&dir.0.join("sock"))?;
-    let mut peer = Peer::spawn(SOCKET_ENV, listener.path().as_os_str())?;
+    let mut peer = Peer::spawn(SOCKET_ENV, listener.path().as_os_str(), child_not_dumpable)?;
     let child_pid = peer.id();
     let stream = accept_bounded(&listener, &mut peer)?;
     drop(listener);
@@ -119,6 +134,9 @@ fn parent() -> Result<()> {
 
 fn child(socket: &Path) -> Result<()> {
     die_with_parent()?;
+    if std::env::var_os(NOT_DUMPABLE_ENV).is_some() {
+        rustix::process::set_dumpable_behavior(rustix::process::DumpableBehavior::NotDumpable)?;
+    }
     let me = std::process::id();
     let parent: u32 = std::env::var(PARENT_ENV)?.parse()?;
     let stream = connect_unix_when_up(socket, STEP)?;
@@ -240,11 +258,15 @@ fn die_with_parent() -> Result<()> {
 struct Peer(Option<Child>);
 
 impl Peer {
-    fn spawn(env: &str, value: &std::ffi::OsStr) -> Result<Peer> {
-        let child = Command::new(std::env::current_exe()?)
+    fn spawn(env: &str, value: &std::ffi::OsStr, not_dumpable: bool) -> Result<Peer> {
+        let mut command = Command::new(std::env::current_exe()?);
+        command
             .env(env, value)
-            .env(PARENT_ENV, std::process::id().to_string())
-            .spawn()?;
+            .env(PARENT_ENV, std::process::id().to_string());
+        if not_dumpable {
+            command.env(NOT_DUMPABLE_ENV, "1");
+        }
+        let child = command.spawn()?;
         Ok(Peer(Some(child)))
     }
 
