@@ -65,8 +65,7 @@ fn parent() -> Result<()> {
     let pong: &ShmSemaphore = region.view(PONG)?;
 
     // The child's first post says it has mapped the region.
-    pong.wait_timeout(STEP)
-        .map_err(|e| format!("waiting for the child to map {name}: {e}"))?;
+    peer.wait_for(pong, "the child to map the region")?;
     region.unlink_now()?;
     println!(
         "parent: child {} mapped the region; name removed",
@@ -77,8 +76,7 @@ fn parent() -> Result<()> {
         let sent = format!("ping {round}");
         write_message(&region, &sent)?;
         ping.post()?;
-        pong.wait_timeout(STEP)
-            .map_err(|e| format!("waiting for pong {round}: {e}"))?;
+        peer.wait_for(pong, &format!("pong {round}"))?;
         let got = read_message(&region)?;
         let expected = format!("pong {round}");
         if got != expected {
@@ -163,6 +161,29 @@ impl Peer {
 
     fn id(&self) -> u32 {
         self.0.as_ref().map_or(0, Child::id)
+    }
+
+    /// Waits up to [`STEP`] for a post of `sem`, in slices, so a child that
+    /// died is reported at once rather than when the time runs out (the
+    /// semaphore itself cannot tell: it is only a count).
+    fn wait_for(&mut self, sem: &ShmSemaphore, what: &str) -> Result<()> {
+        const SLICE: Duration = Duration::from_millis(50);
+        let deadline = Instant::now() + STEP;
+        loop {
+            match sem.wait_timeout(SLICE) {
+                Ok(()) => return Ok(()),
+                Err(e) if e.is_timeout() && Instant::now() < deadline => {
+                    if let Some(status) =
+                        self.0.as_mut().map(Child::try_wait).transpose()?.flatten()
+                    {
+                        return Err(
+                            format!("waiting for {what}: the child exited ({status})").into()
+                        );
+                    }
+                }
+                Err(e) => return Err(format!("waiting for {what}: {e}").into()),
+            }
+        }
     }
 
     /// Waits up to `limit` for an exit with status 0.
