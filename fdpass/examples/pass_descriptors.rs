@@ -112,8 +112,8 @@ fn parent() -> Result<()> {
             expect_contents(&File::from(fd), 0, &expected)?;
             (&stream).write_all(b"D")?;
             println!(
-                "parent: imported the child's descriptor {:?} with pidfd_getfd",
-                handle.fd
+                "parent: imported descriptor {} of process {} with pidfd_getfd",
+                handle.fd, handle.pid
             );
         }
         Err(
