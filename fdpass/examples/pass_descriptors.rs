@@ -112,7 +112,7 @@ fn parent() -> Result<()> {
             expect_contents(&File::from(fd), 0, &expected)?;
             (&stream).write_all(b"D")?;
             println!(
-                "parent: imported descriptor {} of process {} with pidfd_getfd",
+                "parent: imported {} of process {} with pidfd_getfd",
                 handle.fd, handle.pid
             );
         }
