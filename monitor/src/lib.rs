@@ -11,6 +11,7 @@ mod fastpath;
 mod health;
 mod limits;
 mod logging;
+mod nvrx;
 mod procfs;
 mod refusal;
 mod server;
@@ -38,6 +39,7 @@ pub use limits::{
     MAX_STATUS_FRAME,
 };
 pub use logging::{LOG_BURST, LOG_TARGET, LOG_WINDOW, LogLevel, MAX_LOG_LINE, StderrLogger};
+pub use nvrx::NvrxConfig;
 pub use refusal::RefusalCode;
 pub use server::{MonitorServer, Shutdown, StopHandle};
 pub use spawn::{
