@@ -83,14 +83,23 @@ impl Rank {
             socket,
         ));
         command.process_group(0);
+        let empty = empty_sigset();
         // SAFETY: the closure runs in the child between fork and exec and
-        // only calls prctl (async-signal-safe), touching no memory of the
-        // parent. The death signal follows the thread that forked: the
-        // launcher forks every rank from the thread that runs the launch.
+        // only calls prctl and sigprocmask (both async-signal-safe) on its
+        // own copy of `empty`, touching no memory another thread uses. The
+        // death signal follows the thread that forked: the launcher forks
+        // every rank from the thread that runs the launch. The mask is the
+        // launcher's (its stop signals blocked for its signalfd): the rank
+        // must start with none blocked, and the standard library does not
+        // reset it.
         unsafe {
-            command.pre_exec(|| {
+            command.pre_exec(move || {
                 rustix::process::set_parent_process_death_signal(Some(Signal::KILL))
-                    .map_err(std::io::Error::from)
+                    .map_err(std::io::Error::from)?;
+                if libc::sigprocmask(libc::SIG_SETMASK, &empty, std::ptr::null_mut()) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
             });
         }
         let spawn_error = |source| Error::Spawn {
@@ -147,6 +156,16 @@ impl Rank {
     /// Reaps the rank (after it has exited).
     pub(crate) fn reap(&mut self) {
         let _ = self.child.wait();
+    }
+}
+
+/// A signal set with nothing in it.
+fn empty_sigset() -> libc::sigset_t {
+    let mut set = std::mem::MaybeUninit::<libc::sigset_t>::uninit();
+    // SAFETY: sigemptyset initialises the set it is given, ours on this stack.
+    unsafe {
+        libc::sigemptyset(set.as_mut_ptr());
+        set.assume_init()
     }
 }
 

@@ -245,10 +245,20 @@ pub(crate) fn stop(ctx: &mut Ctx<'_>, plan: &RoundPlan, ranks: &mut [Rank]) -> R
     for rank in ranks.iter() {
         rank.signal_group(Signal::TERM);
     }
-    reap::signal_all(&reap::leftovers(&[], &pids, own), Signal::TERM);
     let deadline = began + ctx.options.stop_timeout;
     let mut left = remaining(ranks)?;
+    let mut termed: Vec<u32> = Vec::new();
     while !left.is_empty() && Instant::now() < deadline && signal.is_none() {
+        // Orphans adopted since the last look (a rank died and left them to
+        // us) get their SIGTERM too, with the time that is left.
+        let fresh: Vec<reap::Proc> = left
+            .iter()
+            .filter(|p| !termed.contains(&p.pid))
+            .copied()
+            .collect();
+        reap::signal_all(&fresh, Signal::TERM);
+        termed.extend(fresh.iter().map(|p| p.pid));
+
         let slice = deadline.saturating_duration_since(Instant::now()).min(Duration::from_millis(10));
         signal = wait(ctx.signals, ranks, slice)?;
         if own {
