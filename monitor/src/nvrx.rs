@@ -106,7 +106,9 @@ impl MonitorConfig {
         let document: Value = if text.trim_start().starts_with('{') {
             serde_json::from_str(text).map_err(|e| Error::config(format!("JSON: {e}")))?
         } else {
-            serde_yaml_ng::from_str(text).map_err(|e| Error::config(format!("YAML: {e}")))?
+            let yaml: serde_yaml_ng::Value =
+                serde_yaml_ng::from_str(text).map_err(|e| Error::config(format!("YAML: {e}")))?;
+            from_yaml(yaml, "the document")?
         };
         let block = match document {
             Value::Object(mut top) => match top.remove("fault_tolerance") {
@@ -203,6 +205,53 @@ fn seconds_to_ms(what: &str, value: &Value) -> Result<u64> {
     }
     // In range by the check above: at most 1e15 ms, exact in f64 and u64.
     Ok((seconds * 1000.0).ceil() as u64)
+}
+
+/// YAML to JSON's model, refusing what JSON cannot hold: a NaN or an
+/// infinity (serde would turn it into `null`, "no limit"), a key that is
+/// not a string, a tagged value.
+fn from_yaml(value: serde_yaml_ng::Value, at: &str) -> Result<Value> {
+    use serde_yaml_ng::Value as Y;
+    Ok(match value {
+        Y::Null => Value::Null,
+        Y::Bool(b) => Value::Bool(b),
+        Y::Number(n) => {
+            if let Some(i) = n.as_u64() {
+                Value::from(i)
+            } else if let Some(i) = n.as_i64() {
+                Value::from(i)
+            } else {
+                let f = n.as_f64().unwrap_or(f64::NAN);
+                serde_json::Number::from_f64(f)
+                    .map(Value::Number)
+                    .ok_or_else(|| Error::config(format!("{at} is {f}, not a finite number")))?
+            }
+        }
+        Y::String(s) => Value::String(s),
+        Y::Sequence(items) => Value::Array(
+            items
+                .into_iter()
+                .map(|v| from_yaml(v, at))
+                .collect::<Result<_>>()?,
+        ),
+        Y::Mapping(map) => {
+            let mut out = Map::new();
+            for (k, v) in map {
+                let Y::String(key) = k else {
+                    return Err(Error::config(format!("{at} has a key that is not a string")));
+                };
+                let value = from_yaml(v, &key)?;
+                out.insert(key, value);
+            }
+            Value::Object(out)
+        }
+        Y::Tagged(tagged) => {
+            return Err(Error::config(format!(
+                "{at} has a YAML tag ({}), which is not read",
+                tagged.tag
+            )));
+        }
+    })
 }
 
 fn kind(value: &Value) -> &'static str {
