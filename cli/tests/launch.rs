@@ -107,6 +107,28 @@ fn rank_helper() {
             write_atomic(&dir.join(format!("pids-{rank}")), &std::process::id().to_string());
             std::thread::sleep(Duration::from_secs(30));
         }
+        "registers-then-stays-away" => {
+            // Round 0: rank 0 registers, then fails. Round 1: it runs but
+            // never registers again.
+            if restart == 0 {
+                let socket = std::env::var("NODEIPC_MONITOR_SOCKET").unwrap();
+                let mut client = MonitorClient::connect(&socket, Duration::from_secs(5)).unwrap();
+                client.init(&RankInfo::this_process(rank, rank)).unwrap();
+                client.heartbeat().unwrap();
+                if rank == 0 {
+                    std::process::exit(1);
+                }
+            }
+            std::thread::sleep(Duration::from_secs(30));
+        }
+        "silent-then-slow" => {
+            // Never speaks the protocol: round 0 rank 0 fails, round 1
+            // every rank takes a while, then succeeds.
+            if restart == 0 && rank == 0 {
+                std::process::exit(1);
+            }
+            std::thread::sleep(Duration::from_millis(800));
+        }
         other => panic!("unknown role {other}"),
     }
 }
@@ -421,5 +443,77 @@ fn absurd_arguments_are_refused_with_one_line_naming_them() {
     }
     // Nothing was started.
     assert!(!dir.join("env-0-0").exists());
+    assert_no_run_dir(&dir);
+}
+
+#[test]
+fn sigint_to_launch_stops_everything_and_exits_130() {
+    let _watchdog = Watchdog::new("launch sigint", Duration::from_secs(60));
+    let dir = TempDir::new("launch-int");
+    let mut launch = spawn_child(&mut launch_command(
+        &dir,
+        "grandchildren",
+        &["--nproc", "2", "--stop-timeout", "5"],
+    ));
+    let pids = rank_pids(&dir, 2);
+    let pid = rustix::process::Pid::from_raw(launch.id() as i32).unwrap();
+    rustix::process::kill_process(pid, rustix::process::Signal::INT).unwrap();
+    let status = launch.wait_timeout(Duration::from_secs(10));
+    assert_eq!(status.code(), Some(128 + libc::SIGINT));
+    let left: Vec<u32> = pids.iter().copied().filter(|&p| alive(p)).collect();
+    assert!(left.is_empty(), "left alive: {left:?}");
+    assert_no_run_dir(&dir);
+}
+
+#[test]
+fn a_restarted_rank_that_registered_before_and_stays_away_fails_the_round() {
+    let _watchdog = Watchdog::new("launch restart check", Duration::from_secs(60));
+    let dir = TempDir::new("launch-back");
+    let out = run(
+        &dir,
+        "registers-then-stays-away",
+        &[
+            "--nproc",
+            "2",
+            "--max-restarts",
+            "1",
+            "--stop-timeout",
+            "2",
+            "--rank-restart-timeout",
+            "0.5",
+        ],
+    );
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("rank 0 has not registered again after"), "{err}");
+    let last = err.lines().last().unwrap();
+    assert!(
+        last.contains("rank 0 (local 0) did not register with its monitor again within --rank-restart-timeout 0.5 s"),
+        "{last}"
+    );
+    assert_no_run_dir(&dir);
+}
+
+#[test]
+fn the_restart_check_leaves_alone_a_rank_that_never_spoke_the_protocol() {
+    let _watchdog = Watchdog::new("launch restart check off", Duration::from_secs(60));
+    let dir = TempDir::new("launch-silent");
+    let out = run(
+        &dir,
+        "silent-then-slow",
+        &[
+            "--nproc",
+            "2",
+            "--max-restarts",
+            "1",
+            "--stop-timeout",
+            "2",
+            "--rank-restart-timeout",
+            "0.2",
+        ],
+    );
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert!(!err.contains("not registered again"), "{err}");
     assert_no_run_dir(&dir);
 }

@@ -176,9 +176,10 @@ fn rounds(ctx: &mut Ctx<'_>) -> Result<(i32, String, u32)> {
                 index,
                 cause,
                 after,
+                code,
             } => {
                 let rank = &ranks[index];
-                let code = match rank.status.map(|s| s.exit_code()) {
+                let code = match code.or(rank.status.map(|s| s.exit_code())) {
                     Some(0) | None => 1,
                     Some(code) => code,
                 };

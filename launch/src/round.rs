@@ -33,11 +33,14 @@ const AFTER_KILL: Duration = Duration::from_secs(5);
 pub(crate) enum RoundEnd {
     /// Every rank exited 0.
     Succeeded,
-    /// The rank at this index failed, for this reason, this long into the round.
+    /// The rank at this index failed, for this reason, this long into the
+    /// round; `code` is the exit status it earned, `None` when that is how
+    /// it ends once stopped (a rank its monitor signalled).
     Failed {
         index: usize,
         cause: String,
         after: Duration,
+        code: Option<i32>,
     },
     /// A stop signal came.
     Interrupted { signal: i32 },
@@ -102,7 +105,8 @@ pub(crate) fn supervise(ctx: &mut Ctx<'_>, plan: &RoundPlan, ranks: &mut [Rank])
                 if let Some(fired) = fired_cause {
                     cause = format!("{cause}: its monitor fired: {fired}");
                 }
-                return failed(ctx, plan, rank, index, cause, started);
+                let code = Some(ended.exit_code());
+                return failed(ctx, plan, rank, index, cause, started, code);
             }
         }
         if all_done {
@@ -133,9 +137,11 @@ fn fired(
         rank: rank.global_rank,
         cause: cause.clone(),
     })?;
-    failed(ctx, plan, rank, index, format!("its monitor fired: {cause}"), started)
+    let cause = format!("its monitor fired: {cause}");
+    failed(ctx, plan, rank, index, cause, started, None)
 }
 
+#[allow(clippy::too_many_arguments)]
 fn failed(
     ctx: &mut Ctx<'_>,
     plan: &RoundPlan,
@@ -143,6 +149,7 @@ fn failed(
     index: usize,
     cause: String,
     started: Instant,
+    code: Option<i32>,
 ) -> Result<RoundEnd> {
     ctx.events.emit(Event::RoundFailed {
         restart: plan.restart,
@@ -154,6 +161,7 @@ fn failed(
         index,
         cause,
         after: started.elapsed(),
+        code,
     })
 }
 
@@ -191,7 +199,7 @@ fn restart_check(
             "did not register with its monitor again within --rank-restart-timeout {:.1} s",
             limit.as_secs_f64()
         );
-        return failed(ctx, plan, rank, index, cause, started).map(Some);
+        return failed(ctx, plan, rank, index, cause, started, Some(1)).map(Some);
     }
     Ok(None)
 }
