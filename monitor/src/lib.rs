@@ -33,7 +33,10 @@ pub use config::{
 };
 pub use error::{Error, Result};
 pub use estimator::TimeoutEstimator;
-pub use health::{HealthCheck, ProcessAlive, RankContext};
+pub use health::{
+    Every, GpuCheck, GpuId, GpuProbe, HealthCheck, NVML_LIBRARY, NicCheck, Nvml, ProcessAlive,
+    RankContext, gpu_for_local_rank,
+};
 pub use limits::{
     MAX_CAUSE, MAX_CONFIG_FILE, MAX_FRAME, MAX_HOST, MAX_SECTION_NAME, MAX_SECTIONS, MAX_STATE,
     MAX_STATUS_FRAME,
