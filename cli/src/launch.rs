@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::Args;
-use nodeipc_launch::LaunchOptions;
+use nodeipc_launch::{HealthOptions, LaunchOptions};
 use nodeipc_monitor::MonitorConfig;
 
 use crate::{CmdResult, Failure};
@@ -37,6 +37,21 @@ pub(crate) struct LaunchArgs {
     /// take to register again before the round fails (default: no limit).
     #[arg(long, value_parser = seconds)]
     rank_restart_timeout: Option<Duration>,
+    /// A NIC that must stay up (repeat for more): `class/net/NAME` or
+    /// `class/infiniband/NAME` under --sysfs-root; checked while ranks are
+    /// registered with their monitors, a failure restarts the round.
+    #[arg(long = "nic", value_name = "NAME")]
+    nics: Vec<String>,
+    /// Where sysfs is mounted (for the NIC check).
+    #[arg(long, default_value = "/sys")]
+    sysfs_root: PathBuf,
+    /// Check each rank's GPU through NVML (device by LOCAL_RANK through
+    /// CUDA_VISIBLE_DEVICES); reported unavailable without NVML.
+    #[arg(long)]
+    gpu_health: bool,
+    /// Seconds between two runs of each health check.
+    #[arg(long, default_value = "5", value_parser = seconds)]
+    health_interval: Duration,
     /// Append one JSON object per event to FILE.
     #[arg(long)]
     json_events: Option<PathBuf>,
@@ -66,6 +81,12 @@ pub(crate) fn run(args: LaunchArgs) -> CmdResult {
         json_events: args.json_events,
         handle_signals: true,
         own_all_children: true,
+        health: HealthOptions {
+            nics: args.nics,
+            sysfs_root: args.sysfs_root,
+            gpu: args.gpu_health,
+            interval: args.health_interval,
+        },
         ..LaunchOptions::new(args.nproc, args.command)
     };
     let outcome = nodeipc_launch::launch(&options)?;

@@ -129,6 +129,18 @@ fn rank_helper() {
             }
             std::thread::sleep(Duration::from_millis(800));
         }
+        "registered-until-restart" => {
+            // Round 0: registered (health checks run), ready, waiting.
+            // Round 1: done at once, without registering.
+            if restart == 0 {
+                let socket = std::env::var("NODEIPC_MONITOR_SOCKET").unwrap();
+                let mut client = MonitorClient::connect(&socket, Duration::from_secs(5)).unwrap();
+                client.init(&RankInfo::this_process(rank, rank)).unwrap();
+                client.heartbeat().unwrap();
+                write_atomic(&dir.join(format!("pids-{rank}")), &std::process::id().to_string());
+                std::thread::sleep(Duration::from_secs(30));
+            }
+        }
         other => panic!("unknown role {other}"),
     }
 }
@@ -515,5 +527,87 @@ fn the_restart_check_leaves_alone_a_rank_that_never_spoke_the_protocol() {
     let err = stderr(&out);
     assert_eq!(out.status.code(), Some(0), "{err}");
     assert!(!err.contains("not registered again"), "{err}");
+    assert_no_run_dir(&dir);
+}
+
+#[test]
+fn a_nic_that_goes_down_mid_run_restarts_the_round() {
+    let _watchdog = Watchdog::new("launch nic", Duration::from_secs(60));
+    let dir = TempDir::new("launch-nic");
+    let sys = dir.join("sys");
+    let operstate = sys.join("class/net/eth0/operstate");
+    std::fs::create_dir_all(operstate.parent().unwrap()).unwrap();
+    std::fs::write(&operstate, "up\n").unwrap();
+    let config = dir.join("monitor.json");
+    std::fs::write(&config, r#"{ "check_interval_ms": 50, "termination_signal": "SIGTERM" }"#)
+        .unwrap();
+    let mut launch = spawn_child(&mut launch_command(
+        &dir,
+        "registered-until-restart",
+        &[
+            "--nproc",
+            "2",
+            "--max-restarts",
+            "1",
+            "--stop-timeout",
+            "2",
+            "--monitor-config",
+            config.to_str().unwrap(),
+            "--nic",
+            "eth0",
+            "--sysfs-root",
+            sys.to_str().unwrap(),
+            "--health-interval",
+            "0.05",
+        ],
+    ));
+    rank_pids(&dir, 2);
+    std::fs::write(&operstate, "down\n").unwrap();
+    let status = launch.wait_timeout(Duration::from_secs(20));
+    let events = events(&dir);
+    assert_eq!(status.code(), Some(0), "{events:?}");
+    let fired: Vec<_> = events.iter().filter(|e| e["event"] == "monitor_fired").collect();
+    assert!(!fired.is_empty(), "{events:?}");
+    assert!(
+        fired[0]["cause"].as_str().unwrap().contains("NIC eth0 is down"),
+        "{fired:?}"
+    );
+    assert_eq!(count(&events, "restarting"), 1);
+    assert_no_run_dir(&dir);
+}
+
+#[test]
+fn a_gpu_check_without_nvml_is_reported_unavailable_and_the_launch_runs() {
+    let _watchdog = Watchdog::new("launch gpu", Duration::from_secs(60));
+    if nodeipc_monitor::Nvml::load().is_ok() {
+        // A machine with NVML runs the check for real; this test is about
+        // one without.
+        nodeipc_testkit::skip("launch gpu unavailable", "NVML is installed here");
+        return;
+    }
+    let dir = TempDir::new("launch-gpu");
+    let out = run(&dir, "env", &["--nproc", "2", "--gpu-health"]);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    let events = events(&dir);
+    assert_eq!(count(&events, "health_unavailable"), 2, "{events:?}");
+    assert!(err.contains("libnvidia-ml.so.1"), "{err}");
+    assert_no_run_dir(&dir);
+}
+
+#[test]
+fn a_nic_that_is_not_there_is_refused_at_start() {
+    let _watchdog = Watchdog::new("launch nic missing", Duration::from_secs(60));
+    let dir = TempDir::new("launch-nic-missing");
+    std::fs::create_dir_all(dir.join("sys")).unwrap();
+    let out = run(
+        &dir,
+        "env",
+        &["--nproc", "1", "--nic", "ib7", "--sysfs-root", dir.join("sys").to_str().unwrap()],
+    );
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("--nic") && err.contains("\"ib7\""), "{err}");
+    assert!(!dir.join("env-0-0").exists());
     assert_no_run_dir(&dir);
 }

@@ -26,6 +26,13 @@ pub enum Event {
         /// Whether the monitors run as threads of the launcher.
         monitors: &'static str,
     },
+    /// A health check asked for cannot run on this machine (no NVML, say).
+    HealthUnavailable {
+        /// Which check.
+        check: String,
+        /// Why, for people.
+        reason: String,
+    },
     /// A round begins: every rank is started with this restart count.
     RoundStarted {
         /// `NODEIPC_RESTART_COUNT` of this round.
@@ -130,6 +137,9 @@ impl Event {
             } => format!(
                 "{nproc} ranks, up to {max_restarts} restarts, monitors as {monitors} in {run_dir}"
             ),
+            Event::HealthUnavailable { check, reason } => {
+                format!("{check} health check unavailable, not run: {reason}")
+            }
             Event::RoundStarted {
                 restart,
                 group,

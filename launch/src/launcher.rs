@@ -14,7 +14,7 @@ use crate::options::LaunchOptions;
 use crate::rank::Rank;
 use crate::round::{self, Ctx, RoundEnd};
 use crate::signals::StopSignals;
-use crate::{Error, Result, reap};
+use crate::{Error, Result, health, reap};
 
 /// How a launch ended.
 #[derive(Debug)]
@@ -34,8 +34,8 @@ pub struct Outcome {
 /// Health checks for one local rank's monitor.
 pub type HealthChecks<'a> = &'a dyn Fn(u32) -> Vec<Box<dyn HealthCheck>>;
 
-/// Runs the launch with the local backend (this node alone) and no health
-/// checks beyond the monitors' timeouts.
+/// Runs the launch with the local backend (this node alone) and the
+/// health checks of `options.health`.
 ///
 /// # Errors
 /// Bad options, or a failure of the launcher itself (run directory,
@@ -55,7 +55,7 @@ pub fn launch_id() -> String {
 }
 
 /// Runs the launch with `backend` deciding each round and `checks` giving
-/// each local rank's monitor its health checks.
+/// each local rank's monitor health checks beyond those of `options.health`.
 ///
 /// # Errors
 /// As [`launch`].
@@ -77,11 +77,13 @@ pub fn launch_with(
     let mut monitors = Vec::new();
     for local in 0..options.nproc {
         let socket = run_dir.0.join(format!("rank{local}.sock"));
+        let mut local_checks = checks(local);
+        local_checks.extend(health::checks_for(&options.health, local, &mut events)?);
         monitors.push(Monitor::start(
             local,
             &socket,
             &options.monitor,
-            checks(local),
+            local_checks,
             options.stderr_events,
         )?);
     }

@@ -4,6 +4,7 @@
 mod backend;
 mod error;
 mod events;
+mod health;
 mod launcher;
 mod monitors;
 mod options;
@@ -16,4 +17,4 @@ pub use backend::{LocalBackend, RoundBackend, RoundPlan, RoundResult, free_port}
 pub use error::{Error, Result};
 pub use events::Event;
 pub use launcher::{HealthChecks, Outcome, launch, launch_id, launch_with};
-pub use options::{LaunchOptions, MAX_NPROC, MAX_RESTARTS, MAX_STOP_TIMEOUT};
+pub use options::{HealthOptions, LaunchOptions, MAX_NPROC, MAX_RESTARTS, MAX_STOP_TIMEOUT};

@@ -18,6 +18,36 @@ pub const MAX_RESTARTS: u32 = 1_000_000;
 /// Longest `--stop-timeout` accepted: longer is not a bound.
 pub const MAX_STOP_TIMEOUT: Duration = Duration::from_secs(3600);
 
+/// Health checks every monitor runs beside its timeouts (a failure is
+/// treated as a timeout: the rank is terminated and the round restarts).
+/// They run only while a rank is registered with its monitor.
+#[derive(Clone, Debug)]
+pub struct HealthOptions {
+    /// NICs that must be up (`class/net/<name>` or `class/infiniband/<name>`
+    /// under `sysfs_root`).
+    pub nics: Vec<String>,
+    /// Where sysfs is (`/sys`; a fixture directory in tests).
+    pub sysfs_root: PathBuf,
+    /// Check each rank's GPU through NVML (found by its local rank through
+    /// `CUDA_VISIBLE_DEVICES`). Without NVML on the machine the check is
+    /// reported unavailable at start and not run.
+    pub gpu: bool,
+    /// How often each check runs (at most; the monitor's check interval
+    /// is the finer grain).
+    pub interval: Duration,
+}
+
+impl Default for HealthOptions {
+    fn default() -> Self {
+        HealthOptions {
+            nics: Vec::new(),
+            sysfs_root: PathBuf::from("/sys"),
+            gpu: false,
+            interval: Duration::from_secs(5),
+        }
+    }
+}
+
 /// What [`launch`](crate::launch) runs.
 #[derive(Clone, Debug)]
 pub struct LaunchOptions {
@@ -48,6 +78,8 @@ pub struct LaunchOptions {
     /// children are the ranks (the `nodeipc` command), wrong for a test
     /// harness that runs other children beside.
     pub own_all_children: bool,
+    /// Health checks for every monitor.
+    pub health: HealthOptions,
     /// The program and its arguments.
     pub command: Vec<OsString>,
 }
@@ -67,6 +99,7 @@ impl LaunchOptions {
             stderr_events: true,
             handle_signals: false,
             own_all_children: false,
+            health: HealthOptions::default(),
             command,
         }
     }
@@ -101,6 +134,12 @@ impl LaunchOptions {
             return Err(Error::options(format!(
                 "--rank-restart-timeout {:?} must be between 1 ms and {MAX_STOP_TIMEOUT:?}",
                 self.rank_restart_timeout.unwrap_or_default()
+            )));
+        }
+        if self.health.interval.is_zero() || self.health.interval > MAX_STOP_TIMEOUT {
+            return Err(Error::options(format!(
+                "--health-interval {:?} must be between 1 ms and {MAX_STOP_TIMEOUT:?}",
+                self.health.interval
             )));
         }
         if self.command.is_empty() {
