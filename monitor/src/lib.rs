@@ -7,6 +7,7 @@ mod config;
 mod conn;
 mod error;
 mod estimator;
+mod estimator_state;
 mod fastpath;
 mod health;
 mod limits;
