@@ -232,3 +232,31 @@ fn every_runs_a_check_at_most_once_per_its_interval() {
     assert!((2..=3).contains(&n), "{n} runs in 500 ms");
     assert_eq!(every.name(), "counter");
 }
+
+#[test]
+fn while_its_rank_is_away_the_monitor_reports_how_long_it_has_waited() {
+    let _dog = Watchdog::new("restart wait", Duration::from_secs(60));
+    let config = MonitorConfig {
+        check_interval: Duration::from_millis(50),
+        ..MonitorConfig::default()
+    };
+    let server = InProcess::start("mon-restart-wait", config);
+    let mut client = MonitorClient::connect(&server.socket, Duration::from_secs(10)).unwrap();
+    client.init(&RankInfo::this_process(0, 0)).unwrap();
+    assert_eq!(client.status().unwrap().ms_restarting, None);
+    drop(client);
+    let gone = Instant::now();
+    let status = server.wait_status(Duration::from_secs(5), |s| {
+        s.state == RankState::Restarting && s.ms_restarting.is_some_and(|ms| ms >= 1100)
+    });
+    assert!(status.ms_restarting.unwrap() <= gone.elapsed().as_millis() as u64 + 5);
+    // The log says so (every ten check intervals, at least every second).
+    let log = server.log_text();
+    assert!(log.contains("the rank has not come back: waiting 1."), "{log}");
+    // Back: no wait any more.
+    let mut client = MonitorClient::connect(&server.socket, Duration::from_secs(10)).unwrap();
+    client.init(&RankInfo::this_process(0, 0)).unwrap();
+    assert_eq!(client.status().unwrap().ms_restarting, None);
+    drop(client);
+    server.finish();
+}
