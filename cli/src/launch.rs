@@ -110,7 +110,9 @@ fn seconds(text: &str) -> Result<Duration, String> {
         .parse()
         .map_err(|_| format!("{text:?} is not a number of seconds"))?;
     if !(value > 0.0 && value <= 3600.0) {
-        return Err(format!("{text} s is out of range: more than 0, at most 3600"));
+        return Err(format!(
+            "{text} s is out of range: more than 0, at most 3600"
+        ));
     }
     Ok(Duration::from_secs_f64(value))
 }

@@ -104,7 +104,10 @@ fn rank_helper() {
             // SAFETY: SIG_IGN for SIGTERM in this single-purpose process;
             // no handler runs.
             unsafe { libc::signal(libc::SIGTERM, libc::SIG_IGN) };
-            write_atomic(&dir.join(format!("pids-{rank}")), &std::process::id().to_string());
+            write_atomic(
+                &dir.join(format!("pids-{rank}")),
+                &std::process::id().to_string(),
+            );
             std::thread::sleep(Duration::from_secs(30));
         }
         "registers-then-stays-away" => {
@@ -137,7 +140,10 @@ fn rank_helper() {
                 let mut client = MonitorClient::connect(&socket, Duration::from_secs(5)).unwrap();
                 client.init(&RankInfo::this_process(rank, rank)).unwrap();
                 client.heartbeat().unwrap();
-                write_atomic(&dir.join(format!("pids-{rank}")), &std::process::id().to_string());
+                write_atomic(
+                    &dir.join(format!("pids-{rank}")),
+                    &std::process::id().to_string(),
+                );
                 std::thread::sleep(Duration::from_secs(30));
             }
         }
@@ -165,10 +171,7 @@ fn launch_command(dir: &TempDir, role: &str, args: &[&str]) -> Command {
     command
         .arg("launch")
         .args(["--run-dir", dir.path().to_str().unwrap()])
-        .args([
-            "--json-events",
-            dir.join("events.jsonl").to_str().unwrap(),
-        ])
+        .args(["--json-events", dir.join("events.jsonl").to_str().unwrap()])
         .args(args)
         .arg("--")
         .arg(std::env::current_exe().unwrap())
@@ -291,7 +294,11 @@ fn every_rank_exits_0_with_the_environment_of_nodeipc_and_torchrun() {
         );
     }
     assert!(groups.iter().all(|g| *g == groups[0] && !g.is_empty()));
-    assert!(ports.iter().all(|p| *p == ports[0] && p.parse::<u16>().unwrap() > 0));
+    assert!(
+        ports
+            .iter()
+            .all(|p| *p == ports[0] && p.parse::<u16>().unwrap() > 0)
+    );
     let events = events(&dir);
     assert_eq!(count(&events, "rank_started"), 3);
     assert_eq!(count(&events, "rank_exited"), 3);
@@ -312,21 +319,30 @@ fn a_rank_that_always_exits_3_is_restarted_k_times_then_launch_exits_3_naming_it
     assert_eq!(out.status.code(), Some(3), "{err}");
     let last = err.lines().last().unwrap();
     assert!(
-        last.contains("rank 1 (local 1) exited with 3") && last.contains("restarts exhausted (2/2)"),
+        last.contains("rank 1 (local 1) exited with 3")
+            && last.contains("restarts exhausted (2/2)"),
         "{last}"
     );
     let events = events(&dir);
     assert_eq!(count(&events, "round_started"), 3);
     assert_eq!(count(&events, "restarting"), 2);
     assert_eq!(count(&events, "round_failed"), 3);
-    assert!(events.iter().filter(|e| e["event"] == "round_failed").all(|e| e["rank"] == 1));
+    assert!(
+        events
+            .iter()
+            .filter(|e| e["event"] == "round_failed")
+            .all(|e| e["rank"] == 1)
+    );
     // NODEIPC_GROUP differs from round to round.
     let groups: Vec<&str> = events
         .iter()
         .filter(|e| e["event"] == "round_started")
         .map(|e| e["group"].as_str().unwrap())
         .collect();
-    assert!(groups[0] != groups[1] && groups[1] != groups[2], "{groups:?}");
+    assert!(
+        groups[0] != groups[1] && groups[1] != groups[2],
+        "{groups:?}"
+    );
     assert_no_run_dir(&dir);
 }
 
@@ -334,7 +350,11 @@ fn a_rank_that_always_exits_3_is_restarted_k_times_then_launch_exits_3_naming_it
 fn a_rank_killed_by_a_signal_makes_launch_exit_128_plus_the_signal() {
     let _watchdog = Watchdog::new("launch signal", Duration::from_secs(60));
     let dir = TempDir::new("launch-sig");
-    let out = run(&dir, "rank0-killed", &["--nproc", "2", "--stop-timeout", "2"]);
+    let out = run(
+        &dir,
+        "rank0-killed",
+        &["--nproc", "2", "--stop-timeout", "2"],
+    );
     let err = stderr(&out);
     assert_eq!(out.status.code(), Some(128 + libc::SIGKILL), "{err}");
     assert!(err.contains("rank 0 (local 0) killed by signal 9"), "{err}");
@@ -374,13 +394,19 @@ fn a_rank_that_hangs_without_heartbeats_is_fired_by_its_monitor_and_the_round_re
     );
     let events = events(&dir);
     assert_eq!(count(&events, "restarting"), 1);
-    let fired: Vec<_> = events.iter().filter(|e| e["event"] == "monitor_fired").collect();
+    let fired: Vec<_> = events
+        .iter()
+        .filter(|e| e["event"] == "monitor_fired")
+        .collect();
     assert_eq!(fired.len(), 1, "{events:?}");
     assert_eq!(fired[0]["rank"], 0);
     assert_eq!(fired[0]["restart"], 0);
     // From the monitor's decision to every rank stopped: SIGTERM kills the
     // helper at once, so far less than the 2 s stop timeout.
-    let stopped = events.iter().find(|e| e["event"] == "round_stopped").unwrap();
+    let stopped = events
+        .iter()
+        .find(|e| e["event"] == "round_stopped")
+        .unwrap();
     assert!(stopped["stop_ms"].as_f64().unwrap() < 1000.0, "{stopped}");
     assert_no_run_dir(&dir);
 }
@@ -432,7 +458,10 @@ fn a_rank_that_ignores_sigterm_gets_sigkill_after_the_stop_timeout() {
         "{took:?}"
     );
     let events = events(&dir);
-    let stopped = events.iter().find(|e| e["event"] == "round_stopped").unwrap();
+    let stopped = events
+        .iter()
+        .find(|e| e["event"] == "round_stopped")
+        .unwrap();
     assert_eq!(stopped["killed"], 2, "{stopped}");
     assert_no_run_dir(&dir);
 }
@@ -445,7 +474,10 @@ fn absurd_arguments_are_refused_with_one_line_naming_them() {
         (vec!["--nproc", "0"], "--nproc 0 is out of range"),
         (vec!["--nproc", "100000"], "--nproc 100000 is out of range"),
         (vec!["--nproc", "1", "--stop-timeout", "0"], "out of range"),
-        (vec!["--nproc", "1", "--stop-timeout", "nan"], "out of range"),
+        (
+            vec!["--nproc", "1", "--stop-timeout", "nan"],
+            "out of range",
+        ),
     ] {
         let out = run(&dir, "env", &args);
         let err = stderr(&out);
@@ -497,7 +529,10 @@ fn a_restarted_rank_that_registered_before_and_stays_away_fails_the_round() {
     );
     let err = stderr(&out);
     assert_eq!(out.status.code(), Some(1), "{err}");
-    assert!(err.contains("rank 0 has not registered again after"), "{err}");
+    assert!(
+        err.contains("rank 0 has not registered again after"),
+        "{err}"
+    );
     let last = err.lines().last().unwrap();
     assert!(
         last.contains("rank 0 (local 0) did not register with its monitor again within --rank-restart-timeout 0.5 s"),
@@ -539,8 +574,11 @@ fn a_nic_that_goes_down_mid_run_restarts_the_round() {
     std::fs::create_dir_all(operstate.parent().unwrap()).unwrap();
     std::fs::write(&operstate, "up\n").unwrap();
     let config = dir.join("monitor.json");
-    std::fs::write(&config, r#"{ "check_interval_ms": 50, "termination_signal": "SIGTERM" }"#)
-        .unwrap();
+    std::fs::write(
+        &config,
+        r#"{ "check_interval_ms": 50, "termination_signal": "SIGTERM" }"#,
+    )
+    .unwrap();
     let mut launch = spawn_child(&mut launch_command(
         &dir,
         "registered-until-restart",
@@ -566,10 +604,16 @@ fn a_nic_that_goes_down_mid_run_restarts_the_round() {
     let status = launch.wait_timeout(Duration::from_secs(20));
     let events = events(&dir);
     assert_eq!(status.code(), Some(0), "{events:?}");
-    let fired: Vec<_> = events.iter().filter(|e| e["event"] == "monitor_fired").collect();
+    let fired: Vec<_> = events
+        .iter()
+        .filter(|e| e["event"] == "monitor_fired")
+        .collect();
     assert!(!fired.is_empty(), "{events:?}");
     assert!(
-        fired[0]["cause"].as_str().unwrap().contains("NIC eth0 is down"),
+        fired[0]["cause"]
+            .as_str()
+            .unwrap()
+            .contains("NIC eth0 is down"),
         "{fired:?}"
     );
     assert_eq!(count(&events, "restarting"), 1);
@@ -603,7 +647,14 @@ fn a_nic_that_is_not_there_is_refused_at_start() {
     let out = run(
         &dir,
         "env",
-        &["--nproc", "1", "--nic", "ib7", "--sysfs-root", dir.join("sys").to_str().unwrap()],
+        &[
+            "--nproc",
+            "1",
+            "--nic",
+            "ib7",
+            "--sysfs-root",
+            dir.join("sys").to_str().unwrap(),
+        ],
     );
     let err = stderr(&out);
     assert_eq!(out.status.code(), Some(1), "{err}");

@@ -173,9 +173,7 @@ impl Event {
                 restart,
                 stop_ms,
                 killed,
-            } => format!(
-                "round {restart} stopped in {stop_ms:.1} ms ({killed} needed SIGKILL)"
-            ),
+            } => format!("round {restart} stopped in {stop_ms:.1} ms ({killed} needed SIGKILL)"),
             Event::Restarting {
                 restart,
                 max_restarts,

@@ -29,7 +29,10 @@ pub(crate) fn checks_for(
             Err(reason) => events.emit(unavailable(reason))?,
             Ok(gpu) => match Nvml::load() {
                 Ok(nvml) => {
-                    checks.push(Box::new(Every::new(GpuCheck::new(nvml, gpu), options.interval)));
+                    checks.push(Box::new(Every::new(
+                        GpuCheck::new(nvml, gpu),
+                        options.interval,
+                    )));
                 }
                 Err(reason) => events.emit(unavailable(reason))?,
             },

@@ -158,7 +158,11 @@ fn rounds(ctx: &mut Ctx<'_>) -> Result<(i32, String, u32)> {
             None => round::supervise(ctx, &plan, &mut ranks),
         };
         let stopped = round::stop(ctx, &plan, &mut ranks)?;
-        ctx.registered_before = ctx.monitors.iter().map(|m| m.take_heard().registered).collect();
+        ctx.registered_before = ctx
+            .monitors
+            .iter()
+            .map(|m| m.take_heard().registered)
+            .collect();
         let end = end?;
         let result = match &end {
             RoundEnd::Succeeded => RoundResult::Succeeded,
@@ -169,7 +173,11 @@ fn rounds(ctx: &mut Ctx<'_>) -> Result<(i32, String, u32)> {
         ctx.backend.end_round(restart, &result)?;
         let (code, summary) = match end {
             RoundEnd::Succeeded => {
-                return Ok((0, format!("every rank exited 0 (restarts: {restart})"), restart));
+                return Ok((
+                    0,
+                    format!("every rank exited 0 (restarts: {restart})"),
+                    restart,
+                ));
             }
             RoundEnd::Interrupted { signal } => {
                 return Ok((128 + signal, format!("stopped by signal {signal}"), restart));
@@ -201,7 +209,10 @@ fn rounds(ctx: &mut Ctx<'_>) -> Result<(i32, String, u32)> {
             return Ok((128 + signal, format!("stopped by signal {signal}"), restart));
         }
         if restart >= options.max_restarts {
-            let summary = format!("restarts exhausted ({restart}/{}): {summary}", options.max_restarts);
+            let summary = format!(
+                "restarts exhausted ({restart}/{}): {summary}",
+                options.max_restarts
+            );
             return Ok((code, summary, restart));
         }
         restart += 1;

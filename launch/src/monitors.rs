@@ -9,8 +9,8 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use nodeipc_monitor::{
-    ControlClient, HealthCheck, LogLevel, MonitorConfig, MonitorServer, MonitorStatus,
-    RankState, Shutdown, StopHandle,
+    ControlClient, HealthCheck, LogLevel, MonitorConfig, MonitorServer, MonitorStatus, RankState,
+    Shutdown, StopHandle,
 };
 
 use crate::{Error, Result};
@@ -148,7 +148,10 @@ impl HealthCheck for BoxedCheck {
         self.0.name()
     }
 
-    fn check(&mut self, rank: &nodeipc_monitor::RankContext<'_>) -> std::result::Result<(), String> {
+    fn check(
+        &mut self,
+        rank: &nodeipc_monitor::RankContext<'_>,
+    ) -> std::result::Result<(), String> {
         self.0.check(rank)
     }
 }

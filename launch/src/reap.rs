@@ -74,10 +74,12 @@ pub(crate) fn signal_all(procs: &[Proc], signal: Signal) {
 pub(crate) fn reap_orphans(ranks: &[u32]) {
     let me = std::process::id();
     for p in processes() {
-        if p.ppid == me && p.zombie && !ranks.contains(&p.pid) {
-            if let Some(pid) = i32::try_from(p.pid).ok().and_then(Pid::from_raw) {
-                let _ = rustix::process::waitpid(Some(pid), WaitOptions::NOHANG);
-            }
+        if p.ppid == me
+            && p.zombie
+            && !ranks.contains(&p.pid)
+            && let Some(pid) = i32::try_from(p.pid).ok().and_then(Pid::from_raw)
+        {
+            let _ = rustix::process::waitpid(Some(pid), WaitOptions::NOHANG);
         }
     }
 }

@@ -60,7 +60,11 @@ pub(crate) struct Ctx<'a> {
 }
 
 /// Watches the ranks of `plan` until the round is over.
-pub(crate) fn supervise(ctx: &mut Ctx<'_>, plan: &RoundPlan, ranks: &mut [Rank]) -> Result<RoundEnd> {
+pub(crate) fn supervise(
+    ctx: &mut Ctx<'_>,
+    plan: &RoundPlan,
+    ranks: &mut [Rank],
+) -> Result<RoundEnd> {
     let started = Instant::now();
     let mut back = vec![false; ranks.len()];
     loop {
@@ -267,7 +271,9 @@ pub(crate) fn stop(ctx: &mut Ctx<'_>, plan: &RoundPlan, ranks: &mut [Rank]) -> R
         reap::signal_all(&fresh, Signal::TERM);
         termed.extend(fresh.iter().map(|p| p.pid));
 
-        let slice = deadline.saturating_duration_since(Instant::now()).min(Duration::from_millis(10));
+        let slice = deadline
+            .saturating_duration_since(Instant::now())
+            .min(Duration::from_millis(10));
         signal = wait(ctx.signals, ranks, slice)?;
         if own {
             reap::reap_orphans(&pids);

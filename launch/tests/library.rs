@@ -29,7 +29,10 @@ fn options(dir: &TempDir, nproc: u32, script: &str) -> LaunchOptions {
 fn bad_options_are_refused_naming_the_option_and_its_bound() {
     let dir = TempDir::new("launch-opts");
     let cases: Vec<(LaunchOptions, &str)> = vec![
-        (options(&dir, 0, "true"), "--nproc 0 is out of range: 1 to 1024"),
+        (
+            options(&dir, 0, "true"),
+            "--nproc 0 is out of range: 1 to 1024",
+        ),
         (options(&dir, MAX_NPROC + 1, "true"), "--nproc 1025"),
         (
             LaunchOptions {
@@ -119,7 +122,10 @@ fn events_come_in_order_and_the_json_lines_name_each() {
             other => panic!("unexpected {other:?}"),
         })
         .collect();
-    assert_eq!(kinds[..4], ["launched", "round_started", "rank_started", "rank_started"]);
+    assert_eq!(
+        kinds[..4],
+        ["launched", "round_started", "rank_started", "rank_started"]
+    );
     assert_eq!(kinds[kinds.len() - 2..], ["round_stopped", "finished"]);
     let lines: Vec<serde_json::Value> = std::fs::read_to_string(&json)
         .unwrap()
@@ -181,7 +187,10 @@ struct Recording {
 
 impl RoundBackend for Recording {
     fn begin_round(&mut self, restart: u32, nproc: u32) -> Result<RoundPlan> {
-        self.calls.lock().unwrap().push(format!("begin {restart} {nproc}"));
+        self.calls
+            .lock()
+            .unwrap()
+            .push(format!("begin {restart} {nproc}"));
         let mut plan = self.inner.begin_round(restart, nproc)?;
         // Two nodes of `nproc` ranks: this one is the second.
         plan.world_size = 2 * nproc;
@@ -198,7 +207,10 @@ impl RoundBackend for Recording {
     }
 
     fn end_round(&mut self, restart: u32, result: &RoundResult) -> Result<()> {
-        self.calls.lock().unwrap().push(format!("end {restart} {result:?}"));
+        self.calls
+            .lock()
+            .unwrap()
+            .push(format!("end {restart} {result:?}"));
         Ok(())
     }
 }

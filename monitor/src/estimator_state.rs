@@ -18,6 +18,9 @@ const VERSION: u32 = 1;
 /// `[count, longest in ms]`.
 type Wire = (u64, u64);
 
+/// A proposal in ms: initial, heartbeat, out of section, sections.
+type Proposal = (Option<u64>, Option<u64>, Option<u64>, BTreeMap<String, u64>);
+
 #[derive(Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct State {
@@ -26,8 +29,8 @@ struct State {
     heartbeat: Wire,
     out_of_section: Wire,
     sections: BTreeMap<String, Wire>,
-    /// The last proposal, in ms: (initial, heartbeat, out of section, sections).
-    previous: Option<(Option<u64>, Option<u64>, Option<u64>, BTreeMap<String, u64>)>,
+    /// The last proposal.
+    previous: Option<Proposal>,
 }
 
 fn to_wire(s: &Samples) -> Wire {
@@ -56,7 +59,10 @@ impl TimeoutEstimator {
                 p.initial_heartbeat.map(ms),
                 p.heartbeat.map(ms),
                 p.out_of_section.map(ms),
-                p.sections.iter().map(|(k, v)| (k.clone(), ms(*v))).collect(),
+                p.sections
+                    .iter()
+                    .map(|(k, v)| (k.clone(), ms(*v)))
+                    .collect(),
             )
         });
         let state = State {
@@ -110,7 +116,12 @@ impl TimeoutEstimator {
             }
         }
         let sections = self.sections.len() + state.sections.len();
-        if sections > MAX_SECTIONS || state.previous.as_ref().is_some_and(|p| p.3.len() > MAX_SECTIONS) {
+        if sections > MAX_SECTIONS
+            || state
+                .previous
+                .as_ref()
+                .is_some_and(|p| p.3.len() > MAX_SECTIONS)
+        {
             return Err(Error::config(format!(
                 "estimator state: more than {MAX_SECTIONS} sections"
             )));

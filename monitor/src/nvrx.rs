@@ -13,9 +13,17 @@ use crate::{Error, MonitorConfig, Result};
 
 /// Their name, ours, and whether the value is seconds (ours: milliseconds).
 const ALIASES: [(&str, &str, bool); 7] = [
-    ("initial_rank_heartbeat_timeout", "initial_heartbeat_timeout_ms", true),
+    (
+        "initial_rank_heartbeat_timeout",
+        "initial_heartbeat_timeout_ms",
+        true,
+    ),
     ("rank_heartbeat_timeout", "heartbeat_timeout_ms", true),
-    ("rank_out_of_section_timeout", "out_of_section_timeout_ms", true),
+    (
+        "rank_out_of_section_timeout",
+        "out_of_section_timeout_ms",
+        true,
+    ),
     ("workload_check_interval", "check_interval_ms", true),
     ("rank_termination_signal", "termination_signal", false),
     ("skip_section_response", "skip_section_replies", false),
@@ -238,7 +246,9 @@ fn from_yaml(value: serde_yaml_ng::Value, at: &str) -> Result<Value> {
             let mut out = Map::new();
             for (k, v) in map {
                 let Y::String(key) = k else {
-                    return Err(Error::config(format!("{at} has a key that is not a string")));
+                    return Err(Error::config(format!(
+                        "{at} has a key that is not a string"
+                    )));
                 };
                 let value = from_yaml(v, &key)?;
                 out.insert(key, value);

@@ -26,7 +26,10 @@ fn run(e: &mut TimeoutEstimator, initial: u64) {
 
 #[test]
 fn the_initial_heartbeat_timeout_is_estimated_from_init_to_the_first_heartbeat() {
-    let mut e = TimeoutEstimator::new(2.0, 3).unwrap().with_smoothing(1.0).unwrap();
+    let mut e = TimeoutEstimator::new(2.0, 3)
+        .unwrap()
+        .with_smoothing(1.0)
+        .unwrap();
     run(&mut e, 400);
     assert_eq!(e.initial_samples(), 1);
     let p = e.propose().unwrap();
@@ -36,12 +39,18 @@ fn the_initial_heartbeat_timeout_is_estimated_from_init_to_the_first_heartbeat()
 
 #[test]
 fn past_runs_come_back_through_the_state_and_count_toward_the_estimate() {
-    let mut first = TimeoutEstimator::new(2.0, 3).unwrap().with_smoothing(1.0).unwrap();
+    let mut first = TimeoutEstimator::new(2.0, 3)
+        .unwrap()
+        .with_smoothing(1.0)
+        .unwrap();
     run(&mut first, 900);
     first.propose().unwrap();
     let saved = first.state();
     // The restarted rank: a faster start this time, the slow one remembered.
-    let mut second = TimeoutEstimator::new(2.0, 3).unwrap().with_smoothing(1.0).unwrap();
+    let mut second = TimeoutEstimator::new(2.0, 3)
+        .unwrap()
+        .with_smoothing(1.0)
+        .unwrap();
     second.restore_state(&saved).unwrap();
     run(&mut second, 300);
     assert_eq!(second.initial_samples(), 2);
@@ -86,7 +95,10 @@ fn the_client_applies_its_estimates_and_skips_when_not_ready() {
     let applied = client.calculate_and_set_timeouts(true).unwrap().unwrap();
     // Beats microseconds apart: the floor decides.
     assert_eq!(applied.timeouts.heartbeat, Some(Duration::from_secs(5)));
-    assert_eq!(applied.timeouts.initial_heartbeat, Some(Duration::from_secs(5)));
+    assert_eq!(
+        applied.timeouts.initial_heartbeat,
+        Some(Duration::from_secs(5))
+    );
     let status = client.status().unwrap();
     assert_eq!(status.timeouts.heartbeat_ms, Some(5000));
     assert_eq!(status.timeouts.initial_heartbeat_ms, Some(5000));

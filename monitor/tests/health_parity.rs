@@ -52,7 +52,10 @@ fn the_nic_check_reads_operstate_and_infiniband_port_states() {
 
     ib_port(root, "mlx5_0", 2, "1: DOWN");
     let why = check.probe().unwrap_err();
-    assert!(why.contains("InfiniBand mlx5_0 port 2") && why.contains("DOWN"), "{why}");
+    assert!(
+        why.contains("InfiniBand mlx5_0 port 2") && why.contains("DOWN"),
+        "{why}"
+    );
     ib_port(root, "mlx5_0", 2, "4: ACTIVE");
 
     // A device that goes away fails the check, naming the file.
@@ -114,10 +117,15 @@ fn a_rank_finds_its_gpu_through_cuda_visible_devices() {
     assert_eq!(gpu_for_local_rank(1, Some("2, 5 ,7")), Ok(GpuId::Index(5)));
     assert_eq!(
         gpu_for_local_rank(0, Some("GPU-8e0a5b1c-0000-1111-2222-333344445555,1")),
-        Ok(GpuId::Uuid("GPU-8e0a5b1c-0000-1111-2222-333344445555".to_owned()))
+        Ok(GpuId::Uuid(
+            "GPU-8e0a5b1c-0000-1111-2222-333344445555".to_owned()
+        ))
     );
     let short = gpu_for_local_rank(2, Some("0,1")).unwrap_err();
-    assert!(short.contains("local rank 2 has no device") && short.contains("lists 2"), "{short}");
+    assert!(
+        short.contains("local rank 2 has no device") && short.contains("lists 2"),
+        "{short}"
+    );
     let bad = gpu_for_local_rank(0, Some("zero")).unwrap_err();
     assert!(bad.contains("\"zero\""), "{bad}");
     // An empty list hides every device.
@@ -252,7 +260,10 @@ fn while_its_rank_is_away_the_monitor_reports_how_long_it_has_waited() {
     assert!(status.ms_restarting.unwrap() <= gone.elapsed().as_millis() as u64 + 5);
     // The log says so (every ten check intervals, at least every second).
     let log = server.log_text();
-    assert!(log.contains("the rank has not come back: waiting 1."), "{log}");
+    assert!(
+        log.contains("the rank has not come back: waiting 1."),
+        "{log}"
+    );
     // Back: no wait any more.
     let mut client = MonitorClient::connect(&server.socket, Duration::from_secs(10)).unwrap();
     client.init(&RankInfo::this_process(0, 0)).unwrap();

@@ -50,10 +50,16 @@ fn their_yaml_block_reads_as_our_configuration() {
 fn their_json_reads_the_same_and_a_flat_document_is_accepted() {
     let json = r#"{ "fault_tolerance": { "rank_heartbeat_timeout": 30.5, "rank_termination_signal": 15 } }"#;
     let nvrx = MonitorConfig::from_nvrx(json).unwrap();
-    assert_eq!(nvrx.monitor.timeouts.heartbeat, Some(Duration::from_millis(30_500)));
+    assert_eq!(
+        nvrx.monitor.timeouts.heartbeat,
+        Some(Duration::from_millis(30_500))
+    );
     assert_eq!(nvrx.monitor.termination_signal, Signal::TERM);
     let flat = MonitorConfig::from_nvrx("rank_heartbeat_timeout: 2\n").unwrap();
-    assert_eq!(flat.monitor.timeouts.heartbeat, Some(Duration::from_secs(2)));
+    assert_eq!(
+        flat.monitor.timeouts.heartbeat,
+        Some(Duration::from_secs(2))
+    );
 }
 
 #[test]
@@ -62,7 +68,10 @@ fn our_own_name_wins_over_their_alias() {
         "fault_tolerance:\n  rank_heartbeat_timeout: 30\n  heartbeat_timeout_ms: 1234\n",
     )
     .unwrap();
-    assert_eq!(nvrx.monitor.timeouts.heartbeat, Some(Duration::from_millis(1234)));
+    assert_eq!(
+        nvrx.monitor.timeouts.heartbeat,
+        Some(Duration::from_millis(1234))
+    );
     assert!(nvrx.warnings.is_empty());
 }
 
@@ -72,9 +81,15 @@ fn a_bad_value_is_refused_naming_the_field() {
         ("rank_heartbeat_timeout: -1\n", "rank_heartbeat_timeout"),
         ("rank_heartbeat_timeout: 0\n", "rank_heartbeat_timeout"),
         ("rank_heartbeat_timeout: .nan\n", "rank_heartbeat_timeout"),
-        ("rank_heartbeat_timeout: 1.0e300\n", "rank_heartbeat_timeout"),
+        (
+            "rank_heartbeat_timeout: 1.0e300\n",
+            "rank_heartbeat_timeout",
+        ),
         ("rank_heartbeat_timeout: soon\n", "rank_heartbeat_timeout"),
-        ("rank_section_timeouts: { step: -2 }\n", "rank_section_timeouts.step"),
+        (
+            "rank_section_timeouts: { step: -2 }\n",
+            "rank_section_timeouts.step",
+        ),
         ("safety_factor: 0.5\n", "safety_factor"),
         ("rank_termination_signal: SIGSEGV\n", "SIGSEGV"),
         ("fault_tolerance: 3\n", "fault_tolerance"),
@@ -100,11 +115,17 @@ fn load_nvrx_reads_a_file_with_the_trust_rules_of_load() {
     let path = dir.join("ft.yaml");
     std::fs::write(&path, NVRX_YAML).unwrap();
     let nvrx = MonitorConfig::load_nvrx(&path).unwrap();
-    assert_eq!(nvrx.monitor.timeouts.heartbeat, Some(Duration::from_millis(30_500)));
+    assert_eq!(
+        nvrx.monitor.timeouts.heartbeat,
+        Some(Duration::from_millis(30_500))
+    );
     // A bad file names itself.
     std::fs::write(&path, "rank_heartbeat_timeout: -1\n").unwrap();
     let error = MonitorConfig::load_nvrx(&path).unwrap_err().to_string();
-    assert!(error.contains("ft.yaml") && error.contains("rank_heartbeat_timeout"), "{error}");
+    assert!(
+        error.contains("ft.yaml") && error.contains("rank_heartbeat_timeout"),
+        "{error}"
+    );
     // A symlink is refused, as by `load`.
     let link = dir.join("link.yaml");
     std::os::unix::fs::symlink(&path, &link).unwrap();

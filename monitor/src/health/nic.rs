@@ -41,7 +41,9 @@ impl NicCheck {
         let mut nics = Vec::new();
         for name in names {
             if name.is_empty() || name.contains('/') || name == "." || name == ".." {
-                return Err(Error::config(format!("NIC name {name:?} is not a device name")));
+                return Err(Error::config(format!(
+                    "NIC name {name:?} is not a device name"
+                )));
             }
             if root.join("class/net").join(name).exists() {
                 nics.push(Nic::Net(name.clone()));
@@ -91,7 +93,10 @@ impl NicCheck {
                         }
                     }
                     if seen == 0 {
-                        return Err(format!("InfiniBand {name} has no ports in {}", ports.display()));
+                        return Err(format!(
+                            "InfiniBand {name} has no ports in {}",
+                            ports.display()
+                        ));
                     }
                 }
             }

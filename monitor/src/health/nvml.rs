@@ -41,18 +41,29 @@ struct EventData {
     compute_instance_id: c_uint,
 }
 
+type InitFn = unsafe extern "C" fn() -> Ret;
+type ByIndexFn = unsafe extern "C" fn(c_uint, *mut Device) -> Ret;
+type ByUuidFn = unsafe extern "C" fn(*const c_char, *mut Device) -> Ret;
+type TotalEccFn = unsafe extern "C" fn(Device, c_int, c_int, *mut c_ulonglong) -> Ret;
+type PagesPendingFn = unsafe extern "C" fn(Device, *mut c_int) -> Ret;
+type TemperatureFn = unsafe extern "C" fn(Device, c_int, *mut c_uint) -> Ret;
+type EventSetCreateFn = unsafe extern "C" fn(*mut EventSet) -> Ret;
+type RegisterEventsFn = unsafe extern "C" fn(Device, c_ulonglong, EventSet) -> Ret;
+type EventSetWaitFn = unsafe extern "C" fn(EventSet, *mut EventData, c_uint) -> Ret;
+type EventSetFreeFn = unsafe extern "C" fn(EventSet) -> Ret;
+
 /// The NVML entry points used, resolved once.
 struct Api {
-    shutdown: unsafe extern "C" fn() -> Ret,
-    by_index: unsafe extern "C" fn(c_uint, *mut Device) -> Ret,
-    by_uuid: unsafe extern "C" fn(*const c_char, *mut Device) -> Ret,
-    total_ecc: unsafe extern "C" fn(Device, c_int, c_int, *mut c_ulonglong) -> Ret,
-    pages_pending: unsafe extern "C" fn(Device, *mut c_int) -> Ret,
-    temperature: unsafe extern "C" fn(Device, c_int, *mut c_uint) -> Ret,
-    event_set_create: unsafe extern "C" fn(*mut EventSet) -> Ret,
-    register_events: unsafe extern "C" fn(Device, c_ulonglong, EventSet) -> Ret,
-    event_set_wait: unsafe extern "C" fn(EventSet, *mut EventData, c_uint) -> Ret,
-    event_set_free: unsafe extern "C" fn(EventSet) -> Ret,
+    shutdown: InitFn,
+    by_index: ByIndexFn,
+    by_uuid: ByUuidFn,
+    total_ecc: TotalEccFn,
+    pages_pending: PagesPendingFn,
+    temperature: TemperatureFn,
+    event_set_create: EventSetCreateFn,
+    register_events: RegisterEventsFn,
+    event_set_wait: EventSetWaitFn,
+    event_set_free: EventSetFreeFn,
 }
 
 /// What is kept per device between checks.
@@ -78,7 +89,9 @@ unsafe impl Send for Nvml {}
 
 impl std::fmt::Debug for Nvml {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Nvml").field("devices", &self.devices.len()).finish()
+        f.debug_struct("Nvml")
+            .field("devices", &self.devices.len())
+            .finish()
     }
 }
 
@@ -111,26 +124,26 @@ impl Nvml {
 
     fn resolve(library: *mut c_void) -> Result<Nvml, String> {
         macro_rules! sym {
-            ($name:literal) => {{
+            ($name:literal, $ty:ty) => {{
                 let symbol = dlsym(library, $name)?;
-                // SAFETY: NVML exports `$name` with the signature of the
-                // field it is stored in (NVML API reference); a function
-                // pointer has the size of the data pointer dlsym returns.
-                unsafe { std::mem::transmute::<*mut c_void, _>(symbol) }
+                // SAFETY: NVML exports `$name` with signature `$ty` (NVML
+                // API reference); a function pointer has the size of the
+                // data pointer dlsym returns, and it is not null.
+                unsafe { std::mem::transmute::<*mut c_void, $ty>(symbol) }
             }};
         }
-        let init: unsafe extern "C" fn() -> Ret = sym!("nvmlInit_v2");
+        let init = sym!("nvmlInit_v2", InitFn);
         let api = Api {
-            shutdown: sym!("nvmlShutdown"),
-            by_index: sym!("nvmlDeviceGetHandleByIndex_v2"),
-            by_uuid: sym!("nvmlDeviceGetHandleByUUID"),
-            total_ecc: sym!("nvmlDeviceGetTotalEccErrors"),
-            pages_pending: sym!("nvmlDeviceGetRetiredPagesPendingStatus"),
-            temperature: sym!("nvmlDeviceGetTemperature"),
-            event_set_create: sym!("nvmlEventSetCreate"),
-            register_events: sym!("nvmlDeviceRegisterEvents"),
-            event_set_wait: sym!("nvmlEventSetWait_v2"),
-            event_set_free: sym!("nvmlEventSetFree"),
+            shutdown: sym!("nvmlShutdown", InitFn),
+            by_index: sym!("nvmlDeviceGetHandleByIndex_v2", ByIndexFn),
+            by_uuid: sym!("nvmlDeviceGetHandleByUUID", ByUuidFn),
+            total_ecc: sym!("nvmlDeviceGetTotalEccErrors", TotalEccFn),
+            pages_pending: sym!("nvmlDeviceGetRetiredPagesPendingStatus", PagesPendingFn),
+            temperature: sym!("nvmlDeviceGetTemperature", TemperatureFn),
+            event_set_create: sym!("nvmlEventSetCreate", EventSetCreateFn),
+            register_events: sym!("nvmlDeviceRegisterEvents", RegisterEventsFn),
+            event_set_wait: sym!("nvmlEventSetWait_v2", EventSetWaitFn),
+            event_set_free: sym!("nvmlEventSetFree", EventSetFreeFn),
         };
         // SAFETY: nvmlInit_v2 takes nothing and may be called from any thread.
         let rc = unsafe { init() };
@@ -284,7 +297,9 @@ fn dl_error() -> String {
         if text.is_null() {
             "unknown dlerror".to_owned()
         } else {
-            std::ffi::CStr::from_ptr(text).to_string_lossy().into_owned()
+            std::ffi::CStr::from_ptr(text)
+                .to_string_lossy()
+                .into_owned()
         }
     }
 }

@@ -39,7 +39,9 @@ impl RestartWait {
     /// a second, at most a minute).
     pub(crate) fn report(&mut self, now: Instant, check_interval: Duration) -> Option<String> {
         let since = self.since?;
-        let every = check_interval.saturating_mul(10).clamp(REPORT_MIN, REPORT_MAX);
+        let every = check_interval
+            .saturating_mul(10)
+            .clamp(REPORT_MIN, REPORT_MAX);
         let due = *self.next_report.get_or_insert(since + every);
         if now < due {
             return None;
