@@ -22,6 +22,9 @@ use crate::{Error, Result};
 /// check and orphans are looked at this often.
 const TICK: Duration = Duration::from_millis(100);
 
+/// How often adopted orphans are looked for while a round runs.
+const REAP_EVERY: Duration = Duration::from_secs(1);
+
 /// How long a control request to a monitor thread may take.
 const CONTROL_TIMEOUT: Duration = Duration::from_secs(1);
 
@@ -67,6 +70,7 @@ pub(crate) fn supervise(
 ) -> Result<RoundEnd> {
     let started = Instant::now();
     let mut back = vec![false; ranks.len()];
+    let mut last_reap = started;
     loop {
         let signal = wait(ctx.signals, ranks, TICK)?;
         if let Some(signal) = signal {
@@ -122,7 +126,10 @@ pub(crate) fn supervise(
         if let Some(reason) = ctx.backend.restart_requested() {
             return Ok(RoundEnd::Requested { reason });
         }
-        if ctx.options.own_all_children {
+        // Adopted orphans that exit while the ranks run are reaped about
+        // once a second: each look reads every /proc/<pid>/stat.
+        if ctx.options.own_all_children && last_reap.elapsed() >= REAP_EVERY {
+            last_reap = Instant::now();
             reap::reap_orphans(&rank_pids(ranks));
         }
     }
