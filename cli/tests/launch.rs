@@ -662,3 +662,67 @@ fn a_nic_that_is_not_there_is_refused_at_start() {
     assert!(!dir.join("env-0-0").exists());
     assert_no_run_dir(&dir);
 }
+
+#[test]
+fn an_unmodified_style_python_rank_gets_torchrun_variables_and_is_restarted_after_a_hang() {
+    let _watchdog = Watchdog::new("launch python", Duration::from_secs(120));
+    let ready = Command::new("python3")
+        .args(["-c", "import grpc_tools, google.protobuf"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if !ready
+        && nodeipc_testkit::skip(
+            "launch python rank",
+            "python3 with protobuf and grpcio-tools is not available (pip install protobuf grpcio-tools)",
+        )
+    {
+        return;
+    }
+    let dir = TempDir::new("launch-py");
+    let config = dir.join("monitor.json");
+    std::fs::write(
+        &config,
+        r#"{ "initial_heartbeat_timeout_ms": 1500, "check_interval_ms": 50,
+             "termination_signal": "SIGTERM" }"#,
+    )
+    .unwrap();
+    let manifest = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let out = spawn_child(
+        Command::new(env!("CARGO_BIN_EXE_nodeipc"))
+            .arg("launch")
+            .args(["--nproc", "2", "--max-restarts", "1", "--stop-timeout", "2"])
+            .args(["--run-dir", dir.path().to_str().unwrap()])
+            .args(["--json-events", dir.join("events.jsonl").to_str().unwrap()])
+            .args(["--monitor-config", config.to_str().unwrap()])
+            .arg("--")
+            .arg("python3")
+            .arg(manifest.join("tests/python/launch_rank.py"))
+            .arg(manifest.join("../proto/proto"))
+            .arg(dir.path())
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped()),
+    )
+    .output_timeout(Duration::from_secs(90));
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert!(
+        err.contains("monitor of rank 0 terminated it: initial heartbeat timeout"),
+        "{err}"
+    );
+    let vars = std::fs::read_to_string(dir.join("py-1-1")).unwrap();
+    for expect in [
+        "RANK=1",
+        "LOCAL_RANK=1",
+        "WORLD_SIZE=2",
+        "MASTER_ADDR=127.0.0.1",
+        "NODEIPC_RESTART_COUNT=1",
+    ] {
+        assert!(vars.lines().any(|l| l == expect), "{expect} not in {vars}");
+    }
+    let events = events(&dir);
+    assert_eq!(count(&events, "restarting"), 1);
+    assert_no_run_dir(&dir);
+}
