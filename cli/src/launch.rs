@@ -92,9 +92,10 @@ pub(crate) fn run(args: LaunchArgs) -> CmdResult {
     let outcome = nodeipc_launch::launch(&options)?;
     match outcome.exit_code {
         0 => Ok(()),
+        // The last event line (`exit N: …`) has said why.
         code => Err(Failure::Status(
             u8::try_from(code.clamp(1, 255)).unwrap_or(1),
-            outcome.summary,
+            String::new(),
         )),
     }
 }

@@ -70,7 +70,8 @@ pub(crate) enum Failure {
     /// Exit 128 + the signal's number: stopped by SIGINT or SIGTERM, after
     /// undoing what the command made. The line says which signal.
     Signal(i32, String),
-    /// Exit with this status (`launch`: the failing rank's), this line on stderr.
+    /// Exit with this status (`launch`: the failing rank's), this line on
+    /// stderr unless it is empty.
     Status(u8, String),
 }
 
@@ -113,8 +114,11 @@ fn main() -> ExitCode {
         Err(Failure::Signal(signal, line)) => ((128 + signal).clamp(129, 255) as u8, line),
         Err(Failure::Status(code, line)) => (code, line),
     };
-    // Not eprintln!: it panics when standard error is a closed pipe.
-    let _ = writeln!(std::io::stderr(), "nodeipc: {line}");
+    // Not eprintln!: it panics when standard error is a closed pipe. An
+    // empty line: the command has said why already.
+    if !line.is_empty() {
+        let _ = writeln!(std::io::stderr(), "nodeipc: {line}");
+    }
     ExitCode::from(code)
 }
 

@@ -726,3 +726,71 @@ fn an_unmodified_style_python_rank_gets_torchrun_variables_and_is_restarted_afte
     assert_eq!(count(&events, "restarting"), 1);
     assert_no_run_dir(&dir);
 }
+
+#[test]
+fn an_nvrx_config_file_is_read_with_a_warning_per_key_not_used() {
+    let _watchdog = Watchdog::new("launch nvrx", Duration::from_secs(60));
+    let dir = TempDir::new("launch-nvrx");
+    let config = dir.join("ft.yaml");
+    std::fs::write(
+        &config,
+        "fault_tolerance:\n  initial_rank_heartbeat_timeout: 0.3\n  workload_check_interval: 0.05\n  rank_termination_signal: SIGTERM\n  log_level: DEBUG\n",
+    )
+    .unwrap();
+    let out = run(
+        &dir,
+        "hang-first",
+        &[
+            "--nproc",
+            "2",
+            "--max-restarts",
+            "1",
+            "--stop-timeout",
+            "2",
+            "--nvrx-config",
+            config.to_str().unwrap(),
+        ],
+    );
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    let warnings: Vec<&str> = err
+        .lines()
+        .filter(|l| l.contains("is not used by nodeipc"))
+        .collect();
+    assert_eq!(warnings.len(), 1, "{err}");
+    assert!(
+        warnings[0].contains("ft.yaml") && warnings[0].contains("\"log_level\""),
+        "{err}"
+    );
+    // Their 0.3 s initial heartbeat timeout fired on the hung rank.
+    assert!(
+        err.contains("initial heartbeat timeout") && err.contains("limit 300 ms"),
+        "{err}"
+    );
+    assert_no_run_dir(&dir);
+}
+
+#[test]
+fn a_failed_launch_says_why_once() {
+    let _watchdog = Watchdog::new("launch one line", Duration::from_secs(60));
+    let dir = TempDir::new("launch-once");
+    let out = run(
+        &dir,
+        "rank1-exits-3",
+        &["--nproc", "2", "--stop-timeout", "2"],
+    );
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(3), "{err}");
+    assert_eq!(
+        err.matches("rank 1 (local 1) exited with 3").count(),
+        1,
+        "{err}"
+    );
+    assert!(
+        err.lines()
+            .last()
+            .unwrap()
+            .starts_with("nodeipc launch: exit 3: "),
+        "{err}"
+    );
+}

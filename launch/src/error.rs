@@ -29,6 +29,14 @@ pub enum Error {
         /// Why not.
         source: nodeipc_monitor::Error,
     },
+    /// A rank's monitor stopped while the launch ran.
+    #[error("the monitor of local rank {local_rank} ended: {why}")]
+    MonitorEnded {
+        /// Whose monitor.
+        local_rank: u32,
+        /// How it ended.
+        why: String,
+    },
     /// A rank could not be started.
     #[error("starting local rank {local_rank} ({program}): {source}")]
     Spawn {

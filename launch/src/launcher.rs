@@ -95,11 +95,11 @@ pub fn launch_with(
     })?;
     let mut ctx = Ctx {
         options,
-        monitors: &monitors,
+        monitors: &mut monitors,
         signals: signals.as_ref(),
         events: &mut events,
         backend,
-        registered_before: vec![false; monitors.len()],
+        registered_before: vec![false; options.nproc as usize],
     };
     let (exit_code, summary, restarts) = rounds(&mut ctx)?;
     ctx.events.emit(Event::Finished {
@@ -126,7 +126,7 @@ fn rounds(ctx: &mut Ctx<'_>) -> Result<(i32, String, u32)> {
     let mut restart = 0;
     loop {
         let plan = ctx.backend.begin_round(restart, options.nproc)?;
-        for monitor in ctx.monitors {
+        for monitor in ctx.monitors.iter() {
             monitor.take_heard();
         }
         ctx.events.emit(Event::RoundStarted {

@@ -125,6 +125,20 @@ impl Monitor {
         ControlClient::connect(&self.socket, timeout)?.close_connection()
     }
 
+    /// Whether the server has stopped on its own (it never should while
+    /// the launch runs: a failed `poll`, say); its result, once.
+    pub(crate) fn ended(&mut self) -> Option<String> {
+        if !self.thread.as_ref().is_some_and(|t| t.is_finished()) {
+            return None;
+        }
+        let thread = self.thread.take()?;
+        Some(match thread.join() {
+            Ok(Ok(shutdown)) => format!("stopped ({shutdown:?})"),
+            Ok(Err(e)) => e.to_string(),
+            Err(_) => "its thread panicked".to_owned(),
+        })
+    }
+
     /// Stops the server and waits for its thread; the socket files go.
     pub(crate) fn stop(&mut self) {
         self.stop.stop();

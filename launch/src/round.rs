@@ -54,7 +54,7 @@ pub(crate) enum RoundEnd {
 /// What the round loop needs from the launch around it.
 pub(crate) struct Ctx<'a> {
     pub(crate) options: &'a LaunchOptions,
-    pub(crate) monitors: &'a [Monitor],
+    pub(crate) monitors: &'a mut [Monitor],
     pub(crate) signals: Option<&'a StopSignals>,
     pub(crate) events: &'a mut Events,
     pub(crate) backend: &'a mut dyn RoundBackend,
@@ -119,6 +119,15 @@ pub(crate) fn supervise(
         }
         if all_done {
             return Ok(RoundEnd::Succeeded);
+        }
+        for (local_rank, monitor) in ctx.monitors.iter_mut().enumerate() {
+            if let Some(why) = monitor.ended() {
+                // The rank would go unwatched: the launch cannot go on.
+                return Err(Error::MonitorEnded {
+                    local_rank: u32::try_from(local_rank).unwrap_or(u32::MAX),
+                    why,
+                });
+            }
         }
         if let Some(end) = restart_check(ctx, plan, ranks, &mut back, started)? {
             return Ok(end);
@@ -311,7 +320,7 @@ pub(crate) fn stop(ctx: &mut Ctx<'_>, plan: &RoundPlan, ranks: &mut [Rank]) -> R
     if own {
         reap::reap_orphans(&[]);
     }
-    for monitor in ctx.monitors {
+    for monitor in ctx.monitors.iter() {
         // The rank is gone; the monitor may have seen it already. Either
         // way it now waits for the next round's rank.
         let _ = monitor.close_connection(CONTROL_TIMEOUT);
