@@ -100,6 +100,19 @@ fn rank_helper() {
             write_atomic(&dir.join(format!("pids-{rank}")), &text.join(" "));
             std::thread::sleep(Duration::from_secs(30));
         }
+        "other-group" => {
+            // The rank leaves the process group the launcher made for it
+            // (a group leader cannot setsid; it can join another group of
+            // its session: the launcher's).
+            let launcher = rustix::process::getppid().unwrap();
+            let group = rustix::process::getpgid(Some(launcher)).unwrap();
+            rustix::process::setpgid(None, Some(group)).unwrap();
+            write_atomic(
+                &dir.join(format!("pids-{rank}")),
+                &std::process::id().to_string(),
+            );
+            std::thread::sleep(Duration::from_secs(30));
+        }
         "ignore-term" => {
             // SAFETY: SIG_IGN for SIGTERM in this single-purpose process;
             // no handler runs.
@@ -793,4 +806,28 @@ fn a_failed_launch_says_why_once() {
             .starts_with("nodeipc launch: exit 3: "),
         "{err}"
     );
+}
+
+#[test]
+fn a_rank_that_left_its_process_group_is_still_stopped_and_reaped() {
+    let _watchdog = Watchdog::new("launch setsid", Duration::from_secs(60));
+    let dir = TempDir::new("launch-setsid");
+    let mut launch = spawn_child(&mut launch_command(
+        &dir,
+        "other-group",
+        &["--nproc", "2", "--stop-timeout", "2"],
+    ));
+    let pids = rank_pids(&dir, 2);
+    sigterm(&launch);
+    let status = launch.wait_timeout(Duration::from_secs(10));
+    assert_eq!(status.code(), Some(128 + libc::SIGTERM));
+    assert!(pids.iter().all(|&p| !alive(p)), "{pids:?}");
+    let events = events(&dir);
+    let stopped = events
+        .iter()
+        .find(|e| e["event"] == "round_stopped")
+        .unwrap();
+    // SIGTERM through the pidfd was enough: nobody needed SIGKILL.
+    assert_eq!(stopped["killed"], 0, "{stopped}");
+    assert_no_run_dir(&dir);
 }

@@ -47,15 +47,15 @@ pub(crate) fn become_subreaper() -> std::io::Result<()> {
     Ok(())
 }
 
-/// Live processes in any of `groups`, or children of ours not in `ranks`.
-pub(crate) fn leftovers(groups: &[u32], ranks: &[u32], own_children: bool) -> Vec<Proc> {
+/// Live processes other than the ranks (watched through their pidfds):
+/// those in any of the ranks' process groups (each rank leads its own,
+/// `ranks` are their ids), and with `own_children` our other children.
+pub(crate) fn leftovers(ranks: &[u32], own_children: bool) -> Vec<Proc> {
     let me = std::process::id();
     processes()
         .into_iter()
-        .filter(|p| !p.zombie)
-        .filter(|p| {
-            groups.contains(&p.pgrp) || (own_children && p.ppid == me && !ranks.contains(&p.pid))
-        })
+        .filter(|p| !p.zombie && !ranks.contains(&p.pid))
+        .filter(|p| ranks.contains(&p.pgrp) || (own_children && p.ppid == me))
         .collect()
 }
 

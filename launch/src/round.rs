@@ -262,21 +262,31 @@ pub(crate) fn stop(ctx: &mut Ctx<'_>, plan: &RoundPlan, ranks: &mut [Rank]) -> R
     let began = Instant::now();
     let own = ctx.options.own_all_children;
     let pids = rank_pids(ranks);
-    let groups = pids.clone();
     let mut signal = None;
-    let remaining = |ranks: &mut [Rank]| -> Result<Vec<reap::Proc>> {
+    // Live ranks are counted by their pidfds, not found in /proc: a rank
+    // that left its process group is still ours, and one that exits
+    // between two looks is never taken for reaped.
+    let remaining = |ranks: &mut [Rank]| -> Result<(usize, Vec<reap::Proc>)> {
+        let mut live = 0;
         for rank in ranks.iter_mut() {
-            rank.poll_exit()?;
+            if rank.poll_exit()?.is_none() {
+                live += 1;
+            }
         }
-        Ok(reap::leftovers(&groups, &pids, own))
+        Ok((live, reap::leftovers(&pids, own)))
     };
-    for rank in ranks.iter() {
-        rank.signal_group(Signal::TERM);
-    }
+    let signal_ranks = |ranks: &[Rank], signal: Signal| {
+        for rank in ranks.iter().filter(|r| r.status.is_none()) {
+            rank.signal_group(signal);
+            // ESRCH: it has just exited.
+            let _ = rank.pidfd.send_signal(signal);
+        }
+    };
+    signal_ranks(ranks, Signal::TERM);
     let deadline = began + ctx.options.stop_timeout;
-    let mut left = remaining(ranks)?;
+    let (mut live, mut left) = remaining(ranks)?;
     let mut termed: Vec<u32> = Vec::new();
-    while !left.is_empty() && Instant::now() < deadline && signal.is_none() {
+    while (live > 0 || !left.is_empty()) && Instant::now() < deadline && signal.is_none() {
         // Orphans adopted since the last look (a rank died and left them to
         // us) get their SIGTERM too, with the time that is left.
         let fresh: Vec<reap::Proc> = left
@@ -286,7 +296,6 @@ pub(crate) fn stop(ctx: &mut Ctx<'_>, plan: &RoundPlan, ranks: &mut [Rank]) -> R
             .collect();
         reap::signal_all(&fresh, Signal::TERM);
         termed.extend(fresh.iter().map(|p| p.pid));
-
         let slice = deadline
             .saturating_duration_since(Instant::now())
             .min(Duration::from_millis(10));
@@ -294,24 +303,21 @@ pub(crate) fn stop(ctx: &mut Ctx<'_>, plan: &RoundPlan, ranks: &mut [Rank]) -> R
         if own {
             reap::reap_orphans(&pids);
         }
-        left = remaining(ranks)?;
+        (live, left) = remaining(ranks)?;
     }
-    let mut killed = 0u32;
-    if !left.is_empty() {
-        killed = u32::try_from(left.len()).unwrap_or(u32::MAX);
-        let kill_deadline = Instant::now() + AFTER_KILL;
-        while !left.is_empty() && Instant::now() < kill_deadline {
-            for rank in ranks.iter() {
-                rank.signal_group(Signal::KILL);
-            }
-            reap::signal_all(&left, Signal::KILL);
-            std::thread::sleep(Duration::from_millis(5));
-            if own {
-                reap::reap_orphans(&pids);
-            }
-            left = remaining(ranks)?;
+    let killed = u32::try_from(live + left.len()).unwrap_or(u32::MAX);
+    let kill_deadline = Instant::now() + AFTER_KILL;
+    while (live > 0 || !left.is_empty()) && Instant::now() < kill_deadline {
+        signal_ranks(ranks, Signal::KILL);
+        reap::signal_all(&left, Signal::KILL);
+        std::thread::sleep(Duration::from_millis(5));
+        if own {
+            reap::reap_orphans(&pids);
         }
+        (live, left) = remaining(ranks)?;
     }
+    // A rank still alive after SIGKILL and AFTER_KILL (stuck in the
+    // kernel) is not waited for: it would hang the launcher.
     for rank in ranks.iter_mut() {
         if rank.status.is_some() {
             rank.reap();
