@@ -34,6 +34,8 @@ pub(crate) struct Monitor {
 
 /// The marker of the monitor's termination line, before which its cause is.
 const FIRED: &str = "; terminating global rank";
+/// The start of the monitor's lines about its rank's exit.
+const EXITED: &str = "rank pid ";
 /// The start of the monitor's registration line.
 const REGISTERED: &str = "registered global rank";
 
@@ -59,7 +61,8 @@ impl Monitor {
                 heard.fired = Some(cause.to_owned());
             } else if line.starts_with(REGISTERED) {
                 heard.registered = true;
-            } else if level == LogLevel::Warn && stderr {
+            } else if level == LogLevel::Warn && stderr && !line.starts_with(EXITED) {
+                // (The rank's exit is the launcher's own event line.)
                 use std::io::Write;
                 let _ = writeln!(
                     std::io::stderr(),
