@@ -51,6 +51,11 @@ fn every_rank_exits_0_with_the_environment_of_nodeipc_and_torchrun() {
                 && socket.ends_with(&format!("rank{rank}.sock")),
             "{socket}"
         );
+        assert_eq!(
+            std::fs::read_to_string(dir.join(&format!("mode-{rank}"))).unwrap(),
+            "700 600",
+            "run directory and socket modes"
+        );
         groups.push(var("NODEIPC_GROUP"));
         ports.push(var("MASTER_PORT"));
         assert_eq!(
@@ -321,4 +326,25 @@ fn a_rank_that_left_its_process_group_is_still_stopped_and_reaped() {
     // SIGTERM through the pidfd was enough: nobody needed SIGKILL.
     assert_eq!(stopped["killed"], 0, "{stopped}");
     assert_no_run_dir(&dir);
+}
+
+#[test]
+fn ranks_die_with_a_launcher_killed_outright() {
+    let _watchdog = Watchdog::new("launch sigkill launcher", Duration::from_secs(60));
+    let dir = TempDir::new("launch-killed");
+    let mut launch = spawn_child(&mut launch_command(
+        &dir,
+        "ignore-term",
+        &["--nproc", "2", "--stop-timeout", "2"],
+    ));
+    let pids = rank_pids(&dir, 2);
+    launch.kill();
+    // Their parent-death signal is SIGKILL: no SIGTERM to ignore.
+    wait_for(
+        "ranks gone after their launcher",
+        Duration::from_secs(5),
+        || pids.iter().all(|&p| !alive(p)),
+    );
+    // What a killed launcher cannot remove: its run directory (for
+    // `nodeipc clean`). Removed here by the test's TempDir.
 }

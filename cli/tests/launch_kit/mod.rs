@@ -42,6 +42,19 @@ pub(crate) fn rank_main() {
                 .map(|n| format!("{n}={}\n", std::env::var(n).unwrap_or_default()))
                 .collect();
             write_atomic(&dir.join(format!("env-{rank}-{restart}")), &text);
+            // The run directory holding the monitors' sockets is private.
+            let socket = PathBuf::from(std::env::var("NODEIPC_MONITOR_SOCKET").unwrap());
+            let mode = {
+                use std::os::unix::fs::PermissionsExt;
+                let dir = std::fs::metadata(socket.parent().unwrap()).unwrap();
+                let sock = std::fs::metadata(&socket).unwrap();
+                format!(
+                    "{:o} {:o}",
+                    dir.permissions().mode() & 0o777,
+                    sock.permissions().mode() & 0o777
+                )
+            };
+            write_atomic(&dir.join(format!("mode-{rank}")), &mode);
             // The launch's working directory is ours.
             write_atomic(
                 &dir.join(format!("cwd-{rank}")),
