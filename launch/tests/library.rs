@@ -259,3 +259,39 @@ fn a_backend_plans_each_round_and_may_ask_for_a_restart() {
     assert_eq!(groups.len(), 2);
     assert_ne!(groups[0], groups[1]);
 }
+
+#[test]
+fn an_events_file_path_planted_with_a_symlink_is_refused_not_followed() {
+    let dir = TempDir::new("launch-events-link");
+    let target = dir.join("target");
+    std::fs::write(&target, "").unwrap();
+    let link = dir.join("events.jsonl");
+    std::os::unix::fs::symlink(&target, &link).unwrap();
+    let linked = LaunchOptions {
+        json_events: Some(link.clone()),
+        ..options(&dir, 1, "exit 0")
+    };
+    let error = launch(&linked).unwrap_err().to_string();
+    assert!(error.contains("events.jsonl"), "{error}");
+    assert_eq!(
+        std::fs::read_to_string(&target).unwrap(),
+        "",
+        "written through the link"
+    );
+    // A file of ours is appended to, and a new one is private.
+    let fresh = dir.join("new.jsonl");
+    let appended = LaunchOptions {
+        json_events: Some(fresh.clone()),
+        ..options(&dir, 1, "exit 0")
+    };
+    assert_eq!(launch(&appended).unwrap().exit_code, 0);
+    let first = std::fs::read_to_string(&fresh).unwrap().lines().count();
+    assert_eq!(launch(&appended).unwrap().exit_code, 0);
+    assert_eq!(
+        std::fs::read_to_string(&fresh).unwrap().lines().count(),
+        2 * first
+    );
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(&fresh).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o600);
+}
