@@ -138,19 +138,20 @@ fn rounds(ctx: &mut Ctx<'_>) -> Result<(i32, String, u32)> {
         let mut end = None;
         for local in 0..options.nproc {
             let socket = ctx.monitors[local as usize].socket();
-            match Rank::spawn(options, &plan, local, socket) {
-                Ok(rank) => {
-                    ctx.events.emit(Event::RankStarted {
-                        restart,
-                        rank: rank.global_rank,
-                        pid: rank.child.id(),
-                    })?;
-                    ranks.push(rank);
-                }
-                Err(e) => {
-                    end = Some(Err(e));
-                    break;
-                }
+            // A failure here ends the round through the stop below, so
+            // that no rank started so far is left running.
+            let started = Rank::spawn(options, &plan, local, socket).and_then(|rank| {
+                let event = Event::RankStarted {
+                    restart,
+                    rank: rank.global_rank,
+                    pid: rank.child.id(),
+                };
+                ranks.push(rank);
+                ctx.events.emit(event)
+            });
+            if let Err(e) = started {
+                end = Some(Err(e));
+                break;
             }
         }
         let end = match end {
