@@ -241,6 +241,22 @@ fn every_runs_a_check_at_most_once_per_its_interval() {
     assert_eq!(every.name(), "counter");
 }
 
+/// The server's log once it holds `needle` (bounded).
+fn wait_for_log(server: &InProcess, needle: &str) -> String {
+    let start = Instant::now();
+    loop {
+        let log = server.log_text();
+        if log.contains(needle) {
+            return log;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "no {needle:?} in {log}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 #[test]
 fn while_its_rank_is_away_the_monitor_reports_how_long_it_has_waited() {
     let _dog = Watchdog::new("restart wait", Duration::from_secs(60));
@@ -259,11 +275,14 @@ fn while_its_rank_is_away_the_monitor_reports_how_long_it_has_waited() {
     });
     assert!(status.ms_restarting.unwrap() <= gone.elapsed().as_millis() as u64 + 5);
     // The log says so (every ten check intervals, at least every second).
-    let log = server.log_text();
-    assert!(
-        log.contains("the rank has not come back: waiting 1."),
-        "{log}"
-    );
+    let log = wait_for_log(&server, "the rank has not come back: waiting ");
+    let waited: f64 = log
+        .split("the rank has not come back: waiting ")
+        .nth(1)
+        .and_then(|rest| rest.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap();
+    assert!(waited >= 1.0, "{log}");
     // Back: no wait any more.
     let mut client = MonitorClient::connect(&server.socket, Duration::from_secs(10)).unwrap();
     client.init(&RankInfo::this_process(0, 0)).unwrap();
