@@ -14,28 +14,28 @@ use crate::{CmdResult, Failure};
 #[derive(Args)]
 pub(crate) struct LaunchArgs {
     /// Local ranks to start (1 to 1024).
-    #[arg(long)]
+    #[arg(long, value_name = "N")]
     nproc: u32,
     /// Restart rounds allowed after the first.
-    #[arg(long, default_value_t = 0)]
+    #[arg(long, value_name = "K", default_value_t = 0)]
     max_restarts: u32,
     /// The monitors' configuration: our JSON (see the nodeipc-monitor README).
-    #[arg(long, conflicts_with = "nvrx_config")]
+    #[arg(long, value_name = "FILE", conflicts_with = "nvrx_config")]
     monitor_config: Option<PathBuf>,
     /// The monitors' configuration from a nvidia-resiliency-ext file (YAML
     /// or JSON, its `fault_tolerance:` block); unknown keys are warned about.
-    #[arg(long)]
+    #[arg(long, value_name = "FILE")]
     nvrx_config: Option<PathBuf>,
     /// Where the private run directory is made (default: $XDG_RUNTIME_DIR,
     /// else the temporary directory).
-    #[arg(long)]
+    #[arg(long, value_name = "DIR")]
     run_dir: Option<PathBuf>,
     /// Seconds between SIGTERM and SIGKILL when ranks are stopped.
-    #[arg(long, default_value = "10", value_parser = seconds)]
+    #[arg(long, value_name = "SECS", default_value = "10", value_parser = seconds)]
     stop_timeout: Duration,
     /// Seconds a restarted rank that had registered with its monitor may
     /// take to register again before the round fails (default: no limit).
-    #[arg(long, value_parser = seconds)]
+    #[arg(long, value_name = "SECS", value_parser = seconds)]
     rank_restart_timeout: Option<Duration>,
     /// A NIC that must stay up (repeat for more): `class/net/NAME` or
     /// `class/infiniband/NAME` under --sysfs-root; checked while ranks are
@@ -43,17 +43,17 @@ pub(crate) struct LaunchArgs {
     #[arg(long = "nic", value_name = "NAME")]
     nics: Vec<String>,
     /// Where sysfs is mounted (for the NIC check).
-    #[arg(long, default_value = "/sys")]
+    #[arg(long, value_name = "DIR", default_value = "/sys")]
     sysfs_root: PathBuf,
     /// Check each rank's GPU through NVML (device by LOCAL_RANK through
     /// CUDA_VISIBLE_DEVICES); reported unavailable without NVML.
     #[arg(long)]
     gpu_health: bool,
     /// Seconds between two runs of each health check.
-    #[arg(long, default_value = "5", value_parser = seconds)]
+    #[arg(long, value_name = "SECS", default_value = "5", value_parser = seconds)]
     health_interval: Duration,
     /// Append one JSON object per event to FILE.
-    #[arg(long)]
+    #[arg(long, value_name = "FILE")]
     json_events: Option<PathBuf>,
     /// The program to run and its arguments (after `--`).
     #[arg(last = true, required = true)]
