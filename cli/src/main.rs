@@ -15,6 +15,7 @@ mod output;
 mod bench_cmd;
 mod clean;
 mod demo;
+mod launch;
 mod limits;
 mod monitor_cmd;
 mod sem_cmd;
@@ -52,6 +53,8 @@ enum Command {
     /// Serve a rank monitor on a socket, or print one's status as JSON.
     #[command(subcommand)]
     Monitor(monitor_cmd::MonitorCommand),
+    /// Run N ranks of a command, one rank monitor each; restart them all when one fails or hangs.
+    Launch(launch::LaunchArgs),
     /// A demo worker (spawned by `nodeipc demo`, not for people).
     #[command(hide = true, name = "demo-worker")]
     DemoWorker(demo::WorkerArgs),
@@ -67,6 +70,9 @@ pub(crate) enum Failure {
     /// Exit 128 + the signal's number: stopped by SIGINT or SIGTERM, after
     /// undoing what the command made. The line says which signal.
     Signal(i32, String),
+    /// Exit with this status (`launch`: the failing rank's), this line on
+    /// stderr unless it is empty.
+    Status(u8, String),
 }
 
 impl<E: std::error::Error> From<E> for Failure {
@@ -96,6 +102,7 @@ fn main() -> ExitCode {
         Command::Shm(cmd) => shm_cmd::run(cmd),
         Command::Sem(cmd) => sem_cmd::run(cmd),
         Command::Monitor(cmd) => monitor_cmd::run(cmd),
+        Command::Launch(args) => launch::run(args),
     };
     // The work is done (or undone) whatever became of standard output; its
     // error, if any, comes after the command's own.
@@ -105,9 +112,13 @@ fn main() -> ExitCode {
         Err(Failure::Error(line)) => (1, line),
         Err(Failure::Timeout(line)) => (3, line),
         Err(Failure::Signal(signal, line)) => ((128 + signal).clamp(129, 255) as u8, line),
+        Err(Failure::Status(code, line)) => (code, line),
     };
-    // Not eprintln!: it panics when standard error is a closed pipe.
-    let _ = writeln!(std::io::stderr(), "nodeipc: {line}");
+    // Not eprintln!: it panics when standard error is a closed pipe. An
+    // empty line: the command has said why already.
+    if !line.is_empty() {
+        let _ = writeln!(std::io::stderr(), "nodeipc: {line}");
+    }
     ExitCode::from(code)
 }
 

@@ -42,6 +42,16 @@ const NUMERIC: &[(&str, &[&str])] = &[
         "bench channel",
         &["--workers", "--payload", "--iters", "--depth"],
     ),
+    (
+        "launch",
+        &[
+            "--nproc",
+            "--max-restarts",
+            "--stop-timeout",
+            "--rank-restart-timeout",
+            "--health-interval",
+        ],
+    ),
 ];
 
 /// Options that take a value that is not a number.
@@ -52,6 +62,14 @@ const NOT_NUMERIC: &[&str] = &[
     "--sems",
     "--monitor",
     "--group",
+    "--monitor-config",
+    "--nvrx-config",
+    "--run-dir",
+    "--json-events",
+    "--nic",
+    "--sysfs-root",
+    // `launch`'s usage line: `-- <COMMAND>...`.
+    "--",
 ];
 
 /// What went wrong with one case, if anything.
@@ -319,6 +337,45 @@ fn bench_options_at_the_extremes_are_refused_before_running() {
     let out = nodeipc(&args, None);
     if out.status.code() != Some(1) || !stderr(&out).contains("256 MiB") {
         failures.push(format!("{}: {}", args.join(" "), stderr(&out)));
+    }
+    report(failures);
+}
+
+#[test]
+fn launch_options_at_the_extremes() {
+    let _dog = Watchdog::new("launch extremes", Duration::from_secs(300));
+    let dir = TempDir::new("extremes-launch");
+    let run_dir = dir.path().to_str().unwrap();
+    let mut failures = Vec::new();
+    for option in [
+        "--nproc",
+        "--max-restarts",
+        "--stop-timeout",
+        "--rank-restart-timeout",
+        "--health-interval",
+    ] {
+        for value in EXTREMES {
+            let mut args = vec!["launch", "--run-dir", run_dir];
+            if option != "--nproc" {
+                args.extend(["--nproc", "1"]);
+            }
+            args.extend([option, value, "--", "true"]);
+            let out = nodeipc(&args, None);
+            let case = args.join(" ");
+            failures.extend(judge(&case, &out));
+            // A value the launch takes runs `true` once and exits 0; any
+            // other is refused naming the option.
+            if out.status.code() != Some(0) && !stderr(&out).contains(option) {
+                failures.push(format!(
+                    "{case}: refusal does not name {option}: {}",
+                    stderr(&out)
+                ));
+            }
+        }
+    }
+    let left: Vec<_> = std::fs::read_dir(dir.path()).unwrap().flatten().collect();
+    if !left.is_empty() {
+        failures.push(format!("left in the run directory: {left:?}"));
     }
     report(failures);
 }

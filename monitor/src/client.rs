@@ -368,6 +368,23 @@ impl MonitorClient {
             .propose()?;
         self.send_timeouts(&update)
     }
+
+    /// nvidia-resiliency-ext's `calculate_and_set_hb_timeouts`: asks the
+    /// attached estimator for timeouts (never below its floor, merged with
+    /// its previous proposal) and applies them to the monitor. With
+    /// `skip_if_not_ready`, too few samples is `Ok(None)`, nothing sent.
+    ///
+    /// # Errors
+    /// As [`send_estimated_timeouts`](MonitorClient::send_estimated_timeouts).
+    pub fn calculate_and_set_timeouts(
+        &mut self,
+        skip_if_not_ready: bool,
+    ) -> Result<Option<EffectiveConfig>> {
+        match self.send_estimated_timeouts() {
+            Err(Error::NotEnoughSamples { .. }) if skip_if_not_ready => Ok(None),
+            other => other.map(Some),
+        }
+    }
 }
 
 /// The launcher's connection to a monitor's control socket

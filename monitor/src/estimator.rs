@@ -6,10 +6,10 @@ use std::time::{Duration, Instant};
 use crate::{Error, Result, TimeoutUpdate};
 
 /// The longest of a series of observed intervals, and how many there were.
-#[derive(Clone, Copy, Debug, Default)]
-struct Samples {
-    count: usize,
-    max: Duration,
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub(crate) struct Samples {
+    pub(crate) count: usize,
+    pub(crate) max: Duration,
 }
 
 impl Samples {
@@ -54,13 +54,16 @@ pub struct TimeoutEstimator {
     safety_factor: f64,
     min_samples: usize,
     smoothing: f64,
-    heartbeat: Samples,
-    out_of_section: Samples,
-    sections: BTreeMap<String, Samples>,
+    floor: Duration,
+    pub(crate) initial: Samples,
+    init_at: Option<Instant>,
+    pub(crate) heartbeat: Samples,
+    pub(crate) out_of_section: Samples,
+    pub(crate) sections: BTreeMap<String, Samples>,
     last_beat: Option<Instant>,
     open: BTreeMap<String, Instant>,
     out_of_section_since: Option<Instant>,
-    previous: Option<TimeoutUpdate>,
+    pub(crate) previous: Option<TimeoutUpdate>,
 }
 
 impl TimeoutEstimator {
@@ -83,6 +86,9 @@ impl TimeoutEstimator {
             safety_factor,
             min_samples,
             smoothing: 0.5,
+            floor: Duration::ZERO,
+            initial: Samples::default(),
+            init_at: None,
             heartbeat: Samples::default(),
             out_of_section: Samples::default(),
             sections: BTreeMap::new(),
@@ -108,18 +114,30 @@ impl TimeoutEstimator {
         Ok(self)
     }
 
-    /// The rank (re)registered at `at`: intervals start over from here.
+    /// No proposed timeout is ever below `floor` (nvidia-resiliency-ext's
+    /// safety floor: a fast warm-up must not leave a timeout that the
+    /// first slow step trips).
+    pub fn with_floor(mut self, floor: Duration) -> TimeoutEstimator {
+        self.floor = floor;
+        self
+    }
+
+    /// The rank (re)registered at `at`: intervals start over from here, and
+    /// the time to the next heartbeat is an initial-heartbeat sample.
     pub fn record_init(&mut self, at: Instant) {
+        self.init_at = Some(at);
         self.last_beat = None;
         self.open.clear();
         self.out_of_section_since = Some(at);
     }
 
     /// A heartbeat at `at`; the interval since the previous one is a sample
-    /// (the first one after `Init` is not: that is the initial heartbeat).
+    /// (the first one after `Init` is not: it is an initial-heartbeat sample).
     pub fn record_heartbeat(&mut self, at: Instant) {
         if let Some(last) = self.last_beat {
             self.heartbeat.add(at.saturating_duration_since(last));
+        } else if let Some(init) = self.init_at.take() {
+            self.initial.add(at.saturating_duration_since(init));
         }
         self.last_beat = Some(at);
     }
@@ -166,10 +184,17 @@ impl TimeoutEstimator {
         self.sections.get(section).map_or(0, |s| s.count)
     }
 
+    /// Initial-heartbeat samples (one per run; past runs come back through
+    /// [`restore_state`](TimeoutEstimator::restore_state)).
+    pub fn initial_samples(&self) -> usize {
+        self.initial.count
+    }
+
     /// Proposes timeouts: heartbeat always, each section and the
-    /// out-of-section stretch when they have enough samples. The initial
-    /// heartbeat timeout is never proposed (one sample per run). The
-    /// proposal becomes the "previous" the next one is averaged with.
+    /// out-of-section stretch when they have enough samples, the initial
+    /// heartbeat once one run (this one or a restored one) has given its
+    /// sample. None is below the floor. The proposal becomes the
+    /// "previous" the next one is averaged with.
     ///
     /// # Errors
     /// [`Error::NotEnoughSamples`] saying how many heartbeat intervals are missing.
@@ -183,6 +208,8 @@ impl TimeoutEstimator {
         }
         let previous = self.previous.clone().unwrap_or_default();
         let mut proposal = self.sections_proposal(&previous);
+        proposal.initial_heartbeat = (self.initial.count > 0)
+            .then(|| self.merge(self.initial.max, previous.initial_heartbeat));
         proposal.heartbeat = Some(self.merge(self.heartbeat.max, previous.heartbeat));
         self.previous = Some(proposal.clone());
         Ok(proposal)
@@ -238,6 +265,6 @@ impl TimeoutEstimator {
         };
         // Whole milliseconds (what the protocol carries), at least one; the
         // cast saturates for absurd values.
-        Duration::from_millis(((merged * 1000.0).round() as u64).max(1))
+        Duration::from_millis(((merged * 1000.0).round() as u64).max(1)).max(self.floor)
     }
 }

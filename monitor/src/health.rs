@@ -1,7 +1,17 @@
 //! Health checks the server polls at every periodic check: a failed one
 //! terminates the rank exactly as a timeout does.
 
+mod every;
+mod gpu;
+mod nic;
+mod nvml;
+
 use nodeipc_fdpass::Pidfd;
+
+pub use every::Every;
+pub use gpu::{GpuCheck, GpuId, GpuProbe, gpu_for_local_rank};
+pub use nic::NicCheck;
+pub use nvml::{NVML_LIBRARY, Nvml};
 
 use crate::RankInfo;
 

@@ -7,10 +7,12 @@ mod config;
 mod conn;
 mod error;
 mod estimator;
+mod estimator_state;
 mod fastpath;
 mod health;
 mod limits;
 mod logging;
+mod nvrx;
 mod procfs;
 mod refusal;
 mod server;
@@ -32,12 +34,16 @@ pub use config::{
 };
 pub use error::{Error, Result};
 pub use estimator::TimeoutEstimator;
-pub use health::{HealthCheck, ProcessAlive, RankContext};
+pub use health::{
+    Every, GpuCheck, GpuId, GpuProbe, HealthCheck, NVML_LIBRARY, NicCheck, Nvml, ProcessAlive,
+    RankContext, gpu_for_local_rank,
+};
 pub use limits::{
     MAX_CAUSE, MAX_CONFIG_FILE, MAX_FRAME, MAX_HOST, MAX_SECTION_NAME, MAX_SECTIONS, MAX_STATE,
     MAX_STATUS_FRAME,
 };
 pub use logging::{LOG_BURST, LOG_TARGET, LOG_WINDOW, LogLevel, MAX_LOG_LINE, StderrLogger};
+pub use nvrx::NvrxConfig;
 pub use refusal::RefusalCode;
 pub use server::{MonitorServer, Shutdown, StopHandle};
 pub use spawn::{

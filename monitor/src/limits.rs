@@ -79,7 +79,8 @@ const STATUS: usize = SMALL // state
     + U64 // ms_since_init
     + U64 // ms_out_of_section
     + field(EFFECTIVE_CONFIG)
-    + field(MAX_STATE); // last_state
+    + field(MAX_STATE) // last_state
+    + U64; // ms_restarting
 
 /// The longest status reply, as a frame: `ServerMessage { status }` with
 /// every field at its cap, length prefix included.

@@ -174,6 +174,10 @@ pub struct MonitorStatus {
     pub skip_section_replies: bool,
     /// The state bytes of the last heartbeat that carried some.
     pub last_state: Option<Vec<u8>>,
+    /// Milliseconds the monitor has waited for its rank to come back
+    /// (`restarting` or `terminated`); unset otherwise or from an older server.
+    #[serde(default)]
+    pub ms_restarting: Option<u64>,
 }
 
 impl MonitorStatus {
@@ -207,6 +211,7 @@ impl MonitorStatus {
                 skip_section_replies: self.skip_section_replies,
             }),
             last_state: self.last_state.clone(),
+            ms_restarting: self.ms_restarting,
         }
     }
 
@@ -237,6 +242,7 @@ impl MonitorStatus {
             kill_after_ms: config.kill_after_ms,
             skip_section_replies: config.skip_section_replies,
             last_state: s.last_state.clone(),
+            ms_restarting: s.ms_restarting,
         })
     }
 

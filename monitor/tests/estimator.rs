@@ -44,7 +44,9 @@ fn it_proposes_max_times_factor_and_averages_with_the_previous() {
     // Intervals 100, 150, 50: max 150 × 2.
     let first = e.propose().unwrap();
     assert_eq!(first.heartbeat, Some(ms(300)));
-    assert_eq!(first.initial_heartbeat, None);
+    // Init to the first heartbeat took 0 ms here: the 1 ms minimum (a
+    // floor, `with_floor`, keeps real proposals sane).
+    assert_eq!(first.initial_heartbeat, Some(ms(1)));
     e.record_heartbeat(t0 + ms(700)); // a 400 ms interval: candidate 800
     let second = e.propose().unwrap();
     // 0.25 × 800 + 0.75 × 300

@@ -174,6 +174,7 @@ fn status() -> Status {
         ms_out_of_section: None,
         config: Some(effective_config()),
         last_state: Some(b"step 1000".to_vec()),
+        ms_restarting: Some(2500),
     }
 }
 

@@ -20,6 +20,7 @@
 //! ```
 
 mod messages;
+mod restart_wait;
 
 use std::time::{Duration, Instant};
 
@@ -115,6 +116,7 @@ pub struct RankTracker {
     termination: Option<Termination>,
     last_timeout: Option<String>,
     notes: Vec<Note>,
+    restart_wait: restart_wait::RestartWait,
 }
 
 impl RankTracker {
@@ -128,6 +130,7 @@ impl RankTracker {
             termination: None,
             last_timeout: None,
             notes: Vec::new(),
+            restart_wait: restart_wait::RestartWait::default(),
         }
     }
 
@@ -219,6 +222,7 @@ impl RankTracker {
         });
         self.termination = None;
         self.state = RankState::Initialized;
+        self.restart_wait.stop();
         nodeipc_proto::monitor::Ok {
             config: Some(self.config.effective()),
             ..Default::default()
@@ -254,6 +258,9 @@ impl RankTracker {
     /// timeout that has run out terminates the rank. `TimedOut`: `SIGKILL`
     /// once the grace period is over. Otherwise nothing.
     pub fn check(&mut self, now: Instant) -> Option<Action> {
+        if let Some(line) = self.restart_wait.report(now, self.config.check_interval) {
+            self.note(LogLevel::Info, line);
+        }
         match self.state {
             RankState::Initialized | RankState::Running => {
                 let cause = self.expired(now)?;
@@ -410,6 +417,9 @@ impl RankTracker {
                     );
                 }
                 self.state = next;
+                if next == RankState::Restarting {
+                    self.restart_wait.start(now);
+                }
             }
             // A termination in progress keeps the rank until it exits.
             RankState::TimedOut => self.note_limited(
@@ -450,6 +460,7 @@ impl RankTracker {
             self.rank = None;
             self.termination = None;
             self.state = RankState::Terminated;
+            self.restart_wait.start(now);
             // Its connection (or its parent's) has nothing left to say.
             if let Some(holder) = connection {
                 self.connection_lost("rank terminated", holder, now);
@@ -476,6 +487,9 @@ impl RankTracker {
         // registration goes in any case.
         if self.rank.take().is_some() {
             self.state = self.after_rank();
+            if self.state == RankState::Restarting {
+                self.restart_wait.start(now);
+            }
         }
     }
 
@@ -503,6 +517,7 @@ impl RankTracker {
         self.rank = None;
         self.termination = None;
         self.state = RankState::Closed;
+        self.restart_wait.stop();
     }
 
     /// The status a query answers, as of `now` (the server reads the
@@ -536,6 +551,7 @@ impl RankTracker {
             kill_after_ms: effective.kill_after_ms,
             skip_section_replies: effective.skip_section_replies,
             last_state: rank.and_then(|r| r.last_state.clone()),
+            ms_restarting: self.restart_wait.waited(now).map(ms),
         }
     }
 }

@@ -1,0 +1,350 @@
+//! `nodeipc launch` across real processes: the launcher is the `nodeipc`
+//! binary, each rank this test binary run again as `rank_helper` with a
+//! role in its environment. Every test has a watchdog, its own run
+//! directory, and checks that nothing it started is left. Rounds, exit
+//! status, stops and signals here; checks and configuration in
+//! `launch_checks.rs`.
+
+mod launch_kit;
+
+use std::time::{Duration, Instant};
+
+use launch_kit::*;
+use nodeipc_testkit::{TempDir, Watchdog, spawn_child};
+
+/// The rank program the tests below run (not a test of its own).
+#[test]
+#[ignore = "a rank program the launch tests run"]
+fn rank_helper() {
+    rank_main();
+}
+
+#[test]
+fn every_rank_exits_0_with_the_environment_of_nodeipc_and_torchrun() {
+    let _watchdog = Watchdog::new("launch env", Duration::from_secs(60));
+    let dir = TempDir::new("launch-env");
+    let out = run(&dir, "env", &["--nproc", "3"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let mut groups = Vec::new();
+    let mut ports = Vec::new();
+    for rank in 0..3u32 {
+        let text = std::fs::read_to_string(dir.join(&format!("env-{rank}-0"))).unwrap();
+        let var = |name: &str| {
+            text.lines()
+                .find_map(|l| l.strip_prefix(&format!("{name}=")))
+                .unwrap()
+                .to_owned()
+        };
+        assert_eq!(var("NODEIPC_RANK"), rank.to_string());
+        assert_eq!(var("RANK"), rank.to_string());
+        assert_eq!(var("NODEIPC_LOCAL_RANK"), rank.to_string());
+        assert_eq!(var("LOCAL_RANK"), rank.to_string());
+        assert_eq!(var("NODEIPC_WORLD_SIZE"), "3");
+        assert_eq!(var("WORLD_SIZE"), "3");
+        assert_eq!(var("LOCAL_WORLD_SIZE"), "3");
+        assert_eq!(var("NODEIPC_LOCAL_WORLD_SIZE"), "3");
+        assert_eq!(var("NODEIPC_RESTART_COUNT"), "0");
+        assert_eq!(var("MASTER_ADDR"), "127.0.0.1");
+        let socket = var("NODEIPC_MONITOR_SOCKET");
+        assert!(
+            socket.starts_with(dir.path().join("nodeipc-launch-").to_str().unwrap())
+                && socket.ends_with(&format!("rank{rank}.sock")),
+            "{socket}"
+        );
+        assert_eq!(
+            std::fs::read_to_string(dir.join(&format!("mode-{rank}"))).unwrap(),
+            "700 600",
+            "run directory and socket modes"
+        );
+        groups.push(var("NODEIPC_GROUP"));
+        ports.push(var("MASTER_PORT"));
+        assert_eq!(
+            std::fs::read_to_string(dir.join(&format!("cwd-{rank}"))).unwrap(),
+            dir.path().display().to_string()
+        );
+    }
+    assert!(groups.iter().all(|g| *g == groups[0] && !g.is_empty()));
+    assert!(
+        ports
+            .iter()
+            .all(|p| *p == ports[0] && p.parse::<u16>().unwrap() > 0)
+    );
+    let events = events(&dir);
+    assert_eq!(count(&events, "rank_started"), 3);
+    assert_eq!(count(&events, "rank_exited"), 3);
+    assert_eq!(events.last().unwrap()["exit_code"], 0);
+    assert_no_run_dir(&dir);
+}
+
+#[test]
+fn a_rank_that_always_exits_3_is_restarted_k_times_then_launch_exits_3_naming_it() {
+    let _watchdog = Watchdog::new("launch exit 3", Duration::from_secs(60));
+    let dir = TempDir::new("launch-exit3");
+    let out = run(
+        &dir,
+        "rank1-exits-3",
+        &["--nproc", "3", "--max-restarts", "2", "--stop-timeout", "2"],
+    );
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(3), "{err}");
+    let last = err.lines().last().unwrap();
+    assert!(
+        last.contains("rank 1 (local 1) exited with 3")
+            && last.contains("restarts exhausted (2/2)"),
+        "{last}"
+    );
+    let events = events(&dir);
+    assert_eq!(count(&events, "round_started"), 3);
+    assert_eq!(count(&events, "restarting"), 2);
+    assert_eq!(count(&events, "round_failed"), 3);
+    assert!(
+        events
+            .iter()
+            .filter(|e| e["event"] == "round_failed")
+            .all(|e| e["rank"] == 1)
+    );
+    // NODEIPC_GROUP differs from round to round.
+    let groups: Vec<&str> = events
+        .iter()
+        .filter(|e| e["event"] == "round_started")
+        .map(|e| e["group"].as_str().unwrap())
+        .collect();
+    assert!(
+        groups[0] != groups[1] && groups[1] != groups[2],
+        "{groups:?}"
+    );
+    assert_no_run_dir(&dir);
+}
+
+#[test]
+fn a_rank_killed_by_a_signal_makes_launch_exit_128_plus_the_signal() {
+    let _watchdog = Watchdog::new("launch signal", Duration::from_secs(60));
+    let dir = TempDir::new("launch-sig");
+    let out = run(
+        &dir,
+        "rank0-killed",
+        &["--nproc", "2", "--stop-timeout", "2"],
+    );
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(128 + libc::SIGKILL), "{err}");
+    assert!(err.contains("rank 0 (local 0) killed by signal 9"), "{err}");
+    assert_no_run_dir(&dir);
+}
+
+#[test]
+fn a_rank_that_hangs_without_heartbeats_is_fired_by_its_monitor_and_the_round_restarts() {
+    let _watchdog = Watchdog::new("launch hang", Duration::from_secs(60));
+    let dir = TempDir::new("launch-hang");
+    let config = dir.join("monitor.json");
+    std::fs::write(
+        &config,
+        r#"{ "initial_heartbeat_timeout_ms": 300, "check_interval_ms": 50,
+             "termination_signal": "SIGTERM" }"#,
+    )
+    .unwrap();
+    let out = run(
+        &dir,
+        "hang-first",
+        &[
+            "--nproc",
+            "2",
+            "--max-restarts",
+            "1",
+            "--stop-timeout",
+            "2",
+            "--monitor-config",
+            config.to_str().unwrap(),
+        ],
+    );
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert!(
+        err.contains("monitor of rank 0 terminated it: initial heartbeat timeout"),
+        "{err}"
+    );
+    let events = events(&dir);
+    assert_eq!(count(&events, "restarting"), 1);
+    let fired: Vec<_> = events
+        .iter()
+        .filter(|e| e["event"] == "monitor_fired")
+        .collect();
+    assert_eq!(fired.len(), 1, "{events:?}");
+    assert_eq!(fired[0]["rank"], 0);
+    assert_eq!(fired[0]["restart"], 0);
+    // From the monitor's decision to every rank stopped: SIGTERM kills the
+    // helper at once, so far less than the 2 s stop timeout.
+    let stopped = events
+        .iter()
+        .find(|e| e["event"] == "round_stopped")
+        .unwrap();
+    assert!(stopped["stop_ms"].as_f64().unwrap() < 1000.0, "{stopped}");
+    assert_no_run_dir(&dir);
+}
+
+#[test]
+fn sigterm_to_launch_stops_ranks_and_grandchildren_even_outside_their_group() {
+    let _watchdog = Watchdog::new("launch sigterm", Duration::from_secs(60));
+    let dir = TempDir::new("launch-term");
+    let mut launch = spawn_child(&mut launch_command(
+        &dir,
+        "grandchildren",
+        &["--nproc", "2", "--stop-timeout", "2"],
+    ));
+    let pids = rank_pids(&dir, 2);
+    assert_eq!(pids.len(), 6);
+    assert!(pids.iter().all(|&p| alive(p)));
+    let sent = Instant::now();
+    sigterm(&launch);
+    let status = launch.wait_timeout(Duration::from_secs(10));
+    let took = sent.elapsed();
+    assert_eq!(status.code(), Some(128 + libc::SIGTERM));
+    // Every process is gone (the setsid grandchild needed the subreaper).
+    let left: Vec<u32> = pids.iter().copied().filter(|&p| alive(p)).collect();
+    assert!(left.is_empty(), "left alive: {left:?}");
+    assert!(took < Duration::from_secs(2), "stop took {took:?}");
+    let events = events(&dir);
+    assert_eq!(count(&events, "signal"), 1);
+    assert_no_run_dir(&dir);
+}
+
+#[test]
+fn a_rank_that_ignores_sigterm_gets_sigkill_after_the_stop_timeout() {
+    let _watchdog = Watchdog::new("launch sigkill", Duration::from_secs(60));
+    let dir = TempDir::new("launch-kill");
+    let mut launch = spawn_child(&mut launch_command(
+        &dir,
+        "ignore-term",
+        &["--nproc", "2", "--stop-timeout", "0.5"],
+    ));
+    let pids = rank_pids(&dir, 2);
+    let sent = Instant::now();
+    sigterm(&launch);
+    let status = launch.wait_timeout(Duration::from_secs(10));
+    let took = sent.elapsed();
+    assert_eq!(status.code(), Some(128 + libc::SIGTERM));
+    assert!(pids.iter().all(|&p| !alive(p)));
+    assert!(
+        took >= Duration::from_millis(500) && took < Duration::from_secs(3),
+        "{took:?}"
+    );
+    let events = events(&dir);
+    let stopped = events
+        .iter()
+        .find(|e| e["event"] == "round_stopped")
+        .unwrap();
+    assert_eq!(stopped["killed"], 2, "{stopped}");
+    assert_no_run_dir(&dir);
+}
+
+#[test]
+fn absurd_arguments_are_refused_with_one_line_naming_them() {
+    let _watchdog = Watchdog::new("launch args", Duration::from_secs(60));
+    let dir = TempDir::new("launch-args");
+    for (args, expect) in [
+        (vec!["--nproc", "0"], "--nproc 0 is out of range"),
+        (vec!["--nproc", "100000"], "--nproc 100000 is out of range"),
+        (vec!["--nproc", "1", "--stop-timeout", "0"], "out of range"),
+        (
+            vec!["--nproc", "1", "--stop-timeout", "nan"],
+            "out of range",
+        ),
+    ] {
+        let out = run(&dir, "env", &args);
+        let err = stderr(&out);
+        assert!(matches!(out.status.code(), Some(1 | 2)), "{args:?}: {err}");
+        assert_eq!(err.lines().count(), 1, "{err}");
+        assert!(err.contains(expect), "{args:?}: {err}");
+    }
+    // Nothing was started.
+    assert!(!dir.join("env-0-0").exists());
+    assert_no_run_dir(&dir);
+}
+
+#[test]
+fn sigint_to_launch_stops_everything_and_exits_130() {
+    let _watchdog = Watchdog::new("launch sigint", Duration::from_secs(60));
+    let dir = TempDir::new("launch-int");
+    let mut launch = spawn_child(&mut launch_command(
+        &dir,
+        "grandchildren",
+        &["--nproc", "2", "--stop-timeout", "5"],
+    ));
+    let pids = rank_pids(&dir, 2);
+    let pid = rustix::process::Pid::from_raw(launch.id() as i32).unwrap();
+    rustix::process::kill_process(pid, rustix::process::Signal::INT).unwrap();
+    let status = launch.wait_timeout(Duration::from_secs(10));
+    assert_eq!(status.code(), Some(128 + libc::SIGINT));
+    let left: Vec<u32> = pids.iter().copied().filter(|&p| alive(p)).collect();
+    assert!(left.is_empty(), "left alive: {left:?}");
+    assert_no_run_dir(&dir);
+}
+
+#[test]
+fn a_failed_launch_says_why_once() {
+    let _watchdog = Watchdog::new("launch one line", Duration::from_secs(60));
+    let dir = TempDir::new("launch-once");
+    let out = run(
+        &dir,
+        "rank1-exits-3",
+        &["--nproc", "2", "--stop-timeout", "2"],
+    );
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(3), "{err}");
+    assert_eq!(
+        err.matches("rank 1 (local 1) exited with 3").count(),
+        1,
+        "{err}"
+    );
+    assert!(
+        err.lines()
+            .last()
+            .unwrap()
+            .starts_with("nodeipc launch: exit 3: "),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_rank_that_left_its_process_group_is_still_stopped_and_reaped() {
+    let _watchdog = Watchdog::new("launch setsid", Duration::from_secs(60));
+    let dir = TempDir::new("launch-setsid");
+    let mut launch = spawn_child(&mut launch_command(
+        &dir,
+        "other-group",
+        &["--nproc", "2", "--stop-timeout", "2"],
+    ));
+    let pids = rank_pids(&dir, 2);
+    sigterm(&launch);
+    let status = launch.wait_timeout(Duration::from_secs(10));
+    assert_eq!(status.code(), Some(128 + libc::SIGTERM));
+    assert!(pids.iter().all(|&p| !alive(p)), "{pids:?}");
+    let events = events(&dir);
+    let stopped = events
+        .iter()
+        .find(|e| e["event"] == "round_stopped")
+        .unwrap();
+    // SIGTERM through the pidfd was enough: nobody needed SIGKILL.
+    assert_eq!(stopped["killed"], 0, "{stopped}");
+    assert_no_run_dir(&dir);
+}
+
+#[test]
+fn ranks_die_with_a_launcher_killed_outright() {
+    let _watchdog = Watchdog::new("launch sigkill launcher", Duration::from_secs(60));
+    let dir = TempDir::new("launch-killed");
+    let mut launch = spawn_child(&mut launch_command(
+        &dir,
+        "ignore-term",
+        &["--nproc", "2", "--stop-timeout", "2"],
+    ));
+    let pids = rank_pids(&dir, 2);
+    launch.kill();
+    // Their parent-death signal is SIGKILL: no SIGTERM to ignore.
+    wait_for(
+        "ranks gone after their launcher",
+        Duration::from_secs(5),
+        || pids.iter().all(|&p| !alive(p)),
+    );
+    // What a killed launcher cannot remove: its run directory (for
+    // `nodeipc clean`). Removed here by the test's TempDir.
+}

@@ -1,0 +1,280 @@
+//! `nodeipc launch`'s checks across real processes: the restart check,
+//! health checks from a sysfs fixture, NVML unavailable, NVRx files, and a
+//! Python rank written from `monitor.proto` alone.
+
+mod launch_kit;
+
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use launch_kit::*;
+use nodeipc_testkit::{TempDir, Watchdog, spawn_child};
+
+/// The rank program the tests below run (not a test of its own).
+#[test]
+#[ignore = "a rank program the launch tests run"]
+fn rank_helper() {
+    rank_main();
+}
+
+#[test]
+fn a_restarted_rank_that_registered_before_and_stays_away_fails_the_round() {
+    let _watchdog = Watchdog::new("launch restart check", Duration::from_secs(60));
+    let dir = TempDir::new("launch-back");
+    let out = run(
+        &dir,
+        "registers-then-stays-away",
+        &[
+            "--nproc",
+            "2",
+            "--max-restarts",
+            "1",
+            "--stop-timeout",
+            "2",
+            "--rank-restart-timeout",
+            "0.5",
+        ],
+    );
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("rank 0 has not registered again after"),
+        "{err}"
+    );
+    let last = err.lines().last().unwrap();
+    assert!(
+        last.contains("rank 0 (local 0) did not register with its monitor again within --rank-restart-timeout 0.5 s"),
+        "{last}"
+    );
+    assert_no_run_dir(&dir);
+}
+
+#[test]
+fn the_restart_check_leaves_alone_a_rank_that_never_spoke_the_protocol() {
+    let _watchdog = Watchdog::new("launch restart check off", Duration::from_secs(60));
+    let dir = TempDir::new("launch-silent");
+    let out = run(
+        &dir,
+        "silent-then-slow",
+        &[
+            "--nproc",
+            "2",
+            "--max-restarts",
+            "1",
+            "--stop-timeout",
+            "2",
+            "--rank-restart-timeout",
+            "0.2",
+        ],
+    );
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert!(!err.contains("not registered again"), "{err}");
+    assert_no_run_dir(&dir);
+}
+
+#[test]
+fn a_nic_that_goes_down_mid_run_restarts_the_round() {
+    let _watchdog = Watchdog::new("launch nic", Duration::from_secs(60));
+    let dir = TempDir::new("launch-nic");
+    let sys = dir.join("sys");
+    let operstate = sys.join("class/net/eth0/operstate");
+    std::fs::create_dir_all(operstate.parent().unwrap()).unwrap();
+    std::fs::write(&operstate, "up\n").unwrap();
+    let config = dir.join("monitor.json");
+    std::fs::write(
+        &config,
+        r#"{ "check_interval_ms": 50, "termination_signal": "SIGTERM" }"#,
+    )
+    .unwrap();
+    let mut launch = spawn_child(&mut launch_command(
+        &dir,
+        "registered-until-restart",
+        &[
+            "--nproc",
+            "2",
+            "--max-restarts",
+            "1",
+            "--stop-timeout",
+            "2",
+            "--monitor-config",
+            config.to_str().unwrap(),
+            "--nic",
+            "eth0",
+            "--sysfs-root",
+            sys.to_str().unwrap(),
+            "--health-interval",
+            "0.05",
+        ],
+    ));
+    rank_pids(&dir, 2);
+    std::fs::write(&operstate, "down\n").unwrap();
+    let status = launch.wait_timeout(Duration::from_secs(20));
+    let events = events(&dir);
+    assert_eq!(status.code(), Some(0), "{events:?}");
+    let fired: Vec<_> = events
+        .iter()
+        .filter(|e| e["event"] == "monitor_fired")
+        .collect();
+    assert!(!fired.is_empty(), "{events:?}");
+    assert!(
+        fired[0]["cause"]
+            .as_str()
+            .unwrap()
+            .contains("NIC eth0 is down"),
+        "{fired:?}"
+    );
+    assert_eq!(count(&events, "restarting"), 1);
+    assert_no_run_dir(&dir);
+}
+
+#[test]
+fn a_gpu_check_without_nvml_is_reported_unavailable_and_the_launch_runs() {
+    let _watchdog = Watchdog::new("launch gpu", Duration::from_secs(60));
+    if nodeipc_monitor::Nvml::load().is_ok() {
+        // A machine with NVML runs the check for real; this test is about
+        // one without.
+        nodeipc_testkit::skip("launch gpu unavailable", "NVML is installed here");
+        return;
+    }
+    let dir = TempDir::new("launch-gpu");
+    let out = run(&dir, "env", &["--nproc", "2", "--gpu-health"]);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    let events = events(&dir);
+    assert_eq!(count(&events, "health_unavailable"), 2, "{events:?}");
+    assert!(err.contains("libnvidia-ml.so.1"), "{err}");
+    assert_no_run_dir(&dir);
+}
+
+#[test]
+fn a_nic_that_is_not_there_is_refused_at_start() {
+    let _watchdog = Watchdog::new("launch nic missing", Duration::from_secs(60));
+    let dir = TempDir::new("launch-nic-missing");
+    std::fs::create_dir_all(dir.join("sys")).unwrap();
+    let out = run(
+        &dir,
+        "env",
+        &[
+            "--nproc",
+            "1",
+            "--nic",
+            "ib7",
+            "--sysfs-root",
+            dir.join("sys").to_str().unwrap(),
+        ],
+    );
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("--nic") && err.contains("\"ib7\""), "{err}");
+    assert!(!dir.join("env-0-0").exists());
+    assert_no_run_dir(&dir);
+}
+
+#[test]
+fn an_unmodified_style_python_rank_gets_torchrun_variables_and_is_restarted_after_a_hang() {
+    let _watchdog = Watchdog::new("launch python", Duration::from_secs(120));
+    let ready = Command::new("python3")
+        .args(["-c", "import grpc_tools, google.protobuf"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if !ready
+        && nodeipc_testkit::skip(
+            "launch python rank",
+            "python3 with protobuf and grpcio-tools is not available (pip install protobuf grpcio-tools)",
+        )
+    {
+        return;
+    }
+    let dir = TempDir::new("launch-py");
+    let config = dir.join("monitor.json");
+    std::fs::write(
+        &config,
+        r#"{ "initial_heartbeat_timeout_ms": 1500, "check_interval_ms": 50,
+             "termination_signal": "SIGTERM" }"#,
+    )
+    .unwrap();
+    let manifest = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let out = spawn_child(
+        Command::new(env!("CARGO_BIN_EXE_nodeipc"))
+            .arg("launch")
+            .args(["--nproc", "2", "--max-restarts", "1", "--stop-timeout", "2"])
+            .args(["--run-dir", dir.path().to_str().unwrap()])
+            .args(["--json-events", dir.join("events.jsonl").to_str().unwrap()])
+            .args(["--monitor-config", config.to_str().unwrap()])
+            .arg("--")
+            .arg("python3")
+            .arg(manifest.join("tests/python/launch_rank.py"))
+            .arg(manifest.join("../proto/proto"))
+            .arg(dir.path())
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped()),
+    )
+    .output_timeout(Duration::from_secs(90));
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert!(
+        err.contains("monitor of rank 0 terminated it: initial heartbeat timeout"),
+        "{err}"
+    );
+    let vars = std::fs::read_to_string(dir.join("py-1-1")).unwrap();
+    for expect in [
+        "RANK=1",
+        "LOCAL_RANK=1",
+        "WORLD_SIZE=2",
+        "MASTER_ADDR=127.0.0.1",
+        "NODEIPC_RESTART_COUNT=1",
+    ] {
+        assert!(vars.lines().any(|l| l == expect), "{expect} not in {vars}");
+    }
+    let events = events(&dir);
+    assert_eq!(count(&events, "restarting"), 1);
+    assert_no_run_dir(&dir);
+}
+
+#[test]
+fn an_nvrx_config_file_is_read_with_a_warning_per_key_not_used() {
+    let _watchdog = Watchdog::new("launch nvrx", Duration::from_secs(60));
+    let dir = TempDir::new("launch-nvrx");
+    let config = dir.join("ft.yaml");
+    std::fs::write(
+        &config,
+        "fault_tolerance:\n  initial_rank_heartbeat_timeout: 0.3\n  workload_check_interval: 0.05\n  rank_termination_signal: SIGTERM\n  log_level: DEBUG\n",
+    )
+    .unwrap();
+    let out = run(
+        &dir,
+        "hang-first",
+        &[
+            "--nproc",
+            "2",
+            "--max-restarts",
+            "1",
+            "--stop-timeout",
+            "2",
+            "--nvrx-config",
+            config.to_str().unwrap(),
+        ],
+    );
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    let warnings: Vec<&str> = err
+        .lines()
+        .filter(|l| l.contains("is not used by nodeipc"))
+        .collect();
+    assert_eq!(warnings.len(), 1, "{err}");
+    assert!(
+        warnings[0].contains("ft.yaml") && warnings[0].contains("\"log_level\""),
+        "{err}"
+    );
+    // Their 0.3 s initial heartbeat timeout fired on the hung rank.
+    assert!(
+        err.contains("initial heartbeat timeout") && err.contains("limit 300 ms"),
+        "{err}"
+    );
+    assert_no_run_dir(&dir);
+}

@@ -1,0 +1,99 @@
+//! Who takes part in a round: the one interface a multi-node backend (etcd,
+//! later) implements. The local backend is this node alone.
+
+use std::net::{Ipv4Addr, TcpListener};
+
+use crate::{Error, Result};
+
+/// What one round is, as every rank's environment says it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RoundPlan {
+    /// `NODEIPC_RESTART_COUNT` (0 for the first round).
+    pub restart: u32,
+    /// Ranks in the whole job (`WORLD_SIZE`).
+    pub world_size: u32,
+    /// Global rank of this node's local rank 0.
+    pub rank_offset: u32,
+    /// `MASTER_ADDR`.
+    pub master_addr: String,
+    /// `MASTER_PORT`.
+    pub master_port: u16,
+    /// `NODEIPC_GROUP`: unique to the launch and the round.
+    pub group: String,
+}
+
+/// How a round ended on this node.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum RoundResult {
+    /// Every local rank exited 0.
+    Succeeded,
+    /// A local rank failed (the reason for people).
+    Failed(String),
+    /// The launcher was stopped by a signal.
+    Interrupted,
+}
+
+/// Agrees with the other nodes (if any) on each round. Every call must be
+/// bounded in time.
+pub trait RoundBackend {
+    /// Called before round `restart` starts, with this node's rank count;
+    /// returns the round's plan.
+    ///
+    /// # Errors
+    /// The backend could not agree on a round.
+    fn begin_round(&mut self, restart: u32, nproc: u32) -> Result<RoundPlan>;
+
+    /// Polled about every 100 ms while the round runs: `Some(reason)` when
+    /// another node wants the round stopped and restarted.
+    fn restart_requested(&mut self) -> Option<String> {
+        None
+    }
+
+    /// Called once the round's local ranks are all gone.
+    ///
+    /// # Errors
+    /// The backend could not record the end.
+    fn end_round(&mut self, _restart: u32, _result: &RoundResult) -> Result<()> {
+        Ok(())
+    }
+}
+
+/// One node: world size = local ranks, master on 127.0.0.1 on a free port.
+#[derive(Debug)]
+pub struct LocalBackend {
+    launch_id: String,
+}
+
+impl LocalBackend {
+    /// A backend whose groups are named `nodeipc-<launch_id>-r<restart>`.
+    pub fn new(launch_id: impl Into<String>) -> LocalBackend {
+        LocalBackend {
+            launch_id: launch_id.into(),
+        }
+    }
+}
+
+impl RoundBackend for LocalBackend {
+    fn begin_round(&mut self, restart: u32, nproc: u32) -> Result<RoundPlan> {
+        Ok(RoundPlan {
+            restart,
+            world_size: nproc,
+            rank_offset: 0,
+            master_addr: Ipv4Addr::LOCALHOST.to_string(),
+            master_port: free_port()?,
+            group: format!("nodeipc-{}-r{restart}", self.launch_id),
+        })
+    }
+}
+
+/// A TCP port free on 127.0.0.1 now (the kernel's pick, released at once:
+/// rank 0 binds it a moment later, as torchrun's `--master-port 0` does).
+pub fn free_port() -> Result<u16> {
+    let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
+        .map_err(|e| Error::io("bind 127.0.0.1:0 for MASTER_PORT", e))?;
+    let port = listener
+        .local_addr()
+        .map_err(|e| Error::io("getsockname for MASTER_PORT", e))?
+        .port();
+    Ok(port)
+}

@@ -1,0 +1,282 @@
+//! One line per event on stderr, and optionally one JSON object per event
+//! in a file (`--json-events`), for tools.
+
+use std::fs::File;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use serde::Serialize;
+
+use crate::{Error, Result};
+
+/// Something that happened to the launch, in the order it happened.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(tag = "event", rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum Event {
+    /// The monitors are up, the first round is about to start.
+    Launched {
+        /// Local ranks.
+        nproc: u32,
+        /// Restarts allowed.
+        max_restarts: u32,
+        /// The private run directory (the monitors' sockets).
+        run_dir: String,
+        /// Whether the monitors run as threads of the launcher.
+        monitors: &'static str,
+    },
+    /// A health check asked for cannot run on this machine (no NVML, say).
+    HealthUnavailable {
+        /// Which check.
+        check: String,
+        /// Why, for people.
+        reason: String,
+    },
+    /// A round begins: every rank is started with this restart count.
+    RoundStarted {
+        /// `NODEIPC_RESTART_COUNT` of this round.
+        restart: u32,
+        /// `NODEIPC_GROUP` of this round.
+        group: String,
+        /// `MASTER_PORT` of this round.
+        master_port: u16,
+    },
+    /// A rank's process is running.
+    RankStarted {
+        /// Round.
+        restart: u32,
+        /// Global rank.
+        rank: u32,
+        /// Its pid.
+        pid: u32,
+    },
+    /// A rank's monitor terminated it (a timeout or a failed health check).
+    MonitorFired {
+        /// Round.
+        restart: u32,
+        /// Global rank.
+        rank: u32,
+        /// The monitor's words: which timeout or check, elapsed and limit.
+        cause: String,
+    },
+    /// A rank's process ended.
+    RankExited {
+        /// Round.
+        restart: u32,
+        /// Global rank.
+        rank: u32,
+        /// Its pid.
+        pid: u32,
+        /// Its exit code, when it exited.
+        code: Option<i32>,
+        /// The signal that killed it, when one did.
+        signal: Option<i32>,
+        /// Seconds since the round started.
+        after_s: f64,
+    },
+    /// A restarted rank that had registered before has not come back.
+    RankNotBack {
+        /// Round.
+        restart: u32,
+        /// Global rank.
+        rank: u32,
+        /// Seconds waited.
+        waited_s: f64,
+    },
+    /// The round failed: every rank is being stopped.
+    RoundFailed {
+        /// Round.
+        restart: u32,
+        /// The rank that failed first.
+        rank: u32,
+        /// Why, for people.
+        cause: String,
+        /// Seconds since the round started.
+        after_s: f64,
+    },
+    /// Every rank of the round is gone.
+    RoundStopped {
+        /// Round.
+        restart: u32,
+        /// Milliseconds from the decision to stop to the last rank reaped.
+        stop_ms: f64,
+        /// Processes that needed SIGKILL after the stop timeout.
+        killed: u32,
+    },
+    /// A new round is about to start.
+    Restarting {
+        /// Its number, from 1.
+        restart: u32,
+        /// Restarts allowed.
+        max_restarts: u32,
+    },
+    /// The launcher was asked to stop.
+    Signal {
+        /// The signal's number.
+        signal: i32,
+    },
+    /// The launch is over.
+    Finished {
+        /// The launcher's exit status.
+        exit_code: i32,
+        /// Why, for people.
+        summary: String,
+    },
+}
+
+impl Event {
+    /// The line for people, without the `nodeipc launch:` prefix.
+    pub fn line(&self) -> String {
+        match self {
+            Event::Launched {
+                nproc,
+                max_restarts,
+                run_dir,
+                monitors,
+            } => format!(
+                "{nproc} ranks, up to {max_restarts} restarts, monitors as {monitors} in {run_dir}"
+            ),
+            Event::HealthUnavailable { check, reason } => {
+                format!("{check} health check unavailable, not run: {reason}")
+            }
+            Event::RoundStarted {
+                restart,
+                group,
+                master_port,
+            } => format!("round {restart} started: group {group}, MASTER_PORT {master_port}"),
+            Event::RankStarted { rank, pid, .. } => format!("rank {rank} started (pid {pid})"),
+            Event::MonitorFired { rank, cause, .. } => {
+                format!("monitor of rank {rank} terminated it: {cause}")
+            }
+            Event::RankExited {
+                rank,
+                pid,
+                code,
+                signal,
+                after_s,
+                ..
+            } => format!(
+                "rank {rank} (pid {pid}) {} after {after_s:.1} s",
+                describe_status(*code, *signal)
+            ),
+            Event::RankNotBack { rank, waited_s, .. } => {
+                format!("rank {rank} has not registered again after {waited_s:.1} s")
+            }
+            Event::RoundFailed {
+                restart,
+                rank,
+                cause,
+                after_s,
+            } => format!("round {restart} failed after {after_s:.1} s: rank {rank} {cause}"),
+            Event::RoundStopped {
+                restart,
+                stop_ms,
+                killed,
+            } => format!("round {restart} stopped in {stop_ms:.1} ms ({killed} needed SIGKILL)"),
+            Event::Restarting {
+                restart,
+                max_restarts,
+            } => format!("restarting {restart}/{max_restarts}"),
+            Event::Signal { signal } => format!("signal {signal} received: stopping"),
+            Event::Finished { exit_code, summary } => format!("exit {exit_code}: {summary}"),
+        }
+    }
+}
+
+/// "exited with 3", "killed by signal 9".
+pub(crate) fn describe_status(code: Option<i32>, signal: Option<i32>) -> String {
+    match (code, signal) {
+        (Some(code), _) => format!("exited with {code}"),
+        (None, Some(signal)) => format!("killed by signal {signal}"),
+        (None, None) => "ended".to_owned(),
+    }
+}
+
+/// Creates the events file (0600), or appends to it when it is already a
+/// regular file of ours that group and others cannot write: a symlink, a
+/// FIFO or someone else's file planted at the path is refused, never
+/// written through (the path may be in a shared directory, the launcher
+/// may run as root).
+fn open_events_file(path: &Path) -> Result<File> {
+    let refused = |source: nodeipc_fs::Error| Error::Events {
+        path: path.to_owned(),
+        source: std::io::Error::other(source.to_string()),
+    };
+    let fd = match nodeipc_fs::create_exclusive(path, 0o600) {
+        Ok(fd) => fd,
+        Err(e) if e.raw_os_error() == Some(libc::EEXIST) => {
+            nodeipc_fs::open_regular(path, true, nodeipc_fs::ModeRule::NotWritableByOthers)
+                .map_err(refused)?
+                .0
+        }
+        Err(e) => return Err(refused(e)),
+    };
+    // Appending (several launches may share a file), and blocking again
+    // (`open_regular` opened it non-blocking).
+    rustix::fs::fcntl_setfl(&fd, rustix::fs::OFlags::APPEND).map_err(|e| Error::Events {
+        path: path.to_owned(),
+        source: e.into(),
+    })?;
+    Ok(File::from(fd))
+}
+
+/// Where events go: stderr lines, a JSON-lines file, and a copy kept for
+/// the caller.
+pub(crate) struct Events {
+    start: Instant,
+    stderr: bool,
+    file: Option<(PathBuf, File)>,
+    kept: Vec<Event>,
+}
+
+impl Events {
+    pub(crate) fn new(stderr: bool, json: Option<&Path>) -> Result<Events> {
+        let file = match json {
+            None => None,
+            Some(path) => Some((path.to_owned(), open_events_file(path)?)),
+        };
+        Ok(Events {
+            start: Instant::now(),
+            stderr,
+            file,
+            kept: Vec::new(),
+        })
+    }
+
+    /// Writes `event` everywhere. A failed write to the events file is an
+    /// error (a tool waits on it); stderr is best effort.
+    pub(crate) fn emit(&mut self, event: Event) -> Result<()> {
+        if self.stderr {
+            let _ = writeln!(std::io::stderr(), "nodeipc launch: {}", event.line());
+        }
+        if let Some((path, file)) = &mut self.file {
+            #[derive(Serialize)]
+            struct Record<'a> {
+                t: f64,
+                #[serde(flatten)]
+                event: &'a Event,
+            }
+            let mut text = serde_json::to_string(&Record {
+                t: self.start.elapsed().as_secs_f64(),
+                event: &event,
+            })
+            .map_err(|e| Error::Events {
+                path: path.clone(),
+                source: e.into(),
+            })?;
+            text.push('\n');
+            file.write_all(text.as_bytes())
+                .map_err(|source| Error::Events {
+                    path: path.clone(),
+                    source,
+                })?;
+        }
+        self.kept.push(event);
+        Ok(())
+    }
+
+    pub(crate) fn into_kept(self) -> Vec<Event> {
+        self.kept
+    }
+}

@@ -1,0 +1,244 @@
+//! The launch: a private run directory, one monitor per local rank, then
+//! rounds of N ranks until one round succeeds, restarts run out, or a stop
+//! signal comes.
+
+use std::path::PathBuf;
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+use nodeipc_monitor::HealthCheck;
+
+use crate::backend::{LocalBackend, RoundBackend, RoundResult};
+use crate::events::{Event, Events};
+use crate::monitors::Monitor;
+use crate::options::LaunchOptions;
+use crate::rank::Rank;
+use crate::round::{self, Ctx, RoundEnd};
+use crate::signals::StopSignals;
+use crate::{Error, Result, health, reap};
+
+/// How a launch ended.
+#[derive(Debug)]
+pub struct Outcome {
+    /// The launcher's exit status: 0 when every rank of a round exited 0;
+    /// the failing rank's exit status, or 128 + the signal that killed
+    /// it, when restarts ran out; 128 + the signal that stopped the launch.
+    pub exit_code: i32,
+    /// Why, for people (names the rank and the cause on failure).
+    pub summary: String,
+    /// Restarts done.
+    pub restarts: u32,
+    /// Every event, in order.
+    pub events: Vec<Event>,
+}
+
+/// Health checks for one local rank's monitor.
+pub type HealthChecks<'a> = &'a dyn Fn(u32) -> Vec<Box<dyn HealthCheck>>;
+
+/// Runs the launch with the local backend (this node alone) and the
+/// health checks of `options.health`.
+///
+/// # Errors
+/// Bad options, or a failure of the launcher itself (run directory,
+/// monitor, spawn, events file); the ranks' own failures are an
+/// [`Outcome`].
+pub fn launch(options: &LaunchOptions) -> Result<Outcome> {
+    let mut backend = LocalBackend::new(launch_id());
+    launch_with(options, &mut backend, &|_| Vec::new())
+}
+
+/// A name unique to this launch: our pid and the time.
+pub fn launch_id() -> String {
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    format!("{}-{:x}", std::process::id(), nanos & 0xffff_ffff_ffff)
+}
+
+/// Runs the launch with `backend` deciding each round and `checks` giving
+/// each local rank's monitor health checks beyond those of `options.health`.
+///
+/// # Errors
+/// As [`launch`].
+pub fn launch_with(
+    options: &LaunchOptions,
+    backend: &mut dyn RoundBackend,
+    checks: HealthChecks<'_>,
+) -> Result<Outcome> {
+    options.validate()?;
+    let mut events = Events::new(options.stderr_events, options.json_events.as_deref())?;
+    let signals = match options.handle_signals {
+        true => Some(StopSignals::install()?),
+        false => None,
+    };
+    if options.own_all_children {
+        reap::become_subreaper().map_err(|e| Error::io("prctl(PR_SET_CHILD_SUBREAPER)", e))?;
+    }
+    let run_dir = RunDir::create(options)?;
+    let mut monitors = Vec::new();
+    for local in 0..options.nproc {
+        let socket = run_dir.0.join(format!("rank{local}.sock"));
+        let mut local_checks = checks(local);
+        local_checks.extend(health::checks_for(&options.health, local, &mut events)?);
+        monitors.push(Monitor::start(
+            local,
+            &socket,
+            &options.monitor,
+            local_checks,
+            options.stderr_events,
+        )?);
+    }
+    events.emit(Event::Launched {
+        nproc: options.nproc,
+        max_restarts: options.max_restarts,
+        run_dir: run_dir.0.display().to_string(),
+        monitors: "threads",
+    })?;
+    let mut ctx = Ctx {
+        options,
+        monitors: &mut monitors,
+        signals: signals.as_ref(),
+        events: &mut events,
+        backend,
+        registered_before: vec![false; options.nproc as usize],
+    };
+    let (exit_code, summary, restarts) = rounds(&mut ctx)?;
+    ctx.events.emit(Event::Finished {
+        exit_code,
+        summary: summary.clone(),
+    })?;
+    drop(ctx);
+    for monitor in &mut monitors {
+        monitor.stop();
+    }
+    drop(run_dir);
+    Ok(Outcome {
+        exit_code,
+        summary,
+        restarts,
+        events: events.into_kept(),
+    })
+}
+
+/// The rounds; (exit code, summary, restarts done).
+fn rounds(ctx: &mut Ctx<'_>) -> Result<(i32, String, u32)> {
+    let options = ctx.options;
+    let launch_started = Instant::now();
+    let mut restart = 0;
+    loop {
+        let plan = ctx.backend.begin_round(restart, options.nproc)?;
+        for monitor in ctx.monitors.iter() {
+            monitor.take_heard();
+        }
+        ctx.events.emit(Event::RoundStarted {
+            restart,
+            group: plan.group.clone(),
+            master_port: plan.master_port,
+        })?;
+        let mut ranks = Vec::new();
+        let mut end = None;
+        for local in 0..options.nproc {
+            let socket = ctx.monitors[local as usize].socket();
+            // A failure here ends the round through the stop below, so
+            // that no rank started so far is left running.
+            let started = Rank::spawn(options, &plan, local, socket).and_then(|rank| {
+                let event = Event::RankStarted {
+                    restart,
+                    rank: rank.global_rank,
+                    pid: rank.child.id(),
+                };
+                ranks.push(rank);
+                ctx.events.emit(event)
+            });
+            if let Err(e) = started {
+                end = Some(Err(e));
+                break;
+            }
+        }
+        let end = match end {
+            Some(error) => error,
+            None => round::supervise(ctx, &plan, &mut ranks),
+        };
+        let stopped = round::stop(ctx, &plan, &mut ranks)?;
+        ctx.registered_before = ctx
+            .monitors
+            .iter()
+            .map(|m| m.take_heard().registered)
+            .collect();
+        let end = end?;
+        let result = match &end {
+            RoundEnd::Succeeded => RoundResult::Succeeded,
+            RoundEnd::Interrupted { .. } => RoundResult::Interrupted,
+            RoundEnd::Failed { cause, .. } => RoundResult::Failed(cause.clone()),
+            RoundEnd::Requested { reason } => RoundResult::Failed(reason.clone()),
+        };
+        ctx.backend.end_round(restart, &result)?;
+        let (code, summary) = match end {
+            RoundEnd::Succeeded => {
+                return Ok((
+                    0,
+                    format!("every rank exited 0 (restarts: {restart})"),
+                    restart,
+                ));
+            }
+            RoundEnd::Interrupted { signal } => {
+                return Ok((128 + signal, format!("stopped by signal {signal}"), restart));
+            }
+            RoundEnd::Failed {
+                index,
+                cause,
+                after,
+                code,
+            } => {
+                let rank = &ranks[index];
+                let code = match code.or(rank.status.map(|s| s.exit_code())) {
+                    Some(0) | None => 1,
+                    Some(code) => code,
+                };
+                let summary = format!(
+                    "rank {} (local {}) {cause}, {:.1} s into round {restart} ({:.1} s since launch)",
+                    rank.global_rank,
+                    rank.local_rank,
+                    after.as_secs_f64(),
+                    launch_started.elapsed().as_secs_f64(),
+                );
+                (code, summary)
+            }
+            RoundEnd::Requested { reason } => (1, format!("restart requested: {reason}")),
+        };
+        if let Some(signal) = stopped.signal {
+            ctx.events.emit(Event::Signal { signal })?;
+            return Ok((128 + signal, format!("stopped by signal {signal}"), restart));
+        }
+        if restart >= options.max_restarts {
+            let summary = format!(
+                "restarts exhausted ({restart}/{}): {summary}",
+                options.max_restarts
+            );
+            return Ok((code, summary, restart));
+        }
+        restart += 1;
+        ctx.events.emit(Event::Restarting {
+            restart,
+            max_restarts: options.max_restarts,
+        })?;
+    }
+}
+
+/// The private run directory, removed (with whatever the monitors left,
+/// which is nothing once they have stopped) when dropped.
+struct RunDir(PathBuf);
+
+impl RunDir {
+    fn create(options: &LaunchOptions) -> Result<RunDir> {
+        let parent = options.run_parent();
+        nodeipc_fs::create_unique_private_dir(&parent, "nodeipc-launch-")
+            .map(RunDir)
+            .map_err(|source| Error::RunDir { parent, source })
+    }
+}
+
+impl Drop for RunDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}

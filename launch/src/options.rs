@@ -1,0 +1,164 @@
+//! What a launch is asked to do, checked before anything starts.
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use nodeipc_monitor::MonitorConfig;
+
+use crate::{Error, Result};
+
+/// Most local ranks one launch starts: each costs a process, a monitor
+/// thread and three descriptors, and a node has far fewer accelerators.
+pub const MAX_NPROC: u32 = 1024;
+
+/// Most restarts one launch may be asked for.
+pub const MAX_RESTARTS: u32 = 1_000_000;
+
+/// Longest `--stop-timeout` accepted: longer is not a bound.
+pub const MAX_STOP_TIMEOUT: Duration = Duration::from_secs(3600);
+
+/// Health checks every monitor runs beside its timeouts (a failure is
+/// treated as a timeout: the rank is terminated and the round restarts).
+/// They run only while a rank is registered with its monitor.
+#[derive(Clone, Debug)]
+pub struct HealthOptions {
+    /// NICs that must be up (`class/net/<name>` or `class/infiniband/<name>`
+    /// under `sysfs_root`).
+    pub nics: Vec<String>,
+    /// Where sysfs is (`/sys`; a fixture directory in tests).
+    pub sysfs_root: PathBuf,
+    /// Check each rank's GPU through NVML (found by its local rank through
+    /// `CUDA_VISIBLE_DEVICES`). Without NVML on the machine the check is
+    /// reported unavailable at start and not run.
+    pub gpu: bool,
+    /// How often each check runs (at most; the monitor's check interval
+    /// is the finer grain).
+    pub interval: Duration,
+}
+
+impl Default for HealthOptions {
+    fn default() -> Self {
+        HealthOptions {
+            nics: Vec::new(),
+            sysfs_root: PathBuf::from("/sys"),
+            gpu: false,
+            interval: Duration::from_secs(5),
+        }
+    }
+}
+
+/// What [`launch`](crate::launch) runs.
+#[derive(Clone, Debug)]
+pub struct LaunchOptions {
+    /// Local ranks to start (1 ..= [`MAX_NPROC`]).
+    pub nproc: u32,
+    /// Restart rounds after the first attempt; 0 never restarts.
+    pub max_restarts: u32,
+    /// How every rank's monitor watches it.
+    pub monitor: MonitorConfig,
+    /// Where the private run directory (0700) is made; `None`:
+    /// `$XDG_RUNTIME_DIR` when set, else the system's temporary directory.
+    pub run_dir: Option<PathBuf>,
+    /// Grace between SIGTERM and SIGKILL when a round is stopped.
+    pub stop_timeout: Duration,
+    /// How long a restarted rank that had sent `Init` before may take to
+    /// register again before the round fails; `None`: no limit.
+    pub rank_restart_timeout: Option<Duration>,
+    /// Where to append one JSON object per event, besides stderr.
+    pub json_events: Option<PathBuf>,
+    /// Write the event lines to stderr.
+    pub stderr_events: bool,
+    /// Catch SIGINT and SIGTERM (blocked in the calling thread, read from a
+    /// signalfd) and stop everything on them. Call from the main thread
+    /// before any other thread exists, or other threads may take them.
+    pub handle_signals: bool,
+    /// Make the calling process a child subreaper and, when a round stops,
+    /// kill and reap every child it has: right for a process whose only
+    /// children are the ranks (the `nodeipc` command), wrong for a test
+    /// harness that runs other children beside.
+    pub own_all_children: bool,
+    /// Health checks for every monitor.
+    pub health: HealthOptions,
+    /// The program and its arguments.
+    pub command: Vec<OsString>,
+}
+
+impl LaunchOptions {
+    /// Defaults for `command` run `nproc` times: no restart, the monitor's
+    /// defaults, a 10 s stop timeout, events on stderr, no signal handling.
+    pub fn new(nproc: u32, command: Vec<OsString>) -> LaunchOptions {
+        LaunchOptions {
+            nproc,
+            max_restarts: 0,
+            monitor: MonitorConfig::default(),
+            run_dir: None,
+            stop_timeout: Duration::from_secs(10),
+            rank_restart_timeout: None,
+            json_events: None,
+            stderr_events: true,
+            handle_signals: false,
+            own_all_children: false,
+            health: HealthOptions::default(),
+            command,
+        }
+    }
+
+    /// Checks every value against its bound.
+    ///
+    /// # Errors
+    /// [`Error::Options`] naming the option, its value and the bound.
+    pub fn validate(&self) -> Result<()> {
+        if self.nproc == 0 || self.nproc > MAX_NPROC {
+            return Err(Error::options(format!(
+                "--nproc {} is out of range: 1 to {MAX_NPROC}",
+                self.nproc
+            )));
+        }
+        if self.max_restarts > MAX_RESTARTS {
+            return Err(Error::options(format!(
+                "--max-restarts {} is more than {MAX_RESTARTS}",
+                self.max_restarts
+            )));
+        }
+        if self.stop_timeout.is_zero() || self.stop_timeout > MAX_STOP_TIMEOUT {
+            return Err(Error::options(format!(
+                "--stop-timeout {:?} must be between 1 ms and {MAX_STOP_TIMEOUT:?}",
+                self.stop_timeout
+            )));
+        }
+        if self
+            .rank_restart_timeout
+            .is_some_and(|d| d.is_zero() || d > MAX_STOP_TIMEOUT)
+        {
+            return Err(Error::options(format!(
+                "--rank-restart-timeout {:?} must be between 1 ms and {MAX_STOP_TIMEOUT:?}",
+                self.rank_restart_timeout.unwrap_or_default()
+            )));
+        }
+        if self.health.interval.is_zero() || self.health.interval > MAX_STOP_TIMEOUT {
+            return Err(Error::options(format!(
+                "--health-interval {:?} must be between 1 ms and {MAX_STOP_TIMEOUT:?}",
+                self.health.interval
+            )));
+        }
+        if self.command.is_empty() {
+            return Err(Error::options("no command to run (after `--`)"));
+        }
+        self.monitor
+            .validate()
+            .map_err(|e| Error::options(format!("monitor configuration: {e}")))?;
+        Ok(())
+    }
+
+    /// The parent of the run directory.
+    pub(crate) fn run_parent(&self) -> PathBuf {
+        match &self.run_dir {
+            Some(dir) => dir.clone(),
+            None => std::env::var_os("XDG_RUNTIME_DIR")
+                .filter(|d| !d.is_empty())
+                .map(PathBuf::from)
+                .unwrap_or_else(std::env::temp_dir),
+        }
+    }
+}

@@ -1,0 +1,276 @@
+//! nvidia-resiliency-ext's configuration files: their `fault_tolerance:`
+//! block (YAML or JSON), its field names read as aliases of ours, seconds
+//! turned into our milliseconds. Unknown keys are warned about, not
+//! refused (their format grows keys we do not use); our own JSON format
+//! stays strict.
+
+use std::path::Path;
+
+use serde_json::{Map, Value};
+
+use crate::limits::MAX_CONFIG_FILE;
+use crate::{Error, MonitorConfig, Result};
+
+/// Their name, ours, and whether the value is seconds (ours: milliseconds).
+const ALIASES: [(&str, &str, bool); 7] = [
+    (
+        "initial_rank_heartbeat_timeout",
+        "initial_heartbeat_timeout_ms",
+        true,
+    ),
+    ("rank_heartbeat_timeout", "heartbeat_timeout_ms", true),
+    (
+        "rank_out_of_section_timeout",
+        "out_of_section_timeout_ms",
+        true,
+    ),
+    ("workload_check_interval", "check_interval_ms", true),
+    ("rank_termination_signal", "termination_signal", false),
+    ("skip_section_response", "skip_section_replies", false),
+    ("rank_section_timeouts", "section_timeouts_ms", true),
+];
+
+/// Our own field names (see the README's configuration table).
+const OURS: [&str; 13] = [
+    "initial_heartbeat_timeout_ms",
+    "heartbeat_timeout_ms",
+    "out_of_section_timeout_ms",
+    "section_timeouts_ms",
+    "check_interval_ms",
+    "termination_signal",
+    "kill_after_ms",
+    "skip_section_replies",
+    "connection_wait_ms",
+    "first_message_timeout_ms",
+    "reply_timeout_ms",
+    "restart_expected",
+    "heartbeat_region",
+];
+
+/// A nvidia-resiliency-ext configuration, read.
+#[derive(Clone, Debug, PartialEq)]
+pub struct NvrxConfig {
+    /// The monitor's configuration.
+    pub monitor: MonitorConfig,
+    /// Their `safety_factor`, for a [`TimeoutEstimator`](crate::TimeoutEstimator).
+    pub safety_factor: Option<f64>,
+    /// One line per key ignored (unknown to us), naming it.
+    pub warnings: Vec<String>,
+}
+
+impl MonitorConfig {
+    /// Reads a nvidia-resiliency-ext configuration file (YAML, or JSON: a
+    /// file whose first non-blank character is `{`), with the same trust
+    /// rules as [`load`](MonitorConfig::load). See [`from_nvrx`](MonitorConfig::from_nvrx).
+    ///
+    /// # Errors
+    /// As `load`; [`Error::ConfigFile`] naming the file and the field.
+    pub fn load_nvrx(path: impl AsRef<Path>) -> Result<NvrxConfig> {
+        let path = path.as_ref();
+        let bytes = nodeipc_fs::read_capped(
+            path,
+            nodeipc_fs::ModeRule::NotWritableByOthers,
+            MAX_CONFIG_FILE,
+        )
+        .map_err(|source| Error::File {
+            what: "configuration file",
+            source,
+        })?;
+        let file_error = |reason: String| Error::ConfigFile {
+            path: path.to_owned(),
+            reason,
+        };
+        let text = String::from_utf8(bytes).map_err(|e| file_error(format!("not UTF-8: {e}")))?;
+        MonitorConfig::from_nvrx(&text).map_err(|e| match e {
+            Error::Config { reason } => file_error(reason),
+            other => other,
+        })
+    }
+
+    /// Parses a nvidia-resiliency-ext configuration: the `fault_tolerance`
+    /// block when there is one (else the top level), their names
+    /// (`initial_rank_heartbeat_timeout`, `rank_heartbeat_timeout`,
+    /// `rank_section_timeouts`, `rank_out_of_section_timeout`,
+    /// `workload_check_interval`, `rank_termination_signal`,
+    /// `skip_section_response`, `safety_factor`; seconds, `null` for no
+    /// limit) beside ours; where both name a field, ours wins. Other keys
+    /// are ignored, each with a warning.
+    ///
+    /// # Errors
+    /// [`Error::Config`] naming the field and what is wrong with it.
+    ///
+    /// # Examples
+    /// ```
+    /// use std::time::Duration;
+    /// let nvrx = nodeipc_monitor::MonitorConfig::from_nvrx(
+    ///     "fault_tolerance:\n  rank_heartbeat_timeout: 30.5\n  rank_section_timeouts:\n    step: 5\n  log_level: INFO\n",
+    /// )?;
+    /// assert_eq!(nvrx.monitor.timeouts.heartbeat, Some(Duration::from_millis(30_500)));
+    /// assert_eq!(nvrx.monitor.timeouts.sections["step"], Duration::from_secs(5));
+    /// assert_eq!(nvrx.warnings.len(), 1); // log_level
+    /// # Ok::<(), nodeipc_monitor::Error>(())
+    /// ```
+    pub fn from_nvrx(text: &str) -> Result<NvrxConfig> {
+        let document: Value = if text.trim_start().starts_with('{') {
+            serde_json::from_str(text).map_err(|e| Error::config(format!("JSON: {e}")))?
+        } else {
+            let yaml: serde_yaml_ng::Value =
+                serde_yaml_ng::from_str(text).map_err(|e| Error::config(format!("YAML: {e}")))?;
+            from_yaml(yaml, "the document")?
+        };
+        let block = match document {
+            Value::Object(mut top) => match top.remove("fault_tolerance") {
+                Some(Value::Object(block)) => block,
+                Some(other) => {
+                    return Err(Error::config(format!(
+                        "fault_tolerance is {}, not a mapping",
+                        kind(&other)
+                    )));
+                }
+                None => top,
+            },
+            Value::Null => Map::new(),
+            other => {
+                return Err(Error::config(format!(
+                    "the document is {}, not a mapping",
+                    kind(&other)
+                )));
+            }
+        };
+        translate(block)
+    }
+}
+
+fn translate(block: Map<String, Value>) -> Result<NvrxConfig> {
+    let mut ours = Map::new();
+    let mut aliased = Map::new();
+    let mut safety_factor = None;
+    let mut warnings = Vec::new();
+    for (key, value) in block {
+        if OURS.contains(&key.as_str()) {
+            ours.insert(key, value);
+        } else if key == "safety_factor" {
+            safety_factor = match value {
+                Value::Null => None,
+                v => Some(
+                    v.as_f64()
+                        .filter(|f| f.is_finite() && *f >= 1.0)
+                        .ok_or_else(|| {
+                            Error::config(format!("safety_factor {v} is not a number >= 1"))
+                        })?,
+                ),
+            };
+        } else if let Some((_, name, seconds)) = ALIASES.iter().find(|(theirs, ..)| *theirs == key)
+        {
+            let value = match (*seconds, value) {
+                (_, Value::Null) => continue,
+                (true, Value::Object(sections)) => {
+                    let mut ms = Map::new();
+                    for (section, v) in sections {
+                        if v.is_null() {
+                            continue;
+                        }
+                        let what = format!("{key}.{section}");
+                        ms.insert(section, Value::from(seconds_to_ms(&what, &v)?));
+                    }
+                    Value::Object(ms)
+                }
+                (true, v) => Value::from(seconds_to_ms(&key, &v)?),
+                (false, v) => v,
+            };
+            aliased.insert((*name).to_owned(), value);
+        } else {
+            warnings.push(format!(
+                "nvidia-resiliency-ext key {key:?} is not used by nodeipc: ignored"
+            ));
+        }
+    }
+    // Ours wins over an alias naming the same field.
+    for (name, value) in ours {
+        aliased.insert(name, value);
+    }
+    let monitor = MonitorConfig::from_json(&Value::Object(aliased).to_string())?;
+    Ok(NvrxConfig {
+        monitor,
+        safety_factor,
+        warnings,
+    })
+}
+
+/// Their seconds (an integer or a fraction) as our whole milliseconds,
+/// rounded up so that a short timeout never becomes 0 (no limit).
+fn seconds_to_ms(what: &str, value: &Value) -> Result<u64> {
+    let seconds = value
+        .as_f64()
+        .ok_or_else(|| Error::config(format!("{what} is {}, not seconds", kind(value))))?;
+    // An hour's worth of years is far beyond any timeout; the bound keeps
+    // the cast below exact.
+    const MAX_SECONDS: f64 = 1.0e12;
+    if !(seconds > 0.0 && seconds <= MAX_SECONDS) {
+        return Err(Error::config(format!(
+            "{what} = {value} s is out of range: more than 0, at most {MAX_SECONDS} (null: no limit)"
+        )));
+    }
+    // In range by the check above: at most 1e15 ms, exact in f64 and u64.
+    Ok((seconds * 1000.0).ceil() as u64)
+}
+
+/// YAML to JSON's model, refusing what JSON cannot hold: a NaN or an
+/// infinity (serde would turn it into `null`, "no limit"), a key that is
+/// not a string, a tagged value.
+fn from_yaml(value: serde_yaml_ng::Value, at: &str) -> Result<Value> {
+    use serde_yaml_ng::Value as Y;
+    Ok(match value {
+        Y::Null => Value::Null,
+        Y::Bool(b) => Value::Bool(b),
+        Y::Number(n) => {
+            if let Some(i) = n.as_u64() {
+                Value::from(i)
+            } else if let Some(i) = n.as_i64() {
+                Value::from(i)
+            } else {
+                let f = n.as_f64().unwrap_or(f64::NAN);
+                serde_json::Number::from_f64(f)
+                    .map(Value::Number)
+                    .ok_or_else(|| Error::config(format!("{at} is {f}, not a finite number")))?
+            }
+        }
+        Y::String(s) => Value::String(s),
+        Y::Sequence(items) => Value::Array(
+            items
+                .into_iter()
+                .map(|v| from_yaml(v, at))
+                .collect::<Result<_>>()?,
+        ),
+        Y::Mapping(map) => {
+            let mut out = Map::new();
+            for (k, v) in map {
+                let Y::String(key) = k else {
+                    return Err(Error::config(format!(
+                        "{at} has a key that is not a string"
+                    )));
+                };
+                let value = from_yaml(v, &key)?;
+                out.insert(key, value);
+            }
+            Value::Object(out)
+        }
+        Y::Tagged(tagged) => {
+            return Err(Error::config(format!(
+                "{at} has a YAML tag ({}), which is not read",
+                tagged.tag
+            )));
+        }
+    })
+}
+
+fn kind(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "a list",
+        Value::Object(_) => "a mapping",
+    }
+}
