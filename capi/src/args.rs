@@ -11,7 +11,7 @@ use super::status::{Failure, NODEIPC_ERR_BAD_HANDLE, Outcome};
 const FOREVER: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
 
 /// A C timeout in milliseconds: negative waits forever.
-pub(crate) fn timeout_ms(ms: i64) -> Duration {
+pub(crate) fn millis(ms: i64) -> Duration {
     u64::try_from(ms).map_or(FOREVER, Duration::from_millis)
 }
 
@@ -42,10 +42,14 @@ pub(crate) unsafe fn bytes<'a>(p: *const u8, len: usize, what: &str) -> Outcome<
         return Ok(&[]);
     }
     if p.is_null() {
-        return Err(Failure::invalid(format!("{what} is null with length {len}")));
+        return Err(Failure::invalid(format!(
+            "{what} is null with length {len}"
+        )));
     }
     if len > isize::MAX as usize {
-        return Err(Failure::invalid(format!("{what}: length {len} is beyond isize::MAX")));
+        return Err(Failure::invalid(format!(
+            "{what}: length {len} is beyond isize::MAX"
+        )));
     }
     // SAFETY: non-null, `len` bytes readable per the caller's contract, and
     // nobody writes them during the call.
@@ -63,10 +67,14 @@ pub(crate) unsafe fn bytes_mut<'a>(p: *mut u8, len: usize, what: &str) -> Outcom
         return Ok(&mut []);
     }
     if p.is_null() {
-        return Err(Failure::invalid(format!("{what} is null with length {len}")));
+        return Err(Failure::invalid(format!(
+            "{what} is null with length {len}"
+        )));
     }
     if len > isize::MAX as usize {
-        return Err(Failure::invalid(format!("{what}: length {len} is beyond isize::MAX")));
+        return Err(Failure::invalid(format!(
+            "{what}: length {len} is beyond isize::MAX"
+        )));
     }
     // SAFETY: non-null, `len` writable bytes per the caller's contract, used
     // by this call alone.

@@ -6,7 +6,7 @@ use std::os::fd::{AsFd, AsRawFd, BorrowedFd, IntoRawFd};
 
 use nodeipc_fdpass::{FdHandle, ForeignFd, Pidfd, Signal};
 
-use super::args::{self, Handle, bytes, bytes_mut, handle, handle_type, out, timeout_ms};
+use super::args::{self, Handle, bytes, bytes_mut, handle, handle_type, millis, out};
 use super::status::{Failure, Outcome, guard, nodeipc_status};
 
 /// Bytes of an exported `FdHandle` (`nodeipc_fd_export`).
@@ -101,9 +101,17 @@ pub unsafe extern "C" fn nodeipc_recv_fds(
     guard("nodeipc_recv_fds", || {
         let socket = borrow(socket, "socket")?;
         // SAFETY: the caller's contract above.
-        let (buf, len, nfds) = unsafe { (bytes_mut(buf, cap, "buf")?, out(len, "len")?, out(nfds, "nfds")?) };
+        let (buf, len, nfds) = unsafe {
+            (
+                bytes_mut(buf, cap, "buf")?,
+                out(len, "len")?,
+                out(nfds, "nfds")?,
+            )
+        };
         if max_fds > 0 && fds.is_null() {
-            return Err(Failure::invalid(format!("fds is null with max_fds {max_fds}")));
+            return Err(Failure::invalid(format!(
+                "fds is null with max_fds {max_fds}"
+            )));
         }
         let max_fds = max_fds.min(nodeipc_fdpass::SCM_MAX_FD);
         let got = nodeipc_fdpass::recv_fds(socket, buf, max_fds)?;
@@ -192,9 +200,13 @@ pub unsafe extern "C" fn nodeipc_fd_import_pid_fd(
         // SAFETY: the caller's contract above.
         let fd = unsafe { out(fd, "fd")? };
         if remote_fd < 0 {
-            return Err(Failure::invalid(format!("remote descriptor {remote_fd} is negative")));
+            return Err(Failure::invalid(format!(
+                "remote descriptor {remote_fd} is negative"
+            )));
         }
-        *fd = Pidfd::open(pid)?.get_fd(ForeignFd::new(remote_fd))?.into_raw_fd();
+        *fd = Pidfd::open(pid)?
+            .get_fd(ForeignFd::new(remote_fd))?
+            .into_raw_fd();
         Ok(())
     })
 }
@@ -267,7 +279,9 @@ pub unsafe extern "C" fn nodeipc_pidfd_get_fd(
         // SAFETY: the caller's contract above.
         let (p, fd) = unsafe { (handle(pidfd)?, out(fd, "fd")?) };
         if target_fd < 0 {
-            return Err(Failure::invalid(format!("target descriptor {target_fd} is negative")));
+            return Err(Failure::invalid(format!(
+                "target descriptor {target_fd} is negative"
+            )));
         }
         *fd = p.pidfd.get_fd(ForeignFd::new(target_fd))?.into_raw_fd();
         Ok(())
@@ -282,13 +296,13 @@ pub unsafe extern "C" fn nodeipc_pidfd_get_fd(
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn nodeipc_pidfd_wait_exit(
     pidfd: *const nodeipc_pidfd,
-    timeout_ms_: i64,
+    timeout_ms: i64,
     exited: *mut bool,
 ) -> nodeipc_status {
     guard("nodeipc_pidfd_wait_exit", || {
         // SAFETY: the caller's contract above.
         let (p, exited) = unsafe { (handle(pidfd)?, out(exited, "exited")?) };
-        *exited = p.pidfd.wait_exit(timeout_ms(timeout_ms_))?;
+        *exited = p.pidfd.wait_exit(millis(timeout_ms))?;
         Ok(())
     })
 }
@@ -298,7 +312,10 @@ pub unsafe extern "C" fn nodeipc_pidfd_wait_exit(
 /// # Safety
 /// `pidfd` is a live pidfd handle; `fd` points at a writable int.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn nodeipc_pidfd_fd(pidfd: *const nodeipc_pidfd, fd: *mut c_int) -> nodeipc_status {
+pub unsafe extern "C" fn nodeipc_pidfd_fd(
+    pidfd: *const nodeipc_pidfd,
+    fd: *mut c_int,
+) -> nodeipc_status {
     guard("nodeipc_pidfd_fd", || {
         // SAFETY: the caller's contract above.
         let (p, fd) = unsafe { (handle(pidfd)?, out(fd, "fd")?) };

@@ -6,7 +6,9 @@ use std::os::fd::IntoRawFd;
 
 use nodeipc_barrier::{Group, GroupOptions};
 
-use super::args::{self, Handle, bytes, bytes_mut, handle, handle_mut, handle_type, out, text, timeout_ms};
+use super::args::{
+    self, Handle, bytes, bytes_mut, handle, handle_mut, handle_type, millis, out, text,
+};
 use super::fdpass::borrow;
 use super::status::{Failure, NODEIPC_ERR_INVALID_ARGUMENT, Outcome, guard, nodeipc_status};
 
@@ -33,13 +35,13 @@ pub unsafe extern "C" fn nodeipc_group_join(
     rank: u32,
     world_size: u32,
     slot_size: usize,
-    timeout_ms_: i64,
+    timeout_ms: i64,
     out_group: *mut *mut nodeipc_group,
 ) -> nodeipc_status {
     guard("nodeipc_group_join", || {
         // SAFETY: the caller's contract above.
         let (name, slot) = unsafe { (text(name, "name")?, out(out_group, "out_group")?) };
-        let mut options = GroupOptions::new(name, rank, world_size).timeout(timeout_ms(timeout_ms_));
+        let mut options = GroupOptions::new(name, rank, world_size).timeout(millis(timeout_ms));
         if slot_size != 0 {
             options = options.slot_size(slot_size);
         }
@@ -107,11 +109,13 @@ pub unsafe extern "C" fn nodeipc_group_barrier(group: *const nodeipc_group) -> n
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn nodeipc_group_barrier_timeout(
     group: *const nodeipc_group,
-    timeout_ms_: i64,
+    timeout_ms: i64,
 ) -> nodeipc_status {
     guard("nodeipc_group_barrier_timeout", || {
         // SAFETY: the caller's contract above.
-        Ok(unsafe { handle(group)? }.group.barrier_timeout(timeout_ms(timeout_ms_))?)
+        Ok(unsafe { handle(group)? }
+            .group
+            .barrier_timeout(millis(timeout_ms))?)
     })
 }
 
@@ -120,7 +124,10 @@ pub unsafe extern "C" fn nodeipc_group_barrier_timeout(
 /// # Safety
 /// `group` is a live group handle.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn nodeipc_group_barrier_first(group: *const nodeipc_group, k: u32) -> nodeipc_status {
+pub unsafe extern "C" fn nodeipc_group_barrier_first(
+    group: *const nodeipc_group,
+    k: u32,
+) -> nodeipc_status {
     guard("nodeipc_group_barrier_first", || {
         // SAFETY: the caller's contract above.
         Ok(unsafe { handle(group)? }.group.barrier_subset(k)?)
@@ -242,7 +249,11 @@ pub unsafe extern "C" fn nodeipc_group_broadcast(
         if theirs.len() > out.len() {
             return Err(Failure::new(
                 super::status::NODEIPC_ERR_TOO_LARGE,
-                format!("rank {root} sent {} bytes; out holds {}", theirs.len(), out.len()),
+                format!(
+                    "rank {root} sent {} bytes; out holds {}",
+                    theirs.len(),
+                    out.len()
+                ),
             ));
         }
         out[..theirs.len()].copy_from_slice(&theirs);

@@ -4,7 +4,9 @@ use std::ffi::c_char;
 
 use ::nodeipc_monitor::{MonitorClient, MonitorStatus, RankInfo, RankState};
 
-use super::args::{self, Handle, bytes, bytes_mut, handle, handle_mut, handle_type, out, text, timeout_ms};
+use super::args::{
+    self, Handle, bytes, bytes_mut, handle, handle_mut, handle_type, millis, out, text,
+};
 use super::status::{Failure, NODEIPC_ERR_TOO_LARGE, Outcome, guard, nodeipc_status};
 
 /// A rank's connection to its monitor. One thread at a time, except
@@ -79,13 +81,13 @@ fn state_of(s: RankState) -> nodeipc_monitor_state {
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn nodeipc_monitor_connect(
     path: *const c_char,
-    timeout_ms_: i64,
+    timeout_ms: i64,
     out_monitor: *mut *mut nodeipc_monitor,
 ) -> nodeipc_status {
     guard("nodeipc_monitor_connect", || {
         // SAFETY: the caller's contract above.
         let (path, slot) = unsafe { (text(path, "path")?, out(out_monitor, "out_monitor")?) };
-        let client = MonitorClient::connect(path, timeout_ms(timeout_ms_))?;
+        let client = MonitorClient::connect(path, millis(timeout_ms))?;
         args::publish(
             nodeipc_monitor {
                 magic: nodeipc_monitor::MAGIC,
@@ -157,7 +159,9 @@ pub unsafe extern "C" fn nodeipc_monitor_heartbeat(
 /// # Safety
 /// `monitor` is a live monitor handle.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn nodeipc_monitor_heartbeat_fast(monitor: *const nodeipc_monitor) -> nodeipc_status {
+pub unsafe extern "C" fn nodeipc_monitor_heartbeat_fast(
+    monitor: *const nodeipc_monitor,
+) -> nodeipc_status {
     guard("nodeipc_monitor_heartbeat_fast", || {
         // SAFETY: the caller's contract above.
         Ok(unsafe { handle(monitor)? }.client.heartbeat_fast()?)
@@ -201,7 +205,9 @@ pub unsafe extern "C" fn nodeipc_monitor_end_section(
 /// # Safety
 /// `monitor` is a live monitor handle.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn nodeipc_monitor_end_all_sections(monitor: *mut nodeipc_monitor) -> nodeipc_status {
+pub unsafe extern "C" fn nodeipc_monitor_end_all_sections(
+    monitor: *mut nodeipc_monitor,
+) -> nodeipc_status {
     guard("nodeipc_monitor_end_all_sections", || {
         // SAFETY: the caller's contract above.
         Ok(unsafe { handle_mut(monitor)? }.client.end_all_sections()?)
@@ -265,7 +271,11 @@ pub unsafe extern "C" fn nodeipc_monitor_status_json(
         if json.len() >= buf.len() {
             return Err(Failure::new(
                 NODEIPC_ERR_TOO_LARGE,
-                format!("the status takes {} bytes and a NUL; buf holds {}", json.len(), buf.len()),
+                format!(
+                    "the status takes {} bytes and a NUL; buf holds {}",
+                    json.len(),
+                    buf.len()
+                ),
             ));
         }
         buf[..json.len()].copy_from_slice(json.as_bytes());

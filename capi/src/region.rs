@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use nodeipc_shm::{OpenOptions, Region};
 
-use super::args::{self, Handle, bytes, handle, handle_type, out, text, timeout_ms};
+use super::args::{self, Handle, bytes, handle, handle_type, millis, out, text};
 use super::status::{Failure, Outcome, guard, nodeipc_status};
 
 /// A mapped shared-memory region. Thread-safe: every function may be called
@@ -60,18 +60,18 @@ pub unsafe extern "C" fn nodeipc_region_create(
 pub unsafe extern "C" fn nodeipc_region_open(
     name: *const c_char,
     min_size: usize,
-    timeout_ms_: i64,
+    timeout_ms: i64,
     out_region: *mut *mut nodeipc_region,
 ) -> nodeipc_status {
     guard("nodeipc_region_open", || {
         // SAFETY: the caller's contract above.
         let (name, slot) = unsafe { (text(name, "name")?, out(out_region, "out_region")?) };
-        let options = match timeout_ms_ {
+        let options = match timeout_ms {
             0 => OpenOptions {
                 min_size,
                 wait: None,
             },
-            ms => OpenOptions::wait(min_size, timeout_ms(ms)),
+            ms => OpenOptions::wait(min_size, millis(ms)),
         };
         publish(Region::open(name, options)?, slot);
         Ok(())

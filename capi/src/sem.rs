@@ -7,7 +7,7 @@ use std::sync::Arc;
 use ::nodeipc_sem::{NamedSemaphore, Semaphore, ShmSemaphore};
 use nodeipc_shm::Region;
 
-use super::args::{self, Handle, handle, handle_type, out, text, timeout_ms};
+use super::args::{self, Handle, handle, handle_type, millis, out, text};
 use super::region::nodeipc_region;
 use super::status::{Failure, Outcome, guard, nodeipc_status};
 
@@ -83,15 +83,15 @@ pub unsafe extern "C" fn nodeipc_sem_create(
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn nodeipc_sem_open(
     name: *const c_char,
-    timeout_ms_: i64,
+    timeout_ms: i64,
     out_sem: *mut *mut nodeipc_sem,
 ) -> nodeipc_status {
     guard("nodeipc_sem_open", || {
         // SAFETY: the caller's contract above.
         let (name, slot) = unsafe { (text(name, "name")?, out(out_sem, "out_sem")?) };
-        let named = match timeout_ms_ {
+        let named = match timeout_ms {
             0 => NamedSemaphore::open(name)?,
-            ms => NamedSemaphore::open_wait(name, timeout_ms(ms))?,
+            ms => NamedSemaphore::open_wait(name, millis(ms))?,
         };
         publish(Kind::Named(named), slot);
         Ok(())
@@ -153,15 +153,18 @@ pub unsafe extern "C" fn nodeipc_sem_post(sem: *const nodeipc_sem) -> nodeipc_st
 /// # Safety
 /// `sem` is a live semaphore handle.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn nodeipc_sem_wait(sem: *const nodeipc_sem, timeout_ms_: i64) -> nodeipc_status {
+pub unsafe extern "C" fn nodeipc_sem_wait(
+    sem: *const nodeipc_sem,
+    timeout_ms: i64,
+) -> nodeipc_status {
     guard("nodeipc_sem_wait", || {
         // SAFETY: the caller's contract above.
         let sem = unsafe { handle(sem)? };
         Ok(sem.with(|s| {
-            if timeout_ms_ < 0 {
+            if timeout_ms < 0 {
                 s.wait()
             } else {
-                s.wait_timeout(timeout_ms(timeout_ms_))
+                s.wait_timeout(millis(timeout_ms))
             }
         })??)
     })

@@ -118,9 +118,10 @@ failure_from! {
 fn shm_status(e: &nodeipc_shm::Error) -> nodeipc_status {
     use nodeipc_shm::Error as E;
     match e {
-        E::InvalidName { .. } | E::InvalidSize { .. } | E::OutOfBounds { .. } | E::Misaligned { .. } => {
-            NODEIPC_ERR_INVALID_ARGUMENT
-        }
+        E::InvalidName { .. }
+        | E::InvalidSize { .. }
+        | E::OutOfBounds { .. }
+        | E::Misaligned { .. } => NODEIPC_ERR_INVALID_ARGUMENT,
         E::AlreadyExists { .. } => NODEIPC_ERR_ALREADY_EXISTS,
         E::NotFound { .. } => NODEIPC_ERR_NOT_FOUND,
         E::Untrusted { .. } | E::NotRegular { .. } => NODEIPC_ERR_NOT_PERMITTED,
@@ -231,7 +232,10 @@ pub(crate) fn guard(op: &'static str, body: impl FnOnce() -> Outcome) -> nodeipc
                 .map(|s| (*s).to_owned())
                 .or_else(|| panic.downcast_ref::<String>().cloned())
                 .unwrap_or_else(|| "unknown panic".to_owned());
-            remember(format!("{op}: internal error (a bug in nodeipc): {what}"), 0);
+            remember(
+                format!("{op}: internal error (a bug in nodeipc): {what}"),
+                0,
+            );
             NODEIPC_ERR_PANIC
         }
     }
