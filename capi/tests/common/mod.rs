@@ -9,12 +9,12 @@ use std::process::Command;
 use nodeipc_testkit::TempDir;
 
 /// `capi/`.
-pub fn crate_dir() -> &'static Path {
+pub(crate) fn crate_dir() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
 }
 
 /// The static library next to this test's executable: `target/<profile>/`.
-pub fn static_lib() -> PathBuf {
+pub(crate) fn static_lib() -> PathBuf {
     let exe = std::env::current_exe().expect("test executable path");
     let profile_dir = exe
         .parent()
@@ -30,13 +30,13 @@ pub fn static_lib() -> PathBuf {
 }
 
 /// What linking the static library needs beyond what the compiler adds.
-pub const LINK_LIBS: [&str; 4] = ["-lpthread", "-ldl", "-lm", "-lrt"];
+pub(crate) const LINK_LIBS: [&str; 4] = ["-lpthread", "-ldl", "-lm", "-lrt"];
 
 /// Compiles `tests/c/<source>` (C when it ends in `.c`, C++ otherwise) into
 /// `dir`, against `include/` and the static library. `None` (with a message)
 /// when the compiler is missing outside CI; a panic under `CI=true`, or when
 /// the compiler rejects the program.
-pub fn compile(source: &str, dir: &TempDir) -> Option<PathBuf> {
+pub(crate) fn compile(source: &str, dir: &TempDir) -> Option<PathBuf> {
     let is_c = source.ends_with(".c");
     let (var, default, std) = if is_c {
         ("CC", "cc", "-std=c11")
