@@ -249,7 +249,7 @@ nodeipc_status nodeipc_pidfd_get_fd(const nodeipc_pidfd *pidfd, int target_fd, i
 // # Safety
 // `pidfd` is a live pidfd handle; `exited` points at a writable bool.
 nodeipc_status nodeipc_pidfd_wait_exit(const nodeipc_pidfd *pidfd,
-                                       int64_t timeout_ms_,
+                                       int64_t timeout_ms,
                                        bool *exited);
 
 // The pidfd itself, still owned by the handle (for `poll`).
@@ -276,7 +276,7 @@ nodeipc_status nodeipc_group_join(const char *name,
                                   uint32_t rank,
                                   uint32_t world_size,
                                   size_t slot_size,
-                                  int64_t timeout_ms_,
+                                  int64_t timeout_ms,
                                   nodeipc_group **out_group);
 
 // This rank, the world size and the slot size of the group.
@@ -301,7 +301,7 @@ nodeipc_status nodeipc_group_barrier(const nodeipc_group *group);
 //
 // # Safety
 // `group` is a live group handle.
-nodeipc_status nodeipc_group_barrier_timeout(const nodeipc_group *group, int64_t timeout_ms_);
+nodeipc_status nodeipc_group_barrier_timeout(const nodeipc_group *group, int64_t timeout_ms);
 
 // A barrier among ranks `0..k` only; ranks `k..` must not call it.
 //
@@ -379,7 +379,7 @@ nodeipc_status nodeipc_group_leave(nodeipc_group *group);
 // # Safety
 // `path` is a NUL-terminated string; `out_monitor` points at a writable pointer.
 nodeipc_status nodeipc_monitor_connect(const char *path,
-                                       int64_t timeout_ms_,
+                                       int64_t timeout_ms,
                                        nodeipc_monitor **out_monitor);
 
 // Registers this process as the rank (`Init`). With `heartbeat_region`,
@@ -469,7 +469,7 @@ nodeipc_status nodeipc_region_create(const char *name, size_t size, nodeipc_regi
 // As `nodeipc_region_create`.
 nodeipc_status nodeipc_region_open(const char *name,
                                    size_t min_size,
-                                   int64_t timeout_ms_,
+                                   int64_t timeout_ms,
                                    nodeipc_region **out_region);
 
 // Creates an anonymous region (a memfd, sealable): pass it on with
@@ -567,7 +567,7 @@ nodeipc_status nodeipc_sem_create(const char *name, uint32_t value, nodeipc_sem 
 //
 // # Safety
 // As `nodeipc_sem_create`.
-nodeipc_status nodeipc_sem_open(const char *name, int64_t timeout_ms_, nodeipc_sem **out_sem);
+nodeipc_status nodeipc_sem_open(const char *name, int64_t timeout_ms, nodeipc_sem **out_sem);
 
 // A semaphore in `region` at `offset` (`NODEIPC_SEM_SIZE` bytes, offset a
 // multiple of 4). With `init` true its count is set to `value`: do that
@@ -593,7 +593,7 @@ nodeipc_status nodeipc_sem_post(const nodeipc_sem *sem);
 //
 // # Safety
 // `sem` is a live semaphore handle.
-nodeipc_status nodeipc_sem_wait(const nodeipc_sem *sem, int64_t timeout_ms_);
+nodeipc_status nodeipc_sem_wait(const nodeipc_sem *sem, int64_t timeout_ms);
 
 // Decrements the count if positive: `*acquired` says whether it did.
 //

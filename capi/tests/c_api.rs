@@ -39,5 +39,9 @@ fn c_program_uses_every_layer_and_gets_codes_for_bad_arguments() {
     assert_eq!(summary.first(), Some(&"0"), "{stdout}");
     let checks: u32 = summary.get(2).and_then(|n| n.parse().ok()).unwrap_or(0);
     assert!(checks > 100, "only {checks} checks ran:\n{stdout}");
-    assert!(shm_leftovers(&prefix).is_empty(), "{:?}", shm_leftovers(&prefix));
+    assert!(
+        shm_leftovers(&prefix).is_empty(),
+        "{:?}",
+        shm_leftovers(&prefix)
+    );
 }

@@ -46,7 +46,11 @@ fn rust_rank(name: &str, rank: u32, world: u32) -> nodeipc_barrier::Result<()> {
     for root in [1, 0] {
         let data = (rank == root).then(|| memfd_saying(&format!("broadcast from {root}")));
         let got = group.broadcast_fd(root, data.as_ref().map(AsFd::as_fd))?;
-        assert_eq!(contents(got), format!("broadcast from {root}"), "rank {rank}");
+        assert_eq!(
+            contents(got),
+            format!("broadcast from {root}"),
+            "rank {rank}"
+        );
     }
     if rank < 2 {
         group.barrier_subset(2)?;
@@ -56,7 +60,10 @@ fn rust_rank(name: &str, rank: u32, world: u32) -> nodeipc_barrier::Result<()> {
 
 #[test]
 fn cpp_and_rust_ranks_share_one_group() {
-    let _dog = Watchdog::new("cpp_and_rust_ranks_share_one_group", Duration::from_secs(90));
+    let _dog = Watchdog::new(
+        "cpp_and_rust_ranks_share_one_group",
+        Duration::from_secs(90),
+    );
     let dir = TempDir::new("capi-mixed");
     let Some(program) = common::compile("group_rank.cpp", &dir) else {
         return;
@@ -93,7 +100,10 @@ fn cpp_and_rust_ranks_share_one_group() {
         );
     }
     for thread in rust {
-        thread.join().expect("Rust rank panicked").expect("Rust rank");
+        thread
+            .join()
+            .expect("Rust rank panicked")
+            .expect("Rust rank");
     }
     assert!(shm_leftovers(&name).is_empty());
 }

@@ -15,7 +15,10 @@ use nodeipc_testkit::{TempDir, Watchdog, spawn_child};
 
 #[test]
 fn c_monitor_client_is_killed_for_silence() {
-    let _dog = Watchdog::new("c_monitor_client_is_killed_for_silence", Duration::from_secs(60));
+    let _dog = Watchdog::new(
+        "c_monitor_client_is_killed_for_silence",
+        Duration::from_secs(60),
+    );
     let dir = TempDir::new("capi-monitor");
     let Some(program) = common::compile("monitor_client.c", &dir) else {
         return;
