@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# CI step for the C ABI (capi/): the compilers and pkg-config its tests
+# need, the library built once in the shared target folder, the checked-in
+# header held to a fresh cbindgen generation, and the C/C++ tests.
+# Runs before the workspace's `cargo test`, with the same package selection
+# (--workspace) so nothing is built twice. Under CI=true a missing compiler
+# fails the tests; it is never a skip.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+started=$(date +%s)
+step() { printf '\n== capi: %s (%ss)\n' "$1" "$(( $(date +%s) - started ))"; }
+
+step "compilers and pkg-config"
+missing=()
+command -v cc >/dev/null 2>&1 || missing+=(gcc)
+command -v g++ >/dev/null 2>&1 || missing+=(g++)
+command -v pkg-config >/dev/null 2>&1 || missing+=(pkgconf)
+if [ ${#missing[@]} -gt 0 ]; then
+    echo "installing ${missing[*]}"
+    sudo_=""
+    [ "$(id -u)" = 0 ] || sudo_="sudo"
+    ${sudo_} apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive ${sudo_} apt-get install -y -qq "${missing[@]}"
+fi
+cc --version | head -n1
+g++ --version | head -n1
+pkg-config --version
+
+step "libnodeipc.a and libnodeipc.so (target/debug)"
+cargo build --workspace --locked
+ls -l target/debug/libnodeipc.a target/debug/libnodeipc.so
+
+step "capi/include/nodeipc.h is what cbindgen makes of the sources"
+cargo test --workspace --locked --test header
+
+step "C and C++ programs against the header and the static library"
+cargo test --workspace --locked --test c_api --test mixed_group --test kittens_broker \
+    --test monitor_client --test install
+
+step "done"
