@@ -18,11 +18,23 @@ fn pkg_config(prefix: &Path, args: &[&str]) -> Option<Vec<String>> {
         .output();
     match out {
         Ok(o) => {
-            assert!(o.status.success(), "pkg-config {args:?}: {}", String::from_utf8_lossy(&o.stderr));
-            Some(String::from_utf8_lossy(&o.stdout).split_whitespace().map(str::to_owned).collect())
+            assert!(
+                o.status.success(),
+                "pkg-config {args:?}: {}",
+                String::from_utf8_lossy(&o.stderr)
+            );
+            Some(
+                String::from_utf8_lossy(&o.stdout)
+                    .split_whitespace()
+                    .map(str::to_owned)
+                    .collect(),
+            )
         }
         Err(e) => {
-            skip("installed_library_builds_with_pkg_config", &format!("no pkg-config: {e}"));
+            skip(
+                "installed_library_builds_with_pkg_config",
+                &format!("no pkg-config: {e}"),
+            );
             None
         }
     }
@@ -44,17 +56,27 @@ fn build_and_run(dir: &TempDir, name: &str, flags: &[String], env: &[(&str, Stri
         .output()
         .expect("run the program");
     let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success() && stdout.contains("says hi"), "{name}: {stdout}");
+    assert!(
+        out.status.success() && stdout.contains("says hi"),
+        "{name}: {stdout}"
+    );
 }
 
 #[test]
 fn installed_library_builds_with_pkg_config() {
-    let _dog = Watchdog::new("installed_library_builds_with_pkg_config", Duration::from_secs(60));
+    let _dog = Watchdog::new(
+        "installed_library_builds_with_pkg_config",
+        Duration::from_secs(60),
+    );
     let lib = common::static_lib();
     let profile_dir = lib.parent().expect("profile dir");
     let (target, profile) = (
         profile_dir.parent().expect("target dir"),
-        profile_dir.file_name().expect("profile").to_string_lossy().into_owned(),
+        profile_dir
+            .file_name()
+            .expect("profile")
+            .to_string_lossy()
+            .into_owned(),
     );
     let dir = TempDir::new("capi-install");
     let prefix = dir.join("prefix");
@@ -65,7 +87,11 @@ fn installed_library_builds_with_pkg_config() {
         .arg(target)
         .output()
         .expect("run install.sh");
-    assert!(out.status.success(), "install.sh: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "install.sh: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     for file in [
         "include/nodeipc.h",
         "include/nodeipc.hpp",

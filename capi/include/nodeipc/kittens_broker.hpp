@@ -44,11 +44,17 @@ namespace kittens {
 struct KittensBroker {
     KittensBroker(int local_rank, int local_world_size)
         : local_rank_(local_rank), local_world_size_(local_world_size) {
-        if (local_world_size_ <= 0)
-            throw std::runtime_error("Local world size must be positive");
-        if (local_rank_ < 0 || local_rank_ >= local_world_size_)
-            throw std::runtime_error("Local rank is greater than local world size");
+        check_ranks();
         group_ = nodeipc::Group::join(group_name(), static_cast<uint32_t>(local_rank_),
+                                      static_cast<uint32_t>(local_world_size_), timeout());
+    }
+
+    // nodeipc's addition: an explicit group name (a launcher's own naming)
+    // instead of NODEIPC_GROUP or the derived one.
+    KittensBroker(int local_rank, int local_world_size, const std::string& group_name)
+        : local_rank_(local_rank), local_world_size_(local_world_size) {
+        check_ranks();
+        group_ = nodeipc::Group::join(group_name, static_cast<uint32_t>(local_rank_),
                                       static_cast<uint32_t>(local_world_size_), timeout());
     }
 
@@ -115,6 +121,13 @@ struct KittensBroker {
     int local_world_size_;
 
   private:
+    void check_ranks() const {
+        if (local_world_size_ <= 0)
+            throw std::runtime_error("Local world size must be positive");
+        if (local_rank_ < 0 || local_rank_ >= local_world_size_)
+            throw std::runtime_error("Local rank is greater than local world size");
+    }
+
     nodeipc::Group& group() {
         if (!group_.handle()) throw std::runtime_error("KittensBroker used after a move");
         return group_;
