@@ -37,6 +37,15 @@ pub(crate) const LINK_LIBS: [&str; 4] = ["-lpthread", "-ldl", "-lm", "-lrt"];
 /// when the compiler is missing outside CI; a panic under `CI=true`, or when
 /// the compiler rejects the program.
 pub(crate) fn compile(source: &str, dir: &TempDir) -> Option<PathBuf> {
+    compile_file(&crate_dir().join("tests/c").join(source), dir)
+}
+
+/// As [`compile`], for any source file.
+pub(crate) fn compile_file(src: &Path, dir: &TempDir) -> Option<PathBuf> {
+    let source = src
+        .file_name()
+        .and_then(|n| n.to_str())
+        .expect("a source file name");
     let is_c = source.ends_with(".c");
     let (var, default, std) = if is_c {
         ("CC", "cc", "-std=c11")
@@ -44,7 +53,6 @@ pub(crate) fn compile(source: &str, dir: &TempDir) -> Option<PathBuf> {
         ("CXX", "g++", "-std=c++17")
     };
     let compiler = std::env::var(var).unwrap_or_else(|_| default.to_owned());
-    let src = crate_dir().join("tests/c").join(source);
     let out = dir.join(source.split('.').next().expect("a file name"));
     let include = crate_dir().join("include");
     let output = Command::new(&compiler)
@@ -53,7 +61,7 @@ pub(crate) fn compile(source: &str, dir: &TempDir) -> Option<PathBuf> {
         .arg(&out)
         .arg("-I")
         .arg(&include)
-        .arg(&src)
+        .arg(src)
         .arg(static_lib())
         .args(LINK_LIBS)
         .output();
