@@ -2,8 +2,8 @@
 # CI step for the C ABI (capi/): the compilers and pkg-config its tests
 # need, the library built once in the shared target folder, the checked-in
 # header held to a fresh cbindgen generation, and the C/C++ tests.
-# Runs before the workspace's `cargo test`, with the same package selection
-# (--workspace) so nothing is built twice. Under CI=true a missing compiler
+# Runs before the workspace's `cargo test`; the tests use its package
+# selection (--workspace), so their builds are shared with it. Under CI=true a missing compiler
 # fails the tests; it is never a skip.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -26,8 +26,11 @@ cc --version | head -n1
 g++ --version | head -n1
 pkg-config --version
 
+# `cargo test` never builds a static library (no test can depend on one):
+# the C/C++ tests link the one this builds (and build it themselves when it
+# is missing or older than its sources).
 step "libnodeipc.a and libnodeipc.so (target/debug)"
-cargo build --workspace --locked
+cargo build --locked -p nodeipc-capi
 ls -l target/debug/libnodeipc.a target/debug/libnodeipc.so
 
 step "capi/include/nodeipc.h is what cbindgen makes of the sources"

@@ -13,20 +13,93 @@ pub(crate) fn crate_dir() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
 }
 
-/// The static library next to this test's executable: `target/<profile>/`.
+/// The static library in `target/<profile>/`, as `cargo build -p
+/// nodeipc-capi` leaves it. `cargo test` does not build it (a static
+/// library cannot be a test's dependency): the tests refuse a missing one,
+/// and one older than any source it is made of, rather than test stale code.
 pub(crate) fn static_lib() -> PathBuf {
+    static BUILT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    BUILT.get_or_init(build_static_lib).clone()
+}
+
+fn build_static_lib() -> PathBuf {
     let exe = std::env::current_exe().expect("test executable path");
     let profile_dir = exe
         .parent()
         .and_then(Path::parent)
         .expect("target/<profile>/deps/<test>");
     let lib = profile_dir.join("libnodeipc.a");
-    assert!(
-        lib.exists(),
-        "{} is missing: cargo builds it with the tests (crate-type staticlib)",
-        lib.display()
-    );
+    if let Some(why) = stale(&lib) {
+        // `cargo test` never builds a static library (no test can depend on
+        // one): build it now, in this target folder and profile.
+        eprintln!("{why}: running cargo build -p nodeipc-capi");
+        let mut command = Command::new(env!("CARGO"));
+        command.args(["build", "-p", "nodeipc-capi"]);
+        if profile_dir.file_name().is_some_and(|p| p == "release") {
+            command.arg("--release");
+        }
+        let target = profile_dir.parent().expect("target folder");
+        command
+            .env("CARGO_TARGET_DIR", target)
+            .current_dir(crate_dir());
+        let out = nodeipc_testkit::spawn_child(
+            command
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped()),
+        )
+        .output_timeout(std::time::Duration::from_secs(600));
+        assert!(
+            out.status.success(),
+            "cargo build -p nodeipc-capi: {}\n{}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        );
+        if let Some(why) = stale(&lib) {
+            panic!("{why} after cargo build -p nodeipc-capi");
+        }
+    }
     lib
+}
+
+/// Why `lib` cannot be used: missing, or older than a source it is made of.
+fn stale(lib: &Path) -> Option<String> {
+    let built = match std::fs::metadata(lib).and_then(|m| m.modified()) {
+        Ok(t) => t,
+        Err(e) => return Some(format!("{}: {e}", lib.display())),
+    };
+    let workspace = crate_dir().parent().expect("workspace root");
+    [
+        "capi", "fs", "shm", "sem", "fdpass", "barrier", "proto", "monitor",
+    ]
+    .iter()
+    .filter_map(|layer| newest_source(&workspace.join(layer).join("src")))
+    .find(|(modified, _)| *modified > built)
+    .map(|(_, path)| format!("{} is older than {}", lib.display(), path.display()))
+}
+
+/// The most recently modified `.rs` file under `dir`.
+fn newest_source(dir: &Path) -> Option<(std::time::SystemTime, PathBuf)> {
+    let mut newest: Option<(std::time::SystemTime, PathBuf)> = None;
+    for entry in std::fs::read_dir(dir).ok()?.flatten() {
+        let path = entry.path();
+        let found = if path.is_dir() {
+            newest_source(&path)
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            entry
+                .metadata()
+                .and_then(|m| m.modified())
+                .ok()
+                .map(|t| (t, path))
+        } else {
+            None
+        };
+        if let Some(f) = found
+            && newest.as_ref().is_none_or(|n| f.0 > n.0)
+        {
+            newest = Some(f);
+        }
+    }
+    newest
 }
 
 /// What linking the static library needs beyond what the compiler adds.
