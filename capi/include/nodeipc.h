@@ -115,9 +115,8 @@ typedef int32_t nodeipc_monitor_state;
 // must not overlap (as every rank's calls follow the same order anyway).
 typedef struct nodeipc_group nodeipc_group;
 
-// A rank's connection to its monitor. One thread at a time, except
-// `nodeipc_monitor_heartbeat_fast`, which any thread may call at any time
-// while the handle lives.
+// A rank's connection to its monitor. One thread at a time, every call
+// included (a thread that beats while another calls must hold a lock).
 typedef struct nodeipc_monitor nodeipc_monitor;
 
 // A process named by a descriptor (pidfd): never confused with a later

@@ -6,8 +6,7 @@
 // duration (or nodeipc::forever) waits without limit.
 //
 // Thread safety is that of the C handles: Region and Semaphore may be used
-// from several threads at once; Group and MonitorClient one thread at a time
-// (MonitorClient::heartbeat_fast from any thread).
+// from several threads at once; Group and MonitorClient one thread at a time.
 #ifndef NODEIPC_HPP
 #define NODEIPC_HPP
 

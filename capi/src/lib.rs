@@ -25,3 +25,6 @@ pub mod status;
 pub extern "C" fn nodeipc_version() -> *const std::ffi::c_char {
     concat!(env!("CARGO_PKG_VERSION"), "\0").as_ptr().cast()
 }
+
+#[cfg(test)]
+mod guard_tests;

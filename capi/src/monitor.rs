@@ -9,9 +9,8 @@ use super::args::{
 };
 use super::status::{Failure, NODEIPC_ERR_TOO_LARGE, Outcome, guard, nodeipc_status};
 
-/// A rank's connection to its monitor. One thread at a time, except
-/// `nodeipc_monitor_heartbeat_fast`, which any thread may call at any time
-/// while the handle lives.
+/// A rank's connection to its monitor. One thread at a time, every call
+/// included (a thread that beats while another calls must hold a lock).
 pub struct nodeipc_monitor {
     magic: u64,
     client: MonitorClient,
