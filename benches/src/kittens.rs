@@ -10,8 +10,6 @@
 use std::io;
 use std::time::Duration;
 
-use crate::peer::Peers;
-
 // The C ABI, for the C++ broker to call. Its items are used from C++ only.
 #[cfg(not(nodeipc_no_cxx))]
 #[allow(unreachable_pub, dead_code, missing_docs, clippy::all)]
@@ -36,6 +34,7 @@ impl Broker {
         }
     }
 
+    #[cfg_attr(nodeipc_no_cxx, allow(dead_code))]
     fn role(self) -> &'static str {
         match self {
             Broker::Ours => "ours",
@@ -52,93 +51,143 @@ pub fn unavailable() -> Option<&'static str> {
     None
 }
 
+/// The rank side, over the C++ entry points of `cpp/kittens_bench.cpp`.
 #[cfg(not(nodeipc_no_cxx))]
-mod ffi {
-    use std::ffi::{c_char, c_int, c_void};
+mod with_cxx {
+    use std::io;
+    use std::time::Duration;
 
-    unsafe extern "C" {
-        pub(super) fn nodeipc_bench_kittens_join(
-            group: *const c_char,
-            rank: c_int,
-            world: c_int,
-        ) -> *mut c_void;
-        pub(super) fn nodeipc_bench_kittens_syncs(
-            broker: *mut c_void,
-            n: u64,
-            ns: *mut u64,
-        ) -> c_int;
-        pub(super) fn nodeipc_bench_kittens_free(broker: *mut c_void);
-        pub(super) fn nodeipc_bench_seed_join(
-            name: *const c_char,
-            rank: c_int,
-            world: c_int,
-        ) -> *mut c_void;
-        pub(super) fn nodeipc_bench_seed_syncs(seed: *mut c_void, n: u64, ns: *mut u64) -> c_int;
-        pub(super) fn nodeipc_bench_seed_free(seed: *mut c_void);
+    use super::Broker;
+    use crate::peer::Peers;
+
+    mod ffi {
+        use std::ffi::{c_char, c_int, c_void};
+
+        unsafe extern "C" {
+            pub(super) fn nodeipc_bench_kittens_join(
+                group: *const c_char,
+                rank: c_int,
+                world: c_int,
+            ) -> *mut c_void;
+            pub(super) fn nodeipc_bench_kittens_syncs(
+                broker: *mut c_void,
+                n: u64,
+                ns: *mut u64,
+            ) -> c_int;
+            pub(super) fn nodeipc_bench_kittens_free(broker: *mut c_void);
+            pub(super) fn nodeipc_bench_seed_join(
+                name: *const c_char,
+                rank: c_int,
+                world: c_int,
+            ) -> *mut c_void;
+            pub(super) fn nodeipc_bench_seed_syncs(
+                seed: *mut c_void,
+                n: u64,
+                ns: *mut u64,
+            ) -> c_int;
+            pub(super) fn nodeipc_bench_seed_free(seed: *mut c_void);
+        }
     }
-}
 
-/// One rank's broker, of either kind, freed on drop.
-struct Rank {
-    broker: Broker,
-    ptr: *mut std::ffi::c_void,
-}
+    /// One rank's broker, of either kind, freed on drop.
+    struct Rank {
+        broker: Broker,
+        ptr: *mut std::ffi::c_void,
+    }
 
-#[cfg(not(nodeipc_no_cxx))]
-impl Rank {
-    fn join(broker: Broker, name: &str, rank: u32, world: u32) -> io::Result<Rank> {
-        let name = std::ffi::CString::new(name).map_err(io::Error::other)?;
-        let (rank_, world_) = (rank as i32, world as i32);
-        // SAFETY: the C++ side copies the name during the call; the pointer
-        // it returns is a broker of its own, or null.
-        let ptr = unsafe {
-            match broker {
-                Broker::Ours => ffi::nodeipc_bench_kittens_join(name.as_ptr(), rank_, world_),
-                Broker::Seed => ffi::nodeipc_bench_seed_join(name.as_ptr(), rank_, world_),
+    impl Rank {
+        fn join(broker: Broker, name: &str, rank: u32, world: u32) -> io::Result<Rank> {
+            let name = std::ffi::CString::new(name).map_err(io::Error::other)?;
+            let (rank_, world_) = (rank as i32, world as i32);
+            // SAFETY: the C++ side copies the name during the call; the pointer
+            // it returns is a broker of its own, or null.
+            let ptr = unsafe {
+                match broker {
+                    Broker::Ours => ffi::nodeipc_bench_kittens_join(name.as_ptr(), rank_, world_),
+                    Broker::Seed => ffi::nodeipc_bench_seed_join(name.as_ptr(), rank_, world_),
+                }
+            };
+            if ptr.is_null() {
+                return Err(io::Error::other(format!(
+                    "{} rank {rank}: join failed (see stderr)",
+                    broker.name()
+                )));
             }
+            Ok(Rank { broker, ptr })
+        }
+
+        fn syncs(&self, n: u64) -> io::Result<Duration> {
+            let mut ns = 0u64;
+            // SAFETY: `ptr` is this rank's live broker of this kind; `ns` is ours.
+            let rc = unsafe {
+                match self.broker {
+                    Broker::Ours => ffi::nodeipc_bench_kittens_syncs(self.ptr, n, &mut ns),
+                    Broker::Seed => ffi::nodeipc_bench_seed_syncs(self.ptr, n, &mut ns),
+                }
+            };
+            if rc != 0 {
+                return Err(io::Error::other(format!(
+                    "{}: sync failed (see stderr)",
+                    self.broker.name()
+                )));
+            }
+            Ok(Duration::from_nanos(ns))
+        }
+    }
+
+    impl Drop for Rank {
+        fn drop(&mut self) {
+            // SAFETY: `ptr` came from the matching join and is freed once, here.
+            unsafe {
+                match self.broker {
+                    Broker::Ours => ffi::nodeipc_bench_kittens_free(self.ptr),
+                    Broker::Seed => ffi::nodeipc_bench_seed_free(self.ptr),
+                }
+            }
+        }
+    }
+
+    const WARM_UP: u64 = 100;
+
+    pub(super) fn run_rank0(broker: Broker, world: u32, iters: u64) -> io::Result<Duration> {
+        let name = format!(
+            "/nodeipc-bench-kittens-{}-{:x}",
+            std::process::id(),
+            crate::nonce()
+        );
+        let pin = world == 2 && crate::machine::cores() >= 2;
+        let mut peers = Peers::default();
+        for rank in 1..world {
+            let role = format!("kittens {} {name} {rank} {world} {iters}", broker.role());
+            peers.spawn(&role, &[], pin.then_some(1))?;
+        }
+        let _pinned = if pin {
+            Some(crate::machine::Pinned::to(0)?)
+        } else {
+            None
         };
-        if ptr.is_null() {
-            return Err(io::Error::other(format!(
-                "{} rank {rank}: join failed (see stderr)",
-                broker.name()
-            )));
-        }
-        Ok(Rank { broker, ptr })
+        let me = Rank::join(broker, &name, 0, world)?;
+        me.syncs(WARM_UP)?;
+        let elapsed = me.syncs(iters)?;
+        // Peers may still be leaving the last sync: keep our broker until they exit.
+        let result = peers.finish(Duration::from_secs(30));
+        drop(me);
+        result.map(|()| elapsed)
     }
 
-    fn syncs(&self, n: u64) -> io::Result<Duration> {
-        let mut ns = 0u64;
-        // SAFETY: `ptr` is this rank's live broker of this kind; `ns` is ours.
-        let rc = unsafe {
-            match self.broker {
-                Broker::Ours => ffi::nodeipc_bench_kittens_syncs(self.ptr, n, &mut ns),
-                Broker::Seed => ffi::nodeipc_bench_seed_syncs(self.ptr, n, &mut ns),
-            }
-        };
-        if rc != 0 {
-            return Err(io::Error::other(format!(
-                "{}: sync failed (see stderr)",
-                self.broker.name()
-            )));
-        }
-        Ok(Duration::from_nanos(ns))
+    pub(super) fn peer_ranks(
+        broker: Broker,
+        name: &str,
+        rank: u32,
+        world: u32,
+        iters: u64,
+    ) -> io::Result<()> {
+        let me = Rank::join(broker, name, rank, world)?;
+        me.syncs(WARM_UP)?;
+        me.syncs(iters)?;
+        Ok(())
     }
 }
-
-impl Drop for Rank {
-    fn drop(&mut self) {
-        #[cfg(not(nodeipc_no_cxx))]
-        // SAFETY: `ptr` came from the matching join and is freed once, here.
-        unsafe {
-            match self.broker {
-                Broker::Ours => ffi::nodeipc_bench_kittens_free(self.ptr),
-                Broker::Seed => ffi::nodeipc_bench_seed_free(self.ptr),
-            }
-        }
-    }
-}
-
-const WARM_UP: u64 = 100;
 
 /// `world` processes (this one is rank 0) each join a fresh broker of this
 /// kind, pass `WARM_UP` syncs, then `iters` timed ones; rank 0's time.
@@ -151,39 +200,10 @@ pub fn syncs(broker: Broker, world: u32, iters: u64) -> io::Result<Duration> {
             "KittensBroker row unavailable: {why}"
         )));
     }
-    run_rank0(broker, world, iters)
-}
-
-#[cfg(nodeipc_no_cxx)]
-fn run_rank0(_: Broker, _: u32, _: u64) -> io::Result<Duration> {
-    unreachable!("checked by the caller")
-}
-
-#[cfg(not(nodeipc_no_cxx))]
-fn run_rank0(broker: Broker, world: u32, iters: u64) -> io::Result<Duration> {
-    let name = format!(
-        "/nodeipc-bench-kittens-{}-{:x}",
-        std::process::id(),
-        crate::nonce()
-    );
-    let pin = world == 2 && crate::machine::cores() >= 2;
-    let mut peers = Peers::default();
-    for rank in 1..world {
-        let role = format!("kittens {} {name} {rank} {world} {iters}", broker.role());
-        peers.spawn(&role, &[], pin.then_some(1))?;
-    }
-    let _pinned = if pin {
-        Some(crate::machine::Pinned::to(0)?)
-    } else {
-        None
-    };
-    let me = Rank::join(broker, &name, 0, world)?;
-    me.syncs(WARM_UP)?;
-    let elapsed = me.syncs(iters)?;
-    // Peers may still be leaving the last sync: keep our broker until they exit.
-    let result = peers.finish(Duration::from_secs(30));
-    drop(me);
-    result.map(|()| elapsed)
+    #[cfg(not(nodeipc_no_cxx))]
+    return with_cxx::run_rank0(broker, world, iters);
+    #[cfg(nodeipc_no_cxx)]
+    unreachable!("{broker:?} {world} {iters}: checked above")
 }
 
 /// A peer rank: `ours|seed NAME RANK WORLD ITERS`.
@@ -206,18 +226,10 @@ pub(crate) fn peer_main(args: &[&str]) -> io::Result<()> {
             .map_err(|e| io::Error::other(format!("{s:?}: {e}")))
     };
     let (rank, world, iters) = (number(rank)? as u32, number(world)? as u32, number(iters)?);
-    peer_ranks(broker, name, rank, world, iters)
-}
-
-#[cfg(nodeipc_no_cxx)]
-fn peer_ranks(_: Broker, _: &str, _: u32, _: u32, _: u64) -> io::Result<()> {
-    Err(io::Error::other("built without a C++ compiler"))
-}
-
-#[cfg(not(nodeipc_no_cxx))]
-fn peer_ranks(broker: Broker, name: &str, rank: u32, world: u32, iters: u64) -> io::Result<()> {
-    let me = Rank::join(broker, name, rank, world)?;
-    me.syncs(WARM_UP)?;
-    me.syncs(iters)?;
-    Ok(())
+    #[cfg(not(nodeipc_no_cxx))]
+    return with_cxx::peer_ranks(broker, name, rank, world, iters);
+    #[cfg(nodeipc_no_cxx)]
+    Err(io::Error::other(format!(
+        "{broker:?} rank {rank}/{world} of {name} ({iters} syncs): built without a C++ compiler"
+    )))
 }

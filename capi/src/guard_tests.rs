@@ -60,10 +60,8 @@ fn every_status_has_its_name() {
 fn a_freed_handle_is_named_as_such() {
     let mut region: *mut nodeipc_region = std::ptr::null_mut();
     // SAFETY: `region` is a writable pointer of ours.
-    assert_eq!(
-        unsafe { super::region::nodeipc_region_anonymous(4096, &mut region) },
-        NODEIPC_OK
-    );
+    let made = unsafe { super::region::nodeipc_region_anonymous(4096, &mut region) };
+    assert_eq!(made, NODEIPC_OK);
     // What `nodeipc_region_free` leaves in the magic, without freeing.
     // SAFETY: a live handle this test owns, used by this thread only.
     unsafe { &mut *region }.set_magic(FREED);
@@ -71,18 +69,14 @@ fn a_freed_handle_is_named_as_such() {
     let err = unsafe { handle(region) }.map(|_| ()).unwrap_err();
     assert_eq!(err.status, NODEIPC_ERR_BAD_HANDLE);
     assert!(err.message.contains("freed"), "{}", err.message);
-    // SAFETY: as above.
-    assert_eq!(
-        unsafe { super::region::nodeipc_region_free(region) },
-        NODEIPC_ERR_BAD_HANDLE
-    );
+    // SAFETY: as above: refused, so nothing is freed.
+    let refused = unsafe { super::region::nodeipc_region_free(region) };
+    assert_eq!(refused, NODEIPC_ERR_BAD_HANDLE);
     // SAFETY: as above; then freed for real.
     unsafe { &mut *region }.set_magic(nodeipc_region::MAGIC);
     // SAFETY: a live handle, not used afterwards.
-    assert_eq!(
-        unsafe { super::region::nodeipc_region_free(region) },
-        NODEIPC_OK
-    );
+    let freed = unsafe { super::region::nodeipc_region_free(region) };
+    assert_eq!(freed, NODEIPC_OK);
 }
 
 /// Handles documented as usable from several threads at once must be.

@@ -71,7 +71,7 @@ fn readme_lists_every_function_of_the_header() {
         .lines()
         .filter(|l| !l.starts_with("//") && !l.starts_with(' ') && !l.starts_with('#'))
         .filter_map(|l| l.split_once('(').map(|(head, _)| head))
-        .filter_map(|head| head.split([' ', '*']).last())
+        .filter_map(|head| head.rsplit([' ', '*']).next())
         .filter(|name| name.starts_with("nodeipc_"))
         .collect();
     assert!(declared.len() > 50, "{declared:?}");
