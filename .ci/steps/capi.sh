@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# CI step for the C ABI (capi/): the compilers and pkg-config its tests
-# need, the library built once in the shared target folder, the checked-in
+# CI step for the C ABI (capi/): the compilers, pkg-config and cmake its
+# tests need, the library built once in the shared target folder, the checked-in
 # header held to a fresh cbindgen generation, and the C/C++ tests.
 # Runs before the workspace's `cargo test`; the tests use its package
 # selection (--workspace), so their builds are shared with it. Under CI=true a missing compiler
@@ -10,11 +10,12 @@ cd "$(dirname "$0")/../.."
 started=$(date +%s)
 step() { printf '\n== capi: %s (%ss)\n' "$1" "$(( $(date +%s) - started ))"; }
 
-step "compilers and pkg-config"
+step "compilers, pkg-config and cmake"
 missing=()
 command -v cc >/dev/null 2>&1 || missing+=(gcc)
 command -v g++ >/dev/null 2>&1 || missing+=(g++)
 command -v pkg-config >/dev/null 2>&1 || missing+=(pkgconf)
+command -v cmake >/dev/null 2>&1 || missing+=(cmake)
 if [ ${#missing[@]} -gt 0 ]; then
     echo "installing ${missing[*]}"
     sudo_=""
@@ -25,6 +26,7 @@ fi
 cc --version | head -n1
 g++ --version | head -n1
 pkg-config --version
+cmake --version | head -n1
 
 # `cargo test` never builds a static library (no test can depend on one):
 # the C/C++ tests link the one this builds (and build it themselves when it
