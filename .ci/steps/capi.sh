@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # CI step for the C ABI (capi/): the compilers, pkg-config and cmake its
-# tests need, the library built once in the shared target folder, the checked-in
-# header held to a fresh cbindgen generation, and the C/C++ tests.
-# Runs before the workspace's `cargo test`; the tests use its package
-# selection (--workspace), so their builds are shared with it. Under CI=true a missing compiler
-# fails the tests; it is never a skip.
+# tests need, the library built once in the shared target folder, the
+# checked-in header held to a fresh cbindgen generation, and the C/C++
+# tests. Runs before the workspace's `cargo test`; the tests here use its
+# package selection (--workspace), so their builds are shared with it.
+# Under CI=true a missing compiler fails the tests; it is never a skip.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 started=$(date +%s)

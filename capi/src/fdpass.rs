@@ -25,6 +25,14 @@ pub struct nodeipc_credentials {
     pub gid: u32,
 }
 
+/// A pid from C: 1..=i32::MAX.
+fn pid_arg(pid: u32) -> Outcome<u32> {
+    if pid == 0 || pid > i32::MAX as u32 {
+        return Err(Failure::invalid(format!("{pid} is not a valid pid")));
+    }
+    Ok(pid)
+}
+
 /// A caller's descriptor, borrowed for the call; negatives refused.
 pub(crate) fn borrow(fd: c_int, what: &str) -> Outcome<BorrowedFd<'static>> {
     if fd < 0 {
@@ -204,7 +212,7 @@ pub unsafe extern "C" fn nodeipc_fd_import_pid_fd(
                 "remote descriptor {remote_fd} is negative"
             )));
         }
-        *fd = Pidfd::open(pid)?
+        *fd = Pidfd::open(pid_arg(pid)?)?
             .get_fd(ForeignFd::new(remote_fd))?
             .into_raw_fd();
         Ok(())
@@ -233,7 +241,7 @@ pub unsafe extern "C" fn nodeipc_pidfd_open(
     guard("nodeipc_pidfd_open", || {
         // SAFETY: the caller's contract above.
         let slot = unsafe { out(out_pidfd, "out_pidfd")? };
-        let pidfd = Pidfd::open(pid)?;
+        let pidfd = Pidfd::open(pid_arg(pid)?)?;
         args::publish(
             nodeipc_pidfd {
                 magic: nodeipc_pidfd::MAGIC,

@@ -171,10 +171,20 @@ pub unsafe extern "C" fn nodeipc_group_all_gather(
     guard("nodeipc_group_all_gather", || {
         // SAFETY: the caller's contract above.
         let g = &mut unsafe { handle_mut(group)? }.group;
-        // SAFETY: the caller's contract above.
+        if overlap(data, len, out, out_len) {
+            return Err(Failure::invalid("data and out overlap"));
+        }
+        // SAFETY: the caller's contract above; the ranges do not overlap.
         let (data, out) = unsafe { (bytes(data, len, "data")?, bytes_mut(out, out_len, "out")?) };
         all_gather(g, data, out)
     })
+}
+
+/// Whether two non-empty byte ranges share an address: a shared and an
+/// exclusive slice over the same bytes may not both exist.
+fn overlap(a: *const u8, a_len: usize, b: *mut u8, b_len: usize) -> bool {
+    let (a, b) = (a as usize, b as usize);
+    a_len > 0 && b_len > 0 && a < b.saturating_add(b_len) && b < a.saturating_add(a_len)
 }
 
 fn all_gather(g: &mut Group, data: &[u8], out: &mut [u8]) -> Outcome {
@@ -237,7 +247,10 @@ pub unsafe extern "C" fn nodeipc_group_broadcast(
     guard("nodeipc_group_broadcast", || {
         // SAFETY: the caller's contract above.
         let g = &mut unsafe { handle_mut(group)? }.group;
-        // SAFETY: the caller's contract above.
+        if overlap(data, len, out, out_len) {
+            return Err(Failure::invalid("data and out overlap"));
+        }
+        // SAFETY: the caller's contract above; the ranges do not overlap.
         let (data, out, got) = unsafe {
             (
                 bytes(data, len, "data")?,

@@ -69,7 +69,11 @@ fn install(dir: &TempDir) -> PathBuf {
     let profile_dir = lib.parent().expect("profile dir");
     let (target, profile) = (
         profile_dir.parent().expect("target dir"),
-        profile_dir.file_name().expect("profile").to_string_lossy().into_owned(),
+        profile_dir
+            .file_name()
+            .expect("profile")
+            .to_string_lossy()
+            .into_owned(),
     );
     let prefix = dir.join("prefix");
     let out = Command::new(common::crate_dir().join("install.sh"))
@@ -79,13 +83,20 @@ fn install(dir: &TempDir) -> PathBuf {
         .arg(target)
         .output()
         .expect("run install.sh");
-    assert!(out.status.success(), "install.sh: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "install.sh: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     prefix
 }
 
 #[test]
 fn installed_library_builds_with_pkg_config() {
-    let _dog = Watchdog::new("installed_library_builds_with_pkg_config", Duration::from_secs(60));
+    let _dog = Watchdog::new(
+        "installed_library_builds_with_pkg_config",
+        Duration::from_secs(60),
+    );
     let dir = TempDir::new("capi-install");
     let prefix = install(&dir);
     for file in [
@@ -123,12 +134,19 @@ fn installed_library_builds_with_pkg_config() {
 
 #[test]
 fn installed_library_builds_with_cmake_find_package() {
-    let _dog = Watchdog::new("installed_library_builds_with_cmake", Duration::from_secs(120));
+    let _dog = Watchdog::new(
+        "installed_library_builds_with_cmake",
+        Duration::from_secs(120),
+    );
     let dir = TempDir::new("capi-cmake");
     let prefix = install(&dir);
     let project = dir.join("project");
     std::fs::create_dir(&project).unwrap();
-    std::fs::copy(common::crate_dir().join("tests/c/hello.c"), project.join("hello.c")).unwrap();
+    std::fs::copy(
+        common::crate_dir().join("tests/c/hello.c"),
+        project.join("hello.c"),
+    )
+    .unwrap();
     std::fs::write(
         project.join("CMakeLists.txt"),
         "cmake_minimum_required(VERSION 3.16)\n\
@@ -151,12 +169,23 @@ fn installed_library_builds_with_cmake_find_package() {
     let configure = match configure {
         Ok(o) => o,
         Err(e) => {
-            skip("installed_library_builds_with_cmake_find_package", &format!("no cmake: {e}"));
+            skip(
+                "installed_library_builds_with_cmake_find_package",
+                &format!("no cmake: {e}"),
+            );
             return;
         }
     };
-    assert!(configure.status.success(), "cmake: {}", String::from_utf8_lossy(&configure.stderr));
-    let built = Command::new("cmake").arg("--build").arg(&build).output().unwrap();
+    assert!(
+        configure.status.success(),
+        "cmake: {}",
+        String::from_utf8_lossy(&configure.stderr)
+    );
+    let built = Command::new("cmake")
+        .arg("--build")
+        .arg(&build)
+        .output()
+        .unwrap();
     assert!(
         built.status.success(),
         "cmake --build: {}{}",
@@ -169,6 +198,9 @@ fn installed_library_builds_with_cmake_find_package() {
             .output()
             .unwrap();
         let stdout = String::from_utf8_lossy(&out.stdout);
-        assert!(out.status.success() && stdout.contains("says hi"), "{exe}: {stdout}");
+        assert!(
+            out.status.success() && stdout.contains("says hi"),
+            "{exe}: {stdout}"
+        );
     }
 }

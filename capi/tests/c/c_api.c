@@ -102,7 +102,8 @@ static void bad_arguments(const char *prefix) {
     close(sv[0]);
     close(sv[1]);
     nodeipc_pidfd *pidfd = NULL;
-    EXPECT(nodeipc_pidfd_open(0, &pidfd), NODEIPC_ERR_PEER_DIED);
+    EXPECT(nodeipc_pidfd_open(0, &pidfd), NODEIPC_ERR_INVALID_ARGUMENT);
+    EXPECT(nodeipc_fd_import_pid_fd(0x80000000u, 0, &fd), NODEIPC_ERR_INVALID_ARGUMENT);
     EXPECT(nodeipc_pidfd_open(getpid(), &pidfd), NODEIPC_OK);
     EXPECT(nodeipc_pidfd_send_signal(pidfd, 12345), NODEIPC_ERR_INVALID_ARGUMENT);
     EXPECT(nodeipc_pidfd_get_fd(pidfd, -3, &fd), NODEIPC_ERR_INVALID_ARGUMENT);
@@ -249,6 +250,8 @@ static void layers(const char *prefix) {
     EXPECT(nodeipc_group_all_gather(g, (const uint8_t *)big, 200, (uint8_t *)gathered, 200),
            NODEIPC_OK);
     CHECK(memcmp(big, gathered, 200) == 0);
+    EXPECT(nodeipc_group_all_gather(g, (const uint8_t *)big, 100, (uint8_t *)big + 50, 100),
+           NODEIPC_ERR_INVALID_ARGUMENT);
     EXPECT(nodeipc_group_barrier_first(g, 2), NODEIPC_ERR_INVALID_ARGUMENT);
     EXPECT(nodeipc_group_barrier_arrivals(g, 1), NODEIPC_OK);
     EXPECT(nodeipc_group_leave(g), NODEIPC_OK);
