@@ -1,4 +1,5 @@
-//! A monitor client written in C (tests/c/monitor_client.c): it registers,
+//! Monitor clients written in C (tests/c/monitor_client.c) and C++
+//! (monitor_client.cpp, through nodeipc::MonitorClient): each registers,
 //! heartbeats over the socket and the shared-memory fast path, opens and
 //! closes sections, reads its status, then goes silent, and the monitor
 //! kills it when the heartbeat timeout runs out.
@@ -13,16 +14,11 @@ use std::time::{Duration, Instant};
 use nodeipc_monitor::{MonitorConfig, MonitorServer, Timeouts};
 use nodeipc_testkit::{TempDir, Watchdog, spawn_child};
 
-#[test]
-fn c_monitor_client_is_killed_for_silence() {
-    let _dog = Watchdog::new(
-        "c_monitor_client_is_killed_for_silence",
-        Duration::from_secs(60),
-    );
+/// Runs `source`'s program against a monitor with a 300 ms heartbeat
+/// timeout; returns its first line, once it has been killed for silence.
+fn killed_for_silence(source: &str) -> Option<String> {
     let dir = TempDir::new("capi-monitor");
-    let Some(program) = common::compile("monitor_client.c", &dir) else {
-        return;
-    };
+    let program = common::compile(source, &dir)?;
     let socket = dir.join("rank.sock");
     let config = MonitorConfig {
         timeouts: Timeouts {
@@ -42,19 +38,10 @@ fn c_monitor_client_is_killed_for_silence() {
     let mut lines = BufReader::new(rank.child().stdout.take().expect("stdout")).lines();
     let report = lines.next().expect("a status line").expect("read");
     assert_eq!(
-        report,
-        // RUNNING; 1 socket + 3 shared-memory beats; the JSON did not fit 8
-        // bytes and then did, NUL-terminated.
-        format!(
-            "state 2 heartbeats 4 open 0 small NODEIPC_ERR_TOO_LARGE json_len {0} strlen {0} running 1",
-            report
-                .split("json_len ")
-                .nth(1)
-                .and_then(|s| s.split(' ').next())
-                .unwrap_or("?")
-        )
+        lines.next().expect("silent").expect("read"),
+        "silent",
+        "{report}"
     );
-    assert_eq!(lines.next().expect("silent").expect("read"), "silent");
     let since = Instant::now();
     let status = rank.wait_timeout(Duration::from_secs(20));
     assert_eq!(status.signal(), Some(libc::SIGKILL), "{status:?}");
@@ -65,4 +52,41 @@ fn c_monitor_client_is_killed_for_silence() {
     );
     stop.stop();
     serving.join().expect("server thread").expect("server run");
+    Some(report)
+}
+
+#[test]
+fn c_monitor_client_is_killed_for_silence() {
+    let _dog = Watchdog::new(
+        "c_monitor_client_is_killed_for_silence",
+        Duration::from_secs(60),
+    );
+    let Some(report) = killed_for_silence("monitor_client.c") else {
+        return;
+    };
+    // RUNNING; 1 socket + 3 shared-memory beats; the JSON did not fit 8
+    // bytes and then did, NUL-terminated.
+    let json_len = report
+        .split("json_len ")
+        .nth(1)
+        .and_then(|s| s.split(' ').next())
+        .unwrap_or("?");
+    assert_eq!(
+        report,
+        format!(
+            "state 2 heartbeats 4 open 0 small NODEIPC_ERR_TOO_LARGE json_len {json_len} strlen {json_len} running 1"
+        )
+    );
+}
+
+#[test]
+fn cpp_monitor_client_is_killed_for_silence() {
+    let _dog = Watchdog::new(
+        "cpp_monitor_client_is_killed_for_silence",
+        Duration::from_secs(60),
+    );
+    let Some(report) = killed_for_silence("monitor_client.cpp") else {
+        return;
+    };
+    assert_eq!(report, "state 2 heartbeats 4 open 0 refused 1 running 1");
 }
