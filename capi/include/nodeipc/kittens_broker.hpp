@@ -51,10 +51,10 @@ struct KittensBroker {
 
     // nodeipc's addition: an explicit group name (a launcher's own naming)
     // instead of NODEIPC_GROUP or the derived one.
-    KittensBroker(int local_rank, int local_world_size, const std::string& group_name)
+    KittensBroker(int local_rank, int local_world_size, const std::string& group)
         : local_rank_(local_rank), local_world_size_(local_world_size) {
         check_ranks();
-        group_ = nodeipc::Group::join(group_name, static_cast<uint32_t>(local_rank_),
+        group_ = nodeipc::Group::join(group, static_cast<uint32_t>(local_rank_),
                                       static_cast<uint32_t>(local_world_size_), timeout());
     }
 
