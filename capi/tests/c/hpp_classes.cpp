@@ -1,0 +1,107 @@
+// nodeipc.hpp's RAII classes: Region, Semaphore and Error, their moves and
+// their exceptions. Run by tests/cpp_classes.rs as `hpp_classes PREFIX`;
+// MonitorClient is driven by monitor_client.cpp.
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <utility>
+
+#include "nodeipc.hpp"
+
+using namespace std::chrono_literals;
+
+static int failed = 0, checks = 0;
+
+#define CHECK(cond)                                                      \
+    do {                                                                 \
+        checks++;                                                        \
+        if (!(cond)) {                                                   \
+            failed++;                                                    \
+            std::printf("FAIL line %d: %s\n", __LINE__, #cond);          \
+        }                                                                \
+    } while (0)
+
+// The code the call throws, or NODEIPC_OK when it does not throw.
+template <class F>
+static nodeipc_status code_of(F f) {
+    try {
+        f();
+    } catch (const nodeipc::Error& e) {
+        return e.code();
+    }
+    return NODEIPC_OK;
+}
+
+int main(int argc, char** argv) {
+    if (argc != 2) return 2;
+    const std::string prefix = argv[1];
+
+    // Region: create, open, read and write, move, unlink.
+    auto owner = nodeipc::Region::create(prefix + "-region", 4096);
+    CHECK(owner.size() == 4096);
+    owner.write(10, "cpp", 3);
+    auto peer = nodeipc::Region::open(prefix + "-region", 4096, 500ms);
+    char buf[4] = {0};
+    peer.read(10, buf, 3);
+    CHECK(std::strcmp(buf, "cpp") == 0);
+    CHECK(std::memcmp(static_cast<char*>(peer.data()) + 10, "cpp", 3) == 0);
+    nodeipc::Region moved = std::move(peer);
+    CHECK(moved.handle() != nullptr && peer.handle() == nullptr);
+    owner.unlink();
+    CHECK(code_of([&] { nodeipc::Region::open(prefix + "-region", 0); }) == NODEIPC_ERR_NOT_FOUND);
+    CHECK(code_of([&] { nodeipc::Region::create(prefix + "-region", 0); }) ==
+          NODEIPC_ERR_INVALID_ARGUMENT);
+    CHECK(code_of([&] { owner.write(4095, "ab", 2); }) == NODEIPC_ERR_INVALID_ARGUMENT);
+
+    // The message names the call and says what was wrong.
+    try {
+        nodeipc::Region::create("no-slash", 64);
+        CHECK(false);
+    } catch (const std::runtime_error& e) {
+        std::string what = e.what();
+        CHECK(what.find("NODEIPC_ERR_INVALID_ARGUMENT: nodeipc_region_create") == 0);
+    }
+
+    // Anonymous regions by descriptor, sealed.
+    auto anon = nodeipc::Region::anonymous(8192);
+    auto mapped = nodeipc::Region::from_fd(anon.fd());
+    mapped.write(0, "x", 1);
+    anon.read(0, buf, 1);
+    CHECK(buf[0] == 'x');
+    anon.seal();
+    CHECK(ftruncate(anon.fd(), 0) == -1);
+
+    // Semaphores: in a region (shared by two threads), named, timeouts.
+    auto sem = nodeipc::Semaphore::in_region(anon, 64, true, 0);
+    auto same = nodeipc::Semaphore::in_region(mapped, 64, false);
+    std::thread poster([&] {
+        std::this_thread::sleep_for(20ms);
+        same.post();
+    });
+    sem.wait(2s);
+    poster.join();
+    CHECK(!sem.try_wait());
+    CHECK(code_of([&] { sem.wait(10ms); }) == NODEIPC_ERR_TIMEOUT);
+    auto named = nodeipc::Semaphore::create(prefix + "-sem", 2);
+    auto opened = nodeipc::Semaphore::open(prefix + "-sem", 100ms);
+    CHECK(opened.value() == 2);
+    opened.wait();
+    named.wait(0ms);
+    CHECK(code_of([&] { named.wait(5ms); }) == NODEIPC_ERR_TIMEOUT);
+    CHECK(code_of([&] { nodeipc::Semaphore::create(prefix + "-sem", 0); }) ==
+          NODEIPC_ERR_ALREADY_EXISTS);
+
+    // A moved-from object's calls fail with a code, never a crash.
+    nodeipc::Semaphore taken = std::move(named);
+    CHECK(code_of([&] { named.post(); }) == NODEIPC_ERR_INVALID_ARGUMENT);
+    taken.post();
+    CHECK(taken.value() == 1);
+
+    std::printf("%d of %d checks failed\n", failed, checks);
+    return failed ? 1 : 0;
+}
