@@ -17,6 +17,7 @@ pub fn run_if_peer() {
     let result = match args.as_slice() {
         ["ring", rest @ ..] => crate::ring::peer_main(rest),
         ["barrier", rest @ ..] => crate::barrier::peer_main(rest),
+        ["kittens", rest @ ..] => crate::kittens::peer_main(rest),
         ["chan-worker", rest @ ..] => crate::channel::peer_main(rest),
         [role @ ("scm-sink" | "fd-holder"), rest @ ..] => crate::fdpass::peer_main(role, rest),
         _ => Err(io::Error::other(format!(

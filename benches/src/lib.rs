@@ -12,6 +12,7 @@ pub mod channel;
 mod dispatch;
 pub mod fdpass;
 mod glibc_sem;
+pub mod kittens;
 pub mod machine;
 pub mod monitor;
 mod peer;

@@ -47,6 +47,8 @@ enum Only {
         #[arg(long, value_parser = u64_in(1, MAX_ITERS))]
         iters: Option<u64>,
     },
+    /// KittensBroker::sync() against the seed's usleep(1) barrier and the Rust barrier.
+    Kittens,
     /// The execute channel against lock-step glibc semaphores and a Unix socket.
     Channel {
         /// Worker processes, 1..=64 (with --payload and --iters: one shape only).
@@ -76,6 +78,7 @@ pub(crate) fn run(args: BenchArgs) -> CmdResult {
         Some(Only::Sem) => suite::sem(options)?,
         Some(Only::Fdpass { fds }) => suite::fdpass(options, fds)?,
         Some(Only::Barrier { ranks, iters }) => suite::barrier(options, ranks, iters)?,
+        Some(Only::Kittens) => suite::kittens(options)?,
         Some(Only::Channel {
             workers,
             payload,

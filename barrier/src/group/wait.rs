@@ -72,6 +72,32 @@ impl Group {
         )
     }
 
+    /// A barrier that releases once `n` ranks have arrived, whichever they
+    /// are (ThunderKittens' `sync(n)`): ranks not taking part must not call
+    /// it meanwhile. It shares its counter with
+    /// [`barrier_subset`](Group::barrier_subset): never run the two at once.
+    ///
+    /// # Errors
+    /// [`Error::InvalidOptions`] if `n` is 0 or beyond the world; otherwise
+    /// as [`barrier`](Group::barrier).
+    pub fn barrier_arrivals_timeout(&self, n: u32, timeout: Duration) -> Result<()> {
+        if n == 0 || n > self.world_size {
+            return Err(Error::InvalidOptions {
+                group: self.name.clone(),
+                reason: format!(
+                    "a barrier of {n} arrivals in a group of {} ranks",
+                    self.world_size
+                ),
+            });
+        }
+        self.arrive_and_wait(
+            self.layout.subset(&self.region),
+            n,
+            "barrier_arrivals",
+            timeout,
+        )
+    }
+
     /// Arrives at a barrier of `parties` ranks and waits for the others.
     ///
     /// The last arriver resets the count and then bumps the generation

@@ -7,9 +7,11 @@ use std::time::Duration;
 
 use crate::Summary;
 
+mod kittens_row;
 mod layers;
 mod table;
 
+pub use kittens_row::kittens;
 pub use layers::{barrier, channel, channel_contender, fdpass, monitor, sem};
 pub use table::table;
 
@@ -189,6 +191,7 @@ pub fn all(options: Options) -> io::Result<Vec<Row>> {
     let mut rows = sem(options)?;
     rows.extend(fdpass(options, None)?);
     rows.extend(barrier(options, None, None)?);
+    rows.extend(kittens(options)?);
     rows.extend(channel(options, None, 1)?);
     rows.extend(monitor(options)?);
     Ok(rows)

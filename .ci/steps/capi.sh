@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# CI step for the C ABI (capi/): the compilers, pkg-config and cmake its
+# tests need, the library built once in the shared target folder, the
+# checked-in header held to a fresh cbindgen generation, and the C/C++
+# tests. Runs before the workspace's `cargo test`; the tests here use its
+# package selection (--workspace), so their builds are shared with it.
+# Under CI=true a missing compiler fails the tests; it is never a skip.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+started=$(date +%s)
+step() { printf '\n== capi: %s (%ss)\n' "$1" "$(( $(date +%s) - started ))"; }
+
+step "compilers, pkg-config and cmake"
+missing=()
+command -v cc >/dev/null 2>&1 || missing+=(gcc)
+command -v g++ >/dev/null 2>&1 || missing+=(g++)
+command -v pkg-config >/dev/null 2>&1 || missing+=(pkgconf)
+command -v cmake >/dev/null 2>&1 || missing+=(cmake)
+if [ ${#missing[@]} -gt 0 ]; then
+    echo "installing ${missing[*]}"
+    sudo_=""
+    [ "$(id -u)" = 0 ] || sudo_="sudo"
+    ${sudo_} apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive ${sudo_} apt-get install -y -qq "${missing[@]}"
+fi
+cc --version | head -n1
+g++ --version | head -n1
+pkg-config --version
+cmake --version | head -n1
+
+# `cargo test` never builds a static library (no test can depend on one):
+# the C/C++ tests link the one this builds (and build it themselves when it
+# is missing or older than its sources).
+step "libnodeipc.a and libnodeipc.so (target/debug)"
+cargo build --locked -p nodeipc-capi
+ls -l target/debug/libnodeipc.a target/debug/libnodeipc.so
+
+step "capi/include/nodeipc.h is what cbindgen makes of the sources"
+cargo test --workspace --locked --test header
+
+step "C and C++ programs against the header and the static library"
+cargo test --workspace --locked --test c_api --test mixed_group --test kittens_broker \
+    --test monitor_client --test install --test readme
+
+step "done"

@@ -1,0 +1,302 @@
+// nodeipc for C++17: move-only RAII classes over the C ABI of nodeipc.h.
+// Header-only; link libnodeipc.a (-lpthread -ldl -lm -lrt) or libnodeipc.so.
+//
+// Every failure throws nodeipc::Error, which carries the C status code and
+// the library's message. Timeouts are std::chrono durations; a negative
+// duration (or nodeipc::forever) waits without limit.
+//
+// Thread safety is that of the C handles: Region and Semaphore may be used
+// from several threads at once; Group and MonitorClient one thread at a time.
+#ifndef NODEIPC_HPP
+#define NODEIPC_HPP
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "nodeipc.h"
+
+namespace nodeipc {
+
+// A failed call: what() is the library's message; code() the nodeipc_status.
+class Error : public std::runtime_error {
+  public:
+    Error(nodeipc_status code, const std::string& message, int os_errno = 0)
+        : std::runtime_error(message), code_(code), errno_(os_errno) {}
+    nodeipc_status code() const noexcept { return code_; }
+    // The errno behind a NODEIPC_ERR_IO, 0 otherwise.
+    int os_errno() const noexcept { return errno_; }
+
+  private:
+    nodeipc_status code_;
+    int errno_;
+};
+
+// Throws the thread's last error when `status` is not NODEIPC_OK.
+inline void check(nodeipc_status status) {
+    if (status != NODEIPC_OK) {
+        throw Error(status, std::string(nodeipc_status_name(status)) + ": " + nodeipc_last_error(),
+                    nodeipc_last_errno());
+    }
+}
+
+using Millis = std::chrono::milliseconds;
+// Wait without limit.
+constexpr Millis forever{-1};
+
+template <class Rep, class Period>
+int64_t to_ms(std::chrono::duration<Rep, Period> d) {
+    if (d < std::chrono::duration<Rep, Period>::zero()) return -1;
+    return static_cast<int64_t>(std::chrono::duration_cast<Millis>(d).count());
+}
+
+namespace detail {
+// Owns one C handle; Free is its _free function.
+template <class T, nodeipc_status (*Free)(T*)>
+class Owned {
+  public:
+    Owned() noexcept = default;
+    explicit Owned(T* p) noexcept : p_(p) {}
+    Owned(Owned&& o) noexcept : p_(std::exchange(o.p_, nullptr)) {}
+    Owned& operator=(Owned&& o) noexcept {
+        if (this != &o) {
+            reset();
+            p_ = std::exchange(o.p_, nullptr);
+        }
+        return *this;
+    }
+    Owned(const Owned&) = delete;
+    Owned& operator=(const Owned&) = delete;
+    ~Owned() { reset(); }
+    T* get() const noexcept { return p_; }
+    explicit operator bool() const noexcept { return p_ != nullptr; }
+    void reset() noexcept {
+        if (p_) (void)Free(std::exchange(p_, nullptr));
+    }
+
+  private:
+    T* p_ = nullptr;
+};
+}  // namespace detail
+
+// A shared-memory region (named, anonymous, or from a descriptor).
+class Region {
+  public:
+    static Region create(const std::string& name, size_t size) {
+        nodeipc_region* r = nullptr;
+        check(nodeipc_region_create(name.c_str(), size, &r));
+        return Region(r);
+    }
+    template <class D = Millis>
+    static Region open(const std::string& name, size_t min_size, D timeout = Millis(0)) {
+        nodeipc_region* r = nullptr;
+        check(nodeipc_region_open(name.c_str(), min_size, to_ms(timeout), &r));
+        return Region(r);
+    }
+    static Region anonymous(size_t size) {
+        nodeipc_region* r = nullptr;
+        check(nodeipc_region_anonymous(size, &r));
+        return Region(r);
+    }
+    // Maps the object behind `fd`; `fd` stays the caller's.
+    static Region from_fd(int fd) {
+        nodeipc_region* r = nullptr;
+        check(nodeipc_region_from_fd(fd, &r));
+        return Region(r);
+    }
+    // The mapping: other processes may write it at any time.
+    void* data() const {
+        void* p = nullptr;
+        size_t n = 0;
+        check(nodeipc_region_data(h_.get(), &p, &n));
+        return p;
+    }
+    size_t size() const {
+        void* p = nullptr;
+        size_t n = 0;
+        check(nodeipc_region_data(h_.get(), &p, &n));
+        return n;
+    }
+    // The region's descriptor, still the region's.
+    int fd() const {
+        int fd = -1;
+        check(nodeipc_region_fd(h_.get(), &fd));
+        return fd;
+    }
+    void write(size_t offset, const void* src, size_t len) const {
+        check(nodeipc_region_write(h_.get(), offset, src, len));
+    }
+    void read(size_t offset, void* dst, size_t len) const {
+        check(nodeipc_region_read(h_.get(), offset, dst, len));
+    }
+    void seal() const { check(nodeipc_region_seal(h_.get())); }
+    void persist() const { check(nodeipc_region_persist(h_.get())); }
+    void unlink() const { check(nodeipc_region_unlink(h_.get())); }
+    nodeipc_region* handle() const noexcept { return h_.get(); }
+
+  private:
+    explicit Region(nodeipc_region* r) : h_(r) {}
+    detail::Owned<nodeipc_region, nodeipc_region_free> h_;
+};
+
+// A counting semaphore: named (glibc sem_open compatible) or in a region.
+class Semaphore {
+  public:
+    static Semaphore create(const std::string& name, uint32_t value) {
+        nodeipc_sem* s = nullptr;
+        check(nodeipc_sem_create(name.c_str(), value, &s));
+        return Semaphore(s);
+    }
+    template <class D = Millis>
+    static Semaphore open(const std::string& name, D timeout = Millis(0)) {
+        nodeipc_sem* s = nullptr;
+        check(nodeipc_sem_open(name.c_str(), to_ms(timeout), &s));
+        return Semaphore(s);
+    }
+    // At `offset` in `region` (NODEIPC_SEM_SIZE bytes); `init` sets the count.
+    static Semaphore in_region(const Region& region, size_t offset, bool init, uint32_t value = 0) {
+        nodeipc_sem* s = nullptr;
+        check(nodeipc_sem_in_region(region.handle(), offset, init, value, &s));
+        return Semaphore(s);
+    }
+    void post() const { check(nodeipc_sem_post(h_.get())); }
+    // Throws Error with code NODEIPC_ERR_TIMEOUT when the time runs out.
+    template <class D = Millis>
+    void wait(D timeout = forever) const {
+        check(nodeipc_sem_wait(h_.get(), to_ms(timeout)));
+    }
+    // Whether the count was positive (and is now one less).
+    bool try_wait() const {
+        bool got = false;
+        check(nodeipc_sem_try_wait(h_.get(), &got));
+        return got;
+    }
+    uint32_t value() const {
+        uint32_t v = 0;
+        check(nodeipc_sem_value(h_.get(), &v));
+        return v;
+    }
+
+  private:
+    explicit Semaphore(nodeipc_sem* s) : h_(s) {}
+    detail::Owned<nodeipc_sem, nodeipc_sem_free> h_;
+};
+
+// One rank's membership of a group; the destructor leaves it.
+class Group {
+  public:
+    // No group (what a moved-from Group also is).
+    Group() noexcept = default;
+    template <class D = std::chrono::seconds>
+    static Group join(const std::string& name, uint32_t rank, uint32_t world_size,
+                      D timeout = std::chrono::seconds(60), size_t slot_size = 0) {
+        nodeipc_group* g = nullptr;
+        check(nodeipc_group_join(name.c_str(), rank, world_size, slot_size, to_ms(timeout), &g));
+        return Group(g);
+    }
+    uint32_t rank() const {
+        uint32_t r = 0;
+        check(nodeipc_group_info(h_.get(), &r, nullptr, nullptr));
+        return r;
+    }
+    uint32_t world_size() const {
+        uint32_t w = 0;
+        check(nodeipc_group_info(h_.get(), nullptr, &w, nullptr));
+        return w;
+    }
+    void barrier() const { check(nodeipc_group_barrier(h_.get())); }
+    template <class D>
+    void barrier(D timeout) const {
+        check(nodeipc_group_barrier_timeout(h_.get(), to_ms(timeout)));
+    }
+    // Ranks 0..k only.
+    void barrier_first(uint32_t k) const { check(nodeipc_group_barrier_first(h_.get(), k)); }
+    // Any k ranks (ThunderKittens' sync(k)).
+    void barrier_arrivals(uint32_t k) const { check(nodeipc_group_barrier_arrivals(h_.get(), k)); }
+    // Every rank's `len` bytes into `out` (world size × len bytes), rank order.
+    void all_gather(const void* data, size_t len, void* out, size_t out_len) {
+        check(nodeipc_group_all_gather(h_.get(), static_cast<const uint8_t*>(data), len,
+                                       static_cast<uint8_t*>(out), out_len));
+    }
+    std::vector<uint8_t> all_gather(const void* data, size_t len) {
+        std::vector<uint8_t> out(static_cast<size_t>(world_size()) * len);
+        all_gather(data, len, out.data(), out.size());
+        return out;
+    }
+    // Entry r: a descriptor (ours to close) for rank r's `fd`; own entry -1.
+    std::vector<int> exchange_fds(int fd) {
+        std::vector<int> out(world_size(), -1);
+        check(nodeipc_group_exchange_fds(h_.get(), fd, out.data(), out.size()));
+        return out;
+    }
+    // Rank `root`'s descriptor; `fd` is ignored elsewhere. Ours to close.
+    int broadcast_fd(uint32_t root, int fd) {
+        int out = -1;
+        check(nodeipc_group_broadcast_fd(h_.get(), root, fd, &out));
+        return out;
+    }
+    nodeipc_group* handle() const noexcept { return h_.get(); }
+
+  private:
+    explicit Group(nodeipc_group* g) : h_(g) {}
+    detail::Owned<nodeipc_group, nodeipc_group_leave> h_;
+};
+
+// A rank's connection to its monitor.
+class MonitorClient {
+  public:
+    template <class D = std::chrono::seconds>
+    static MonitorClient connect(const std::string& path, D timeout = std::chrono::seconds(10)) {
+        nodeipc_monitor* m = nullptr;
+        check(nodeipc_monitor_connect(path.c_str(), to_ms(timeout), &m));
+        return MonitorClient(m);
+    }
+    // Registers this process; returns whether the shared-memory heartbeat
+    // region was granted (when asked for).
+    bool init(uint32_t global_rank, uint32_t local_rank, bool heartbeat_region = true) {
+        bool granted = false;
+        check(nodeipc_monitor_init(h_.get(), global_rank, local_rank, heartbeat_region, &granted));
+        return granted;
+    }
+    void heartbeat() { check(nodeipc_monitor_heartbeat(h_.get(), nullptr, 0)); }
+    void heartbeat(const void* state, size_t len) {
+        check(nodeipc_monitor_heartbeat(h_.get(), static_cast<const uint8_t*>(state), len));
+    }
+    void heartbeat_fast() const { check(nodeipc_monitor_heartbeat_fast(h_.get())); }
+    void start_section(const std::string& name) {
+        check(nodeipc_monitor_start_section(h_.get(), name.c_str()));
+    }
+    void end_section(const std::string& name) {
+        check(nodeipc_monitor_end_section(h_.get(), name.c_str()));
+    }
+    void end_all_sections() { check(nodeipc_monitor_end_all_sections(h_.get())); }
+    nodeipc_monitor_status status() {
+        nodeipc_monitor_status s{};
+        check(nodeipc_monitor_get_status(h_.get(), &s));
+        return s;
+    }
+    std::string status_json() {
+        std::string buf(4096, '\0');
+        size_t len = 0;
+        nodeipc_status rc = nodeipc_monitor_status_json(h_.get(), &buf[0], buf.size(), &len);
+        if (rc == NODEIPC_ERR_TOO_LARGE) {
+            buf.assign(len + 1, '\0');
+            rc = nodeipc_monitor_status_json(h_.get(), &buf[0], buf.size(), &len);
+        }
+        check(rc);
+        buf.resize(len);
+        return buf;
+    }
+
+  private:
+    explicit MonitorClient(nodeipc_monitor* m) : h_(m) {}
+    detail::Owned<nodeipc_monitor, nodeipc_monitor_free> h_;
+};
+
+}  // namespace nodeipc
+
+#endif  // NODEIPC_HPP
