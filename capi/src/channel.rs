@@ -138,7 +138,12 @@ pub unsafe extern "C" fn nodeipc_coordinator_create(
 ) -> nodeipc_status {
     guard("nodeipc_coordinator_create", || {
         // SAFETY: the caller's contract above.
-        let (name, slot) = unsafe { (text(name, "name")?, out(out_coordinator, "out_coordinator")?) };
+        let (name, slot) = unsafe {
+            (
+                text(name, "name")?,
+                out(out_coordinator, "out_coordinator")?,
+            )
+        };
         let config = ChannelConfig::new(name, workers)
             .request_capacity(frame_size(request_capacity, "request_capacity")?)
             .response_slot_size(frame_size(response_slot_size, "response_slot_size")?)
@@ -188,9 +193,10 @@ pub unsafe extern "C" fn nodeipc_coordinator_serve(
             )
         };
         let offer = c.coordinator.offer()?;
-        let server = HandshakeServer::bind(path, HandshakeOptions::default(), move |logon, peer| {
-            offer.decide(logon, peer)
-        })?;
+        let server =
+            HandshakeServer::bind(path, HandshakeOptions::default(), move |logon, peer| {
+                offer.decide(logon, peer)
+            })?;
         args::publish(
             nodeipc_handshake_server {
                 magic: nodeipc_handshake_server::MAGIC,
@@ -211,7 +217,9 @@ pub unsafe extern "C" fn nodeipc_handshake_server_free(
     server: *mut nodeipc_handshake_server,
 ) -> nodeipc_status {
     // SAFETY: the caller's contract above.
-    guard("nodeipc_handshake_server_free", || unsafe { args::free(server) })
+    guard("nodeipc_handshake_server_free", || unsafe {
+        args::free(server)
+    })
 }
 
 /// New descriptors of the channel's regions, for a worker that takes them
@@ -283,9 +291,7 @@ pub unsafe extern "C" fn nodeipc_coordinator_send(
     guard("nodeipc_coordinator_send", || {
         // SAFETY: the caller's contract above.
         let (c, data) = unsafe { (handle_mut(coordinator)?, bytes(data, len, "data")?) };
-        let index = c
-            .coordinator
-            .send_bytes_timeout(data, millis(timeout_ms))?;
+        let index = c.coordinator.send_bytes_timeout(data, millis(timeout_ms))?;
         // SAFETY: NULL or writable, per the contract above.
         if let Some(slot) = unsafe { out_index.as_mut() } {
             *slot = index;
@@ -558,7 +564,9 @@ pub unsafe extern "C" fn nodeipc_coordinator_free(
     coordinator: *mut nodeipc_coordinator,
 ) -> nodeipc_status {
     // SAFETY: the caller's contract above.
-    guard("nodeipc_coordinator_free", || unsafe { args::free(coordinator) })
+    guard("nodeipc_coordinator_free", || unsafe {
+        args::free(coordinator)
+    })
 }
 
 /// Logs on to the coordinator's handshake server at `socket_path` as worker
@@ -578,7 +586,12 @@ pub unsafe extern "C" fn nodeipc_worker_connect(
 ) -> nodeipc_status {
     guard("nodeipc_worker_connect", || {
         // SAFETY: the caller's contract above.
-        let (path, slot) = unsafe { (text(socket_path, "socket_path")?, out(out_worker, "out_worker")?) };
+        let (path, slot) = unsafe {
+            (
+                text(socket_path, "socket_path")?,
+                out(out_worker, "out_worker")?,
+            )
+        };
         let timeout = millis(timeout_ms);
         let worker = connect(path, &worker_logon(rank), timeout)?.into_worker(rank, timeout)?;
         publish_worker(worker, slot);
@@ -660,8 +673,13 @@ pub unsafe extern "C" fn nodeipc_worker_recv_in_place(
 ) -> nodeipc_status {
     guard("nodeipc_worker_recv_in_place", || {
         // SAFETY: the caller's contract above.
-        let (w, data, length) =
-            unsafe { (handle_mut(worker)?, out(data, "data")?, out(length, "length")?) };
+        let (w, data, length) = unsafe {
+            (
+                handle_mut(worker)?,
+                out(data, "data")?,
+                out(length, "length")?,
+            )
+        };
         hold(w, timeout_ms)?;
         let held = w.held.as_ref().expect("just held");
         *data = held.bytes().as_ptr();

@@ -56,7 +56,11 @@ fn expect_success(child: nodeipc_testkit::ChildGuard, what: &str, says: &str) {
     let out = child.output_timeout(Duration::from_secs(60));
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{what}: {}\n{stdout}\n{stderr}", out.status);
+    assert!(
+        out.status.success(),
+        "{what}: {}\n{stdout}\n{stderr}",
+        out.status
+    );
     assert!(stdout.contains(says), "{what}: {stdout}\n{stderr}");
 }
 
@@ -130,7 +134,9 @@ fn c_workers_and_a_rust_worker_share_one_channel() {
             }
         })
     };
-    coordinator.wait_for_workers(Duration::from_secs(20)).unwrap();
+    coordinator
+        .wait_for_workers(Duration::from_secs(20))
+        .unwrap();
     for round in 0..rounds {
         let request: Vec<u8> = (0..2 + round as usize * 211)
             .map(|i| (i as u64 * 7 + round) as u8)
@@ -228,7 +234,9 @@ fn a_cpp_execute_worker_and_a_rust_worker_answer_execute_requests() {
                     Some(execute_request::Payload::Forward(f)) => f.input.clone(),
                     _ => panic!("not a forward request"),
                 };
-                let first = input.first().map_or("-".to_owned(), |b| (*b as char).to_string());
+                let first = input
+                    .first()
+                    .map_or("-".to_owned(), |b| (*b as char).to_string());
                 worker
                     .respond(&nodeipc_proto::execute::ExecuteResponse {
                         msg_type: request.execute_type,
@@ -244,11 +252,17 @@ fn a_cpp_execute_worker_and_a_rust_worker_answer_execute_requests() {
             }
         })
     };
-    coordinator.wait_for_workers(Duration::from_secs(20)).unwrap();
+    coordinator
+        .wait_for_workers(Duration::from_secs(20))
+        .unwrap();
     for sequence in 0..rounds {
         let len = (sequence as usize * 1237) % 40_000;
-        let input: Vec<u8> = (0..len).map(|i| b'a' + ((i as u64 + sequence) % 26) as u8).collect();
-        let first = input.first().map_or("-".to_owned(), |b| (*b as char).to_string());
+        let input: Vec<u8> = (0..len)
+            .map(|i| b'a' + ((i as u64 + sequence) % 26) as u8)
+            .collect();
+        let first = input
+            .first()
+            .map_or("-".to_owned(), |b| (*b as char).to_string());
         coordinator
             .send(&ExecuteRequest {
                 execute_type: ExecuteType::Execute as i32,
@@ -273,5 +287,9 @@ fn a_cpp_execute_worker_and_a_rust_worker_answer_execute_requests() {
         }
     }
     rust_worker.join().unwrap();
-    expect_success(cpp, "the C++ execute worker", "c++ execute worker 1 answered 25");
+    expect_success(
+        cpp,
+        "the C++ execute worker",
+        "c++ execute worker 1 answered 25",
+    );
 }
