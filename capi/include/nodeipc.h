@@ -111,9 +111,15 @@ typedef int32_t nodeipc_monitor_state;
 #endif // __STDC_VERSION__ >= 202311L
 #endif // __cplusplus
 
+// A coordinator's end of a channel. One thread at a time.
+typedef struct nodeipc_coordinator nodeipc_coordinator;
+
 // One rank's membership of a group. One thread at a time: a group's calls
 // must not overlap (as every rank's calls follow the same order anyway).
 typedef struct nodeipc_group nodeipc_group;
+
+// A handshake server handing a coordinator's regions to workers that log on.
+typedef struct nodeipc_handshake_server nodeipc_handshake_server;
 
 // A rank's connection to its monitor. One thread at a time, every call
 // included (a thread that beats while another calls must hold a lock).
@@ -134,6 +140,17 @@ typedef struct nodeipc_region nodeipc_region;
 // and value may run on one semaphore from several threads at once; free it
 // once no thread uses it.
 typedef struct nodeipc_sem nodeipc_sem;
+
+// A worker's end of a channel. One thread at a time.
+typedef struct nodeipc_worker nodeipc_worker;
+
+// Chooses one response of a gather: called with every worker's response
+// (`count` of them, in rank order), returns the index of the one to keep,
+// or a negative `nodeipc_status` to fail the gather with.
+typedef int32_t (*nodeipc_aggregate_fn)(void *user,
+                                        uint32_t count,
+                                        const uint8_t *const *responses,
+                                        const size_t *lengths);
 
 // Who is at the other end of a connected Unix socket (`SO_PEERCRED`).
 typedef struct {
@@ -164,6 +181,222 @@ extern "C" {
 
 // The library's version, `"MAJOR.MINOR.PATCH"`: a static string.
 const char *nodeipc_version(void);
+
+// Creates a channel of `workers` workers over anonymous regions (sealed
+// memfds, handed to workers by `nodeipc_coordinator_serve` or
+// `nodeipc_coordinator_fds`). `name` labels errors (and names the channel
+// for workers); `request_capacity` and `response_slot_size` are the
+// largest request and response in bytes (each plus 4 for its length);
+// `depth` (1..=64) how many requests may be in flight; `timeout_ms` bounds
+// every call that takes no timeout of its own (negative: forever).
+//
+// # Safety
+// `name` is a NUL-terminated string; `out_coordinator` points at a
+// writable pointer.
+nodeipc_status nodeipc_coordinator_create(const char *name,
+                                          uint32_t workers,
+                                          size_t request_capacity,
+                                          size_t response_slot_size,
+                                          uint32_t depth,
+                                          int64_t timeout_ms,
+                                          nodeipc_coordinator **out_coordinator);
+
+// Serves the channel's logon handshake at `socket_path` (its directory must
+// exist and be ours, mode 0700): each worker that logs on with
+// `nodeipc_worker_connect` gets the regions, the request ring read-only.
+// Free the server once every worker is in (or keep it for reconnects).
+//
+// # Safety
+// `coordinator` is a live coordinator handle; `socket_path` a
+// NUL-terminated string; `out_server` points at a writable pointer.
+nodeipc_status nodeipc_coordinator_serve(const nodeipc_coordinator *coordinator,
+                                         const char *socket_path,
+                                         nodeipc_handshake_server **out_server);
+
+// Stops a handshake server and removes its socket. NULL is a no-op.
+//
+// # Safety
+// `server` is NULL or a live server handle, not used afterwards.
+nodeipc_status nodeipc_handshake_server_free(nodeipc_handshake_server *server);
+
+// New descriptors of the channel's regions, for a worker that takes them
+// some other way than the handshake (`nodeipc_worker_from_fds`): the
+// request region read-only, the response region read-write. The caller
+// owns (and closes) both.
+//
+// # Safety
+// `coordinator` is a live coordinator handle; both pointers are writable.
+nodeipc_status nodeipc_coordinator_fds(const nodeipc_coordinator *coordinator,
+                                       int32_t *out_request_fd,
+                                       int32_t *out_response_fd);
+
+// Waits until every worker has joined (then no name of the channel is left
+// anywhere).
+//
+// # Safety
+// `coordinator` is a live coordinator handle.
+nodeipc_status nodeipc_coordinator_wait_for_workers(const nodeipc_coordinator *coordinator,
+                                                    int64_t timeout_ms);
+
+// Broadcasts `len` bytes at `data` to every worker; `*out_index` (if not
+// NULL) gets the request's index. Waits up to `timeout_ms` for every worker
+// to have a free frame; a timeout sends nothing.
+//
+// # Safety
+// `coordinator` is a live coordinator handle; `data` points at `len`
+// readable bytes (NULL with 0); `out_index` is NULL or writable.
+nodeipc_status nodeipc_coordinator_send(nodeipc_coordinator *coordinator,
+                                        const uint8_t *data,
+                                        size_t len,
+                                        int64_t timeout_ms,
+                                        uint64_t *out_index);
+
+// Gathers every worker's response to the oldest request not yet gathered
+// into the caller's buffers: worker `i`'s at `buffer + i * stride`, its
+// length in `lengths[i]`. Within `timeout_ms`; a timeout keeps what was
+// gathered, and the next call resumes there.
+//
+// # Safety
+// `coordinator` is a live coordinator handle; `buffer` points at `stride *
+// workers` writable bytes and `lengths` at `workers` writable `size_t`s.
+nodeipc_status nodeipc_coordinator_recv_all(nodeipc_coordinator *coordinator,
+                                            int64_t timeout_ms,
+                                            uint8_t *buffer,
+                                            size_t stride,
+                                            size_t *lengths);
+
+// Gathers every worker's response and copies the one `aggregate` chooses
+// into `buffer` (`capacity` bytes), its length in `*length` and its rank in
+// `*rank`. A chosen response longer than `capacity` is
+// `NODEIPC_ERR_TOO_LARGE` with `*length` set to what it needs.
+//
+// # Safety
+// `coordinator` is a live coordinator handle; `aggregate` a function that
+// reads `count` responses and lengths and does not keep the pointers;
+// `buffer` points at `capacity` writable bytes; `length` and `rank` are
+// writable.
+nodeipc_status nodeipc_coordinator_recv_aggregated(nodeipc_coordinator *coordinator,
+                                                   int64_t timeout_ms,
+                                                   nodeipc_aggregate_fn aggregate,
+                                                   void *user,
+                                                   uint8_t *buffer,
+                                                   size_t capacity,
+                                                   size_t *length,
+                                                   uint32_t *rank);
+
+// The first response to arrive for the oldest request not yet gathered,
+// copied into `buffer`, with its worker's rank; the slower workers' answers
+// are taken by the next gather (or `nodeipc_coordinator_drain`).
+//
+// # Safety
+// `coordinator` is a live coordinator handle; `buffer` points at
+// `capacity` writable bytes; `length` and `rank` are writable.
+nodeipc_status nodeipc_coordinator_recv_first(nodeipc_coordinator *coordinator,
+                                              uint8_t *buffer,
+                                              size_t capacity,
+                                              size_t *length,
+                                              uint32_t *rank);
+
+// Takes (and drops) the answers `nodeipc_coordinator_recv_first` left;
+// `*out_count` (if not NULL) gets how many.
+//
+// # Safety
+// `coordinator` is a live coordinator handle; `out_count` NULL or writable.
+nodeipc_status nodeipc_coordinator_drain(nodeipc_coordinator *coordinator, uint64_t *out_count);
+
+// Closes the channel (workers see it closed once they have every request
+// sent before) and frees the coordinator. NULL is a no-op.
+//
+// # Safety
+// `coordinator` is NULL or a live coordinator handle, not used afterwards.
+nodeipc_status nodeipc_coordinator_free(nodeipc_coordinator *coordinator);
+
+// Logs on to the coordinator's handshake server at `socket_path` as worker
+// `rank` and joins the channel with the regions it hands over (the request
+// ring read-only). `timeout_ms` bounds the logon and every later call that
+// takes no timeout of its own.
+//
+// # Safety
+// `socket_path` is a NUL-terminated string; `out_worker` points at a
+// writable pointer.
+nodeipc_status nodeipc_worker_connect(const char *socket_path,
+                                      uint32_t rank,
+                                      int64_t timeout_ms,
+                                      nodeipc_worker **out_worker);
+
+// Joins as worker `rank` over region descriptors (from
+// `nodeipc_coordinator_fds`, passed over a socket or inherited), which it
+// takes over (closing them on failure too). `name` labels errors.
+//
+// # Safety
+// `name` is a NUL-terminated string; the descriptors are open and owned by
+// the caller, who does not use them afterwards; `out_worker` points at a
+// writable pointer.
+nodeipc_status nodeipc_worker_from_fds(const char *name,
+                                       uint32_t rank,
+                                       int32_t request_fd,
+                                       int32_t response_fd,
+                                       int64_t timeout_ms,
+                                       nodeipc_worker **out_worker);
+
+// This worker's rank.
+//
+// # Safety
+// `worker` is a live worker handle; `out_rank` is writable.
+nodeipc_status nodeipc_worker_rank(nodeipc_worker *worker, uint32_t *out_rank);
+
+// Takes the next request (waiting up to `timeout_ms`) and holds it in
+// place: `*data` points at its bytes in the read-only ring, `*length` is
+// their count, valid until `nodeipc_worker_respond` or
+// `nodeipc_worker_release`. No copy. While a request is held the
+// coordinator cannot reuse its frame: its sends wait, then time out naming
+// this worker.
+//
+// # Safety
+// `worker` is a live worker handle; `data` and `length` are writable.
+nodeipc_status nodeipc_worker_recv_in_place(nodeipc_worker *worker,
+                                            int64_t timeout_ms,
+                                            const uint8_t **data,
+                                            size_t *length);
+
+// Takes the next request (waiting up to `timeout_ms`) and copies it into
+// `buffer` (`capacity` bytes), its length in `*length`, releasing its frame.
+// A request longer than `capacity` is `NODEIPC_ERR_TOO_LARGE` with
+// `*length` set to what it needs, and stays held: call again with a larger
+// buffer (or `nodeipc_worker_release` to drop it).
+//
+// # Safety
+// `worker` is a live worker handle; `buffer` points at `capacity` writable
+// bytes; `length` is writable.
+nodeipc_status nodeipc_worker_recv(nodeipc_worker *worker,
+                                   int64_t timeout_ms,
+                                   uint8_t *buffer,
+                                   size_t capacity,
+                                   size_t *length);
+
+// Gives the held request's frame back without answering (the answer may
+// come later with `nodeipc_worker_respond`). Nothing held: a no-op.
+//
+// # Safety
+// `worker` is a live worker handle.
+nodeipc_status nodeipc_worker_release(nodeipc_worker *worker);
+
+// Answers the oldest request not yet answered with `len` bytes at `data`
+// (written straight into this worker's response slot), and releases the
+// held request, if any.
+//
+// # Safety
+// `worker` is a live worker handle; `data` points at `len` readable bytes
+// (NULL with 0) — the held request's own bytes too: they are copied
+// before its frame is released.
+nodeipc_status nodeipc_worker_respond(nodeipc_worker *worker, const uint8_t *data, size_t len);
+
+// Leaves the channel (the rank may be taken again) and frees the worker,
+// releasing a held request. NULL is a no-op.
+//
+// # Safety
+// `worker` is NULL or a live worker handle, not used afterwards.
+nodeipc_status nodeipc_worker_free(nodeipc_worker *worker);
 
 // Sends `len` bytes of `payload` (at least 1) with `nfds` descriptors over
 // a connected Unix socket (`SCM_RIGHTS`). The descriptors stay the

@@ -6,7 +6,8 @@
 // duration (or nodeipc::forever) waits without limit.
 //
 // Thread safety is that of the C handles: Region and Semaphore may be used
-// from several threads at once; Group and MonitorClient one thread at a time.
+// from several threads at once; Group, MonitorClient, Coordinator and Worker
+// one thread at a time.
 #ifndef NODEIPC_HPP
 #define NODEIPC_HPP
 
@@ -298,5 +299,8 @@ class MonitorClient {
 };
 
 }  // namespace nodeipc
+
+// The execute channel's Coordinator and Worker.
+#include "nodeipc/channel.hpp"
 
 #endif  // NODEIPC_HPP

@@ -13,6 +13,7 @@
 #![allow(non_camel_case_types)]
 
 mod args;
+pub mod channel;
 pub mod fdpass;
 pub mod group;
 pub mod monitor;

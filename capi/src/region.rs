@@ -70,6 +70,7 @@ pub unsafe extern "C" fn nodeipc_region_open(
             0 => OpenOptions {
                 min_size,
                 wait: None,
+                ..OpenOptions::default()
             },
             ms => OpenOptions::wait(min_size, millis(ms)),
         };

@@ -73,7 +73,10 @@ impl Failure {
         Failure::new(NODEIPC_ERR_INVALID_ARGUMENT, message)
     }
 
-    fn from_error(status: nodeipc_status, error: &(dyn std::error::Error + 'static)) -> Failure {
+    pub(crate) fn from_error(
+        status: nodeipc_status,
+        error: &(dyn std::error::Error + 'static),
+    ) -> Failure {
         Failure {
             status,
             message: error.to_string(),

@@ -69,7 +69,7 @@ fn stale(lib: &Path) -> Option<String> {
     };
     let workspace = crate_dir().parent().expect("workspace root");
     [
-        "capi", "fs", "shm", "sem", "fdpass", "barrier", "proto", "monitor",
+        "capi", "fs", "shm", "sem", "fdpass", "barrier", "proto", "channel", "monitor",
     ]
     .iter()
     .filter_map(|layer| newest_source(&workspace.join(layer).join("src")))

@@ -1,0 +1,134 @@
+// nodeipc's execute channel for C++17: Coordinator and Worker over the raw
+// bytes of nodeipc.h (requests and responses of any encoding: decode them
+// with your protobuf runtime). Included by nodeipc.hpp; one thread at a time
+// per object.
+#ifndef NODEIPC_CHANNEL_HPP
+#define NODEIPC_CHANNEL_HPP
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace nodeipc {
+
+class HandshakeServer {
+  public:
+    HandshakeServer() noexcept = default;
+    explicit HandshakeServer(nodeipc_handshake_server* s) noexcept : h_(s) {}
+
+  private:
+    detail::Owned<nodeipc_handshake_server, nodeipc_handshake_server_free> h_;
+};
+
+class Coordinator {
+  public:
+    Coordinator() noexcept = default;
+    // A channel over anonymous regions; largest request and response in bytes.
+    template <class D = std::chrono::seconds>
+    static Coordinator create(const std::string& name, uint32_t workers, size_t request_capacity,
+                              size_t response_size, uint32_t depth = 1,
+                              D timeout = std::chrono::seconds(30)) {
+        nodeipc_coordinator* c = nullptr;
+        check(nodeipc_coordinator_create(name.c_str(), workers, request_capacity, response_size,
+                                         depth, to_ms(timeout), &c));
+        return Coordinator(c, workers, response_size);
+    }
+    // Serves the logon handshake at `socket_path` (its directory ours, 0700).
+    HandshakeServer serve(const std::string& socket_path) const {
+        nodeipc_handshake_server* s = nullptr;
+        check(nodeipc_coordinator_serve(h_.get(), socket_path.c_str(), &s));
+        return HandshakeServer(s);
+    }
+    template <class D>
+    void wait_for_workers(D timeout) const {
+        check(nodeipc_coordinator_wait_for_workers(h_.get(), to_ms(timeout)));
+    }
+    template <class D = Millis>
+    uint64_t send(const void* data, size_t len, D timeout = forever) {
+        uint64_t index = 0;
+        check(nodeipc_coordinator_send(h_.get(), static_cast<const uint8_t*>(data), len,
+                                       to_ms(timeout), &index));
+        return index;
+    }
+    // Every worker's response, in rank order.
+    template <class D = Millis>
+    std::vector<std::vector<uint8_t>> recv_all(D timeout = forever) {
+        std::vector<uint8_t> buffer(static_cast<size_t>(workers_) * response_size_);
+        std::vector<size_t> lengths(workers_);
+        check(nodeipc_coordinator_recv_all(h_.get(), to_ms(timeout), buffer.data(),
+                                           response_size_, lengths.data()));
+        std::vector<std::vector<uint8_t>> out;
+        for (uint32_t r = 0; r < workers_; ++r) {
+            const uint8_t* at = buffer.data() + static_cast<size_t>(r) * response_size_;
+            out.emplace_back(at, at + lengths[r]);
+        }
+        return out;
+    }
+    nodeipc_coordinator* handle() const noexcept { return h_.get(); }
+
+  private:
+    Coordinator(nodeipc_coordinator* c, uint32_t workers, size_t response_size)
+        : h_(c), workers_(workers), response_size_(response_size) {}
+    detail::Owned<nodeipc_coordinator, nodeipc_coordinator_free> h_;
+    uint32_t workers_ = 0;
+    size_t response_size_ = 0;
+};
+
+class Worker {
+  public:
+    Worker() noexcept = default;
+    // Logs on through the coordinator's handshake server as `rank`.
+    template <class D = std::chrono::seconds>
+    static Worker connect(const std::string& socket_path, uint32_t rank,
+                          D timeout = std::chrono::seconds(30)) {
+        nodeipc_worker* w = nullptr;
+        check(nodeipc_worker_connect(socket_path.c_str(), rank, to_ms(timeout), &w));
+        return Worker(w);
+    }
+    uint32_t rank() const {
+        uint32_t r = 0;
+        check(nodeipc_worker_rank(h_.get(), &r));
+        return r;
+    }
+    // The next request, copied into `out` (grown as needed, its capacity reused).
+    template <class D = Millis>
+    void recv(std::vector<uint8_t>& out, D timeout = forever) {
+        size_t len = 0;
+        if (out.empty()) out.resize(out.capacity() > 0 ? out.capacity() : 4096);
+        nodeipc_status s =
+            nodeipc_worker_recv(h_.get(), to_ms(timeout), out.data(), out.size(), &len);
+        if (s == NODEIPC_ERR_TOO_LARGE && len > out.size()) {
+            // Still held: take it with a buffer of its size.
+            out.resize(len);
+            s = nodeipc_worker_recv(h_.get(), to_ms(timeout), out.data(), out.size(), &len);
+        }
+        check(s);
+        out.resize(len);
+    }
+    // The next request where it lies, held until respond() or release().
+    struct View {
+        const uint8_t* data;
+        size_t size;
+    };
+    template <class D = Millis>
+    View recv_in_place(D timeout = forever) {
+        View v{nullptr, 0};
+        check(nodeipc_worker_recv_in_place(h_.get(), to_ms(timeout), &v.data, &v.size));
+        return v;
+    }
+    void release() { check(nodeipc_worker_release(h_.get())); }
+    void respond(const void* data, size_t len) {
+        check(nodeipc_worker_respond(h_.get(), static_cast<const uint8_t*>(data), len));
+    }
+    void respond(const std::string& bytes) { respond(bytes.data(), bytes.size()); }
+    nodeipc_worker* handle() const noexcept { return h_.get(); }
+
+  private:
+    explicit Worker(nodeipc_worker* w) : h_(w) {}
+    detail::Owned<nodeipc_worker, nodeipc_worker_free> h_;
+};
+
+}  // namespace nodeipc
+
+#endif  // NODEIPC_CHANNEL_HPP

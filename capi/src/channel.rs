@@ -1,0 +1,802 @@
+//! The execute channel for C (`nodeipc_channel`), over its raw-bytes API: a
+//! coordinator that broadcasts requests and gathers every worker's answer
+//! (all, the first, or one chosen by a callback), and workers that log on
+//! through the handshake (or take the regions as descriptors), read each
+//! request into their own buffer or in place, and answer.
+//!
+//! Requests and responses are bytes of any encoding: a C++ worker decodes
+//! our `execute.proto` with its own protobuf runtime.
+
+use std::ffi::{c_char, c_void};
+use std::os::fd::{FromRawFd, IntoRawFd, OwnedFd};
+use std::ptr::NonNull;
+
+use nodeipc_channel::{
+    ChannelConfig, Coordinator, Gathered, HandshakeOptions, HandshakeServer, InPlace, Worker,
+    connect, worker_logon,
+};
+
+use super::args::{
+    self, Handle, bytes, bytes_mut, handle, handle_mut, handle_type, millis, out, text,
+};
+use super::status::{Failure, NODEIPC_ERR_TOO_LARGE, Outcome, guard, nodeipc_status};
+
+/// A coordinator's end of a channel. One thread at a time.
+pub struct nodeipc_coordinator {
+    magic: u64,
+    coordinator: Coordinator,
+}
+
+handle_type!(nodeipc_coordinator, 0x4e49_434f_4f52_4421);
+
+/// A handshake server handing a coordinator's regions to workers that log on.
+pub struct nodeipc_handshake_server {
+    magic: u64,
+    _server: HandshakeServer,
+}
+
+handle_type!(nodeipc_handshake_server, 0x4e49_4853_5256_5221);
+
+/// A worker's end of a channel. One thread at a time.
+pub struct nodeipc_worker {
+    magic: u64,
+    /// The request this worker holds in place, if any; it borrows `*worker`,
+    /// so it is always dropped first.
+    held: Option<InPlace<'static, nodeipc_proto_types::Request, nodeipc_proto_types::Response>>,
+    /// The worker, boxed and never moved while `held` borrows it; freed in `Drop`.
+    worker: NonNull<Worker>,
+}
+
+handle_type!(nodeipc_worker, 0x4e49_574f_524b_5221);
+
+/// The message types the C ABI's channel is typed with: its raw-bytes calls
+/// never decode them.
+mod nodeipc_proto_types {
+    pub(super) type Request = nodeipc_proto::execute::ExecuteRequest;
+    pub(super) type Response = nodeipc_proto::execute::ExecuteResponse;
+}
+
+impl Drop for nodeipc_worker {
+    fn drop(&mut self) {
+        // The guard borrows the worker: it goes first (releasing its frame).
+        self.held = None;
+        // SAFETY: `worker` came from `Box::into_raw` in `publish_worker` and
+        // nothing borrows it any more (`held` was dropped just above).
+        drop(unsafe { Box::from_raw(self.worker.as_ptr()) });
+    }
+}
+
+// SAFETY: the worker and its guard are used by one thread at a time (the
+// handle's documented contract); `Worker` itself is `Send`.
+unsafe impl Send for nodeipc_worker {}
+
+impl nodeipc_worker {
+    fn worker(&mut self) -> Outcome<&mut Worker> {
+        if self.held.is_some() {
+            return Err(Failure::invalid(
+                "this worker holds a request in place: respond or release it first",
+            ));
+        }
+        // SAFETY: the box is live until drop and nothing borrows it while
+        // `held` is `None`; `&mut self` makes this the only access.
+        Ok(unsafe { self.worker.as_mut() })
+    }
+}
+
+fn publish_worker(worker: Worker, slot: &mut *mut nodeipc_worker) {
+    args::publish(
+        nodeipc_worker {
+            magic: nodeipc_worker::MAGIC,
+            held: None,
+            worker: NonNull::from(Box::leak(Box::new(worker))),
+        },
+        slot,
+    );
+}
+
+impl From<nodeipc_channel::Error> for Failure {
+    fn from(e: nodeipc_channel::Error) -> Failure {
+        use super::status::*;
+        use nodeipc_channel::Error as E;
+        let status = match &e {
+            E::InvalidConfig { .. } | E::RankOutOfRange { .. } | E::NothingOutstanding { .. } => {
+                NODEIPC_ERR_INVALID_ARGUMENT
+            }
+            E::TooLarge { .. } => NODEIPC_ERR_TOO_LARGE,
+            E::Corrupt { .. } | E::Decode { .. } | E::Mismatch { .. } => NODEIPC_ERR_CORRUPT,
+            E::Timeout { .. } => NODEIPC_ERR_TIMEOUT,
+            E::WorkerDied { .. } | E::CoordinatorDied { .. } => NODEIPC_ERR_PEER_DIED,
+            E::WorkerLeft { .. } | E::Closed { .. } => NODEIPC_ERR_PEER_LEFT,
+            E::RankTaken { .. } => NODEIPC_ERR_ALREADY_EXISTS,
+            E::Rejected { .. } | E::Handshake { .. } => NODEIPC_ERR_REFUSED,
+            _ => NODEIPC_ERR_IO,
+        };
+        Failure::from_error(status, &e)
+    }
+}
+
+/// Creates a channel of `workers` workers over anonymous regions (sealed
+/// memfds, handed to workers by `nodeipc_coordinator_serve` or
+/// `nodeipc_coordinator_fds`). `name` labels errors (and names the channel
+/// for workers); `request_capacity` and `response_slot_size` are the
+/// largest request and response in bytes (each plus 4 for its length);
+/// `depth` (1..=64) how many requests may be in flight; `timeout_ms` bounds
+/// every call that takes no timeout of its own (negative: forever).
+///
+/// # Safety
+/// `name` is a NUL-terminated string; `out_coordinator` points at a
+/// writable pointer.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nodeipc_coordinator_create(
+    name: *const c_char,
+    workers: u32,
+    request_capacity: usize,
+    response_slot_size: usize,
+    depth: u32,
+    timeout_ms: i64,
+    out_coordinator: *mut *mut nodeipc_coordinator,
+) -> nodeipc_status {
+    guard("nodeipc_coordinator_create", || {
+        // SAFETY: the caller's contract above.
+        let (name, slot) = unsafe {
+            (
+                text(name, "name")?,
+                out(out_coordinator, "out_coordinator")?,
+            )
+        };
+        let config = ChannelConfig::new(name, workers)
+            .request_capacity(frame_size(request_capacity, "request_capacity")?)
+            .response_slot_size(frame_size(response_slot_size, "response_slot_size")?)
+            .depth(depth)
+            .timeout(millis(timeout_ms));
+        let coordinator = Coordinator::create_anonymous(config)?;
+        args::publish(
+            nodeipc_coordinator {
+                magic: nodeipc_coordinator::MAGIC,
+                coordinator,
+            },
+            slot,
+        );
+        Ok(())
+    })
+}
+
+/// A payload size as the frame size the channel's configuration counts
+/// (the 4-byte length included), refused when it overflows.
+fn frame_size(payload: usize, what: &str) -> Outcome<usize> {
+    payload
+        .checked_add(nodeipc_proto::LEN_PREFIX)
+        .ok_or_else(|| Failure::invalid(format!("{what} {payload} is too large")))
+}
+
+/// Serves the channel's logon handshake at `socket_path` (its directory must
+/// exist and be ours, mode 0700): each worker that logs on with
+/// `nodeipc_worker_connect` gets the regions, the request ring read-only.
+/// Free the server once every worker is in (or keep it for reconnects).
+///
+/// # Safety
+/// `coordinator` is a live coordinator handle; `socket_path` a
+/// NUL-terminated string; `out_server` points at a writable pointer.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nodeipc_coordinator_serve(
+    coordinator: *const nodeipc_coordinator,
+    socket_path: *const c_char,
+    out_server: *mut *mut nodeipc_handshake_server,
+) -> nodeipc_status {
+    guard("nodeipc_coordinator_serve", || {
+        // SAFETY: the caller's contract above.
+        let (c, path, slot) = unsafe {
+            (
+                handle(coordinator)?,
+                text(socket_path, "socket_path")?,
+                out(out_server, "out_server")?,
+            )
+        };
+        let offer = c.coordinator.offer()?;
+        let server =
+            HandshakeServer::bind(path, HandshakeOptions::default(), move |logon, peer| {
+                offer.decide(logon, peer)
+            })?;
+        args::publish(
+            nodeipc_handshake_server {
+                magic: nodeipc_handshake_server::MAGIC,
+                _server: server,
+            },
+            slot,
+        );
+        Ok(())
+    })
+}
+
+/// Stops a handshake server and removes its socket. NULL is a no-op.
+///
+/// # Safety
+/// `server` is NULL or a live server handle, not used afterwards.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nodeipc_handshake_server_free(
+    server: *mut nodeipc_handshake_server,
+) -> nodeipc_status {
+    // SAFETY: the caller's contract above.
+    guard("nodeipc_handshake_server_free", || unsafe {
+        args::free(server)
+    })
+}
+
+/// New descriptors of the channel's regions, for a worker that takes them
+/// some other way than the handshake (`nodeipc_worker_from_fds`): the
+/// request region read-only, the response region read-write. The caller
+/// owns (and closes) both.
+///
+/// # Safety
+/// `coordinator` is a live coordinator handle; both pointers are writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nodeipc_coordinator_fds(
+    coordinator: *const nodeipc_coordinator,
+    out_request_fd: *mut i32,
+    out_response_fd: *mut i32,
+) -> nodeipc_status {
+    guard("nodeipc_coordinator_fds", || {
+        // SAFETY: the caller's contract above.
+        let (c, request_slot, response_slot) = unsafe {
+            (
+                handle(coordinator)?,
+                out(out_request_fd, "out_request_fd")?,
+                out(out_response_fd, "out_response_fd")?,
+            )
+        };
+        let request = c.coordinator.request_fd_read_only()?;
+        let response = c
+            .coordinator
+            .response_fd()
+            .try_clone_to_owned()
+            .map_err(|e| Failure::from_error(super::status::NODEIPC_ERR_IO, &e))?;
+        *request_slot = request.into_raw_fd();
+        *response_slot = response.into_raw_fd();
+        Ok(())
+    })
+}
+
+/// Waits until every worker has joined (then no name of the channel is left
+/// anywhere).
+///
+/// # Safety
+/// `coordinator` is a live coordinator handle.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nodeipc_coordinator_wait_for_workers(
+    coordinator: *const nodeipc_coordinator,
+    timeout_ms: i64,
+) -> nodeipc_status {
+    guard("nodeipc_coordinator_wait_for_workers", || {
+        // SAFETY: the caller's contract above.
+        let c = unsafe { handle(coordinator)? };
+        Ok(c.coordinator.wait_for_workers(millis(timeout_ms))?)
+    })
+}
+
+/// Broadcasts `len` bytes at `data` to every worker; `*out_index` (if not
+/// NULL) gets the request's index. Waits up to `timeout_ms` for every worker
+/// to have a free frame; a timeout sends nothing.
+///
+/// # Safety
+/// `coordinator` is a live coordinator handle; `data` points at `len`
+/// readable bytes (NULL with 0); `out_index` is NULL or writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nodeipc_coordinator_send(
+    coordinator: *mut nodeipc_coordinator,
+    data: *const u8,
+    len: usize,
+    timeout_ms: i64,
+    out_index: *mut u64,
+) -> nodeipc_status {
+    guard("nodeipc_coordinator_send", || {
+        // SAFETY: the caller's contract above.
+        let (c, data) = unsafe { (handle_mut(coordinator)?, bytes(data, len, "data")?) };
+        let index = c.coordinator.send_bytes_timeout(data, millis(timeout_ms))?;
+        // SAFETY: NULL or writable, per the contract above.
+        if let Some(slot) = unsafe { out_index.as_mut() } {
+            *slot = index;
+        }
+        Ok(())
+    })
+}
+
+/// Copies every gathered response into the caller's buffers: worker `i`'s at
+/// `buffer + i * stride`, its length in `lengths[i]`. A response longer than
+/// `stride` is `NODEIPC_ERR_TOO_LARGE` naming the worker (every response is
+/// still taken, so the channel stays in step; the lengths are all filled).
+fn copy_gathered(
+    gathered: &Gathered<'_>,
+    buffer: &mut [u8],
+    stride: usize,
+    lengths: &mut [usize],
+) -> Outcome<()> {
+    let mut too_large = None;
+    for (rank, response) in gathered.iter() {
+        let r = rank as usize;
+        lengths[r] = response.len();
+        if response.len() > stride {
+            too_large.get_or_insert(rank);
+            continue;
+        }
+        let at = r * stride;
+        buffer[at..at + response.len()].copy_from_slice(response);
+    }
+    match too_large {
+        None => Ok(()),
+        Some(rank) => Err(Failure::new(
+            NODEIPC_ERR_TOO_LARGE,
+            format!(
+                "worker {rank}'s response is {} bytes, past the {stride}-byte stride",
+                lengths[rank as usize]
+            ),
+        )),
+    }
+}
+
+/// Checks the `(buffer, stride, lengths)` of a gather for `workers` workers:
+/// `stride * workers` bytes at `buffer`, `workers` lengths.
+///
+/// # Safety
+/// As the gathers' contracts.
+unsafe fn gather_buffers<'a>(
+    workers: u32,
+    buffer: *mut u8,
+    stride: usize,
+    lengths: *mut usize,
+) -> Outcome<(&'a mut [u8], &'a mut [usize])> {
+    let total = stride.checked_mul(workers as usize).ok_or_else(|| {
+        Failure::invalid(format!("stride {stride} times {workers} workers overflows"))
+    })?;
+    if lengths.is_null() {
+        return Err(Failure::invalid("lengths is null"));
+    }
+    // SAFETY: per the caller's contract, `buffer` holds `stride * workers`
+    // writable bytes and `lengths` `workers` writable lengths of ours.
+    unsafe {
+        Ok((
+            bytes_mut(buffer, total, "buffer")?,
+            std::slice::from_raw_parts_mut(lengths, workers as usize),
+        ))
+    }
+}
+
+/// Gathers every worker's response to the oldest request not yet gathered
+/// into the caller's buffers: worker `i`'s at `buffer + i * stride`, its
+/// length in `lengths[i]`. Within `timeout_ms`; a timeout keeps what was
+/// gathered, and the next call resumes there.
+///
+/// # Safety
+/// `coordinator` is a live coordinator handle; `buffer` points at `stride *
+/// workers` writable bytes and `lengths` at `workers` writable `size_t`s.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nodeipc_coordinator_recv_all(
+    coordinator: *mut nodeipc_coordinator,
+    timeout_ms: i64,
+    buffer: *mut u8,
+    stride: usize,
+    lengths: *mut usize,
+) -> nodeipc_status {
+    guard("nodeipc_coordinator_recv_all", || {
+        // SAFETY: the caller's contract above.
+        let c = unsafe { handle_mut(coordinator)? };
+        let workers = c.coordinator.config().workers;
+        // SAFETY: the caller's contract above.
+        let (buffer, lengths) = unsafe { gather_buffers(workers, buffer, stride, lengths)? };
+        let gathered = c.coordinator.recv_all_bytes_timeout(millis(timeout_ms))?;
+        copy_gathered(&gathered, buffer, stride, lengths)
+    })
+}
+
+/// Chooses one response of a gather: called with every worker's response
+/// (`count` of them, in rank order), returns the index of the one to keep,
+/// or a negative `nodeipc_status` to fail the gather with.
+pub type nodeipc_aggregate_fn = Option<
+    unsafe extern "C" fn(
+        user: *mut c_void,
+        count: u32,
+        responses: *const *const u8,
+        lengths: *const usize,
+    ) -> i32,
+>;
+
+/// Gathers every worker's response and copies the one `aggregate` chooses
+/// into `buffer` (`capacity` bytes), its length in `*length` and its rank in
+/// `*rank`. A chosen response longer than `capacity` is
+/// `NODEIPC_ERR_TOO_LARGE` with `*length` set to what it needs.
+///
+/// # Safety
+/// `coordinator` is a live coordinator handle; `aggregate` a function that
+/// reads `count` responses and lengths and does not keep the pointers;
+/// `buffer` points at `capacity` writable bytes; `length` and `rank` are
+/// writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nodeipc_coordinator_recv_aggregated(
+    coordinator: *mut nodeipc_coordinator,
+    timeout_ms: i64,
+    aggregate: nodeipc_aggregate_fn,
+    user: *mut c_void,
+    buffer: *mut u8,
+    capacity: usize,
+    length: *mut usize,
+    rank: *mut u32,
+) -> nodeipc_status {
+    guard("nodeipc_coordinator_recv_aggregated", || {
+        // SAFETY: the caller's contract above.
+        let (c, buffer, length, rank) = unsafe {
+            (
+                handle_mut(coordinator)?,
+                bytes_mut(buffer, capacity, "buffer")?,
+                out(length, "length")?,
+                out(rank, "rank")?,
+            )
+        };
+        let aggregate = aggregate.ok_or_else(|| Failure::invalid("aggregate is null"))?;
+        let gathered = c.coordinator.recv_all_bytes_timeout(millis(timeout_ms))?;
+        let (pointers, lengths): (Vec<*const u8>, Vec<usize>) = gathered
+            .iter()
+            .map(|(_, response)| (response.as_ptr(), response.len()))
+            .unzip();
+        let count = pointers.len() as u32;
+        // SAFETY: the pointers and lengths describe the gathered responses,
+        // which live (in the coordinator's own buffers) until `gathered`
+        // drops after this call; the callback's contract is the caller's.
+        let chosen = unsafe { aggregate(user, count, pointers.as_ptr(), lengths.as_ptr()) };
+        if chosen < 0 {
+            return Err(Failure::new(
+                status_from_callback(chosen),
+                format!("the aggregate callback failed the gather ({chosen})"),
+            ));
+        }
+        let Some(response) = gathered.get(chosen as u32) else {
+            return Err(Failure::invalid(format!(
+                "the aggregate callback chose response {chosen} of {count}"
+            )));
+        };
+        *length = response.len();
+        *rank = chosen as u32;
+        let into = buffer.get_mut(..response.len()).ok_or_else(|| {
+            Failure::new(
+                NODEIPC_ERR_TOO_LARGE,
+                format!(
+                    "the chosen response is {} bytes, past the {capacity}-byte buffer",
+                    response.len()
+                ),
+            )
+        })?;
+        into.copy_from_slice(response);
+        Ok(())
+    })
+}
+
+/// A callback's negative return as a status (an unknown code is corrupt).
+fn status_from_callback(code: i32) -> nodeipc_status {
+    use super::status::*;
+    [
+        NODEIPC_ERR_INVALID_ARGUMENT,
+        NODEIPC_ERR_TIMEOUT,
+        NODEIPC_ERR_PEER_DIED,
+        NODEIPC_ERR_PEER_LEFT,
+        NODEIPC_ERR_POISONED,
+        NODEIPC_ERR_NOT_PERMITTED,
+        NODEIPC_ERR_REFUSED,
+        NODEIPC_ERR_NOT_FOUND,
+        NODEIPC_ERR_ALREADY_EXISTS,
+        NODEIPC_ERR_TOO_LARGE,
+        NODEIPC_ERR_CORRUPT,
+    ]
+    .into_iter()
+    .find(|s| *s as i32 == code)
+    .unwrap_or(NODEIPC_ERR_CORRUPT)
+}
+
+/// The first response to arrive for the oldest request not yet gathered,
+/// copied into `buffer`, with its worker's rank; the slower workers' answers
+/// are taken by the next gather (or `nodeipc_coordinator_drain`).
+///
+/// # Safety
+/// `coordinator` is a live coordinator handle; `buffer` points at
+/// `capacity` writable bytes; `length` and `rank` are writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nodeipc_coordinator_recv_first(
+    coordinator: *mut nodeipc_coordinator,
+    buffer: *mut u8,
+    capacity: usize,
+    length: *mut usize,
+    rank: *mut u32,
+) -> nodeipc_status {
+    guard("nodeipc_coordinator_recv_first", || {
+        // SAFETY: the caller's contract above.
+        let (c, buffer, length, rank) = unsafe {
+            (
+                handle_mut(coordinator)?,
+                bytes_mut(buffer, capacity, "buffer")?,
+                out(length, "length")?,
+                out(rank, "rank")?,
+            )
+        };
+        let first = c.coordinator.recv_first_bytes()?;
+        *rank = first.rank();
+        *length = first.bytes().len();
+        let into = buffer.get_mut(..first.bytes().len()).ok_or_else(|| {
+            Failure::new(
+                NODEIPC_ERR_TOO_LARGE,
+                format!(
+                    "worker {}'s response is {} bytes, past the {capacity}-byte buffer",
+                    first.rank(),
+                    first.bytes().len()
+                ),
+            )
+        })?;
+        into.copy_from_slice(first.bytes());
+        Ok(())
+    })
+}
+
+/// Takes (and drops) the answers `nodeipc_coordinator_recv_first` left;
+/// `*out_count` (if not NULL) gets how many.
+///
+/// # Safety
+/// `coordinator` is a live coordinator handle; `out_count` NULL or writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nodeipc_coordinator_drain(
+    coordinator: *mut nodeipc_coordinator,
+    out_count: *mut u64,
+) -> nodeipc_status {
+    guard("nodeipc_coordinator_drain", || {
+        // SAFETY: the caller's contract above.
+        let c = unsafe { handle_mut(coordinator)? };
+        let drained = c.coordinator.drain()?;
+        // SAFETY: NULL or writable, per the contract above.
+        if let Some(slot) = unsafe { out_count.as_mut() } {
+            *slot = drained;
+        }
+        Ok(())
+    })
+}
+
+/// Closes the channel (workers see it closed once they have every request
+/// sent before) and frees the coordinator. NULL is a no-op.
+///
+/// # Safety
+/// `coordinator` is NULL or a live coordinator handle, not used afterwards.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nodeipc_coordinator_free(
+    coordinator: *mut nodeipc_coordinator,
+) -> nodeipc_status {
+    // SAFETY: the caller's contract above.
+    guard("nodeipc_coordinator_free", || unsafe {
+        args::free(coordinator)
+    })
+}
+
+/// Logs on to the coordinator's handshake server at `socket_path` as worker
+/// `rank` and joins the channel with the regions it hands over (the request
+/// ring read-only). `timeout_ms` bounds the logon and every later call that
+/// takes no timeout of its own.
+///
+/// # Safety
+/// `socket_path` is a NUL-terminated string; `out_worker` points at a
+/// writable pointer.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nodeipc_worker_connect(
+    socket_path: *const c_char,
+    rank: u32,
+    timeout_ms: i64,
+    out_worker: *mut *mut nodeipc_worker,
+) -> nodeipc_status {
+    guard("nodeipc_worker_connect", || {
+        // SAFETY: the caller's contract above.
+        let (path, slot) = unsafe {
+            (
+                text(socket_path, "socket_path")?,
+                out(out_worker, "out_worker")?,
+            )
+        };
+        let timeout = millis(timeout_ms);
+        let worker = connect(path, &worker_logon(rank), timeout)?.into_worker(rank, timeout)?;
+        publish_worker(worker, slot);
+        Ok(())
+    })
+}
+
+/// Joins as worker `rank` over region descriptors (from
+/// `nodeipc_coordinator_fds`, passed over a socket or inherited), which it
+/// takes over (closing them on failure too). `name` labels errors.
+///
+/// # Safety
+/// `name` is a NUL-terminated string; the descriptors are open and owned by
+/// the caller, who does not use them afterwards; `out_worker` points at a
+/// writable pointer.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nodeipc_worker_from_fds(
+    name: *const c_char,
+    rank: u32,
+    request_fd: i32,
+    response_fd: i32,
+    timeout_ms: i64,
+    out_worker: *mut *mut nodeipc_worker,
+) -> nodeipc_status {
+    guard("nodeipc_worker_from_fds", || {
+        if request_fd < 0 || response_fd < 0 || request_fd == response_fd {
+            return Err(Failure::invalid(format!(
+                "request_fd {request_fd} and response_fd {response_fd} must be two open descriptors"
+            )));
+        }
+        // SAFETY: the caller hands both descriptors over (contract above).
+        let (request, response) = unsafe {
+            (
+                OwnedFd::from_raw_fd(request_fd),
+                OwnedFd::from_raw_fd(response_fd),
+            )
+        };
+        // SAFETY: the caller's contract above.
+        let (name, slot) = unsafe { (text(name, "name")?, out(out_worker, "out_worker")?) };
+        let worker = Worker::from_fds(name, rank, request, response, millis(timeout_ms))?;
+        publish_worker(worker, slot);
+        Ok(())
+    })
+}
+
+/// This worker's rank.
+///
+/// # Safety
+/// `worker` is a live worker handle; `out_rank` is writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nodeipc_worker_rank(
+    worker: *mut nodeipc_worker,
+    out_rank: *mut u32,
+) -> nodeipc_status {
+    guard("nodeipc_worker_rank", || {
+        // SAFETY: the caller's contract above.
+        let (w, slot) = unsafe { (handle_mut(worker)?, out(out_rank, "out_rank")?) };
+        // SAFETY: the box is live; a shared look at its rank, whatever is held.
+        *slot = unsafe { w.worker.as_ref() }.rank();
+        Ok(())
+    })
+}
+
+/// Takes the next request (waiting up to `timeout_ms`) and holds it in
+/// place: `*data` points at its bytes in the read-only ring, `*length` is
+/// their count, valid until `nodeipc_worker_respond` or
+/// `nodeipc_worker_release`. No copy. While a request is held the
+/// coordinator cannot reuse its frame: its sends wait, then time out naming
+/// this worker.
+///
+/// # Safety
+/// `worker` is a live worker handle; `data` and `length` are writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nodeipc_worker_recv_in_place(
+    worker: *mut nodeipc_worker,
+    timeout_ms: i64,
+    data: *mut *const u8,
+    length: *mut usize,
+) -> nodeipc_status {
+    guard("nodeipc_worker_recv_in_place", || {
+        // SAFETY: the caller's contract above.
+        let (w, data, length) = unsafe {
+            (
+                handle_mut(worker)?,
+                out(data, "data")?,
+                out(length, "length")?,
+            )
+        };
+        hold(w, timeout_ms)?;
+        let held = w.held.as_ref().expect("just held");
+        *data = held.bytes().as_ptr();
+        *length = held.bytes().len();
+        Ok(())
+    })
+}
+
+/// Takes the next request into `w.held` (unless one is held already, which
+/// is the one a failed `nodeipc_worker_recv` left).
+fn hold(w: &mut nodeipc_worker, timeout_ms: i64) -> Outcome<()> {
+    if w.held.is_some() {
+        return Ok(());
+    }
+    let worker: *mut Worker = w.worker()?;
+    // SAFETY: the worker lives in its box until the handle drops, which
+    // drops `held` first; while `held` is `Some` nothing else borrows the
+    // worker (`nodeipc_worker::worker` refuses), so extending the guard's
+    // borrow to the handle's lifetime is sound.
+    let guard = unsafe { &mut *worker }.recv_in_place_timeout(millis(timeout_ms))?;
+    w.held = Some(guard);
+    Ok(())
+}
+
+/// Takes the next request (waiting up to `timeout_ms`) and copies it into
+/// `buffer` (`capacity` bytes), its length in `*length`, releasing its frame.
+/// A request longer than `capacity` is `NODEIPC_ERR_TOO_LARGE` with
+/// `*length` set to what it needs, and stays held: call again with a larger
+/// buffer (or `nodeipc_worker_release` to drop it).
+///
+/// # Safety
+/// `worker` is a live worker handle; `buffer` points at `capacity` writable
+/// bytes; `length` is writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nodeipc_worker_recv(
+    worker: *mut nodeipc_worker,
+    timeout_ms: i64,
+    buffer: *mut u8,
+    capacity: usize,
+    length: *mut usize,
+) -> nodeipc_status {
+    guard("nodeipc_worker_recv", || {
+        // SAFETY: the caller's contract above.
+        let (w, buffer, length) = unsafe {
+            (
+                handle_mut(worker)?,
+                bytes_mut(buffer, capacity, "buffer")?,
+                out(length, "length")?,
+            )
+        };
+        hold(w, timeout_ms)?;
+        let held = w.held.as_ref().expect("just held");
+        let request = held.bytes();
+        *length = request.len();
+        let Some(into) = buffer.get_mut(..request.len()) else {
+            return Err(Failure::new(
+                NODEIPC_ERR_TOO_LARGE,
+                format!(
+                    "the request is {} bytes, past the {capacity}-byte buffer (it stays held)",
+                    request.len()
+                ),
+            ));
+        };
+        into.copy_from_slice(request);
+        w.held.take().expect("held").release()?;
+        Ok(())
+    })
+}
+
+/// Gives the held request's frame back without answering (the answer may
+/// come later with `nodeipc_worker_respond`). Nothing held: a no-op.
+///
+/// # Safety
+/// `worker` is a live worker handle.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nodeipc_worker_release(worker: *mut nodeipc_worker) -> nodeipc_status {
+    guard("nodeipc_worker_release", || {
+        // SAFETY: the caller's contract above.
+        let w = unsafe { handle_mut(worker)? };
+        match w.held.take() {
+            Some(held) => Ok(held.release()?),
+            None => Ok(()),
+        }
+    })
+}
+
+/// Answers the oldest request not yet answered with `len` bytes at `data`
+/// (written straight into this worker's response slot), and releases the
+/// held request, if any.
+///
+/// # Safety
+/// `worker` is a live worker handle; `data` points at `len` readable bytes
+/// (NULL with 0) — the held request's own bytes too: they are copied
+/// before its frame is released.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nodeipc_worker_respond(
+    worker: *mut nodeipc_worker,
+    data: *const u8,
+    len: usize,
+) -> nodeipc_status {
+    guard("nodeipc_worker_respond", || {
+        // SAFETY: the caller's contract above.
+        let (w, data) = unsafe { (handle_mut(worker)?, bytes(data, len, "data")?) };
+        match w.held.take() {
+            Some(held) => Ok(held.respond_bytes(data)?),
+            None => Ok(w.worker()?.respond_bytes(data)?),
+        }
+    })
+}
+
+/// Leaves the channel (the rank may be taken again) and frees the worker,
+/// releasing a held request. NULL is a no-op.
+///
+/// # Safety
+/// `worker` is NULL or a live worker handle, not used afterwards.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nodeipc_worker_free(worker: *mut nodeipc_worker) -> nodeipc_status {
+    // SAFETY: the caller's contract above.
+    guard("nodeipc_worker_free", || unsafe { args::free(worker) })
+}
