@@ -15,6 +15,8 @@ mod output;
 mod bench_cmd;
 mod clean;
 mod demo;
+mod docs_cmd;
+mod human;
 mod limits;
 mod monitor_cmd;
 mod sem_cmd;
@@ -25,9 +27,18 @@ use std::process::ExitCode;
 
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 
+/// The exit statuses, in `--help` and the manual page.
+const EXIT_STATUS: &str = "\
+Exit status:
+  0      success
+  1      failure: one line on stderr says what went wrong
+  2      usage error: one line on stderr, with clap's suggestion if it has one
+  3      a bounded wait timed out (sem wait, monitor status, a peer that did not answer)
+  128+N  demo stopped by signal N (130 for SIGINT, 143 for SIGTERM), after cleaning up";
+
 /// Building blocks for processes on one Linux node that must work as one.
 #[derive(Parser)]
-#[command(name = "nodeipc", version, about)]
+#[command(name = "nodeipc", version, about, after_help = EXIT_STATUS)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -52,6 +63,10 @@ enum Command {
     /// Serve a rank monitor on a socket, or print one's status as JSON.
     #[command(subcommand)]
     Monitor(monitor_cmd::MonitorCommand),
+    /// Print a shell completion script (bash, zsh or fish) on stdout.
+    Completions(docs_cmd::CompletionsArgs),
+    /// Print the manual page (roff) on stdout, or write every page into a directory.
+    Man(docs_cmd::ManArgs),
     /// A demo worker (spawned by `nodeipc demo`, not for people).
     #[command(hide = true, name = "demo-worker")]
     DemoWorker(demo::WorkerArgs),
@@ -69,10 +84,45 @@ pub(crate) enum Failure {
     Signal(i32, String),
 }
 
-impl<E: std::error::Error> From<E> for Failure {
+impl<E: std::error::Error + 'static> From<E> for Failure {
+    /// A bounded wait that ran out is exit 3, whichever layer's it was;
+    /// every other error is exit 1.
     fn from(error: E) -> Self {
-        Failure::Error(error.to_string())
+        if timed_out(&error) {
+            Failure::Timeout(error.to_string())
+        } else {
+            Failure::Error(error.to_string())
+        }
     }
+}
+
+/// Whether `error`, or an error it wraps, is a bounded wait that ran out.
+fn timed_out(error: &(dyn std::error::Error + 'static)) -> bool {
+    let mut next = Some(error);
+    while let Some(error) = next {
+        let this = if let Some(e) = error.downcast_ref::<std::io::Error>() {
+            e.kind() == std::io::ErrorKind::TimedOut
+        } else if let Some(e) = error.downcast_ref::<nodeipc_sem::Error>() {
+            e.is_timeout()
+        } else if let Some(e) = error.downcast_ref::<nodeipc_monitor::Error>() {
+            e.is_timeout()
+        } else if let Some(e) = error.downcast_ref::<nodeipc_channel::Error>() {
+            matches!(e, nodeipc_channel::Error::Timeout { .. })
+        } else if let Some(e) = error.downcast_ref::<nodeipc_barrier::Error>() {
+            matches!(e, nodeipc_barrier::Error::Timeout { .. })
+        } else if let Some(e) = error.downcast_ref::<nodeipc_shm::Error>() {
+            matches!(e, nodeipc_shm::Error::Timeout { .. })
+        } else if let Some(e) = error.downcast_ref::<nodeipc_fdpass::Error>() {
+            matches!(e, nodeipc_fdpass::Error::ConnectTimeout { .. })
+        } else {
+            false
+        };
+        if this {
+            return true;
+        }
+        next = error.source();
+    }
+    false
 }
 
 pub(crate) type CmdResult = Result<(), Failure>;
@@ -96,6 +146,8 @@ fn main() -> ExitCode {
         Command::Shm(cmd) => shm_cmd::run(cmd),
         Command::Sem(cmd) => sem_cmd::run(cmd),
         Command::Monitor(cmd) => monitor_cmd::run(cmd),
+        Command::Completions(args) => docs_cmd::completions(args),
+        Command::Man(args) => docs_cmd::man(args),
     };
     // The work is done (or undone) whatever became of standard output; its
     // error, if any, comes after the command's own.
@@ -142,12 +194,29 @@ fn usage_error(error: clap::Error) -> ExitCode {
         | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => error.exit(),
         _ => {
             let text = error.to_string();
-            let first = text
-                .lines()
+            let mut lines = text.lines();
+            let mut first = lines
                 .next()
                 .unwrap_or("bad arguments")
-                .trim_start_matches("error: ");
-            let _ = writeln!(std::io::stderr(), "nodeipc: {first} (see --help)");
+                .trim_start_matches("error: ")
+                .to_owned();
+            // "the following required arguments were not provided:" names
+            // them on the lines below it.
+            if first.ends_with(':') {
+                let named: Vec<&str> = lines
+                    .take_while(|line| line.starts_with(' '))
+                    .map(str::trim)
+                    .collect();
+                first = format!("{first} {}", named.join(", "));
+            }
+            // clap's suggestions ("a similar subcommand exists: 'ls'") are
+            // its `tip:` lines: kept, on the same line.
+            let tips: String = text
+                .lines()
+                .filter_map(|line| line.trim().strip_prefix("tip: "))
+                .map(|tip| format!("; {tip}"))
+                .collect();
+            let _ = writeln!(std::io::stderr(), "nodeipc: {first}{tips} (see --help)");
             ExitCode::from(2)
         }
     }

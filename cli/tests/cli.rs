@@ -168,9 +168,9 @@ fn ls_lists_and_clean_removes_only_what_nobody_uses() {
 #[test]
 fn demo_runs_the_whole_pipeline_reports_and_leaves_nothing() {
     let _dog = Watchdog::new("demo", Duration::from_secs(120));
-    for extra in [
-        &["--depth", "1"][..],
-        &["--depth", "4", "--sems", "named"][..],
+    for (extra, sems) in [
+        (&["--depth", "1"][..], "in-region semaphores"),
+        (&["--depth", "4", "--sems", "named"][..], "named semaphores"),
     ] {
         let demo = spawn_child(
             Command::new(env!("CARGO_BIN_EXE_nodeipc"))
@@ -199,12 +199,24 @@ fn demo_runs_the_whole_pipeline_reports_and_leaves_nothing() {
             "latency p99",
             "heartbeats     2",
             "left behind    nothing",
+            sems,
         ] {
             assert!(
                 summary.contains(field),
                 "summary lacks {field:?}:\n{summary}"
             );
         }
+        // Names as the command line spells them, never a Debug form.
+        assert!(
+            summary.contains("(fd transport pidfd_getfd)")
+                || summary.contains("(fd transport SCM_RIGHTS)"),
+            "{summary}"
+        );
+        let elapsed = summary.lines().find(|l| l.contains("requests/s")).unwrap();
+        assert!(
+            elapsed.ends_with(" s)") || elapsed.ends_with(" ms)"),
+            "elapsed time not in words: {elapsed}"
+        );
         // Every worker heartbeat at least once a request.
         let beats = summary.lines().find(|l| l.contains("heartbeats")).unwrap();
         let counts: Vec<u64> = beats
