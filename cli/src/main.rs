@@ -19,6 +19,7 @@ mod docs_cmd;
 mod human;
 mod limits;
 mod monitor_cmd;
+mod monitor_view;
 mod sem_cmd;
 mod shm_cmd;
 
@@ -60,7 +61,7 @@ enum Command {
     /// Create, post, wait on and remove named semaphores.
     #[command(subcommand)]
     Sem(sem_cmd::SemCommand),
-    /// Serve a rank monitor on a socket, or print one's status as JSON.
+    /// Serve a rank monitor on a socket, or print one's status.
     #[command(subcommand)]
     Monitor(monitor_cmd::MonitorCommand),
     /// Print a shell completion script (bash, zsh or fish) on stdout.

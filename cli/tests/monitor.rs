@@ -45,7 +45,7 @@ fn serve_answers_status_as_json_and_sigterm_removes_the_sockets() {
     let path = socket.to_str().unwrap();
     let start = Instant::now();
     let out = loop {
-        let out = nodeipc(&["monitor", "status", "--socket", path]);
+        let out = nodeipc(&["monitor", "status", "--json", "--socket", path]);
         if out.status.success() {
             break out;
         }
@@ -58,10 +58,25 @@ fn serve_answers_status_as_json_and_sigterm_removes_the_sockets() {
     let mut rank = MonitorClient::connect(&socket, Duration::from_secs(10)).unwrap();
     rank.init(&RankInfo::this_process(2, 0)).unwrap();
     rank.heartbeat().unwrap();
-    let out = nodeipc(&["monitor", "status", "--socket", path]);
+    let out = nodeipc(&["monitor", "status", "--json", "--socket", path]);
     let text = String::from_utf8(out.stdout).unwrap();
     assert!(text.contains("\"state\": \"running\""), "{text}");
     assert_eq!(MonitorStatus::from_json(&text).unwrap().heartbeats, 1);
+    // Without --json: labelled lines, times in words.
+    let out = nodeipc(&["monitor", "status", "--socket", path]);
+    assert!(out.status.success(), "{out:?}");
+    let view = String::from_utf8(out.stdout).unwrap();
+    for line in [
+        format!("monitor     {path}"),
+        "state       running".to_owned(),
+        format!("rank        global 2, local 0, pid {}", std::process::id()),
+        "heartbeats  1, the last ".to_owned(),
+        "heartbeat 4.3 s".to_owned(),
+        "on timeout  SIGTERM".to_owned(),
+    ] {
+        assert!(view.contains(&line), "{line:?} missing from:\n{view}");
+    }
+    assert!(!view.contains('{') && !view.contains("_ms"), "{view}");
     drop(rank);
     // SIGTERM: orderly shutdown, exit 0, files gone.
     Pidfd::open(server.id())
