@@ -38,9 +38,27 @@ pub(crate) fn completions(args: CompletionsArgs) -> CmdResult {
         Shell::Fish => clap_complete::Shell::Fish,
     };
     let mut script = Vec::new();
-    clap_complete::generate(shell, &mut Cli::command(), "nodeipc", &mut script);
+    clap_complete::generate(shell, &mut public(Cli::command()), "nodeipc", &mut script);
     crate::output::bytes(&script);
     Ok(())
+}
+
+/// The command without its hidden subcommands (`demo-worker`), which
+/// clap_complete would otherwise offer: the same name, version, about and
+/// top-level arguments, and every subcommand a person may type.
+fn public(command: clap::Command) -> clap::Command {
+    let mut public = clap::Command::new("nodeipc")
+        .version(env!("CARGO_PKG_VERSION"))
+        .subcommands(
+            command
+                .get_subcommands()
+                .filter(|sub| !sub.is_hide_set())
+                .cloned(),
+        );
+    if let Some(about) = command.get_about() {
+        public = public.about(about.clone());
+    }
+    public
 }
 
 /// Prints the manual page (roff), or writes every page into `args.dir`.
