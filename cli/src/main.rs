@@ -98,7 +98,7 @@ impl<E: std::error::Error + 'static> From<E> for Failure {
 }
 
 /// Whether `error`, or an error it wraps, is a bounded wait that ran out.
-fn timed_out(error: &(dyn std::error::Error + 'static)) -> bool {
+pub(crate) fn timed_out(error: &(dyn std::error::Error + 'static)) -> bool {
     let mut next = Some(error);
     while let Some(error) = next {
         let this = if let Some(e) = error.downcast_ref::<std::io::Error>() {
