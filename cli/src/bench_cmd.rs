@@ -108,11 +108,12 @@ pub(crate) fn run(args: BenchArgs) -> CmdResult {
         Ok(_) => Ok(()),
         Err(error) => {
             let line = format!(
-                "{}: {error} ({} measured before it, printed above)",
+                "{}: {} ({} measured before it, printed above)",
                 stream.current.borrow(),
+                crate::errors::line(&error),
                 rows(stream.rows.get())
             );
-            if crate::timed_out(&error) {
+            if crate::errors::timed_out(&error) {
                 Err(Failure::Timeout(line))
             } else {
                 Err(Failure::Error(line))

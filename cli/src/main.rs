@@ -16,6 +16,7 @@ mod bench_cmd;
 mod clean;
 mod demo;
 mod docs_cmd;
+mod errors;
 mod human;
 mod limits;
 mod monitor_cmd;
@@ -86,44 +87,14 @@ pub(crate) enum Failure {
 }
 
 impl<E: std::error::Error + 'static> From<E> for Failure {
-    /// A bounded wait that ran out is exit 3, whichever layer's it was;
-    /// every other error is exit 1.
+    /// A bounded wait that ran out is exit 3 (see [`errors`]).
     fn from(error: E) -> Self {
-        if timed_out(&error) {
-            Failure::Timeout(error.to_string())
+        if errors::timed_out(&error) {
+            Failure::Timeout(errors::line(&error))
         } else {
-            Failure::Error(error.to_string())
+            Failure::Error(errors::line(&error))
         }
     }
-}
-
-/// Whether `error`, or an error it wraps, is a bounded wait that ran out.
-pub(crate) fn timed_out(error: &(dyn std::error::Error + 'static)) -> bool {
-    let mut next = Some(error);
-    while let Some(error) = next {
-        let this = if let Some(e) = error.downcast_ref::<std::io::Error>() {
-            e.kind() == std::io::ErrorKind::TimedOut
-        } else if let Some(e) = error.downcast_ref::<nodeipc_sem::Error>() {
-            e.is_timeout()
-        } else if let Some(e) = error.downcast_ref::<nodeipc_monitor::Error>() {
-            e.is_timeout()
-        } else if let Some(e) = error.downcast_ref::<nodeipc_channel::Error>() {
-            matches!(e, nodeipc_channel::Error::Timeout { .. })
-        } else if let Some(e) = error.downcast_ref::<nodeipc_barrier::Error>() {
-            matches!(e, nodeipc_barrier::Error::Timeout { .. })
-        } else if let Some(e) = error.downcast_ref::<nodeipc_shm::Error>() {
-            matches!(e, nodeipc_shm::Error::Timeout { .. })
-        } else if let Some(e) = error.downcast_ref::<nodeipc_fdpass::Error>() {
-            matches!(e, nodeipc_fdpass::Error::ConnectTimeout { .. })
-        } else {
-            false
-        };
-        if this {
-            return true;
-        }
-        next = error.source();
-    }
-    false
 }
 
 pub(crate) type CmdResult = Result<(), Failure>;

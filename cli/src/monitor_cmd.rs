@@ -8,7 +8,7 @@ use std::time::Duration;
 use clap::Subcommand;
 use nodeipc_monitor::{ControlClient, MonitorConfig};
 
-use crate::{CmdResult, Failure, human};
+use crate::{CmdResult, Failure};
 
 #[derive(Subcommand)]
 pub(crate) enum MonitorCommand {
@@ -140,26 +140,7 @@ fn failure(error: nodeipc_monitor::Error) -> Failure {
         }
         other => other.is_timeout(),
     };
-    // The library's line says the wait in Rust's debug form ("300.5ms").
-    let line = match &error {
-        nodeipc_monitor::Error::ConnectTimeout { path, waited, last } => format!(
-            "no monitor accepted a connection on {} within {}: {}",
-            path.display(),
-            human::duration(*waited),
-            nodeipc_fdpass::connect_failure_reason(last)
-        ),
-        nodeipc_monitor::Error::Timeout {
-            op,
-            path,
-            waited,
-            detail,
-        } => format!(
-            "the monitor at {}: {op} timed out after {}{detail}",
-            path.display(),
-            human::duration(*waited)
-        ),
-        other => other.to_string(),
-    };
+    let line = crate::errors::line(&error);
     if ran_out {
         Failure::Timeout(line)
     } else {

@@ -5,7 +5,7 @@ use std::time::Duration;
 use clap::Subcommand;
 use nodeipc_sem::{NamedSemaphore, Semaphore};
 
-use crate::{CmdResult, Failure};
+use crate::CmdResult;
 
 #[derive(Subcommand)]
 pub(crate) enum SemCommand {
@@ -53,7 +53,6 @@ pub(crate) fn run(command: SemCommand) -> CmdResult {
                 None => sem.wait(),
             };
             match waited {
-                Err(e) if e.is_timeout() => return Err(Failure::Timeout(e.to_string())),
                 other => other?,
             }
         }
