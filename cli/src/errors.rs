@@ -42,8 +42,13 @@ pub(crate) fn line(error: &(dyn Error + 'static)) -> String {
     line
 }
 
+/// `error` and what it wraps. An `io::Error` made from another error hands
+/// that error out through `get_ref`: its `source` skips it.
 fn chain<'a>(error: &'a (dyn Error + 'static)) -> impl Iterator<Item = &'a (dyn Error + 'static)> {
-    std::iter::successors(Some(error), |&e| e.source())
+    std::iter::successors(Some(error), |&e| match e.downcast_ref::<std::io::Error>() {
+        Some(io) => io.get_ref().map(|inner| inner as &(dyn Error + 'static)),
+        None => e.source(),
+    })
 }
 
 /// A timeout's message with its time in words; `None` for other errors.

@@ -81,6 +81,8 @@ pub(crate) enum Failure {
     Error(String),
     /// Exit 3: a bounded wait ran out.
     Timeout(String),
+    /// Exit 2: arguments clap accepted one by one that do not go together.
+    Usage(String),
     /// Exit 128 + the signal's number: stopped by SIGINT or SIGTERM, after
     /// undoing what the command made. The line says which signal.
     Signal(i32, String),
@@ -128,6 +130,7 @@ fn main() -> ExitCode {
         Ok(()) => return ExitCode::SUCCESS,
         Err(Failure::Error(line)) => (1, line),
         Err(Failure::Timeout(line)) => (3, line),
+        Err(Failure::Usage(line)) => (2, format!("{line} (see --help)")),
         Err(Failure::Signal(signal, line)) => ((128 + signal).clamp(129, 255) as u8, line),
     };
     // Not eprintln!: it panics when standard error is a closed pipe.

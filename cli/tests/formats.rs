@@ -210,6 +210,11 @@ fn usage_errors_exit_2_on_one_line_with_clap_suggestion() {
             "a similar value exists: 'in-region'",
         ),
         (&["sem", "wait"][..], "not provided: <NAME>"),
+        // Each value in range, together too big: a usage error as well.
+        (
+            &["demo", "--payload", "67108864", "--depth", "64"][..],
+            "at most 268435456 (256 MiB)",
+        ),
     ] {
         let out = nodeipc(args);
         let stderr = String::from_utf8_lossy(&out.stderr);
