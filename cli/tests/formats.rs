@@ -224,3 +224,70 @@ fn usage_errors_exit_2_on_one_line_with_clap_suggestion() {
         assert!(stderr.ends_with("(see --help)\n"), "{stderr}");
     }
 }
+
+/// `shell args…`, output captured; `None` when the shell is not on PATH.
+fn in_shell(shell: &str, args: &[&str]) -> Option<Output> {
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path).find(|dir| dir.join(shell).is_file())?;
+    Some(
+        spawn_child(
+            Command::new(shell)
+                .args(args)
+                .stdin(Stdio::null())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped()),
+        )
+        .output_timeout(Duration::from_secs(30)),
+    )
+}
+
+#[test]
+fn completion_scripts_complete_in_their_shells() {
+    const TEST: &str = "completion_scripts_complete_in_their_shells";
+    let _dog = Watchdog::new(TEST, Duration::from_secs(90));
+    let dir = nodeipc_testkit::TempDir::new("cli-completions");
+    let script = |shell: &str| {
+        let path = dir.path().join(format!("nodeipc.{shell}"));
+        std::fs::write(&path, ok(&["completions", shell])).unwrap();
+        path.to_str().unwrap().to_owned()
+    };
+    // bash: the completion function offers the subcommand and the option.
+    let bash = script("bash");
+    let out = in_shell(
+        "bash",
+        &[
+            "-c",
+            "source \"$0\"; \
+             COMP_WORDS=(nodeipc mon); COMP_CWORD=1; _nodeipc nodeipc mon nodeipc; \
+             printf '%s\\n' \"${COMPREPLY[@]}\"; \
+             COMP_WORDS=(nodeipc ls --j); COMP_CWORD=2; _nodeipc nodeipc --j ls; \
+             printf '%s\\n' \"${COMPREPLY[@]}\"",
+            &bash,
+        ],
+    )
+    .expect("bash is installed");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "monitor\n--json\n");
+    // fish: `complete -C` asks it as a user's tab would.
+    let fish = script("fish");
+    let asked = "source $argv[1]; complete -C 'nodeipc mon'; complete -C 'nodeipc monitor status --j'";
+    match in_shell("fish", &["-c", asked, &fish]) {
+        None => {
+            nodeipc_testkit::skip(TEST, "fish is not installed");
+        }
+        Some(out) => {
+            let said = String::from_utf8_lossy(&out.stdout);
+            assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+            assert!(said.starts_with("monitor\t"), "{said}");
+            assert!(said.contains("\n--json\t"), "{said}");
+        }
+    }
+    // zsh: the script parses (completing needs an interactive compinit).
+    let zsh = script("zsh");
+    match in_shell("zsh", &["-n", &zsh]) {
+        None => {
+            nodeipc_testkit::skip(TEST, "zsh is not installed");
+        }
+        Some(out) => assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr)),
+    }
+}
