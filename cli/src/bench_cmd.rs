@@ -8,8 +8,8 @@ use std::io::{IsTerminal, Write};
 use clap::{Args, Subcommand};
 use nodeipc_benches::suite::{self, Options, Report, Row};
 
-use crate::{CmdResult, Failure};
 use crate::limits::{u32_in, u64_in, usize_in};
+use crate::{CmdResult, Failure};
 
 /// The most iterations a batch may ask for: more is hours, and `iters`
 /// feeds additions and multiplications in the suite.

@@ -223,7 +223,12 @@ pub(crate) fn clean(args: CleanArgs) -> CmdResult {
     }
     let mut kept = outcome.kept.len();
     for (object, reason) in &outcome.kept {
-        say(Done::Kept, kind(object), &object.name, Some(&reason.to_string()));
+        say(
+            Done::Kept,
+            kind(object),
+            &object.name,
+            Some(&reason.to_string()),
+        );
     }
     let mut removed = outcome.removed.len();
     for dir in &found {

@@ -23,9 +23,8 @@ pub(crate) fn timed_out(error: &(dyn Error + 'static)) -> bool {
                     .is_some_and(|e| matches!(e, nodeipc_barrier::Error::Timeout { .. }))
                 || e.downcast_ref::<nodeipc_shm::Error>()
                     .is_some_and(|e| matches!(e, nodeipc_shm::Error::Timeout { .. }))
-                || e.downcast_ref::<nodeipc_fdpass::Error>().is_some_and(|e| {
-                    matches!(e, nodeipc_fdpass::Error::ConnectTimeout { .. })
-                })
+                || e.downcast_ref::<nodeipc_fdpass::Error>()
+                    .is_some_and(|e| matches!(e, nodeipc_fdpass::Error::ConnectTimeout { .. }))
         }
     })
 }

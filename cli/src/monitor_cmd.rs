@@ -114,7 +114,9 @@ fn something_listens(socket: &Path, timeout: Duration) -> CmdResult {
         }
         Err(nodeipc_fdpass::Error::Connect { source, .. })
             if matches!(
-                source.raw_os_error().map(rustix::io::Errno::from_raw_os_error),
+                source
+                    .raw_os_error()
+                    .map(rustix::io::Errno::from_raw_os_error),
                 Some(rustix::io::Errno::CONNREFUSED | rustix::io::Errno::NOENT)
             ) =>
         {
@@ -123,7 +125,11 @@ fn something_listens(socket: &Path, timeout: Duration) -> CmdResult {
         // A full backlog ran the timeout out; everything else is said by
         // the real connection below, as it always was.
         Err(nodeipc_fdpass::Error::ConnectTimeout { path, waited, last }) => {
-            Err(failure(nodeipc_monitor::Error::ConnectTimeout { path, waited, last }))
+            Err(failure(nodeipc_monitor::Error::ConnectTimeout {
+                path,
+                waited,
+                last,
+            }))
         }
         Err(_) => Ok(()),
     }

@@ -81,7 +81,11 @@ pub(crate) fn render(socket: &str, status: &MonitorStatus) -> String {
     if let Some(state) = &status.last_state {
         lines.push(("rank state", format!("{} bytes", state.len())));
     }
-    let width = lines.iter().map(|(label, _)| label.len()).max().unwrap_or(0);
+    let width = lines
+        .iter()
+        .map(|(label, _)| label.len())
+        .max()
+        .unwrap_or(0);
     lines
         .iter()
         .map(|(label, value)| format!("{label:<width$}  {value}\n"))

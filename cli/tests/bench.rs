@@ -87,7 +87,10 @@ fn the_table_names_the_machine_and_every_implementation() {
 fn bench_out_of_descriptors(args: &[&str]) -> std::process::Output {
     spawn_child(
         Command::new("sh")
-            .args(["-c", "ulimit -n 48 && exec \"$0\" bench --quick \"$@\" fdpass"])
+            .args([
+                "-c",
+                "ulimit -n 48 && exec \"$0\" bench --quick \"$@\" fdpass",
+            ])
             .arg(env!("CARGO_BIN_EXE_nodeipc"))
             .args(args)
             .stdout(Stdio::piped())

@@ -68,7 +68,9 @@ fn ls_json_has_one_object_a_line_with_stable_fields_and_owners_by_name() {
         Some(NAMELESS_UID),
     )
     .unwrap();
-    let me = std::fs::metadata(format!("/dev/shm{region}")).unwrap().uid();
+    let me = std::fs::metadata(format!("/dev/shm{region}"))
+        .unwrap()
+        .uid();
 
     let rows = json_lines(&ok(&["ls", "--json", "--prefix", &prefix]));
     assert_eq!(rows.len(), 3, "{rows:?}");
@@ -145,10 +147,7 @@ fn clean_json_says_what_it_did_with_each_object_and_no_summary() {
         let kept = rows.iter().find(|r| r["name"] == live.as_str()).unwrap();
         assert_eq!(kept["action"], "kept", "{kept}");
         let reason = kept["reason"].as_str().unwrap();
-        assert!(
-            reason.contains(&std::process::id().to_string()),
-            "{reason}"
-        );
+        assert!(reason.contains(&std::process::id().to_string()), "{reason}");
     }
     assert_eq!(
         shm_leftovers(&prefix),
@@ -266,18 +265,27 @@ fn completion_scripts_complete_in_their_shells() {
         ],
     )
     .expect("bash is installed");
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert_eq!(String::from_utf8_lossy(&out.stdout), "monitor\n--json\n");
     // fish: `complete -C` asks it as a user's tab would.
     let fish = script("fish");
-    let asked = "source $argv[1]; complete -C 'nodeipc mon'; complete -C 'nodeipc monitor status --j'";
+    let asked =
+        "source $argv[1]; complete -C 'nodeipc mon'; complete -C 'nodeipc monitor status --j'";
     match in_shell("fish", &["-c", asked, &fish]) {
         None => {
             nodeipc_testkit::skip(TEST, "fish is not installed");
         }
         Some(out) => {
             let said = String::from_utf8_lossy(&out.stdout);
-            assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+            assert!(
+                out.status.success(),
+                "{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
             assert!(said.starts_with("monitor\t"), "{said}");
             assert!(said.contains("\n--json\t"), "{said}");
         }
@@ -288,6 +296,10 @@ fn completion_scripts_complete_in_their_shells() {
         None => {
             nodeipc_testkit::skip(TEST, "zsh is not installed");
         }
-        Some(out) => assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr)),
+        Some(out) => assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        ),
     }
 }

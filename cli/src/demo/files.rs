@@ -96,7 +96,9 @@ mod tests {
 
     fn message(failure: Failure) -> String {
         match failure {
-            Failure::Error(s) | Failure::Timeout(s) | Failure::Usage(s) | Failure::Signal(_, s) => s,
+            Failure::Error(s) | Failure::Timeout(s) | Failure::Usage(s) | Failure::Signal(_, s) => {
+                s
+            }
         }
     }
 
