@@ -109,10 +109,19 @@ fn sem_create_post_wait_value_unlink_and_timeout_exit_3() {
     assert_eq!(nodeipc(&["sem", "value", &name]).stdout, b"2\n");
     assert_ok(&nodeipc(&["sem", "wait", &name, "--timeout-ms", "100"]));
     assert_ok(&nodeipc(&["sem", "wait", &name]));
-    assert_one_line_error(
-        &nodeipc(&["sem", "wait", &name, "--timeout-ms", "50"]),
-        3,
-        "timed out",
+    let timed_out = nodeipc(&["sem", "wait", &name, "--timeout-ms", "50"]);
+    assert_one_line_error(&timed_out, 3, "timed out after ");
+    // The time in words ("52 ms"), not Rust's debug form ("52.117335ms").
+    let stderr = String::from_utf8_lossy(&timed_out.stderr);
+    let said = stderr
+        .split("timed out after ")
+        .nth(1)
+        .and_then(|rest| rest.split(" waiting").next())
+        .unwrap();
+    let (number, unit) = said.split_once(' ').unwrap();
+    assert!(
+        unit == "ms" && number.parse::<u64>().is_ok_and(|ms| ms >= 50),
+        "{stderr}"
     );
     assert_ok(&nodeipc(&["sem", "unlink", &name]));
     assert!(shm_leftovers(&name).is_empty());

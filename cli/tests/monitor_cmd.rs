@@ -103,6 +103,14 @@ fn regression_status_of_a_stopped_monitor_with_a_full_backlog_exits_3_in_time() 
     assert_eq!(out.status.code(), Some(3), "{stderr}");
     assert!(took < Duration::from_secs(3), "took {took:?}");
     assert!(stderr.contains("backlog is full"), "{stderr}");
+    // The wait in words ("300 ms"), not Rust's debug form ("300.41ms").
+    let waited = stderr
+        .split(" within ")
+        .nth(1)
+        .and_then(|rest| rest.split(':').next())
+        .unwrap();
+    let (ms, unit) = waited.split_once(' ').unwrap();
+    assert!(unit == "ms" && ms.parse::<u64>().is_ok(), "{stderr}");
     assert!(stderr.contains(&*socket.to_string_lossy()), "{stderr}");
     drop(held);
     stop(server);
