@@ -145,3 +145,41 @@ fn a_row_failing_late_keeps_the_rows_measured_before_it() {
         }
     }
 }
+
+#[test]
+fn on_a_terminal_the_progress_is_one_line_rewritten_in_place() {
+    const TEST: &str = "on_a_terminal_the_progress_is_one_line_rewritten_in_place";
+    let _dog = Watchdog::new(TEST, Duration::from_secs(120));
+    if !std::path::Path::new("/usr/bin/script").exists() {
+        nodeipc_testkit::skip(TEST, "script(1) (util-linux) is not installed");
+        return;
+    }
+    // script(1) runs the command on a pseudo-terminal: stderr is a terminal.
+    let command = format!(
+        "sh -c 'ulimit -n 48 && exec {} bench --quick --json fdpass'",
+        env!("CARGO_BIN_EXE_nodeipc")
+    );
+    let out = spawn_child(
+        Command::new("/usr/bin/script")
+            .args(["-qec", &command, "/dev/null"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped()),
+    )
+    .output_timeout(Duration::from_secs(60));
+    let seen = String::from_utf8_lossy(&out.stdout);
+    // Each round rewrites the line: carriage return, erase, the new text,
+    // and no newline after it.
+    for round in 1..=7 {
+        let line = format!(
+            "\r\x1b[Knodeipc bench: row 1 (SCM_RIGHTS to another process, 1 fds a message, per fd): round {round} of 7\r"
+        );
+        assert!(seen.contains(&line), "{line:?} missing from {seen:?}");
+    }
+    // The row comes out on a clean line, and so does the error.
+    assert!(seen.contains("\r\x1b[K{\"baselines\""), "{seen:?}");
+    assert!(
+        seen.contains("\r\x1b[Knodeipc: SCM_RIGHTS to another process, 64 fds"),
+        "{seen:?}"
+    );
+}
