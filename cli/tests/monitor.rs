@@ -162,3 +162,39 @@ fn spawn_monitor_runs_the_cli_as_its_program() {
         .collect();
     assert_eq!(left, ["monitor.log"]);
 }
+
+#[test]
+fn the_human_status_escapes_what_a_rank_chose_so_it_cannot_forge_a_line() {
+    let _dog = Watchdog::new("monitor_status_forged", Duration::from_secs(60));
+    let dir = TempDir::new("cli-monitor-forge");
+    let socket = dir.join("rank.sock");
+    let server = spawn_child(
+        Command::new(env!("CARGO_BIN_EXE_nodeipc"))
+            .args(["monitor", "serve", "--socket"])
+            .arg(&socket)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped()),
+    );
+    let mut rank = MonitorClient::connect(&socket, Duration::from_secs(20)).unwrap();
+    let mut me = RankInfo::this_process(0, 0);
+    me.host = "node\nstate       terminated".to_owned();
+    rank.init(&me).unwrap();
+    rank.heartbeat().unwrap();
+    let out = nodeipc(&["monitor", "status", "--socket", socket.to_str().unwrap()]);
+    assert!(out.status.success(), "{out:?}");
+    let view = String::from_utf8(out.stdout).unwrap();
+    let states: Vec<&str> = view.lines().filter(|l| l.starts_with("state")).collect();
+    assert_eq!(states, ["state       running"], "{view}");
+    assert!(view.contains(r"on node\nstate       terminated"), "{view}");
+    drop(rank);
+    Pidfd::open(server.id())
+        .unwrap()
+        .send_signal(Signal::TERM)
+        .unwrap();
+    assert!(
+        server
+            .output_timeout(Duration::from_secs(30))
+            .status
+            .success()
+    );
+}
