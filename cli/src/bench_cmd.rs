@@ -1,10 +1,15 @@
 //! `nodeipc bench`: every layer beside its baselines, measured in one run.
+//! Each row is printed as soon as it is measured and the progress goes to
+//! stderr, so a run that fails late keeps everything it measured.
+
+use std::cell::{Cell, RefCell};
+use std::io::{IsTerminal, Write};
 
 use clap::{Args, Subcommand};
-use nodeipc_benches::suite::{self, Options, Row};
+use nodeipc_benches::suite::{self, Options, Report, Row};
 
-use crate::CmdResult;
 use crate::limits::{u32_in, u64_in, usize_in};
+use crate::{CmdResult, Failure};
 
 /// The most iterations a batch may ask for: more is hours, and `iters`
 /// feeds additions and multiplications in the suite.
@@ -72,27 +77,104 @@ pub(crate) fn run(args: BenchArgs) -> CmdResult {
     if let Some(Only::Channel { payload, depth, .. }) = &args.only {
         crate::limits::check_ring(*payload as u64, *depth)?;
     }
-    let options = Options { quick: args.quick };
-    let rows: Vec<Row> = match args.only {
-        None => suite::all(options)?,
-        Some(Only::Sem) => suite::sem(options)?,
-        Some(Only::Fdpass { fds }) => suite::fdpass(options, fds)?,
-        Some(Only::Barrier { ranks, iters }) => suite::barrier(options, ranks, iters)?,
-        Some(Only::Kittens) => suite::kittens(options)?,
+    let stream = Stream {
+        json: args.json,
+        terminal: std::io::stderr().is_terminal(),
+        rows: Cell::new(0),
+        current: RefCell::new(String::new()),
+    };
+    if !args.json {
+        crate::output::text(&suite::table_header());
+    }
+    let options = Options {
+        quick: args.quick,
+        report: Some(&stream),
+    };
+    // Each row is printed by `stream` as soon as it is measured: the rows
+    // these return are printed already.
+    let done = match args.only {
+        None => suite::all(options),
+        Some(Only::Sem) => suite::sem(options),
+        Some(Only::Fdpass { fds }) => suite::fdpass(options, fds),
+        Some(Only::Barrier { ranks, iters }) => suite::barrier(options, ranks, iters),
+        Some(Only::Kittens) => suite::kittens(options),
         Some(Only::Channel {
             workers,
             payload,
             iters,
             depth,
-        }) => suite::channel(options, workers.map(|w| (w, payload, iters)), depth)?,
-        Some(Only::Monitor) => suite::monitor(options)?,
+        }) => suite::channel(options, workers.map(|w| (w, payload, iters)), depth),
+        Some(Only::Monitor) => suite::monitor(options),
     };
-    if args.json {
-        for row in &rows {
-            outln!("{}", row.to_json());
+    stream.end_progress();
+    match done {
+        Ok(_) => Ok(()),
+        Err(error) => {
+            let line = format!(
+                "{}: {} ({} measured before it, printed above)",
+                stream.current.borrow(),
+                crate::errors::line(&error),
+                rows(stream.rows.get())
+            );
+            if crate::errors::timed_out(&error) {
+                Err(Failure::Timeout(line))
+            } else {
+                Err(Failure::Error(line))
+            }
         }
-    } else {
-        crate::output::text(&suite::table(&rows));
     }
-    Ok(())
+}
+
+fn rows(count: usize) -> String {
+    match count {
+        1 => "1 row".to_owned(),
+        n => format!("{n} rows"),
+    }
+}
+
+/// Prints each row as soon as it is final (a table row, or a JSON line)
+/// and the progress on stderr: on a terminal one line rewritten in place,
+/// elsewhere (a log) a line a round.
+struct Stream {
+    json: bool,
+    terminal: bool,
+    /// Rows printed so far.
+    rows: Cell<usize>,
+    /// The row being measured, for the progress and an error.
+    current: RefCell<String>,
+}
+
+impl Stream {
+    /// Clears the rewritten progress line, if there is one.
+    fn end_progress(&self) {
+        if self.terminal {
+            let _ = write!(std::io::stderr(), "\r\x1b[K");
+        }
+    }
+}
+
+impl Report for Stream {
+    fn round(&self, what: &str, round: usize, rounds: usize) {
+        what.clone_into(&mut self.current.borrow_mut());
+        let line = format!(
+            "nodeipc bench: row {} ({what}): round {round} of {rounds}",
+            self.rows.get() + 1
+        );
+        // Not eprintln!: it panics when standard error is a closed pipe.
+        let _ = if self.terminal {
+            write!(std::io::stderr(), "\r\x1b[K{line}")
+        } else {
+            writeln!(std::io::stderr(), "{line}")
+        };
+    }
+
+    fn row(&self, row: &Row) {
+        self.end_progress();
+        self.rows.set(self.rows.get() + 1);
+        if self.json {
+            outln!("{}", row.to_json());
+        } else {
+            crate::output::text(&suite::table_row(row));
+        }
+    }
 }

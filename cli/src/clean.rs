@@ -26,6 +26,7 @@ use clap::Args;
 use nodeipc_shm::{ObjectKind, ProcessScan, ShmObject};
 
 use crate::CmdResult;
+use crate::human::{self, Owners};
 
 /// The prefix every name the CLI, the demo and the tests create starts with.
 pub(crate) const DEFAULT_PREFIX: &str = "/nodeipc-";
@@ -44,6 +45,13 @@ pub(crate) struct LsArgs {
     /// Only objects and directories whose name starts with this ("/" for all).
     #[arg(long, default_value = DEFAULT_PREFIX)]
     prefix: String,
+    /// One JSON object a line, one line an object (fields in the README);
+    /// sizes in bytes.
+    #[arg(long)]
+    json: bool,
+    /// Sizes in bytes, not KiB, MiB or GiB.
+    #[arg(long)]
+    bytes: bool,
 }
 
 #[derive(Args)]
@@ -54,6 +62,10 @@ pub(crate) struct CleanArgs {
     /// Say what would be removed, remove nothing.
     #[arg(long)]
     dry_run: bool,
+    /// One JSON object a line, one line an object (fields in the README),
+    /// and no summary line.
+    #[arg(long)]
+    json: bool,
     /// Keep directories changed less than this many seconds ago.
     #[arg(long, value_name = "SECONDS", default_value_t = DEFAULT_MIN_AGE_SECS,
           value_parser = crate::limits::u64_in(0, MAX_MIN_AGE_SECS))]
@@ -78,14 +90,7 @@ pub(crate) fn ls(args: LsArgs) -> CmdResult {
         min_age: Duration::from_secs(DEFAULT_MIN_AGE_SECS),
     };
     let found = dirs::our_dirs(&args.prefix, &scan, &rules)?;
-    outln!(
-        "{:<10} {:>12} {:>5} {:>6}  {:<24} NAME",
-        "KIND",
-        "SIZE",
-        "MODE",
-        "OWNER",
-        "USED BY"
-    );
+    let mut listed = Vec::with_capacity(objects.len() + found.len());
     for object in &objects {
         // Nobody seen: the kernel says whether somebody unseen holds it.
         let unseen = object.users.is_empty()
@@ -93,31 +98,90 @@ pub(crate) fn ls(args: LsArgs) -> CmdResult {
                 nodeipc_shm::Unheld::prove(&object.path, None),
                 Ok(_) | Err(nodeipc_shm::NotProved::Gone)
             );
-        outln!(
-            "{:<10} {:>12} {:>5o} {:>6}  {:<24} {}",
-            kind(object),
-            object.size,
-            object.mode,
-            object.owner,
-            users(&object.users, unseen),
-            Shown(&object.name)
-        );
+        listed.push(Listed {
+            kind: kind(object),
+            name: object.name.clone(),
+            size: object.size,
+            mode: object.mode,
+            uid: object.owner,
+            users: &object.users,
+            unseen,
+        });
     }
     for dir in &found {
         let unseen = dir
             .keep()
             .is_some_and(|why| why.starts_with("in use or unknown"));
+        listed.push(Listed {
+            kind: "directory",
+            name: dir.path.to_string_lossy().into_owned(),
+            size: dir.size,
+            mode: dir.mode,
+            uid: dir.owner,
+            users: &dir.users,
+            unseen,
+        });
+    }
+    let mut owners = Owners::default();
+    if args.json {
+        for entry in &listed {
+            outln!("{}", entry.to_json(&mut owners));
+        }
+        return Ok(());
+    }
+    outln!(
+        "{:<10} {:>12} {:>5} {:<8}  {:<24} NAME",
+        "KIND",
+        "SIZE",
+        "MODE",
+        "OWNER",
+        "USED BY"
+    );
+    for entry in &listed {
+        let size = if args.bytes {
+            entry.size.to_string()
+        } else {
+            human::size(entry.size)
+        };
         outln!(
-            "{:<10} {:>12} {:>5o} {:>6}  {:<24} {}",
-            "directory",
-            dir.size,
-            dir.mode,
-            dir.owner,
-            users(&dir.users, unseen),
-            Shown(&dir.path.to_string_lossy())
+            "{:<10} {:>12} {:>5o} {:<8}  {:<24} {}",
+            entry.kind,
+            size,
+            entry.mode,
+            owners.name(entry.uid),
+            users(entry.users, entry.unseen),
+            Shown(&entry.name)
         );
     }
     Ok(())
+}
+
+/// One line of `ls`: an object under `/dev/shm` or a directory of ours.
+struct Listed<'a> {
+    kind: &'static str,
+    name: String,
+    size: u64,
+    mode: u32,
+    uid: u32,
+    users: &'a [u32],
+    /// Someone `ls` cannot see uses it, or may.
+    unseen: bool,
+}
+
+impl Listed<'_> {
+    /// The JSON object `ls --json` prints (fields in the README).
+    fn to_json(&self, owners: &mut Owners) -> serde_json::Value {
+        serde_json::json!({
+            "kind": self.kind,
+            "name": self.name,
+            "size": self.size,
+            "mode": format!("{:04o}", self.mode),
+            "uid": self.uid,
+            "owner": owners.name(self.uid),
+            "users": self.users,
+            "unseen": self.unseen,
+        })
+    }
 }
 
 pub(crate) fn clean(args: CleanArgs) -> CmdResult {
@@ -132,44 +196,93 @@ pub(crate) fn clean(args: CleanArgs) -> CmdResult {
         min_age: Duration::from_secs(args.min_age),
     };
     let found = dirs::our_dirs(&args.prefix, &scan, &rules)?;
-    let verb = if args.dry_run {
-        "would remove"
+    let done = if args.dry_run {
+        Done::WouldRemove
     } else {
-        "removed"
+        Done::Removed
+    };
+    let say = |done: Done, kind: &str, name: &str, reason: Option<&str>| {
+        if args.json {
+            outln!(
+                "{}",
+                serde_json::json!({
+                    "action": done.json(),
+                    "kind": kind,
+                    "name": name,
+                    "reason": reason,
+                })
+            );
+        } else if let Some(reason) = reason {
+            outln!("{} {kind} {} ({reason})", done.words(), Shown(name));
+        } else {
+            outln!("{} {kind} {}", done.words(), Shown(name));
+        }
     };
     for object in &outcome.removed {
-        outln!("{verb} {} {}", kind(object), Shown(&object.name));
+        say(done, kind(object), &object.name, None);
     }
     let mut kept = outcome.kept.len();
     for (object, reason) in &outcome.kept {
-        outln!("kept {} {} ({reason})", kind(object), Shown(&object.name));
+        say(
+            Done::Kept,
+            kind(object),
+            &object.name,
+            Some(&reason.to_string()),
+        );
     }
     let mut removed = outcome.removed.len();
     for dir in &found {
+        let name = dir.path.to_string_lossy();
         let why = match dir.keep() {
             Some(why) => why.to_owned(),
             None if args.dry_run => {
-                outln!("{verb} directory {}", Shown(&dir.path.to_string_lossy()));
+                say(done, "directory", &name, None);
                 removed += 1;
                 continue;
             }
             None => match dir.remove() {
                 Ok(()) => {
-                    outln!("{verb} directory {}", Shown(&dir.path.to_string_lossy()));
+                    say(done, "directory", &name, None);
                     removed += 1;
                     continue;
                 }
                 Err(why) => why,
             },
         };
-        outln!(
-            "kept directory {} ({why})",
-            Shown(&dir.path.to_string_lossy())
-        );
+        say(Done::Kept, "directory", &name, Some(&why));
         kept += 1;
     }
-    outln!("{removed} {verb}, {kept} kept");
+    if !args.json {
+        outln!("{removed} {}, {kept} kept", done.words());
+    }
     Ok(())
+}
+
+/// What `clean` did with one object or directory.
+#[derive(Clone, Copy)]
+enum Done {
+    Removed,
+    WouldRemove,
+    Kept,
+}
+
+impl Done {
+    fn words(self) -> &'static str {
+        match self {
+            Done::Removed => "removed",
+            Done::WouldRemove => "would remove",
+            Done::Kept => "kept",
+        }
+    }
+
+    /// The `action` field of `clean --json`.
+    fn json(self) -> &'static str {
+        match self {
+            Done::Removed => "removed",
+            Done::WouldRemove => "would_remove",
+            Done::Kept => "kept",
+        }
+    }
 }
 
 fn kind(object: &ShmObject) -> &'static str {

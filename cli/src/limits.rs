@@ -19,7 +19,7 @@ pub(crate) fn check_ring(payload: u64, depth: u32) -> Result<(), Failure> {
     // Both are range-checked first: at most 2^26 and 64, no overflow.
     let ring = payload.saturating_mul(u64::from(depth));
     if ring > MAX_RING {
-        return Err(Failure::Error(format!(
+        return Err(Failure::Usage(format!(
             "--payload {payload} with --depth {depth} needs a request ring of {ring} bytes; \
              at most {MAX_RING} (256 MiB)"
         )));

@@ -15,9 +15,13 @@ mod output;
 mod bench_cmd;
 mod clean;
 mod demo;
+mod docs_cmd;
+mod errors;
+mod human;
 mod launch;
 mod limits;
 mod monitor_cmd;
+mod monitor_view;
 mod sem_cmd;
 mod shm_cmd;
 
@@ -26,9 +30,18 @@ use std::process::ExitCode;
 
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 
+/// The exit statuses, in `--help` and the manual page.
+const EXIT_STATUS: &str = "\
+Exit status:
+  0      success
+  1      failure: one line on stderr says what went wrong
+  2      usage error: one line on stderr, with clap's suggestion if it has one
+  3      a bounded wait timed out (sem wait, monitor status, a peer that did not answer)
+  128+N  demo stopped by signal N (130 for SIGINT, 143 for SIGTERM), after cleaning up";
+
 /// Building blocks for processes on one Linux node that must work as one.
 #[derive(Parser)]
-#[command(name = "nodeipc", version, about)]
+#[command(name = "nodeipc", version, about, after_help = EXIT_STATUS)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -50,11 +63,15 @@ enum Command {
     /// Create, post, wait on and remove named semaphores.
     #[command(subcommand)]
     Sem(sem_cmd::SemCommand),
-    /// Serve a rank monitor on a socket, or print one's status as JSON.
+    /// Serve a rank monitor on a socket, or print one's status.
     #[command(subcommand)]
     Monitor(monitor_cmd::MonitorCommand),
     /// Run N ranks of a command, one rank monitor each; restart them all when one fails or hangs.
     Launch(launch::LaunchArgs),
+    /// Print a shell completion script (bash, zsh or fish) on stdout.
+    Completions(docs_cmd::CompletionsArgs),
+    /// Print the manual page (roff) on stdout, or write every page into a directory.
+    Man(docs_cmd::ManArgs),
     /// A demo worker (spawned by `nodeipc demo`, not for people).
     #[command(hide = true, name = "demo-worker")]
     DemoWorker(demo::WorkerArgs),
@@ -67,6 +84,8 @@ pub(crate) enum Failure {
     Error(String),
     /// Exit 3: a bounded wait ran out.
     Timeout(String),
+    /// Exit 2: arguments clap accepted one by one that do not go together.
+    Usage(String),
     /// Exit 128 + the signal's number: stopped by SIGINT or SIGTERM, after
     /// undoing what the command made. The line says which signal.
     Signal(i32, String),
@@ -75,9 +94,14 @@ pub(crate) enum Failure {
     Status(u8, String),
 }
 
-impl<E: std::error::Error> From<E> for Failure {
+impl<E: std::error::Error + 'static> From<E> for Failure {
+    /// A bounded wait that ran out is exit 3 (see [`errors`]).
     fn from(error: E) -> Self {
-        Failure::Error(error.to_string())
+        if errors::timed_out(&error) {
+            Failure::Timeout(errors::line(&error))
+        } else {
+            Failure::Error(errors::line(&error))
+        }
     }
 }
 
@@ -103,6 +127,8 @@ fn main() -> ExitCode {
         Command::Sem(cmd) => sem_cmd::run(cmd),
         Command::Monitor(cmd) => monitor_cmd::run(cmd),
         Command::Launch(args) => launch::run(args),
+        Command::Completions(args) => docs_cmd::completions(args),
+        Command::Man(args) => docs_cmd::man(args),
     };
     // The work is done (or undone) whatever became of standard output; its
     // error, if any, comes after the command's own.
@@ -111,6 +137,7 @@ fn main() -> ExitCode {
         Ok(()) => return ExitCode::SUCCESS,
         Err(Failure::Error(line)) => (1, line),
         Err(Failure::Timeout(line)) => (3, line),
+        Err(Failure::Usage(line)) => (2, format!("{line} (see --help)")),
         Err(Failure::Signal(signal, line)) => ((128 + signal).clamp(129, 255) as u8, line),
         Err(Failure::Status(code, line)) => (code, line),
     };
@@ -153,12 +180,29 @@ fn usage_error(error: clap::Error) -> ExitCode {
         | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => error.exit(),
         _ => {
             let text = error.to_string();
-            let first = text
-                .lines()
+            let mut lines = text.lines();
+            let mut first = lines
                 .next()
                 .unwrap_or("bad arguments")
-                .trim_start_matches("error: ");
-            let _ = writeln!(std::io::stderr(), "nodeipc: {first} (see --help)");
+                .trim_start_matches("error: ")
+                .to_owned();
+            // "the following required arguments were not provided:" names
+            // them on the lines below it.
+            if first.ends_with(':') {
+                let named: Vec<&str> = lines
+                    .take_while(|line| line.starts_with(' '))
+                    .map(str::trim)
+                    .collect();
+                first = format!("{first} {}", named.join(", "));
+            }
+            // clap's suggestions ("a similar subcommand exists: 'ls'") are
+            // its `tip:` lines: kept, on the same line.
+            let tips: String = text
+                .lines()
+                .filter_map(|line| line.trim().strip_prefix("tip: "))
+                .map(|tip| format!("; {tip}"))
+                .collect();
+            let _ = writeln!(std::io::stderr(), "nodeipc: {first}{tips} (see --help)");
             ExitCode::from(2)
         }
     }

@@ -1,7 +1,8 @@
 //! `nodeipc monitor serve` and `nodeipc monitor status`: the rank monitor
 //! from the shell (and what `SpawnOptions::program` runs).
 
-use std::path::PathBuf;
+use std::os::unix::fs::FileTypeExt;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use clap::Subcommand;
@@ -23,11 +24,17 @@ pub(crate) enum MonitorCommand {
         #[arg(long)]
         config: Option<PathBuf>,
     },
-    /// Print the status of the monitor serving SOCKET, as JSON on stdout.
+    /// Print the status of the monitor serving SOCKET: labelled lines, or
+    /// JSON with --json. No monitor there (no socket, or nobody listening)
+    /// is said at once, exit 1.
     Status {
         /// The rank socket's path (its control socket is asked).
         #[arg(long)]
         socket: PathBuf,
+        /// The status as one JSON object (the fields of the nodeipc-monitor
+        /// README), as launchers read it.
+        #[arg(long)]
+        json: bool,
         /// How long, in milliseconds, to wait for the monitor to take the
         /// connection and then to answer; at least 1 (0 would leave it no
         /// time). A monitor that runs out of it exits 3; no monitor at
@@ -47,13 +54,84 @@ pub(crate) fn run(command: MonitorCommand) -> CmdResult {
             nodeipc_monitor::serve(socket, config)?;
             Ok(())
         }
-        MonitorCommand::Status { socket, timeout_ms } => {
-            let status = ControlClient::connect(socket, Duration::from_millis(timeout_ms))
+        MonitorCommand::Status {
+            socket,
+            json,
+            timeout_ms,
+        } => {
+            let timeout = Duration::from_millis(timeout_ms);
+            something_listens(&socket, timeout)?;
+            let status = ControlClient::connect(&socket, timeout)
                 .and_then(|mut client| client.status())
                 .map_err(failure)?;
-            outln!("{}", status.to_json());
+            if json {
+                outln!("{}", status.to_json());
+            } else {
+                crate::output::text(&crate::monitor_view::render(
+                    &socket.to_string_lossy(),
+                    &status,
+                ));
+            }
             Ok(())
         }
+    }
+}
+
+/// Fails at once, exit 1, when no monitor serves `socket`: its control
+/// socket is missing (`ENOENT`) or nobody listens on it (`ECONNREFUSED`, a
+/// file a dead monitor left). `ControlClient::connect` waits for a monitor
+/// still starting, which would make "there is none" cost the whole timeout.
+/// A full backlog (a monitor that is there but not accepting) is retried
+/// within `timeout` and ends as exit 3, as before. The probe's connection,
+/// if it is taken, is closed unused: the monitor sees a client leave.
+fn something_listens(socket: &Path, timeout: Duration) -> CmdResult {
+    let control = if socket.extension().is_some_and(|e| e == "control") {
+        socket.to_owned()
+    } else {
+        nodeipc_monitor::control_socket_path(socket)
+    };
+    let none = |why: &str| {
+        Failure::Error(format!(
+            "no monitor at {} (control socket {}): {why}",
+            socket.display(),
+            control.display()
+        ))
+    };
+    match control.symlink_metadata() {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return Err(none("its control socket does not exist"));
+        }
+        Err(e) => return Err(none(&format!("lstat of its control socket failed: {e}"))),
+        Ok(meta) if !meta.file_type().is_socket() => {
+            return Err(none("its control socket path is not a socket"));
+        }
+        Ok(_) => {}
+    }
+    match nodeipc_fdpass::connect_unix(&control, timeout) {
+        Ok(probe) => {
+            drop(probe);
+            Ok(())
+        }
+        Err(nodeipc_fdpass::Error::Connect { source, .. })
+            if matches!(
+                source
+                    .raw_os_error()
+                    .map(rustix::io::Errno::from_raw_os_error),
+                Some(rustix::io::Errno::CONNREFUSED | rustix::io::Errno::NOENT)
+            ) =>
+        {
+            Err(none(&nodeipc_fdpass::connect_failure_reason(&source)))
+        }
+        // A full backlog ran the timeout out; everything else is said by
+        // the real connection below, as it always was.
+        Err(nodeipc_fdpass::Error::ConnectTimeout { path, waited, last }) => {
+            Err(failure(nodeipc_monitor::Error::ConnectTimeout {
+                path,
+                waited,
+                last,
+            }))
+        }
+        Err(_) => Ok(()),
     }
 }
 
@@ -68,10 +146,11 @@ fn failure(error: nodeipc_monitor::Error) -> Failure {
         }
         other => other.is_timeout(),
     };
+    let line = crate::errors::line(&error);
     if ran_out {
-        Failure::Timeout(error.to_string())
+        Failure::Timeout(line)
     } else {
-        Failure::Error(error.to_string())
+        Failure::Error(line)
     }
 }
 

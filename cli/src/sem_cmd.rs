@@ -5,7 +5,7 @@ use std::time::Duration;
 use clap::Subcommand;
 use nodeipc_sem::{NamedSemaphore, Semaphore};
 
-use crate::{CmdResult, Failure};
+use crate::CmdResult;
 
 #[derive(Subcommand)]
 pub(crate) enum SemCommand {
@@ -48,13 +48,10 @@ pub(crate) fn run(command: SemCommand) -> CmdResult {
         SemCommand::Post { name } => NamedSemaphore::open(&name)?.post()?,
         SemCommand::Wait { name, timeout_ms } => {
             let sem = NamedSemaphore::open(&name)?;
-            let waited = match timeout_ms {
-                Some(ms) => sem.wait_timeout(Duration::from_millis(ms)),
-                None => sem.wait(),
-            };
-            match waited {
-                Err(e) if e.is_timeout() => return Err(Failure::Timeout(e.to_string())),
-                other => other?,
+            // A timeout exits 3 (crate::errors).
+            match timeout_ms {
+                Some(ms) => sem.wait_timeout(Duration::from_millis(ms))?,
+                None => sem.wait()?,
             }
         }
         SemCommand::Value { name } => outln!("{}", NamedSemaphore::open(&name)?.value()?),

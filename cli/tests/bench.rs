@@ -80,3 +80,106 @@ fn the_table_names_the_machine_and_every_implementation() {
         "{out}"
     );
 }
+
+/// `nodeipc bench --quick ARGS` under `ulimit -n 48`: descriptor passing at
+/// 1 fd a message fits, 64 fds a message cannot (`EMFILE`), so the run fails
+/// at its second row.
+fn bench_out_of_descriptors(args: &[&str]) -> std::process::Output {
+    spawn_child(
+        Command::new("sh")
+            .args([
+                "-c",
+                "ulimit -n 48 && exec \"$0\" bench --quick \"$@\" fdpass",
+            ])
+            .arg(env!("CARGO_BIN_EXE_nodeipc"))
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped()),
+    )
+    .output_timeout(Duration::from_secs(60))
+}
+
+#[test]
+fn a_row_failing_late_keeps_the_rows_measured_before_it() {
+    let _dog = Watchdog::new("bench late failure", Duration::from_secs(120));
+    for json in [true, false] {
+        let out = bench_out_of_descriptors(if json { &["--json"] } else { &[] });
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{stderr}");
+        // The progress: which row, which round, of how many.
+        for round in 1..=7 {
+            let line = format!(
+                "nodeipc bench: row 1 (SCM_RIGHTS to another process, 1 fds a message, per fd): round {round} of 7"
+            );
+            assert!(stderr.contains(&line), "{line:?} missing:\n{stderr}");
+        }
+        assert!(
+            stderr.contains("nodeipc bench: row 2 (SCM_RIGHTS to another process, 64 fds"),
+            "{stderr}"
+        );
+        // The failure names the row and says what was kept.
+        let last = stderr.lines().last().unwrap();
+        assert!(
+            last.starts_with("nodeipc: SCM_RIGHTS to another process, 64 fds a message")
+                && last.contains("Too many open files")
+                && last.ends_with("(1 row measured before it, printed above)"),
+            "{last}"
+        );
+        // The first row was printed, whole.
+        if json {
+            assert_eq!(stdout.lines().count(), 1, "{stdout}");
+            let row: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap();
+            assert_eq!(row["bench"], "fdpass");
+            assert_eq!(row["fds"], 1);
+            assert!(row["ns_per_op"].as_f64().unwrap() > 0.0, "{row}");
+        } else {
+            assert!(stdout.starts_with("machine: "), "{stdout}");
+            let row = stdout
+                .lines()
+                .find(|l| l.starts_with("SCM_RIGHTS to another process, 1 fds"))
+                .unwrap_or_else(|| panic!("no first row:\n{stdout}"));
+            assert!(row.contains("nodeipc send_fds/recv_fds"), "{row}");
+            assert!(stdout.contains("bare sendmsg/recvmsg"), "{stdout}");
+            assert!(!stdout.contains("64 fds"), "{stdout}");
+        }
+    }
+}
+
+#[test]
+fn on_a_terminal_the_progress_is_one_line_rewritten_in_place() {
+    const TEST: &str = "on_a_terminal_the_progress_is_one_line_rewritten_in_place";
+    let _dog = Watchdog::new(TEST, Duration::from_secs(120));
+    if !std::path::Path::new("/usr/bin/script").exists() {
+        nodeipc_testkit::skip(TEST, "script(1) (util-linux) is not installed");
+        return;
+    }
+    // script(1) runs the command on a pseudo-terminal: stderr is a terminal.
+    let command = format!(
+        "sh -c 'ulimit -n 48 && exec {} bench --quick --json fdpass'",
+        env!("CARGO_BIN_EXE_nodeipc")
+    );
+    let out = spawn_child(
+        Command::new("/usr/bin/script")
+            .args(["-qec", &command, "/dev/null"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped()),
+    )
+    .output_timeout(Duration::from_secs(60));
+    let seen = String::from_utf8_lossy(&out.stdout);
+    // Each round rewrites the line: carriage return, erase, the new text,
+    // and no newline after it.
+    for round in 1..=7 {
+        let line = format!(
+            "\r\x1b[Knodeipc bench: row 1 (SCM_RIGHTS to another process, 1 fds a message, per fd): round {round} of 7\r"
+        );
+        assert!(seen.contains(&line), "{line:?} missing from {seen:?}");
+    }
+    // The row comes out on a clean line, and so does the error.
+    assert!(seen.contains("\r\x1b[K{\"baselines\""), "{seen:?}");
+    assert!(
+        seen.contains("\r\x1b[Knodeipc: SCM_RIGHTS to another process, 64 fds"),
+        "{seen:?}"
+    );
+}

@@ -109,10 +109,19 @@ fn sem_create_post_wait_value_unlink_and_timeout_exit_3() {
     assert_eq!(nodeipc(&["sem", "value", &name]).stdout, b"2\n");
     assert_ok(&nodeipc(&["sem", "wait", &name, "--timeout-ms", "100"]));
     assert_ok(&nodeipc(&["sem", "wait", &name]));
-    assert_one_line_error(
-        &nodeipc(&["sem", "wait", &name, "--timeout-ms", "50"]),
-        3,
-        "timed out",
+    let timed_out = nodeipc(&["sem", "wait", &name, "--timeout-ms", "50"]);
+    assert_one_line_error(&timed_out, 3, "timed out after ");
+    // The time in words ("52 ms"), not Rust's debug form ("52.117335ms").
+    let stderr = String::from_utf8_lossy(&timed_out.stderr);
+    let said = stderr
+        .split("timed out after ")
+        .nth(1)
+        .and_then(|rest| rest.split(" waiting").next())
+        .unwrap();
+    let (number, unit) = said.split_once(' ').unwrap();
+    assert!(
+        unit == "ms" && number.parse::<u64>().is_ok_and(|ms| ms >= 50),
+        "{stderr}"
     );
     assert_ok(&nodeipc(&["sem", "unlink", &name]));
     assert!(shm_leftovers(&name).is_empty());
@@ -168,9 +177,9 @@ fn ls_lists_and_clean_removes_only_what_nobody_uses() {
 #[test]
 fn demo_runs_the_whole_pipeline_reports_and_leaves_nothing() {
     let _dog = Watchdog::new("demo", Duration::from_secs(120));
-    for extra in [
-        &["--depth", "1"][..],
-        &["--depth", "4", "--sems", "named"][..],
+    for (extra, sems) in [
+        (&["--depth", "1"][..], "in-region semaphores"),
+        (&["--depth", "4", "--sems", "named"][..], "named semaphores"),
     ] {
         let demo = spawn_child(
             Command::new(env!("CARGO_BIN_EXE_nodeipc"))
@@ -199,12 +208,24 @@ fn demo_runs_the_whole_pipeline_reports_and_leaves_nothing() {
             "latency p99",
             "heartbeats     2",
             "left behind    nothing",
+            sems,
         ] {
             assert!(
                 summary.contains(field),
                 "summary lacks {field:?}:\n{summary}"
             );
         }
+        // Names as the command line spells them, never a Debug form.
+        assert!(
+            summary.contains("(fd transport pidfd_getfd)")
+                || summary.contains("(fd transport SCM_RIGHTS)"),
+            "{summary}"
+        );
+        let elapsed = summary.lines().find(|l| l.contains("requests/s")).unwrap();
+        assert!(
+            elapsed.ends_with(" s)") || elapsed.ends_with(" ms)"),
+            "elapsed time not in words: {elapsed}"
+        );
         // Every worker heartbeat at least once a request.
         let beats = summary.lines().find(|l| l.contains("heartbeats")).unwrap();
         let counts: Vec<u64> = beats

@@ -45,7 +45,7 @@ fn serve_answers_status_as_json_and_sigterm_removes_the_sockets() {
     let path = socket.to_str().unwrap();
     let start = Instant::now();
     let out = loop {
-        let out = nodeipc(&["monitor", "status", "--socket", path]);
+        let out = nodeipc(&["monitor", "status", "--json", "--socket", path]);
         if out.status.success() {
             break out;
         }
@@ -58,10 +58,25 @@ fn serve_answers_status_as_json_and_sigterm_removes_the_sockets() {
     let mut rank = MonitorClient::connect(&socket, Duration::from_secs(10)).unwrap();
     rank.init(&RankInfo::this_process(2, 0)).unwrap();
     rank.heartbeat().unwrap();
-    let out = nodeipc(&["monitor", "status", "--socket", path]);
+    let out = nodeipc(&["monitor", "status", "--json", "--socket", path]);
     let text = String::from_utf8(out.stdout).unwrap();
     assert!(text.contains("\"state\": \"running\""), "{text}");
     assert_eq!(MonitorStatus::from_json(&text).unwrap().heartbeats, 1);
+    // Without --json: labelled lines, times in words.
+    let out = nodeipc(&["monitor", "status", "--socket", path]);
+    assert!(out.status.success(), "{out:?}");
+    let view = String::from_utf8(out.stdout).unwrap();
+    for line in [
+        format!("monitor     {path}"),
+        "state       running".to_owned(),
+        format!("rank        global 2, local 0, pid {}", std::process::id()),
+        "heartbeats  1, the last ".to_owned(),
+        "heartbeat 4.3 s".to_owned(),
+        "on timeout  SIG".to_owned(),
+    ] {
+        assert!(view.contains(&line), "{line:?} missing from:\n{view}");
+    }
+    assert!(!view.contains('{') && !view.contains("_ms"), "{view}");
     drop(rank);
     // SIGTERM: orderly shutdown, exit 0, files gone.
     Pidfd::open(server.id())
@@ -91,7 +106,7 @@ fn status_without_a_monitor_is_one_line_on_stderr() {
     assert_eq!(out.status.code(), Some(1), "{stderr}");
     assert_eq!(stderr.lines().count(), 1, "{stderr:?}");
     assert!(
-        stderr.contains("no monitor accepted a connection"),
+        stderr.contains(&format!("no monitor at {}", socket.display())),
         "{stderr}"
     );
     assert!(out.stdout.is_empty());
@@ -146,4 +161,40 @@ fn spawn_monitor_runs_the_cli_as_its_program() {
         .map(|e| e.unwrap().file_name())
         .collect();
     assert_eq!(left, ["monitor.log"]);
+}
+
+#[test]
+fn the_human_status_escapes_what_a_rank_chose_so_it_cannot_forge_a_line() {
+    let _dog = Watchdog::new("monitor_status_forged", Duration::from_secs(60));
+    let dir = TempDir::new("cli-monitor-forge");
+    let socket = dir.join("rank.sock");
+    let server = spawn_child(
+        Command::new(env!("CARGO_BIN_EXE_nodeipc"))
+            .args(["monitor", "serve", "--socket"])
+            .arg(&socket)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped()),
+    );
+    let mut rank = MonitorClient::connect(&socket, Duration::from_secs(20)).unwrap();
+    let mut me = RankInfo::this_process(0, 0);
+    me.host = "node\nstate       terminated".to_owned();
+    rank.init(&me).unwrap();
+    rank.heartbeat().unwrap();
+    let out = nodeipc(&["monitor", "status", "--socket", socket.to_str().unwrap()]);
+    assert!(out.status.success(), "{out:?}");
+    let view = String::from_utf8(out.stdout).unwrap();
+    let states: Vec<&str> = view.lines().filter(|l| l.starts_with("state")).collect();
+    assert_eq!(states, ["state       running"], "{view}");
+    assert!(view.contains(r"on node\nstate       terminated"), "{view}");
+    drop(rank);
+    Pidfd::open(server.id())
+        .unwrap()
+        .send_signal(Signal::TERM)
+        .unwrap();
+    assert!(
+        server
+            .output_timeout(Duration::from_secs(30))
+            .status
+            .success()
+    );
 }

@@ -103,6 +103,14 @@ fn regression_status_of_a_stopped_monitor_with_a_full_backlog_exits_3_in_time() 
     assert_eq!(out.status.code(), Some(3), "{stderr}");
     assert!(took < Duration::from_secs(3), "took {took:?}");
     assert!(stderr.contains("backlog is full"), "{stderr}");
+    // The wait in words ("300 ms"), not Rust's debug form ("300.41ms").
+    let waited = stderr
+        .split(" within ")
+        .nth(1)
+        .and_then(|rest| rest.split(':').next())
+        .unwrap();
+    let (ms, unit) = waited.split_once(' ').unwrap();
+    assert!(unit == "ms" && ms.parse::<u64>().is_ok(), "{stderr}");
     assert!(stderr.contains(&*socket.to_string_lossy()), "{stderr}");
     drop(held);
     stop(server);
@@ -146,7 +154,8 @@ fn regression_status_timeout_0_is_refused_in_words_and_u64_max_works() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    assert!(String::from_utf8_lossy(&out.stdout).contains("\"state\""));
+    let view = String::from_utf8_lossy(&out.stdout);
+    assert!(view.contains("\nstate       waiting"), "{view}");
     stop(server);
 }
 
@@ -242,4 +251,42 @@ fn regression_sigterm_during_serve_set_up_ends_it_promptly() {
     );
     assert!(!out.status.success());
     assert!(socket.exists(), "the live server's socket was removed");
+}
+
+#[test]
+fn status_with_no_monitor_there_says_so_at_once_exit_1() {
+    let _dog = Watchdog::new("status_no_monitor", Duration::from_secs(60));
+    let dir = private_dir("cli-mon-none");
+    let socket = dir.join("rank.sock");
+    // No socket at all, then a socket file nobody listens on (a monitor
+    // killed with SIGKILL leaves one): neither waits out the 20 s.
+    for stale in [false, true] {
+        if stale {
+            drop(std::os::unix::net::UnixListener::bind(control_socket_path(&socket)).unwrap());
+        }
+        for json in [false, true] {
+            let mut args = vec!["monitor", "status", "--socket", socket.to_str().unwrap()];
+            args.extend(["--timeout-ms", "20000"]);
+            if json {
+                args.push("--json");
+            }
+            let start = Instant::now();
+            let out = nodeipc(&args);
+            let took = start.elapsed();
+            let stderr = one_line(&out);
+            assert_eq!(out.status.code(), Some(1), "{stderr}");
+            assert!(took < Duration::from_secs(3), "took {took:?}: {stderr}");
+            assert!(
+                stderr.contains(&format!("no monitor at {}", socket.display())),
+                "{stderr}"
+            );
+            let why = if stale {
+                "ECONNREFUSED"
+            } else {
+                "does not exist"
+            };
+            assert!(stderr.contains(why), "{stderr}");
+            assert!(out.stdout.is_empty());
+        }
+    }
 }

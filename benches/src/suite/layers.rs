@@ -3,7 +3,7 @@
 use std::io;
 use std::time::Duration;
 
-use super::{Contender, Measured, Options, Row, interleave, split};
+use super::{Contender, Measured, Options, Row};
 use crate::barrier::{self, BarrierKind};
 use crate::channel::{ChannelImpl, ChannelSession, memcpy_bandwidth};
 use crate::fdpass::{self, Impl};
@@ -42,30 +42,32 @@ pub fn sem(options: Options) -> io::Result<Vec<Row>> {
     ] {
         contenders.push(ring(handoff, 2, laps / 8));
     }
-    let (ours, baselines) = split(interleave(options.batches(), contenders)?);
-    let round_trip = Row {
+    let what = "semaphore round trip, 2 processes";
+    let (ours, baselines) = options.measure(what, contenders)?;
+    let round_trip = options.done(Row {
         bench: "sem",
-        what: "semaphore round trip, 2 processes".into(),
+        what: what.into(),
         params: vec![("processes", 2)],
         ours,
         baselines,
         note: None,
-    };
+    });
     let laps = options.ops(2_000);
     let contenders = vec![
         ring(Handoff::ShmSemaphore, 4, laps),
         ring(Handoff::GlibcSemaphore, 4, laps / 4),
         ring(Handoff::Futex, 4, laps / 4),
     ];
-    let (ours, baselines) = split(interleave(options.batches(), contenders)?);
-    let oversubscribed = Row {
+    let what = "token ring of 4 processes (more than the cores)";
+    let (ours, baselines) = options.measure(what, contenders)?;
+    let oversubscribed = options.done(Row {
         bench: "sem",
-        what: "token ring of 4 processes (more than the cores)".into(),
+        what: what.into(),
         params: vec![("processes", 4)],
         ours,
         baselines,
         note: None,
-    };
+    });
     Ok(vec![round_trip, oversubscribed])
 }
 
@@ -93,15 +95,16 @@ pub fn fdpass(options: Options, fds: Option<usize>) -> io::Result<Vec<Row>> {
             })
             .scaled(per_fd),
         ];
-        let (ours, baselines) = split(interleave(options.batches(), contenders)?);
-        rows.push(Row {
+        let what = format!("SCM_RIGHTS to another process, {per_message} fds a message, per fd");
+        let (ours, baselines) = options.measure(&what, contenders)?;
+        rows.push(options.done(Row {
             bench: "fdpass",
-            what: format!("SCM_RIGHTS to another process, {per_message} fds a message, per fd"),
+            what,
             params: vec![("fds", per_message as u64)],
             ours,
             baselines,
             note: None,
-        });
+        }));
     }
     if fds.is_none() {
         let count = options.ops(20_000);
@@ -113,15 +116,16 @@ pub fn fdpass(options: Options, fds: Option<usize>) -> io::Result<Vec<Row>> {
                 fdpass::pidfd_getfd(Impl::Bare, c)
             }),
         ];
-        let (ours, baselines) = split(interleave(options.batches(), contenders)?);
-        rows.push(Row {
+        let what = "pidfd_getfd from another process, per fd";
+        let (ours, baselines) = options.measure(what, contenders)?;
+        rows.push(options.done(Row {
             bench: "fdpass",
-            what: "pidfd_getfd from another process, per fd".into(),
+            what: what.into(),
             params: vec![("fds", 1)],
             ours,
             baselines,
             note: None,
-        });
+        }));
     }
     Ok(rows)
 }
@@ -134,6 +138,18 @@ pub fn fdpass(options: Options, fds: Option<usize>) -> io::Result<Vec<Row>> {
 /// A peer that failed.
 pub fn barrier(options: Options, ranks: Option<u32>, iters: Option<u64>) -> io::Result<Vec<Row>> {
     let mut rows = Vec::new();
+    // Measured first, so that the row its note goes with is final (and
+    // reported) as soon as it is measured.
+    let mut parked_note = match ranks {
+        None => {
+            let parked = barrier::parked_cpu(Duration::from_secs(1))?;
+            Some(format!(
+                "CPU time of a rank parked 1 s in a barrier: {:.2} ms",
+                parked.as_secs_f64() * 1e3
+            ))
+        }
+        Some(_) => None,
+    };
     for ranks in ranks.map_or(vec![2, 8], |r| vec![r]) {
         let iters = iters.unwrap_or_else(|| options.ops(if ranks > 2 { 2_000 } else { 8_000 }));
         let kind = |name: &str, kind: BarrierKind, ops: u64| {
@@ -151,24 +167,16 @@ pub fn barrier(options: Options, ranks: Option<u32>, iters: Option<u64>) -> io::
         if ranks == 2 {
             contenders.push(ring(Handoff::CacheLine, 2, iters));
         }
-        let (ours, baselines) = split(interleave(options.batches(), contenders)?);
-        rows.push(Row {
+        let what = format!("barrier of {ranks} processes");
+        let (ours, baselines) = options.measure(&what, contenders)?;
+        rows.push(options.done(Row {
             bench: "barrier",
-            what: format!("barrier of {ranks} processes"),
+            what,
             params: vec![("ranks", u64::from(ranks)), ("iters", iters)],
             ours,
             baselines,
-            note: None,
-        });
-    }
-    if ranks.is_none() {
-        let parked = barrier::parked_cpu(Duration::from_secs(1))?;
-        if let Some(row) = rows.first_mut() {
-            row.note = Some(format!(
-                "CPU time of a rank parked 1 s in a barrier: {:.2} ms",
-                parked.as_secs_f64() * 1e3
-            ));
-        }
+            note: parked_note.take(),
+        }));
     }
     Ok(rows)
 }
@@ -227,10 +235,11 @@ fn channel_row(
     if floor {
         contenders.push(ring(Handoff::CacheLine, 2, iters));
     }
-    let (ours, baselines) = split(interleave(options.batches(), contenders)?);
+    let what = format!("execute round trip, {workers} worker(s), {payload}-byte payload");
+    let (ours, baselines) = options.measure(&what, contenders)?;
     Ok(Row {
         bench: "channel",
-        what: format!("execute round trip, {workers} worker(s), {payload}-byte payload"),
+        what,
         params: vec![
             ("workers", u64::from(workers)),
             ("payload", payload as u64),
@@ -256,11 +265,10 @@ pub fn channel(
     use ChannelImpl::{GlibcLockstep, UnixSocket};
     if let Some((workers, payload, iters)) = shape {
         let baselines = [GlibcLockstep, UnixSocket];
-        return Ok(vec![channel_row(
-            options, workers, payload, depth, iters, &baselines, false,
-        )?]);
+        let row = channel_row(options, workers, payload, depth, iters, &baselines, false)?;
+        return Ok(vec![options.done(row)]);
     }
-    let small = channel_row(
+    let small = options.done(channel_row(
         options,
         1,
         64,
@@ -268,7 +276,8 @@ pub fn channel(
         options.ops(8_000),
         &[GlibcLockstep, UnixSocket],
         true,
-    )?;
+    )?);
+    let in_place = options.done(in_place_row(options)?);
 
     let mib = 1 << 20;
     let mut large = channel_row(
@@ -300,7 +309,8 @@ pub fn channel(
         100.0 * memcpy_ns / large.ours.ns.median,
         bandwidth / 1e9
     ));
-    let wide = channel_row(
+    let large = options.done(large);
+    let wide = options.done(channel_row(
         options,
         8,
         64,
@@ -308,8 +318,7 @@ pub fn channel(
         options.ops(2_000),
         &[GlibcLockstep],
         false,
-    )?;
-    let in_place = in_place_row(options)?;
+    )?);
     Ok(vec![small, in_place, large, wide])
 }
 
@@ -322,7 +331,8 @@ fn in_place_row(options: Options) -> io::Result<Row> {
         channel_contender(ChannelImpl::NodeipcInPlace, 1, 64, 1, iters),
         ring(Handoff::CacheLine, 2, iters),
     ];
-    let (ours, baselines) = split(interleave(options.batches(), contenders)?);
+    let what = "raw bytes read in place, 1 worker, 64-byte payload";
+    let (ours, baselines) = options.measure(what, contenders)?;
     let note = baselines.first().map(|floor| {
         format!(
             "{:.1}x the cache-line floor",
@@ -331,7 +341,7 @@ fn in_place_row(options: Options) -> io::Result<Row> {
     });
     Ok(Row {
         bench: "channel",
-        what: "raw bytes read in place, 1 worker, 64-byte payload".to_owned(),
+        what: what.to_owned(),
         params: vec![("workers", 1), ("payload", 64), ("depth", 1)],
         ours,
         baselines,
@@ -353,18 +363,19 @@ pub fn monitor(options: Options) -> io::Result<Vec<Row>> {
             session.borrow_mut().run(Beat::Socket, n)
         }),
     ];
-    let (ours, baselines) = split(interleave(options.batches(), contenders)?);
+    let what = "one heartbeat to a rank monitor in another process";
+    let (ours, baselines) = options.measure(what, contenders)?;
     let note = format!(
         "{:.0} heartbeats/s through shared memory, {:.0}/s over the socket",
         1e9 / ours.ns.median,
         1e9 / baselines[0].ns.median
     );
-    Ok(vec![Row {
+    Ok(vec![options.done(Row {
         bench: "monitor",
-        what: "one heartbeat to a rank monitor in another process".into(),
+        what: what.into(),
         params: vec![],
         ours,
         baselines,
         note: Some(note),
-    }])
+    })])
 }

@@ -13,16 +13,61 @@ mod table;
 
 pub use kittens_row::kittens;
 pub use layers::{barrier, channel, channel_contender, fdpass, monitor, sem};
-pub use table::table;
+pub use table::{table, table_header, table_row};
 
-/// How long to measure.
-#[derive(Clone, Copy, Debug)]
-pub struct Options {
+/// How long to measure, and who hears of the progress.
+#[derive(Clone, Copy, Default)]
+pub struct Options<'a> {
     /// Fewer and shorter batches: the whole suite in well under a minute.
     pub quick: bool,
+    /// Told of each round as it starts and of each row once it is final, so
+    /// a run that fails late keeps what it measured.
+    pub report: Option<&'a dyn Report>,
 }
 
-impl Options {
+impl std::fmt::Debug for Options<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Options")
+            .field("quick", &self.quick)
+            .field("report", &self.report.is_some())
+            .finish()
+    }
+}
+
+/// Hears how far a run got: each round as it starts, each row once it is
+/// final (every layer function also returns its rows at its end).
+pub trait Report {
+    /// Round `round` (from 1) of `rounds` of the row `what` starts.
+    fn round(&self, what: &str, round: usize, rounds: usize);
+    /// `row` is measured and final.
+    fn row(&self, row: &Row);
+}
+
+impl Options<'_> {
+    /// Measures `contenders` for the row `what` (see [`interleave`]),
+    /// telling the report of each round: ours and the baselines.
+    fn measure(
+        self,
+        what: &str,
+        contenders: Vec<Contender<'_>>,
+    ) -> io::Result<(Measured, Vec<Measured>)> {
+        let rounds = self.batches();
+        let measured = interleave_with(rounds, contenders, |round| {
+            if let Some(report) = self.report {
+                report.round(what, round, rounds);
+            }
+        })?;
+        Ok(split(measured))
+    }
+
+    /// Hands `row`, now final, to the report.
+    fn done(self, row: Row) -> Row {
+        if let Some(report) = self.report {
+            report.row(&row);
+        }
+        row
+    }
+
     /// Interleaved rounds: each measures one batch of every contender.
     fn batches(self) -> usize {
         if self.quick { 7 } else { 15 }
@@ -152,12 +197,22 @@ impl<'a> Contender<'a> {
 ///
 /// # Errors
 /// The first batch that failed.
-pub fn interleave(rounds: usize, mut contenders: Vec<Contender<'_>>) -> io::Result<Vec<Measured>> {
+pub fn interleave(rounds: usize, contenders: Vec<Contender<'_>>) -> io::Result<Vec<Measured>> {
+    interleave_with(rounds, contenders, |_| {})
+}
+
+/// [`interleave`], calling `starting(round)` (from 1) before each round.
+fn interleave_with(
+    rounds: usize,
+    mut contenders: Vec<Contender<'_>>,
+    mut starting: impl FnMut(usize),
+) -> io::Result<Vec<Measured>> {
     let mut samples: Vec<Vec<f64>> = contenders
         .iter()
         .map(|_| Vec::with_capacity(rounds))
         .collect();
-    for _ in 0..rounds {
+    for round in 1..=rounds {
+        starting(round);
         for (contender, samples) in contenders.iter_mut().zip(&mut samples) {
             let elapsed = (contender.run)(contender.ops)?;
             samples.push(elapsed.as_nanos() as f64 / contender.ops as f64 * contender.scale);

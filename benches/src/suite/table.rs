@@ -2,8 +2,18 @@
 
 use super::Row;
 
-/// The rows as a table, with the machine it ran on.
+/// The rows as a table, with the machine it ran on: [`table_header`] then
+/// each row's [`table_row`].
 pub fn table(rows: &[Row]) -> String {
+    let mut out = table_header();
+    for row in rows {
+        out.push_str(&table_row(row));
+    }
+    out
+}
+
+/// The machine it ran on and the column titles.
+pub fn table_header() -> String {
     let mut out = format!("machine: {}\n", crate::machine::describe());
     if crate::machine::cores() >= 2 {
         out.push_str("two-process rows pinned: this process on core 0, its peer on core 1\n");
@@ -12,28 +22,31 @@ pub fn table(rows: &[Row]) -> String {
         "\n{:<58} {:<36} {:>12} {:>12} {:>10}\n",
         "what", "implementation", "median", "p99", "ours/this"
     ));
-    for row in rows {
+    out
+}
+
+/// One row's lines: ours, each baseline, and the note.
+pub fn table_row(row: &Row) -> String {
+    let mut out = format!(
+        "{:<58} {:<36} {:>12} {:>12} {:>10}\n",
+        row.what,
+        row.ours.name,
+        human(row.ours.ns.median),
+        human(row.ours.ns.p99),
+        ""
+    );
+    for baseline in &row.baselines {
         out.push_str(&format!(
             "{:<58} {:<36} {:>12} {:>12} {:>10}\n",
-            row.what,
-            row.ours.name,
-            human(row.ours.ns.median),
-            human(row.ours.ns.p99),
-            ""
+            "",
+            baseline.name,
+            human(baseline.ns.median),
+            human(baseline.ns.p99),
+            format!("{:.3}", row.ratio(baseline))
         ));
-        for baseline in &row.baselines {
-            out.push_str(&format!(
-                "{:<58} {:<36} {:>12} {:>12} {:>10}\n",
-                "",
-                baseline.name,
-                human(baseline.ns.median),
-                human(baseline.ns.p99),
-                format!("{:.3}", row.ratio(baseline))
-            ));
-        }
-        if let Some(note) = &row.note {
-            out.push_str(&format!("  {note}\n"));
-        }
+    }
+    if let Some(note) = &row.note {
+        out.push_str(&format!("  {note}\n"));
     }
     out
 }

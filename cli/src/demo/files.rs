@@ -98,6 +98,7 @@ mod tests {
         match failure {
             Failure::Error(s)
             | Failure::Timeout(s)
+            | Failure::Usage(s)
             | Failure::Signal(_, s)
             | Failure::Status(_, s) => s,
         }

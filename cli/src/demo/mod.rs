@@ -66,6 +66,14 @@ pub(crate) enum Sems {
     Named,
 }
 
+impl Sems {
+    /// The name `--sems` takes (`in-region`, `named`), as printed.
+    pub(crate) fn name(self) -> String {
+        self.to_possible_value()
+            .map_or_else(String::new, |value| value.get_name().to_owned())
+    }
+}
+
 #[derive(Args)]
 pub(crate) struct DemoArgs {
     /// Worker processes to spawn, 1..=64.
@@ -318,7 +326,10 @@ fn run_until_done(args: &DemoArgs, signals: &Signals) -> CmdResult {
         bytes,
         heartbeats: &heartbeats,
         ranks: pids.len(),
-        transport: format!("{transport:?}"),
+        transport: match transport {
+            nodeipc_fdpass::Transport::Pidfd => "pidfd_getfd",
+            nodeipc_fdpass::Transport::ScmRights => "SCM_RIGHTS",
+        },
         leftovers: summary::leftovers(&tag, &dir),
     }
     .print();
@@ -353,12 +364,24 @@ fn gather(
         };
         if response.sequence != expected.sequence || output != expected.digest {
             return Err(Failure::Error(format!(
-                "worker {rank} answered request {} wrongly (sequence {}, digest {output:?})",
-                expected.sequence, response.sequence
+                "worker {rank} answered request {} wrongly (sequence {}, digest {})",
+                expected.sequence,
+                response.sequence,
+                hex(output)
             )));
         }
     }
     Ok(bytes)
+}
+
+/// Bytes as lowercase hex digits, the first 64 bytes at most.
+fn hex(bytes: &[u8]) -> String {
+    let shown: String = bytes.iter().take(64).map(|b| format!("{b:02x}")).collect();
+    if bytes.len() > 64 {
+        format!("{shown}… ({} bytes)", bytes.len())
+    } else {
+        shown
+    }
 }
 
 pub(crate) fn forward(sequence: u64, input: Vec<u8>) -> ExecuteRequest {

@@ -17,7 +17,7 @@ pub(super) struct Summary<'a> {
     pub(super) bytes: u64,
     pub(super) heartbeats: &'a [u64],
     pub(super) ranks: usize,
-    pub(super) transport: String,
+    pub(super) transport: &'static str,
     pub(super) leftovers: Vec<String>,
 }
 
@@ -27,12 +27,12 @@ impl Summary<'_> {
     pub(super) fn print(self) {
         let micros = |q: f64| self.latencies.quantile(q).unwrap_or(0) as f64 / 1e3;
         outln!(
-            "nodeipc demo: {} workers, {} requests of {} payload bytes, depth {}, {:?} semaphores",
+            "nodeipc demo: {} workers, {} requests of {} payload bytes, depth {}, {} semaphores",
             self.workers,
             self.requests,
             self.payload,
             self.depth,
-            self.sems
+            self.sems.name()
         );
         outln!(
             "  handshake      {} workers logged on, regions passed as memfds",
@@ -44,8 +44,9 @@ impl Summary<'_> {
             self.transport
         );
         outln!(
-            "  requests/s     {:.0}",
-            self.latencies.count() as f64 / self.elapsed.as_secs_f64().max(f64::MIN_POSITIVE)
+            "  requests/s     {:.0} (in {})",
+            self.latencies.count() as f64 / self.elapsed.as_secs_f64().max(f64::MIN_POSITIVE),
+            crate::human::duration(self.elapsed)
         );
         outln!("  latency p50    {:.2} us", micros(0.50));
         outln!("  latency p99    {:.2} us", micros(0.99));

@@ -1,0 +1,167 @@
+//! How an error from a layer becomes the command's one line and exit
+//! status: a bounded wait that ran out is exit 3, whichever layer's it was,
+//! and its time is said in words ("150 ms"), not in the `Debug` form the
+//! layers' messages carry ("150.123456ms").
+
+use std::error::Error;
+
+use crate::human::duration;
+
+/// Whether `error`, or an error it wraps, is a bounded wait that ran out.
+pub(crate) fn timed_out(error: &(dyn Error + 'static)) -> bool {
+    chain(error).any(|e| {
+        if let Some(e) = e.downcast_ref::<std::io::Error>() {
+            e.kind() == std::io::ErrorKind::TimedOut
+        } else if let Some(e) = e.downcast_ref::<nodeipc_sem::Error>() {
+            e.is_timeout()
+        } else if let Some(e) = e.downcast_ref::<nodeipc_monitor::Error>() {
+            e.is_timeout()
+        } else {
+            e.downcast_ref::<nodeipc_channel::Error>()
+                .is_some_and(|e| matches!(e, nodeipc_channel::Error::Timeout { .. }))
+                || e.downcast_ref::<nodeipc_barrier::Error>()
+                    .is_some_and(|e| matches!(e, nodeipc_barrier::Error::Timeout { .. }))
+                || e.downcast_ref::<nodeipc_shm::Error>()
+                    .is_some_and(|e| matches!(e, nodeipc_shm::Error::Timeout { .. }))
+                || e.downcast_ref::<nodeipc_fdpass::Error>()
+                    .is_some_and(|e| matches!(e, nodeipc_fdpass::Error::ConnectTimeout { .. }))
+        }
+    })
+}
+
+/// The line for `error`: its message, with the message of every timeout in
+/// it (itself or one it wraps) said again with the time in words.
+pub(crate) fn line(error: &(dyn Error + 'static)) -> String {
+    let mut line = error.to_string();
+    for e in chain(error) {
+        if let Some(words) = in_words(e) {
+            line = line.replace(&e.to_string(), &words);
+        }
+    }
+    line
+}
+
+/// `error` and what it wraps. An `io::Error` made from another error hands
+/// that error out through `get_ref`: its `source` skips it.
+fn chain<'a>(error: &'a (dyn Error + 'static)) -> impl Iterator<Item = &'a (dyn Error + 'static)> {
+    std::iter::successors(Some(error), |&e| match e.downcast_ref::<std::io::Error>() {
+        Some(io) => io.get_ref().map(|inner| inner as &(dyn Error + 'static)),
+        None => e.source(),
+    })
+}
+
+/// A timeout's message with its time in words; `None` for other errors.
+/// Each says what the layer's own message says.
+fn in_words(error: &(dyn Error + 'static)) -> Option<String> {
+    use nodeipc_fdpass::connect_failure_reason as reason;
+    if let Some(e) = error.downcast_ref::<nodeipc_sem::Error>() {
+        if let nodeipc_sem::Error::Timeout { name, waited } = e {
+            return Some(format!(
+                "timed out after {} waiting for semaphore {name}",
+                duration(*waited)
+            ));
+        }
+    } else if let Some(e) = error.downcast_ref::<nodeipc_monitor::Error>() {
+        return match e {
+            nodeipc_monitor::Error::ConnectTimeout { path, waited, last } => Some(format!(
+                "no monitor accepted a connection on {} within {}: {}",
+                path.display(),
+                duration(*waited),
+                reason(last)
+            )),
+            nodeipc_monitor::Error::Timeout {
+                op,
+                path,
+                waited,
+                detail,
+            } => Some(format!(
+                "the monitor at {}: {op} timed out after {}{detail}",
+                path.display(),
+                duration(*waited)
+            )),
+            nodeipc_monitor::Error::NotReady { pid, path, waited } => Some(format!(
+                "the monitor process {pid} did not accept connections on {} within {}",
+                path.display(),
+                duration(*waited)
+            )),
+            _ => None,
+        };
+    } else if let Some(e) = error.downcast_ref::<nodeipc_channel::Error>() {
+        if let nodeipc_channel::Error::Timeout {
+            channel,
+            op,
+            waited,
+        } = e
+        {
+            return Some(format!(
+                "channel {channel}: timed out after {} {op}",
+                duration(*waited)
+            ));
+        }
+    } else if let Some(e) = error.downcast_ref::<nodeipc_barrier::Error>() {
+        if let nodeipc_barrier::Error::Timeout {
+            group,
+            rank,
+            op,
+            waited,
+            arrived,
+            expected,
+        } = e
+        {
+            return Some(format!(
+                "group {group}: rank {rank} timed out in {op} after {} with {arrived} of {expected} ranks arrived; the group is unusable",
+                duration(*waited)
+            ));
+        }
+    } else if let Some(e) = error.downcast_ref::<nodeipc_shm::Error>() {
+        if let nodeipc_shm::Error::Timeout { name, waited, what } = e {
+            return Some(format!(
+                "timed out after {} waiting for shared-memory object {name} to {what}",
+                duration(*waited)
+            ));
+        }
+    } else if let Some(nodeipc_fdpass::Error::ConnectTimeout { path, waited, last }) =
+        error.downcast_ref::<nodeipc_fdpass::Error>()
+    {
+        return Some(format!(
+            "no connection to socket {path:?} within {}: {}",
+            duration(*waited),
+            reason(last)
+        ));
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    #[test]
+    fn a_timeout_is_said_in_words_wrapped_or_not() {
+        let sem = nodeipc_sem::Error::Timeout {
+            name: "/nodeipc-x".to_owned(),
+            waited: Duration::from_nanos(151_717_613),
+        };
+        assert!(sem.to_string().contains("151.717613ms"), "{sem}");
+        assert!(timed_out(&sem));
+        assert_eq!(
+            line(&sem),
+            "timed out after 151 ms waiting for semaphore /nodeipc-x"
+        );
+        let wrapped = std::io::Error::other(sem);
+        assert!(timed_out(&wrapped));
+        assert_eq!(
+            line(&wrapped),
+            "timed out after 151 ms waiting for semaphore /nodeipc-x"
+        );
+    }
+
+    #[test]
+    fn other_errors_keep_their_message_and_are_not_timeouts() {
+        let error = std::io::Error::from_raw_os_error(libc::EMFILE);
+        assert!(!timed_out(&error));
+        assert_eq!(line(&error), error.to_string());
+    }
+}
