@@ -137,7 +137,10 @@ impl<T: Pod> Producer<T> {
             .room(&mut self.state, u32::try_from(n).unwrap_or(u32::MAX))
             .map_err(|b| self.end.corrupt(b))? as usize;
         let reserved = room.min(n);
-        Ok((reserved > 0).then(|| Batch {
+        if reserved == 0 {
+            return Ok(None);
+        }
+        Ok(Some(Batch {
             producer: self,
             reserved: reserved as u32,
             filled: 0,

@@ -111,7 +111,7 @@ fn a_thread_flipping_bytes_causes_errors_at_worst() {
                 let offset = 128 + (x % live as u64) as usize;
                 region.write_at(offset, &[(x >> 32) as u8]).unwrap();
                 flips += 1;
-                if flips % 8 == 0 {
+                if flips.is_multiple_of(8) {
                     thread::sleep(Duration::from_micros(100));
                 }
             }
@@ -175,7 +175,10 @@ fn a_thread_flipping_bytes_causes_errors_at_worst() {
         "{flips} flips: {pushed} pushed ({push_errors} errors), {popped} popped ({pop_errors} errors)"
     );
     assert!(flips > 1000, "the flipper ran ({flips} flips)");
-    assert!(pushed > 0 && popped > 0, "the queue was used while it was garbled");
+    assert!(
+        pushed > 0 && popped > 0,
+        "the queue was used while it was garbled"
+    );
     assert!(push_errors + pop_errors > 0, "the garbling was noticed");
     // The queue is still ours to inspect: its magic word may be flipped, nothing more.
     let _: &AtomicU64 = region.view(0).unwrap();

@@ -95,9 +95,10 @@ fn batches_reserve_fill_publish_once() {
     assert_eq!(rx.ready().unwrap(), 0);
     assert_eq!(batch.publish(), 10);
     // An abandoned batch publishes nothing.
-    let mut abandoned = tx.reserve(5).unwrap().expect("room");
-    assert!(abandoned.push(&msg(999)));
-    drop(abandoned);
+    {
+        let mut abandoned = tx.reserve(5).unwrap().expect("room");
+        assert!(abandoned.push(&msg(999)));
+    }
     let mut out = [Msg::zeroed(); 32];
     assert_eq!(rx.try_pop_into(&mut out).unwrap(), 10);
     for (seq, m) in out[..10].iter().enumerate() {
