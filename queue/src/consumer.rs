@@ -100,7 +100,7 @@ impl<T: Pod> Consumer<T> {
             .map_err(|b| self.end.corrupt(b))? as usize;
         let n = ready.min(out.len());
         for (i, slot) in out[..n].iter_mut().enumerate() {
-            *slot = ring.read_slot(self.state.head.wrapping_add(i as u32));
+            ring.read_into(self.state.head.wrapping_add(i as u32), slot);
         }
         if n > 0 {
             ring.release(&mut self.state, n as u32);

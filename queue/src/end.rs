@@ -25,6 +25,8 @@ pub(crate) struct End {
     region: Arc<Region>,
     header: NonNull<Header>,
     slots: NonNull<AtomicU64>,
+    /// `capacity × stride`, the length `view_slice` checked.
+    words: usize,
     pub(crate) geo: Geometry,
     pub(crate) label: String,
     role: Role,
@@ -109,6 +111,7 @@ impl End {
             region,
             header,
             slots,
+            words,
             geo,
             label,
             role,
@@ -152,12 +155,11 @@ impl End {
 
     #[inline]
     pub(crate) fn ring(&self) -> Ring<'_> {
-        // SAFETY: `Region::view_slice` checked these `geo.words()` words
-        // when we joined; the mapping lives as long as `self.region`, and
-        // every access to them is atomic.
-        let slots = unsafe {
-            std::slice::from_raw_parts(self.slots.as_ptr(), self.geo.words().unwrap_or(0))
-        };
+        // SAFETY: `Region::view_slice` checked these `words` words (which
+        // are `capacity × stride`, what `Ring` relies on) when we joined; the
+        // mapping lives as long as `self.region`, and every access to them
+        // is atomic.
+        let slots = unsafe { std::slice::from_raw_parts(self.slots.as_ptr(), self.words) };
         Ring {
             header: self.header(),
             slots,

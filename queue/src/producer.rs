@@ -11,7 +11,7 @@ use nodeipc_shm::wait::{Deadline, Spin, WaitError, wait_while};
 
 use crate::end::End;
 use crate::error::Role;
-use crate::ring::ProducerState;
+use crate::ring::{ProducerState, Ring};
 use crate::role::PeerState;
 use crate::sync::Ordering;
 use crate::{Error, Result};
@@ -131,19 +131,20 @@ impl<T: Pod> Producer<T> {
     /// # Errors
     /// [`Error::Corrupt`].
     pub fn reserve(&mut self, n: usize) -> Result<Option<Batch<'_, T>>> {
-        let room = self
-            .end
-            .ring()
-            .room(&mut self.state, u32::try_from(n).unwrap_or(u32::MAX))
-            .map_err(|b| self.end.corrupt(b))? as usize;
-        let reserved = room.min(n);
+        let Producer { end, state, .. } = self;
+        let ring = end.ring();
+        let want = u32::try_from(n).unwrap_or(u32::MAX);
+        let room = ring.room(state, want).map_err(|b| end.corrupt(b))?;
+        let reserved = room.min(want);
         if reserved == 0 {
             return Ok(None);
         }
         Ok(Some(Batch {
-            producer: self,
-            reserved: reserved as u32,
+            ring,
+            state,
+            reserved,
             filled: 0,
+            _message: PhantomData,
         }))
     }
 
@@ -232,9 +233,11 @@ impl<T: Pod> Producer<T> {
 /// once. Dropping it unpublished publishes nothing.
 #[derive(Debug)]
 pub struct Batch<'p, T: Pod> {
-    producer: &'p mut Producer<T>,
+    ring: Ring<'p>,
+    state: &'p mut ProducerState,
     reserved: u32,
     filled: u32,
+    _message: PhantomData<fn(T)>,
 }
 
 impl<T: Pod> Batch<'_, T> {
@@ -244,8 +247,8 @@ impl<T: Pod> Batch<'_, T> {
         if self.filled == self.reserved {
             return false;
         }
-        let index = self.producer.state.tail.wrapping_add(self.filled);
-        self.producer.end.ring().write_slot(index, value);
+        self.ring
+            .write_slot(self.state.tail.wrapping_add(self.filled), value);
         self.filled += 1;
         true
     }
@@ -270,8 +273,7 @@ impl<T: Pod> Batch<'_, T> {
     pub fn publish(self) -> usize {
         let n = self.filled;
         if n > 0 {
-            let p = &mut *self.producer;
-            p.end.ring().publish(&mut p.state, n);
+            self.ring.publish(self.state, n);
         }
         n as usize
     }

@@ -31,7 +31,8 @@ pub(crate) struct ConsumerState {
     pub(crate) tail_seen: u32,
 }
 
-/// A ring seen by one side: the header and the slot words.
+/// A ring seen by one side: the header and the slot words. Whoever builds
+/// one guarantees `slots.len() == geo.capacity × geo.stride`.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Ring<'a> {
     pub(crate) header: &'a Header,
@@ -50,11 +51,22 @@ impl<'a> Ring<'a> {
         (index & self.mask()) as usize * self.geo.stride
     }
 
+    /// The words of the slot of `index`.
+    #[inline]
+    fn slot(&self, index: u32) -> &'a [AtomicU64] {
+        let base = self.base(index);
+        debug_assert!(base + self.geo.stride <= self.slots.len());
+        // SAFETY: `slots` holds exactly `capacity × stride` words (checked
+        // when the ring was joined) and `base` is a masked index times the
+        // stride, so `base + stride ≤ len`: the range is always in bounds.
+        unsafe { self.slots.get_unchecked(base..base + self.geo.stride) }
+    }
+
     /// Copies `value` into the slot of `index` with relaxed word stores; its
     /// publication (the release store of `tail`) orders them.
     #[inline]
     pub(crate) fn write_slot<T: Pod>(&self, index: u32, value: &T) {
-        let words = &self.slots[self.base(index)..][..self.geo.stride];
+        let words = self.slot(index);
         let (chunks, rest) = bytemuck::bytes_of(value).as_chunks::<8>();
         for (word, chunk) in words.iter().zip(chunks) {
             word.store(u64::from_ne_bytes(*chunk), Ordering::Relaxed);
@@ -71,8 +83,15 @@ impl<'a> Ring<'a> {
     #[inline]
     pub(crate) fn read_slot<T: Pod>(&self, index: u32) -> T {
         let mut value = T::zeroed();
-        let words = &self.slots[self.base(index)..][..self.geo.stride];
-        let (chunks, rest) = bytemuck::bytes_of_mut(&mut value).as_chunks_mut::<8>();
+        self.read_into(index, &mut value);
+        value
+    }
+
+    /// As [`read_slot`](Ring::read_slot), into `value`.
+    #[inline]
+    pub(crate) fn read_into<T: Pod>(&self, index: u32, value: &mut T) {
+        let words = self.slot(index);
+        let (chunks, rest) = bytemuck::bytes_of_mut(value).as_chunks_mut::<8>();
         let full = chunks.len();
         for (chunk, word) in chunks.iter_mut().zip(words) {
             *chunk = word.load(Ordering::Relaxed).to_ne_bytes();
@@ -81,7 +100,6 @@ impl<'a> Ring<'a> {
             let last = words[full].load(Ordering::Relaxed).to_ne_bytes();
             rest.copy_from_slice(&last[..rest.len()]);
         }
-        value
     }
 
     /// Free slots, reloading the consumer's head when the cache shows fewer
