@@ -143,6 +143,23 @@ impl Handle {
         })
     }
 
+    /// Opens the named pool (waiting up to `timeout` for its creator) and
+    /// takes a handle.
+    ///
+    /// # Errors
+    /// As [`join`](Handle::join), and those of `Region::open`.
+    pub fn open(name: &str, timeout: std::time::Duration) -> Result<Handle> {
+        Handle::join(crate::pool::open_named(name, timeout)?)
+    }
+
+    /// Opens the named pool as a free-only handle.
+    ///
+    /// # Errors
+    /// As [`free_only`](Handle::free_only), and those of `Region::open`.
+    pub fn open_free_only(name: &str, timeout: std::time::Duration) -> Result<Handle> {
+        Handle::free_only(crate::pool::open_named(name, timeout)?)
+    }
+
     /// A handle that frees (always remotely), reads and writes, but never
     /// allocates, and takes no handle slot.
     ///
@@ -258,11 +275,7 @@ impl Handle {
                 0 => {
                     self.clean_remote_frees()?;
                 }
-                1 => {
-                    if !self.claim_slab(me, class)? {
-                        break;
-                    }
-                }
+                1 if !self.claim_slab(me, class)? => break,
                 _ => {}
             }
         }

@@ -92,7 +92,7 @@ impl Geometry {
         }
         let mut previous = 0;
         for &class in &cfg.classes {
-            if class < MIN_CLASS || class > SLAB_SIZE || class % 64 != 0 || class <= previous {
+            if !(MIN_CLASS..=SLAB_SIZE).contains(&class) || class % 64 != 0 || class <= previous {
                 return Err(invalid(
                     "block size",
                     class.into(),

@@ -65,6 +65,19 @@ impl Pool {
     }
 }
 
+/// Opens a named pool, waiting up to `timeout` for its creator to finish.
+pub(crate) fn open_named(name: &str, timeout: std::time::Duration) -> Result<Arc<Region>> {
+    let region = Region::open(name, nodeipc_shm::OpenOptions::wait(128, timeout))?;
+    let magic = region.view::<AtomicU64>(0)?;
+    let mut pacer = nodeipc_shm::wait::Pacer::new(
+        std::time::Duration::from_micros(10),
+        std::time::Duration::from_millis(10),
+        Some(timeout),
+    );
+    while magic.load(Ordering::Acquire) == 0 && pacer.pause().is_ok() {}
+    Ok(Arc::new(region))
+}
+
 fn init(region: &Region, geo: &Geometry) -> Result<()> {
     let w32 = |at: usize, v: u32| -> Result<()> {
         region.view::<AtomicU32>(at)?.store(v, Ordering::Relaxed);
