@@ -65,7 +65,7 @@ fn a_thread_flipping_metadata_causes_errors_at_worst() {
         "a_thread_flipping_metadata_causes_errors_at_worst",
         Duration::from_secs(60),
     );
-    let pool = Pool::anonymous(&PoolConfig::new(4, 3)).unwrap();
+    let pool = Pool::anonymous(&PoolConfig::new(16, 3)).unwrap();
     let region = pool.region().clone();
     let stop = Arc::new(AtomicBool::new(false));
     let flipper = {
@@ -75,7 +75,7 @@ fn a_thread_flipping_metadata_causes_errors_at_worst() {
             let mut flips = 0u64;
             // The metadata (handles, slab owners, bitmaps, descriptors), not
             // the header, whose damage only refuses later joins.
-            let end = 128 + 3 * 64 + 4 * 64 + 4 * 1024;
+            let end = 128 + 3 * 64 + 16 * 64 + 16 * 1024;
             while !stop.load(Ordering::Relaxed) {
                 x ^= x << 13;
                 x ^= x >> 7;
