@@ -7,7 +7,9 @@
 //! - `spsc-rt-block`: the same through the timed pop (ours `pop_timeout`,
 //!   shaq's `read_timeout`) (ns);
 //! - `floor-rt`: the cache-line round trip, two words in one mapping (ns);
-//! - `spsc-throughput`: 64 B one way in batches of 64 (messages/s).
+//! - `spsc-throughput`: 64 B one way in batches of 64 (messages/s);
+//! - `pool-local`, `pool-remote`: nodeipc-pool beside rts-alloc 5.1.0 (see
+//!   `pool_rows.rs`) (ns).
 //!
 //! Each row's figure is the median of `--rounds` (default 21) interleaved
 //! rounds (every round measures every row, ours then the anchor's, with a
@@ -17,6 +19,7 @@
 //! `cargo run --release -p nodeipc-benches --bin versus-shaq -- --json`
 
 mod peer;
+mod pool_rows;
 mod rows;
 
 use std::io;
@@ -80,16 +83,20 @@ fn main() -> io::Result<()> {
         let ours = of(Impl::Nodeipc)
             .or_else(|| of(Impl::Floor))
             .expect("every row measures ours or the floor");
-        let anchor = of(Impl::Shaq);
-        let line = serde_json::json!({
+        let anchor_impl = row.impls().get(1).copied();
+        let anchor = anchor_impl.and_then(of);
+        let mut line = serde_json::json!({
             "row": row.name(),
             "unit": row.unit(),
             "rounds": rounds,
             "nodeipc": ours.json(),
-            "shaq": anchor.as_ref().map(Spread::json),
             "ratio": anchor.as_ref().map(|a| round3(ours.median / a.median)),
             "better": if row.unit() == "ns" { "lower" } else { "higher" },
         });
+        if let (Some(imp), Some(a)) = (anchor_impl, &anchor) {
+            line["anchor"] = imp.name().into();
+            line[imp.name()] = a.json();
+        }
         if json {
             println!("{line}");
         } else {
@@ -100,7 +107,8 @@ fn main() -> io::Result<()> {
                 row.unit(),
                 ours.iqr_pct,
                 anchor.map_or(String::new(), |a| format!(
-                    "   shaq {:>12.1} (spread {:.1}%)   ratio {:.3}",
+                    "   {} {:>12.1} (spread {:.1}%)   ratio {:.3}",
+                    anchor_impl.map_or("", Impl::name),
                     a.median,
                     a.iqr_pct,
                     ours.median / a.median

@@ -56,18 +56,39 @@ pub(crate) enum Row {
     RtBlock,
     Floor,
     Throughput,
+    PoolLocal,
+    PoolRemote,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Impl {
     Nodeipc,
     Shaq,
+    RtsAlloc,
     /// Two words in one mapping: the floor any queue's round trip sits on.
     Floor,
 }
 
+impl Impl {
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Impl::Nodeipc => "nodeipc",
+            Impl::Shaq => "shaq",
+            Impl::RtsAlloc => "rts-alloc",
+            Impl::Floor => "floor",
+        }
+    }
+}
+
 impl Row {
-    pub(crate) const ALL: [Row; 4] = [Row::RtPoll, Row::RtBlock, Row::Floor, Row::Throughput];
+    pub(crate) const ALL: [Row; 6] = [
+        Row::RtPoll,
+        Row::RtBlock,
+        Row::Floor,
+        Row::Throughput,
+        Row::PoolLocal,
+        Row::PoolRemote,
+    ];
 
     pub(crate) fn name(self) -> &'static str {
         match self {
@@ -75,6 +96,8 @@ impl Row {
             Row::RtBlock => "spsc-rt-block",
             Row::Floor => "floor-rt",
             Row::Throughput => "spsc-throughput",
+            Row::PoolLocal => "pool-local",
+            Row::PoolRemote => "pool-remote",
         }
     }
 
@@ -88,6 +111,7 @@ impl Row {
     pub(crate) fn impls(self) -> &'static [Impl] {
         match self {
             Row::Floor => &[Impl::Floor],
+            Row::PoolLocal | Row::PoolRemote => &[Impl::Nodeipc, Impl::RtsAlloc],
             _ => &[Impl::Nodeipc, Impl::Shaq],
         }
     }
@@ -100,6 +124,7 @@ pub(crate) struct Params {
     rt_n: u64,
     tp_warm: u64,
     tp_n: u64,
+    pool_n: u64,
 }
 
 impl Params {
@@ -108,12 +133,14 @@ impl Params {
         rt_n: 200_000,
         tp_warm: 64_000,
         tp_n: 6_400_000,
+        pool_n: 1_000_000,
     };
     pub(crate) const QUICK: Params = Params {
         rt_warm: 100,
         rt_n: 1_000,
         tp_warm: 640,
         tp_n: 6_400,
+        pool_n: 10_000,
     };
 }
 
@@ -125,6 +152,10 @@ pub(crate) fn sample(row: Row, imp: Impl, p: Params, pin: bool) -> io::Result<f6
         (Row::Floor, _) => floor(p, pin),
         (Row::Throughput, Impl::Nodeipc) => tp_nodeipc(p, pin),
         (Row::Throughput, Impl::Shaq) => tp_shaq(p, pin),
+        (Row::PoolLocal, Impl::Nodeipc) => crate::pool_rows::local_nodeipc(p.pool_n),
+        (Row::PoolLocal, Impl::RtsAlloc) => crate::pool_rows::local_rts(p.pool_n),
+        (Row::PoolRemote, Impl::Nodeipc) => crate::pool_rows::remote_nodeipc(p.pool_n, pin),
+        (Row::PoolRemote, Impl::RtsAlloc) => crate::pool_rows::remote_rts(p.pool_n, pin),
         (row, imp) => Err(io::Error::other(format!("no {imp:?} for {row:?}"))),
     }
 }
@@ -145,6 +176,8 @@ pub(crate) fn run_peer(spec: &str) -> io::Result<()> {
         "floor" => echo_floor(a, total),
         "tp-nodeipc" => send_nodeipc(a, total),
         "tp-shaq" => send_shaq(a, total),
+        "pool-remote-nodeipc" => crate::pool_rows::free_nodeipc(a, b, total),
+        "pool-remote-rts" => crate::pool_rows::free_rts(a, b, total),
         other => Err(io::Error::other(format!("unknown peer part {other}"))),
     }
 }
@@ -441,7 +474,7 @@ fn send_shaq(fd: OwnedFd, total: u64) -> io::Result<()> {
     Ok(())
 }
 
-fn fd_num(fd: &impl AsFd) -> i32 {
+pub(crate) fn fd_num(fd: &impl AsFd) -> i32 {
     use std::os::fd::AsRawFd;
     fd.as_fd().as_raw_fd()
 }
