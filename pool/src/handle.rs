@@ -2,6 +2,7 @@
 //! own at once, others' through their owner's remote bitmap), reads and
 //! writes blocks by copy, cleans up, and adopts what dead handles held.
 
+use std::ptr::NonNull;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
@@ -71,7 +72,10 @@ pub struct Occupancy {
 struct Located {
     slab: u32,
     index: usize,
+    /// The block size.
     class: u32,
+    /// Its class's index.
+    class_index: usize,
     owner: u32,
 }
 
@@ -86,6 +90,56 @@ pub struct Handle {
     /// Per class, the free blocks of our slabs as `slab × 256 + index`:
     /// private memory, rebuilt from the descriptors on adoption.
     free: Vec<Vec<u32>>,
+    /// Per class, log2 of its size when a power of two (a shift, not a
+    /// division, on every free).
+    shifts: Vec<Option<u32>>,
+    /// The slab table and the descriptors, viewed (bounds and alignment
+    /// checked) once at join.
+    metas: NonNull<SlabMeta>,
+    descriptors: NonNull<AtomicU32>,
+}
+
+/// A slab's entry in the slab table.
+#[repr(C)]
+#[derive(Debug)]
+struct SlabMeta {
+    /// 0: unowned; else the owning handle + 1.
+    owner: AtomicU32,
+    /// Index of its class.
+    class: AtomicU32,
+    remote: [AtomicU64; BITMAP_WORDS],
+    _reserved: [AtomicU64; 3],
+}
+
+const _: () = assert!(size_of::<SlabMeta>() == crate::layout::SLAB_META_LEN);
+const _: () = assert!(std::mem::offset_of!(SlabMeta, remote) == REMOTE_AT);
+
+// SAFETY: `#[repr(C)]`, atomics only, any bit pattern valid, no pointer.
+unsafe impl nodeipc_shm::ShmSafe for SlabMeta {}
+
+// SAFETY: the pointers point into the mapping `region` keeps alive, and
+// every access through them is atomic: a handle may move between threads.
+unsafe impl Send for Handle {}
+// SAFETY: as above; `&Handle` only reads atomics and copies.
+unsafe impl Sync for Handle {}
+
+type Views = (NonNull<SlabMeta>, NonNull<AtomicU32>);
+
+fn views(region: &Region, geo: &Geometry) -> Result<Views> {
+    let metas = region.view_slice::<SlabMeta>(geo.meta_at, geo.slabs as usize)?;
+    let descriptors =
+        region.view_slice::<AtomicU32>(geo.descriptors_at, geo.slabs as usize * MAX_BLOCKS)?;
+    Ok((
+        NonNull::from(metas).cast(),
+        NonNull::from(descriptors).cast(),
+    ))
+}
+
+fn shifts(geo: &Geometry) -> Vec<Option<u32>> {
+    geo.classes
+        .iter()
+        .map(|c| c.is_power_of_two().then(|| c.trailing_zeros()))
+        .collect()
 }
 
 impl Handle {
@@ -99,8 +153,12 @@ impl Handle {
         let geo = read_geometry(&region)?;
         let pid = std::process::id();
         let ident = (pid, nodeipc_fdpass::process_start_time(pid)?);
+        let (metas, descriptors) = views(&region, &geo)?;
         let mut handle = Handle {
             free: vec![Vec::new(); geo.classes.len()],
+            shifts: shifts(&geo),
+            metas,
+            descriptors,
             region,
             geo,
             me: None,
@@ -167,8 +225,12 @@ impl Handle {
     /// [`Error::BadHeader`].
     pub fn free_only(region: Arc<Region>) -> Result<Handle> {
         let geo = read_geometry(&region)?;
+        let (metas, descriptors) = views(&region, &geo)?;
         Ok(Handle {
             free: vec![Vec::new(); geo.classes.len()],
+            shifts: shifts(&geo),
+            metas,
+            descriptors,
             region,
             geo,
             me: None,
@@ -185,22 +247,52 @@ impl Handle {
         self.region.label().to_owned()
     }
 
+    #[inline]
+    fn metas(&self) -> &[SlabMeta] {
+        // SAFETY: `views` checked `slabs` entries at join; the mapping lives
+        // as long as `self.region`; every access is atomic.
+        unsafe { std::slice::from_raw_parts(self.metas.as_ptr(), self.geo.slabs as usize) }
+    }
+
+    #[inline]
+    fn all_descriptors(&self) -> &[AtomicU32] {
+        // SAFETY: as in `metas`, for `slabs × MAX_BLOCKS` words.
+        unsafe {
+            std::slice::from_raw_parts(
+                self.descriptors.as_ptr(),
+                self.geo.slabs as usize * MAX_BLOCKS,
+            )
+        }
+    }
+
+    #[inline]
+    fn meta(&self, slab: u32) -> Result<&SlabMeta> {
+        self.metas()
+            .get(slab as usize)
+            .ok_or_else(|| Error::NotABlock {
+                pool: self.label(),
+                offset: 0,
+                reason: format!("slab {slab} past the last of {}", self.geo.slabs),
+            })
+    }
+
+    #[inline]
     fn owner_word(&self, slab: u32) -> Result<&AtomicU32> {
-        Ok(self.region.view(self.geo.meta(slab))?)
+        Ok(&self.meta(slab)?.owner)
     }
 
+    #[inline]
     fn class_word(&self, slab: u32) -> Result<&AtomicU32> {
-        Ok(self.region.view(self.geo.meta(slab) + 4)?)
+        Ok(&self.meta(slab)?.class)
     }
 
+    #[inline]
     fn slab(&self, slab: u32) -> Result<Slab<'_>> {
+        let meta = self.meta(slab)?;
+        let at = slab as usize * MAX_BLOCKS;
         Ok(Slab {
-            descriptors: self
-                .region
-                .view_slice::<AtomicU32>(self.geo.descriptors(slab), MAX_BLOCKS)?,
-            remote: self
-                .region
-                .view_slice::<AtomicU64>(self.geo.meta(slab) + REMOTE_AT, BITMAP_WORDS)?,
+            descriptors: &self.all_descriptors()[at..at + MAX_BLOCKS],
+            remote: &meta.remote,
         })
     }
 
@@ -340,15 +432,20 @@ impl Handle {
             .ok_or_else(|| not_block(format!("its slab {slab} has an impossible class")))?;
         let size = self.geo.classes[class];
         let within = data % u64::from(SLAB_SIZE);
-        if within % u64::from(size) != 0 {
+        let (index, rest) = match self.shifts[class] {
+            Some(shift) => (within >> shift, within & (u64::from(size) - 1)),
+            None => (within / u64::from(size), within % u64::from(size)),
+        };
+        if rest != 0 {
             return Err(not_block(format!(
                 "not a multiple of the slab's block size {size}"
             )));
         }
         Ok(Located {
             slab,
-            index: (within / u64::from(size)) as usize,
+            index: index as usize,
             class: size,
+            class_index: class,
             owner: owner - 1,
         })
     }
@@ -385,8 +482,7 @@ impl Handle {
         if Some(at.owner) == self.me {
             slab.free_local(at.index, block.generation())
                 .map_err(|r| self.refused(block, r))?;
-            let class = self.class_of(at.slab)?.unwrap_or(0);
-            self.free[class].push(at.slab * MAX_BLOCKS as u32 + at.index as u32);
+            self.free[at.class_index].push(at.slab * MAX_BLOCKS as u32 + at.index as u32);
         } else {
             slab.free_remote(at.index, block.generation())
                 .map_err(|r| self.refused(block, r))?;
