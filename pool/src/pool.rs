@@ -95,8 +95,34 @@ fn init(region: &Region, geo: &Geometry) -> Result<()> {
     Ok(())
 }
 
+/// Refuses a memfd whose size is not sealed against growing and shrinking
+/// (its sender could truncate it under our mapping: a `SIGBUS`). A named
+/// object cannot carry those seals: one opened by name passed the owner and
+/// mode check of `Region::open`; one received as a descriptor is trusted as
+/// its sender is.
+fn check_seals(region: &Region) -> Result<()> {
+    use rustix::fs::SealFlags;
+    use std::os::fd::AsRawFd;
+    let memfd = match std::fs::read_link(format!("/proc/self/fd/{}", region.as_fd().as_raw_fd())) {
+        Ok(target) => target.to_string_lossy().starts_with("/memfd:"),
+        Err(_) => true,
+    };
+    if region.name().is_some() || !memfd {
+        return Ok(());
+    }
+    match rustix::fs::fcntl_get_seals(region.as_fd()) {
+        Ok(seals) if seals.contains(SealFlags::SHRINK | SealFlags::GROW) => Ok(()),
+        _ => Err(Error::BadHeader {
+            pool: region.label().to_owned(),
+            reason: "the memfd is not sealed against shrinking (F_SEAL_SHRINK|F_SEAL_GROW)"
+                .to_owned(),
+        }),
+    }
+}
+
 /// Reads and checks a pool's header: each value once.
 pub(crate) fn read_geometry(region: &Region) -> Result<Geometry> {
+    check_seals(region)?;
     let label = region.label();
     let bad = |reason: String| Error::BadHeader {
         pool: label.to_owned(),

@@ -219,3 +219,15 @@ fn bad_configurations_are_refused() {
         }
     }
 }
+
+#[test]
+fn an_unsealed_memfd_is_refused() {
+    let pool = pool(1, 1);
+    // The same bytes in a memfd its sender could still truncate.
+    let region = nodeipc_shm::Region::anonymous(pool.region().len()).unwrap();
+    let mut bytes = vec![0u8; 4096];
+    pool.region().read_at(0, &mut bytes).unwrap();
+    region.write_at(0, &bytes).unwrap();
+    let err = nodeipc_pool::Handle::join(std::sync::Arc::new(region)).unwrap_err();
+    assert!(err.to_string().contains("not sealed"), "{err}");
+}

@@ -86,16 +86,19 @@ fn ready(child: &mut ChildGuard) {
 
 #[test]
 fn a_stream_between_two_processes_arrives_whole_and_in_order() {
+    // Seconds by default; the long CI runs minutes of it.
+    let long = std::env::var("NODEIPC_CI_LONG").is_ok_and(|v| v == "1");
+    let n: u64 = if long { 200_000_000 } else { 200_000 };
+    let limit = Duration::from_secs(if long { 1800 } else { 60 });
     let _dog = Watchdog::new(
         "a_stream_between_two_processes_arrives_whole_and_in_order",
-        Duration::from_secs(60),
+        limit,
     );
     let name = unique_name("queue-stream");
     let queue = Queue::<Msg>::create(&name, 256, SCHEMA).unwrap();
     let mut rx = queue.consumer().unwrap();
-    const N: u64 = 200_000;
-    let mut producer = child("produce", &name, 0, N);
-    for seq in 0..N {
+    let mut producer = child("produce", &name, 0, n);
+    for seq in 0..n {
         assert_eq!(rx.pop_timeout(T).unwrap(), msg(seq), "message {seq}");
     }
     assert!(producer.wait_timeout(T).success());
