@@ -62,11 +62,22 @@ impl<'a> Ring<'a> {
         unsafe { self.slots.get_unchecked(base..base + self.geo.stride) }
     }
 
+    /// The words of the slot of `index` that a `T` covers: a length known
+    /// at compile time, so the copies below unroll. `T`'s size is the
+    /// ring's element size (checked at join), so this is the whole slot; the
+    /// `min` keeps it in bounds whatever `T`.
+    #[inline]
+    fn slot_of<T>(&self, index: u32) -> &'a [AtomicU64] {
+        let words = size_of::<T>().div_ceil(8);
+        let slot = self.slot(index);
+        &slot[..words.min(slot.len())]
+    }
+
     /// Copies `value` into the slot of `index` with relaxed word stores; its
     /// publication (the release store of `tail`) orders them.
     #[inline]
     pub(crate) fn write_slot<T: Pod>(&self, index: u32, value: &T) {
-        let words = self.slot(index);
+        let words = self.slot_of::<T>(index);
         let (chunks, rest) = bytemuck::bytes_of(value).as_chunks::<8>();
         for (word, chunk) in words.iter().zip(chunks) {
             word.store(u64::from_ne_bytes(*chunk), Ordering::Relaxed);
@@ -90,7 +101,7 @@ impl<'a> Ring<'a> {
     /// As [`read_slot`](Ring::read_slot), into `value`.
     #[inline]
     pub(crate) fn read_into<T: Pod>(&self, index: u32, value: &mut T) {
-        let words = self.slot(index);
+        let words = self.slot_of::<T>(index);
         let (chunks, rest) = bytemuck::bytes_of_mut(value).as_chunks_mut::<8>();
         let full = chunks.len();
         for (chunk, word) in chunks.iter_mut().zip(words) {
