@@ -93,15 +93,21 @@ pub(crate) fn ls(args: LsArgs) -> CmdResult {
                 nodeipc_shm::Unheld::prove(&object.path, None),
                 Ok(_) | Err(nodeipc_shm::NotProved::Gone)
             );
+        let detail = detail(object);
         outln!(
             "{:<10} {:>12} {:>5o} {:>6}  {:<24} {}",
-            kind(object),
+            detail
+                .as_ref()
+                .map_or_else(|| kind(object), |(kind, _)| kind),
             object.size,
             object.mode,
             object.owner,
             users(&object.users, unseen),
             Shown(&object.name)
         );
+        if let Some((_, line)) = detail {
+            outln!("{:<10} {line}", "");
+        }
     }
     for dir in &found {
         let unseen = dir
@@ -170,6 +176,63 @@ pub(crate) fn clean(args: CleanArgs) -> CmdResult {
     }
     outln!("{removed} {verb}, {kept} kept");
     Ok(())
+}
+
+/// A named queue's or pool's header, shown under its row: capacity,
+/// length, producer and consumer pids; occupancy per handle. Read through a
+/// mapping opened with the owner and mode checks of `Region::open`.
+fn detail(object: &ShmObject) -> Option<(&'static str, String)> {
+    if object.kind != ObjectKind::Region {
+        return None;
+    }
+    let region =
+        nodeipc_shm::Region::open(&object.name, nodeipc_shm::OpenOptions::default()).ok()?;
+    if let Some(q) = nodeipc_queue::inspect(&region) {
+        return Some((
+            "queue",
+            format!(
+                "capacity {}, length {}, {}-byte messages, producer {}, consumer {}",
+                q.capacity,
+                q.len,
+                q.element_size,
+                pid_or_dash(q.producer),
+                pid_or_dash(q.consumer)
+            ),
+        ));
+    }
+    let handles = nodeipc_pool::inspect(&region)?;
+    let held: Vec<String> = handles
+        .iter()
+        .filter(|h| h.pid != 0 || h.blocks != 0)
+        .map(|h| {
+            format!(
+                "handle {} pid {} blocks {}",
+                h.handle,
+                pid_or_dash(h.pid),
+                h.blocks
+            )
+        })
+        .collect();
+    Some((
+        "pool",
+        format!(
+            "{} handles; {}",
+            handles.len(),
+            if held.is_empty() {
+                "none held".to_owned()
+            } else {
+                held.join(", ")
+            }
+        ),
+    ))
+}
+
+fn pid_or_dash(pid: u32) -> String {
+    if pid == 0 {
+        "-".to_owned()
+    } else {
+        pid.to_string()
+    }
 }
 
 fn kind(object: &ShmObject) -> &'static str {

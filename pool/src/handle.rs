@@ -666,6 +666,16 @@ impl Handle {
     }
 }
 
+/// Every handle's occupancy of the pool in `region`, read without joining
+/// (for `nodeipc ls`); `None` when the region is not a pool.
+pub fn inspect(region: &Region) -> Option<Vec<Occupancy>> {
+    let geo = crate::pool::read_geometry(region).ok()?;
+    (0..geo.handles)
+        .map(|h| occupancy_of(region, &geo, h))
+        .collect::<Result<Vec<_>>>()
+        .ok()
+}
+
 fn occupancy_of(region: &Region, geo: &Geometry, h: u32) -> Result<Occupancy> {
     let mut blocks = 0;
     for s in 0..geo.slabs {

@@ -16,7 +16,7 @@ mod loom_model;
 
 pub use error::{Error, Result};
 #[cfg(not(loom))]
-pub use handle::{BlockRef, Handle, Occupancy, Reclaimed};
+pub use handle::{BlockRef, Handle, Occupancy, Reclaimed, inspect};
 #[cfg(not(loom))]
 pub use layout::{
     MAGIC, MAX_CLASSES, MAX_HANDLES, MAX_SLABS, MIN_CLASS, PoolConfig, SLAB_SIZE, VERSION,

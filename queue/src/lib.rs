@@ -10,6 +10,8 @@ mod consumer;
 mod end;
 mod error;
 #[cfg(not(loom))]
+mod inspect;
+#[cfg(not(loom))]
 mod producer;
 #[cfg(not(loom))]
 mod queue;
@@ -24,6 +26,8 @@ mod loom_model;
 #[cfg(not(loom))]
 pub use consumer::Consumer;
 pub use error::{Error, Result, Role};
+#[cfg(not(loom))]
+pub use inspect::{QueueInfo, inspect};
 pub use layout::{MAGIC, MAX_CAPACITY, MAX_ELEM_SIZE, SLOTS_OFFSET, VERSION};
 #[cfg(not(loom))]
 pub use producer::{Batch, Producer};
