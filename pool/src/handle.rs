@@ -4,47 +4,17 @@
 
 use std::ptr::NonNull;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, Ordering};
 
 use nodeipc_shm::Region;
 
-use crate::layout::{Geometry, REMOTE_AT, SLAB_SIZE};
+use crate::block_ref::BlockRef;
+use crate::layout::{Geometry, SLAB_SIZE};
+use crate::occupancy::{Occupancy, occupancy_of};
 use crate::pool::{entry, holder_alive, read_geometry};
 use crate::slab::{self, BITMAP_WORDS, MAX_BLOCKS, Refused, Slab};
+use crate::slab_table::{SlabMeta, shifts, views};
 use crate::{Error, Result};
-
-/// A reference to a block, to put in a message: its offset in the region
-/// (40 bits) and its generation (24 bits). Never a pointer.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct BlockRef(u64);
-
-impl BlockRef {
-    const OFFSET_BITS: u32 = 40;
-
-    fn new(offset: u64, generation: u32) -> BlockRef {
-        BlockRef(u64::from(generation & slab::GEN_MASK) << Self::OFFSET_BITS | offset)
-    }
-
-    /// The reference as 64 bits, for a message.
-    pub fn to_bits(self) -> u64 {
-        self.0
-    }
-
-    /// A reference read from a message (checked when used, not here).
-    pub fn from_bits(bits: u64) -> BlockRef {
-        BlockRef(bits)
-    }
-
-    /// The block's offset in the region.
-    pub fn offset(self) -> u64 {
-        self.0 & ((1 << Self::OFFSET_BITS) - 1)
-    }
-
-    /// The block's generation when the reference was made.
-    pub fn generation(self) -> u32 {
-        (self.0 >> Self::OFFSET_BITS) as u32
-    }
-}
 
 /// What a reclaim of dead handles took back.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -54,17 +24,6 @@ pub struct Reclaimed {
     /// Their slabs, now ours.
     pub slabs: usize,
     /// Their free and remotely freed blocks, now ours to allocate.
-    pub blocks: usize,
-}
-
-/// Blocks held per handle.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Occupancy {
-    /// The handle's index.
-    pub handle: u32,
-    /// Its holder (0: vacant).
-    pub pid: u32,
-    /// Blocks of its slabs allocated or awaiting its clean-up.
     pub blocks: usize,
 }
 
@@ -99,48 +58,11 @@ pub struct Handle {
     descriptors: NonNull<AtomicU32>,
 }
 
-/// A slab's entry in the slab table.
-#[repr(C)]
-#[derive(Debug)]
-struct SlabMeta {
-    /// 0: unowned; else the owning handle + 1.
-    owner: AtomicU32,
-    /// Index of its class.
-    class: AtomicU32,
-    remote: [AtomicU64; BITMAP_WORDS],
-    _reserved: [AtomicU64; 3],
-}
-
-const _: () = assert!(size_of::<SlabMeta>() == crate::layout::SLAB_META_LEN);
-const _: () = assert!(std::mem::offset_of!(SlabMeta, remote) == REMOTE_AT);
-
-// SAFETY: `#[repr(C)]`, atomics only, any bit pattern valid, no pointer.
-unsafe impl nodeipc_shm::ShmSafe for SlabMeta {}
-
 // SAFETY: the pointers point into the mapping `region` keeps alive, and
 // every access through them is atomic: a handle may move between threads.
 unsafe impl Send for Handle {}
 // SAFETY: as above; `&Handle` only reads atomics and copies.
 unsafe impl Sync for Handle {}
-
-type Views = (NonNull<SlabMeta>, NonNull<AtomicU32>);
-
-fn views(region: &Region, geo: &Geometry) -> Result<Views> {
-    let metas = region.view_slice::<SlabMeta>(geo.meta_at, geo.slabs as usize)?;
-    let descriptors =
-        region.view_slice::<AtomicU32>(geo.descriptors_at, geo.slabs as usize * MAX_BLOCKS)?;
-    Ok((
-        NonNull::from(metas).cast(),
-        NonNull::from(descriptors).cast(),
-    ))
-}
-
-fn shifts(geo: &Geometry) -> Vec<Option<u32>> {
-    geo.classes
-        .iter()
-        .map(|c| c.is_power_of_two().then(|| c.trailing_zeros()))
-        .collect()
-}
 
 impl Handle {
     /// Takes a handle of the pool in `region`: a vacant one, else one whose
@@ -664,40 +586,6 @@ impl Handle {
             .map(|h| occupancy_of(&self.region, &self.geo, h))
             .collect()
     }
-}
-
-/// Every handle's occupancy of the pool in `region`, read without joining
-/// (for `nodeipc ls`); `None` when the region is not a pool.
-pub fn inspect(region: &Region) -> Option<Vec<Occupancy>> {
-    let geo = crate::pool::read_geometry(region).ok()?;
-    (0..geo.handles)
-        .map(|h| occupancy_of(region, &geo, h))
-        .collect::<Result<Vec<_>>>()
-        .ok()
-}
-
-fn occupancy_of(region: &Region, geo: &Geometry, h: u32) -> Result<Occupancy> {
-    let mut blocks = 0;
-    for s in 0..geo.slabs {
-        let meta = geo.meta(s);
-        if region.view::<AtomicU32>(meta)?.load(Ordering::Acquire) != h + 1 {
-            continue;
-        }
-        let class = region.view::<AtomicU32>(meta + 4)?.load(Ordering::Acquire) as usize;
-        let Some(&size) = geo.classes.get(class) else {
-            continue;
-        };
-        let slab = Slab {
-            descriptors: region.view_slice(geo.descriptors(s), MAX_BLOCKS)?,
-            remote: region.view_slice(meta + REMOTE_AT, BITMAP_WORDS)?,
-        };
-        blocks += slab.occupied(Geometry::blocks(size));
-    }
-    Ok(Occupancy {
-        handle: h,
-        pid: entry(region, geo, h)?.pid.load(Ordering::Acquire),
-        blocks,
-    })
 }
 
 impl Drop for Handle {
