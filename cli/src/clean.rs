@@ -98,14 +98,18 @@ pub(crate) fn ls(args: LsArgs) -> CmdResult {
                 nodeipc_shm::Unheld::prove(&object.path, None),
                 Ok(_) | Err(nodeipc_shm::NotProved::Gone)
             );
+        let detail = detail(object);
         listed.push(Listed {
-            kind: kind(object),
+            kind: detail
+                .as_ref()
+                .map_or_else(|| kind(object), |(kind, _)| kind),
             name: object.name.clone(),
             size: object.size,
             mode: object.mode,
             uid: object.owner,
             users: &object.users,
             unseen,
+            detail: detail.map(|(_, line)| line),
         });
     }
     for dir in &found {
@@ -120,6 +124,7 @@ pub(crate) fn ls(args: LsArgs) -> CmdResult {
             uid: dir.owner,
             users: &dir.users,
             unseen,
+            detail: None,
         });
     }
     let mut owners = Owners::default();
@@ -152,6 +157,9 @@ pub(crate) fn ls(args: LsArgs) -> CmdResult {
             users(entry.users, entry.unseen),
             Shown(&entry.name)
         );
+        if let Some(line) = &entry.detail {
+            outln!("{:<10} {line}", "");
+        }
     }
     Ok(())
 }
@@ -166,6 +174,8 @@ struct Listed<'a> {
     users: &'a [u32],
     /// Someone `ls` cannot see uses it, or may.
     unseen: bool,
+    /// A queue's or pool's header, in words (a line under its row).
+    detail: Option<String>,
 }
 
 impl Listed<'_> {
@@ -180,6 +190,7 @@ impl Listed<'_> {
             "owner": owners.name(self.uid),
             "users": self.users,
             "unseen": self.unseen,
+            "detail": self.detail,
         })
     }
 }
@@ -282,6 +293,66 @@ impl Done {
             Done::WouldRemove => "would_remove",
             Done::Kept => "kept",
         }
+    }
+}
+
+/// A named queue's or pool's header, shown under its row: capacity,
+/// length, producer and consumer pids; occupancy per handle. Read through a
+/// mapping opened with the owner and mode checks of `Region::open`.
+fn detail(object: &ShmObject) -> Option<(&'static str, String)> {
+    if object.kind != ObjectKind::Region {
+        return None;
+    }
+    let region = nodeipc_shm::Region::open(
+        &object.name,
+        nodeipc_shm::OpenOptions::default().read_only(),
+    )
+    .ok()?;
+    if let Some(q) = nodeipc_queue::inspect(&region) {
+        return Some((
+            "queue",
+            format!(
+                "capacity {}, length {}, {}-byte messages, producer {}, consumer {}",
+                q.capacity,
+                q.len,
+                q.element_size,
+                pid_or_dash(q.producer),
+                pid_or_dash(q.consumer)
+            ),
+        ));
+    }
+    let handles = nodeipc_pool::inspect(&region)?;
+    let held: Vec<String> = handles
+        .iter()
+        .filter(|h| h.pid != 0 || h.blocks != 0)
+        .map(|h| {
+            format!(
+                "handle {} pid {} blocks {}",
+                h.handle,
+                pid_or_dash(h.pid),
+                h.blocks
+            )
+        })
+        .collect();
+    Some((
+        "pool",
+        format!(
+            "{} handles; {}",
+            handles.len(),
+            if held.is_empty() {
+                "none held".to_owned()
+            } else {
+                held.join(", ")
+            }
+        ),
+    ))
+}
+
+fn pid_or_dash(pid: u32) -> String {
+    if pid == 0 {
+        "-".to_owned()
+    } else {
+        pid.to_string()
     }
 }
 

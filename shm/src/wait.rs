@@ -247,8 +247,14 @@ pub fn wait_while<E>(
         let slice = left.map_or(SLICE, |left| left.min(SLICE));
         // Announce the sleeper before looking again: either the waker's
         // change comes first and we see it, or our announcement does and the
-        // waker sees it (both SeqCst), and FUTEX_WAIT rechecks the word.
+        // waker sees it (both SeqCst), and FUTEX_WAIT rechecks the word. The
+        // fence pairs with a waker's own (store; SeqCst fence; load of
+        // `parked`), the form the queue's loom models check (loom treats
+        // SeqCst accesses as AcqRel, fences as SeqCst); on x86 the locked
+        // add is a full barrier already, so it costs next to nothing, and
+        // only here, on the way to sleep.
         parked.fetch_add(1, Ordering::SeqCst);
+        std::sync::atomic::fence(Ordering::SeqCst);
         let slept = if word.load(Ordering::SeqCst) == expected {
             park_for(word, expected, Some(slice))
         } else {
@@ -334,6 +340,46 @@ pub fn park_until(
         deadline,
         MATCH_ANY,
     ))
+}
+
+/// The most words one [`park_any`] waits on (the kernel's `FUTEX_WAITV_MAX`).
+pub const PARK_ANY_MAX: usize = 128;
+
+/// Sleeps while every `word` holds its `expected` value, for at most
+/// `timeout` (`None`: no limit): `futex_waitv` on shared 32-bit futexes, so a
+/// consumer of several queues in several regions waits on all at once. The
+/// caller announces itself on each word's parked count first, as
+/// [`wait_while`] does for one word.
+///
+/// # Errors
+/// `EINVAL` for more than [`PARK_ANY_MAX`] words or none; `ENOSYS` before
+/// Linux 5.16; any errno other than `EAGAIN`, `EINTR` and `ETIMEDOUT`.
+///
+/// # References
+/// - [Linux `futex_waitv(2)`](https://docs.kernel.org/userspace-api/futex2.html)
+#[doc(alias = "futex_waitv")]
+pub fn park_any(words: &[(&AtomicU32, u32)], timeout: Option<Duration>) -> Result<Parked, Errno> {
+    if words.is_empty() || words.len() > PARK_ANY_MAX {
+        return Err(Errno::INVAL);
+    }
+    let mut waiters = [futex::Wait::new(); PARK_ANY_MAX];
+    for (waiter, (word, expected)) in waiters.iter_mut().zip(words) {
+        waiter.val = u64::from(*expected);
+        waiter.uaddr = futex::WaitPtr::new(word.as_ptr().cast());
+        // Shared (no FUTEX2_PRIVATE): the words live in mappings of other processes.
+        waiter.flags = futex::WaitFlags::SIZE_U32;
+    }
+    // futex_waitv takes an absolute deadline on the given clock.
+    let deadline = timeout.map(deadline_after);
+    match futex::waitv(
+        &waiters[..words.len()],
+        futex::WaitvFlags::empty(),
+        deadline.as_ref(),
+        ClockId::Monotonic,
+    ) {
+        Ok(_) => Ok(Parked::Woken),
+        Err(e) => parked(Err(e)),
+    }
 }
 
 /// Wakes up to `count` waiters parked on `word` (shared futex), whether or

@@ -1,0 +1,605 @@
+//! A handle: allocates from the slabs it owns, frees anyone's blocks (its
+//! own at once, others' through their owner's remote bitmap), reads and
+//! writes blocks by copy, cleans up, and adopts what dead handles held.
+
+use std::ptr::NonNull;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use nodeipc_shm::Region;
+
+use crate::block_ref::BlockRef;
+use crate::layout::{Geometry, SLAB_SIZE};
+use crate::occupancy::{Occupancy, occupancy_of};
+use crate::pool::{entry, holder_alive, read_geometry};
+use crate::slab::{self, BITMAP_WORDS, MAX_BLOCKS, Refused, Slab};
+use crate::slab_table::{SlabMeta, shifts, views};
+use crate::{Error, Result};
+
+/// What a reclaim of dead handles took back.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Reclaimed {
+    /// Dead handles released.
+    pub handles: usize,
+    /// Their slabs, now ours.
+    pub slabs: usize,
+    /// Their free and remotely freed blocks, now ours to allocate.
+    pub blocks: usize,
+}
+
+/// A located, checked block.
+struct Located {
+    slab: u32,
+    index: usize,
+    /// The block size.
+    class: u32,
+    /// Its class's index.
+    class_index: usize,
+    owner: u32,
+}
+
+/// One process's (or thread's) access to a pool.
+#[derive(Debug)]
+pub struct Handle {
+    region: Arc<Region>,
+    geo: Geometry,
+    /// Our handle index, or `None` for a free-only handle.
+    me: Option<u32>,
+    ident: (u32, u64),
+    /// Per class, the free blocks of our slabs as `slab × 256 + index`:
+    /// private memory, rebuilt from the descriptors on adoption.
+    free: Vec<Vec<u32>>,
+    /// Per class, log2 of its size when a power of two (a shift, not a
+    /// division, on every free).
+    shifts: Vec<Option<u32>>,
+    /// The slab table and the descriptors, viewed (bounds and alignment
+    /// checked) once at join.
+    metas: NonNull<SlabMeta>,
+    descriptors: NonNull<AtomicU32>,
+}
+
+// SAFETY: the pointers point into the mapping `region` keeps alive, and
+// every access through them is atomic: a handle may move between threads.
+unsafe impl Send for Handle {}
+// SAFETY: as above; `&Handle` only reads atomics and copies.
+unsafe impl Sync for Handle {}
+
+impl Handle {
+    /// Takes a handle of the pool in `region`: a vacant one, else one whose
+    /// holder is dead (its slabs adopted). Slabs left owned by the handle's
+    /// previous holder become ours.
+    ///
+    /// # Errors
+    /// [`Error::BadHeader`]; [`Error::NoHandleFree`] naming the holders.
+    pub fn join(region: Arc<Region>) -> Result<Handle> {
+        let geo = read_geometry(&region)?;
+        let pid = std::process::id();
+        let ident = (pid, nodeipc_fdpass::process_start_time(pid)?);
+        let (metas, descriptors) = views(&region, &geo)?;
+        let mut handle = Handle {
+            free: vec![Vec::new(); geo.classes.len()],
+            shifts: shifts(&geo),
+            metas,
+            descriptors,
+            region,
+            geo,
+            me: None,
+            ident,
+        };
+        let mut holders = Vec::new();
+        for pass in 0..2 {
+            for h in 0..handle.geo.handles {
+                let region = handle.region.clone();
+                let e = entry(&region, &handle.geo, h)?;
+                let current = e.pid.load(Ordering::Acquire);
+                let takeable = match (pass, current) {
+                    (0, 0) => true,
+                    (1, 0) => true,
+                    (1, pid) => !holder_alive(pid, e.start.load(Ordering::Acquire))?,
+                    _ => false,
+                };
+                if !takeable {
+                    if pass == 1 {
+                        holders.push(current);
+                    }
+                    continue;
+                }
+                if e.pid
+                    .compare_exchange(current, ident.0, Ordering::AcqRel, Ordering::Acquire)
+                    .is_ok()
+                {
+                    e.start.store(ident.1, Ordering::Release);
+                    e.joins.fetch_add(1, Ordering::AcqRel);
+                    handle.me = Some(h);
+                    handle.adopt_slabs_of(h)?;
+                    return Ok(handle);
+                }
+            }
+        }
+        Err(Error::NoHandleFree {
+            pool: handle.region.label().to_owned(),
+            handles: handle.geo.handles,
+            holders,
+        })
+    }
+
+    /// Opens the named pool (waiting up to `timeout` for its creator) and
+    /// takes a handle.
+    ///
+    /// # Errors
+    /// As [`join`](Handle::join), and those of `Region::open`.
+    pub fn open(name: &str, timeout: std::time::Duration) -> Result<Handle> {
+        Handle::join(crate::pool::open_named(name, timeout)?)
+    }
+
+    /// Opens the named pool as a free-only handle.
+    ///
+    /// # Errors
+    /// As [`free_only`](Handle::free_only), and those of `Region::open`.
+    pub fn open_free_only(name: &str, timeout: std::time::Duration) -> Result<Handle> {
+        Handle::free_only(crate::pool::open_named(name, timeout)?)
+    }
+
+    /// A handle that frees (always remotely), reads and writes, but never
+    /// allocates, and takes no handle slot.
+    ///
+    /// # Errors
+    /// [`Error::BadHeader`].
+    pub fn free_only(region: Arc<Region>) -> Result<Handle> {
+        let geo = read_geometry(&region)?;
+        let (metas, descriptors) = views(&region, &geo)?;
+        Ok(Handle {
+            free: vec![Vec::new(); geo.classes.len()],
+            shifts: shifts(&geo),
+            metas,
+            descriptors,
+            region,
+            geo,
+            me: None,
+            ident: (std::process::id(), 0),
+        })
+    }
+
+    /// Our handle index (`None`: free-only).
+    pub fn index(&self) -> Option<u32> {
+        self.me
+    }
+
+    fn label(&self) -> String {
+        self.region.label().to_owned()
+    }
+
+    #[inline]
+    fn metas(&self) -> &[SlabMeta] {
+        // SAFETY: `views` checked `slabs` entries at join; the mapping lives
+        // as long as `self.region`; every access is atomic.
+        unsafe { std::slice::from_raw_parts(self.metas.as_ptr(), self.geo.slabs as usize) }
+    }
+
+    #[inline]
+    fn all_descriptors(&self) -> &[AtomicU32] {
+        // SAFETY: as in `metas`, for `slabs × MAX_BLOCKS` words.
+        unsafe {
+            std::slice::from_raw_parts(
+                self.descriptors.as_ptr(),
+                self.geo.slabs as usize * MAX_BLOCKS,
+            )
+        }
+    }
+
+    #[inline]
+    fn meta(&self, slab: u32) -> Result<&SlabMeta> {
+        self.metas()
+            .get(slab as usize)
+            .ok_or_else(|| Error::NotABlock {
+                pool: self.label(),
+                offset: 0,
+                reason: format!("slab {slab} past the last of {}", self.geo.slabs),
+            })
+    }
+
+    #[inline]
+    fn owner_word(&self, slab: u32) -> Result<&AtomicU32> {
+        Ok(&self.meta(slab)?.owner)
+    }
+
+    #[inline]
+    fn class_word(&self, slab: u32) -> Result<&AtomicU32> {
+        Ok(&self.meta(slab)?.class)
+    }
+
+    #[inline]
+    fn slab(&self, slab: u32) -> Result<Slab<'_>> {
+        let meta = self.meta(slab)?;
+        let at = slab as usize * MAX_BLOCKS;
+        Ok(Slab {
+            descriptors: &self.all_descriptors()[at..at + MAX_BLOCKS],
+            remote: &meta.remote,
+        })
+    }
+
+    /// The class index of a slab, read once and checked.
+    fn class_of(&self, slab: u32) -> Result<Option<usize>> {
+        let class = self.class_word(slab)?.load(Ordering::Acquire) as usize;
+        Ok((class < self.geo.classes.len()).then_some(class))
+    }
+
+    /// Adopts every slab whose owner word names handle `h`; returns (slabs, blocks).
+    fn adopt_slabs_of(&mut self, h: u32) -> Result<(usize, usize)> {
+        let Some(me) = self.me else { return Ok((0, 0)) };
+        let (mut slabs, mut blocks) = (0, 0);
+        for s in 0..self.geo.slabs {
+            let owner = self.owner_word(s)?;
+            if owner
+                .compare_exchange(h + 1, me + 1, Ordering::AcqRel, Ordering::Acquire)
+                .is_err()
+                && !(h == me && owner.load(Ordering::Acquire) == me + 1)
+            {
+                continue;
+            }
+            slabs += 1;
+            let Some(class) = self.class_of(s)? else {
+                continue; // a garbled class: the slab's blocks stay unused
+            };
+            let n = Geometry::blocks(self.geo.classes[class]);
+            let mut found = Vec::new();
+            self.slab(s)?
+                .adopt(n, |i| found.push(s * MAX_BLOCKS as u32 + i as u32));
+            blocks += found.len();
+            self.free[class].extend(found);
+        }
+        Ok((slabs, blocks))
+    }
+
+    /// Allocates a block of at least `size` bytes.
+    ///
+    /// # Errors
+    /// [`Error::TooLarge`]; [`Error::Full`] when no slab is left;
+    /// [`Error::InvalidArgument`] from a free-only handle.
+    pub fn alloc(&mut self, size: usize) -> Result<BlockRef> {
+        let Some(me) = self.me else {
+            return Err(Error::InvalidArgument {
+                pool: self.label(),
+                what: "allocation from a free-only handle",
+                value: size as u64,
+                limit: "free-only handles cannot allocate",
+            });
+        };
+        let largest = *self.geo.classes.last().unwrap_or(&0);
+        let Some(class) = self.geo.classes.iter().position(|&c| size <= c as usize) else {
+            return Err(Error::TooLarge {
+                pool: self.label(),
+                size,
+                largest,
+            });
+        };
+        // Our list, then our remote frees, then a new slab: each bounded.
+        for step in 0..3 {
+            while let Some(packed) = self.free[class].pop() {
+                let (s, i) = (
+                    packed / MAX_BLOCKS as u32,
+                    (packed % MAX_BLOCKS as u32) as usize,
+                );
+                if let Some(generation) = self.slab(s)?.allocate(i) {
+                    let offset = self.geo.slab_data(s) + i * self.geo.classes[class] as usize;
+                    return Ok(BlockRef::new(offset as u64, generation));
+                }
+            }
+            match step {
+                0 => {
+                    self.clean_remote_frees()?;
+                }
+                1 if !self.claim_slab(me, class)? => break,
+                _ => {}
+            }
+        }
+        Err(Error::Full {
+            pool: self.label(),
+            size,
+            class: self.geo.classes[class],
+        })
+    }
+
+    /// Takes an unowned slab for `class`; `false` when none is left.
+    fn claim_slab(&mut self, me: u32, class: usize) -> Result<bool> {
+        for s in 0..self.geo.slabs {
+            let owner = self.owner_word(s)?;
+            if owner.load(Ordering::Relaxed) != 0
+                || owner
+                    .compare_exchange(0, me + 1, Ordering::AcqRel, Ordering::Acquire)
+                    .is_err()
+            {
+                continue;
+            }
+            self.class_word(s)?.store(class as u32, Ordering::Release);
+            let n = Geometry::blocks(self.geo.classes[class]);
+            let mut found = Vec::new();
+            self.slab(s)?
+                .adopt(n, |i| found.push(s * MAX_BLOCKS as u32 + i as u32));
+            // Lowest offsets first out.
+            found.reverse();
+            self.free[class].extend(found);
+            return Ok(true);
+        }
+        Ok(false)
+    }
+
+    /// Finds the block `block` names, checking every value read from the
+    /// region: its slab exists and is owned, its class is one of ours, the
+    /// offset is the start of a block.
+    fn locate(&self, block: BlockRef) -> Result<Located> {
+        let offset = block.offset();
+        let not_block = |reason: String| Error::NotABlock {
+            pool: self.label(),
+            offset,
+            reason,
+        };
+        let data = offset
+            .checked_sub(self.geo.data_at as u64)
+            .ok_or_else(|| not_block("before the pool's data".to_owned()))?;
+        let slab = data / u64::from(SLAB_SIZE);
+        if slab >= u64::from(self.geo.slabs) {
+            return Err(not_block(format!(
+                "past the last of {} slabs",
+                self.geo.slabs
+            )));
+        }
+        let slab = slab as u32;
+        let owner = self.owner_word(slab)?.load(Ordering::Acquire);
+        if owner == 0 || owner > self.geo.handles {
+            return Err(not_block(format!("its slab {slab} has no owner")));
+        }
+        let class = self
+            .class_of(slab)?
+            .ok_or_else(|| not_block(format!("its slab {slab} has an impossible class")))?;
+        let size = self.geo.classes[class];
+        let within = data % u64::from(SLAB_SIZE);
+        let (index, rest) = match self.shifts[class] {
+            Some(shift) => (within >> shift, within & (u64::from(size) - 1)),
+            None => (within / u64::from(size), within % u64::from(size)),
+        };
+        if rest != 0 {
+            return Err(not_block(format!(
+                "not a multiple of the slab's block size {size}"
+            )));
+        }
+        Ok(Located {
+            slab,
+            index: index as usize,
+            class: size,
+            class_index: class,
+            owner: owner - 1,
+        })
+    }
+
+    fn refused(&self, block: BlockRef, refused: Refused) -> Error {
+        match refused {
+            Refused::Stale { found } => Error::Stale {
+                pool: self.label(),
+                offset: block.offset(),
+                generation: block.generation(),
+                found,
+            },
+            Refused::NotAllocated { state } => Error::NotAllocated {
+                pool: self.label(),
+                offset: block.offset(),
+                state: match state {
+                    slab::FREE => "free",
+                    slab::REMOTE_FREED => "freed, awaiting its owner's clean-up",
+                    _ => "in an unknown state",
+                },
+            },
+        }
+    }
+
+    /// Frees a block: ours straight back to our list, another handle's
+    /// through its remote bitmap.
+    ///
+    /// # Errors
+    /// [`Error::NotABlock`], [`Error::Stale`], [`Error::NotAllocated`] (a
+    /// double free): nothing changes then.
+    pub fn free(&mut self, block: BlockRef) -> Result<()> {
+        let at = self.locate(block)?;
+        let slab = self.slab(at.slab)?;
+        if Some(at.owner) == self.me {
+            slab.free_local(at.index, block.generation())
+                .map_err(|r| self.refused(block, r))?;
+            self.free[at.class_index].push(at.slab * MAX_BLOCKS as u32 + at.index as u32);
+        } else {
+            slab.free_remote(at.index, block.generation())
+                .map_err(|r| self.refused(block, r))?;
+        }
+        Ok(())
+    }
+
+    /// Frees many blocks, setting each owner's remote bits once per bitmap
+    /// word rather than once per block. Every block is tried; the first
+    /// refusal is returned after the others are freed.
+    ///
+    /// # Errors
+    /// As [`free`](Handle::free), for the first refused block.
+    pub fn free_batch(&mut self, blocks: &[BlockRef]) -> Result<()> {
+        let mut first_error = None;
+        let mut pending: Vec<(u32, [u64; BITMAP_WORDS])> = Vec::new();
+        for &block in blocks {
+            let result = self.locate(block).and_then(|at| {
+                if Some(at.owner) == self.me {
+                    return self.free(block);
+                }
+                self.slab(at.slab)?
+                    .mark_remote(at.index, block.generation())
+                    .map_err(|r| self.refused(block, r))?;
+                let bits = match pending.iter_mut().find(|(s, _)| *s == at.slab) {
+                    Some((_, bits)) => bits,
+                    None => {
+                        pending.push((at.slab, [0; BITMAP_WORDS]));
+                        &mut pending.last_mut().expect("just pushed").1
+                    }
+                };
+                bits[at.index / 64] |= 1 << (at.index % 64);
+                Ok(())
+            });
+            if let Err(e) = result {
+                first_error.get_or_insert(e);
+            }
+        }
+        for (s, bits) in &pending {
+            self.slab(*s)?.set_bits(bits);
+        }
+        first_error.map_or(Ok(()), Err)
+    }
+
+    /// Takes back the blocks other processes freed in our slabs; returns how
+    /// many. Bounded: one swap per bitmap word of each slab we own.
+    ///
+    /// # Errors
+    /// Only from the region's own checks.
+    pub fn clean_remote_frees(&mut self) -> Result<usize> {
+        let Some(me) = self.me else { return Ok(0) };
+        let mut taken = 0;
+        for s in 0..self.geo.slabs {
+            if self.owner_word(s)?.load(Ordering::Acquire) != me + 1 {
+                continue;
+            }
+            let Some(class) = self.class_of(s)? else {
+                continue;
+            };
+            let n = Geometry::blocks(self.geo.classes[class]);
+            let mut found = Vec::new();
+            self.slab(s)?
+                .collect_remote(n, |i| found.push(s * MAX_BLOCKS as u32 + i as u32));
+            taken += found.len();
+            self.free[class].extend(found);
+        }
+        Ok(taken)
+    }
+
+    /// Checks `block` is live and `at..at + len` lies in it; returns the
+    /// region offset to copy at.
+    fn checked_range(&self, block: BlockRef, at: usize, len: usize) -> Result<usize> {
+        let loc = self.locate(block)?;
+        let found = self.slab(loc.slab)?.descriptors[loc.index].load(Ordering::Acquire);
+        if slab::generation(found) != block.generation() & slab::GEN_MASK
+            || slab::state(found) != slab::ALLOCATED
+        {
+            return Err(self.refused(
+                block,
+                if slab::generation(found) != block.generation() & slab::GEN_MASK {
+                    Refused::Stale {
+                        found: slab::generation(found),
+                    }
+                } else {
+                    Refused::NotAllocated {
+                        state: slab::state(found),
+                    }
+                },
+            ));
+        }
+        match at.checked_add(len) {
+            Some(end) if end <= loc.class as usize => Ok(block.offset() as usize + at),
+            _ => Err(Error::OutOfBlock {
+                pool: self.label(),
+                offset: block.offset(),
+                at,
+                len,
+                size: loc.class,
+            }),
+        }
+    }
+
+    /// Copies `buf.len()` bytes at `at` in `block` out.
+    ///
+    /// # Errors
+    /// [`Error::NotABlock`], [`Error::Stale`], [`Error::NotAllocated`],
+    /// [`Error::OutOfBlock`].
+    pub fn read_at(&self, block: BlockRef, at: usize, buf: &mut [u8]) -> Result<()> {
+        let offset = self.checked_range(block, at, buf.len())?;
+        Ok(self.region.read_at(offset, buf)?)
+    }
+
+    /// Copies `data` into `block` at `at`.
+    ///
+    /// # Errors
+    /// As [`read_at`](Handle::read_at).
+    pub fn write_at(&self, block: BlockRef, at: usize, data: &[u8]) -> Result<()> {
+        let offset = self.checked_range(block, at, data.len())?;
+        Ok(self.region.write_at(offset, data)?)
+    }
+
+    /// Releases every handle whose holder is confirmed dead and adopts its
+    /// slabs: their free and remotely freed blocks become ours; blocks still
+    /// allocated stay live until their holders free them (to us).
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] from a free-only handle.
+    pub fn reclaim_dead(&mut self) -> Result<Reclaimed> {
+        if self.me.is_none() {
+            return Err(Error::InvalidArgument {
+                pool: self.label(),
+                what: "reclaim from a free-only handle",
+                value: 0,
+                limit: "only a handle that owns slabs can adopt them",
+            });
+        }
+        let mut done = Reclaimed::default();
+        for h in 0..self.geo.handles {
+            if Some(h) == self.me {
+                continue;
+            }
+            let region = self.region.clone();
+            let e = entry(&region, &self.geo, h)?;
+            let pid = e.pid.load(Ordering::Acquire);
+            if pid == 0 || holder_alive(pid, e.start.load(Ordering::Acquire))? {
+                continue;
+            }
+            let (slabs, blocks) = self.adopt_slabs_of(h)?;
+            if e.pid
+                .compare_exchange(pid, 0, Ordering::AcqRel, Ordering::Acquire)
+                .is_ok()
+            {
+                e.start.store(0, Ordering::Release);
+                done.handles += 1;
+            }
+            done.slabs += slabs;
+            done.blocks += blocks;
+        }
+        Ok(done)
+    }
+
+    /// Blocks our slabs hold (allocated, or freed remotely and not yet cleaned up).
+    ///
+    /// # Errors
+    /// Only from the region's own checks.
+    pub fn occupancy(&self) -> Result<usize> {
+        match self.me {
+            Some(me) => Ok(occupancy_of(&self.region, &self.geo, me)?.blocks),
+            None => Ok(0),
+        }
+    }
+
+    /// Every handle's occupancy.
+    ///
+    /// # Errors
+    /// Only from the region's own checks.
+    pub fn occupancy_all(&self) -> Result<Vec<Occupancy>> {
+        (0..self.geo.handles)
+            .map(|h| occupancy_of(&self.region, &self.geo, h))
+            .collect()
+    }
+}
+
+impl Drop for Handle {
+    fn drop(&mut self) {
+        // The slot goes back; our slabs stay ours until the next holder of
+        // this slot (or a reclaim) adopts them, blocks still live included.
+        if let Some(h) = self.me
+            && let Ok(e) = entry(&self.region, &self.geo, h)
+            && e.pid.load(Ordering::Acquire) == self.ident.0
+        {
+            e.start.store(0, Ordering::Release);
+            let _ = e
+                .pid
+                .compare_exchange(self.ident.0, 0, Ordering::AcqRel, Ordering::Relaxed);
+        }
+    }
+}

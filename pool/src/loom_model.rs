@@ -1,0 +1,100 @@
+//! Loom models of the slab's transitions, on loom's atomics: a remote free
+//! racing the owner's clean-up, an adoption racing a late free, two frees
+//! of one block at once. Run with
+//! `RUSTFLAGS="--cfg loom" LOOM_MAX_PREEMPTIONS=3 cargo test -p nodeipc-pool --lib --release`.
+
+use loom::sync::Arc;
+use loom::thread;
+
+use crate::slab::{ALLOCATED, BITMAP_WORDS, FREE, Slab, state, word};
+use crate::sync::{AtomicU32, AtomicU64, Ordering};
+
+struct Shared {
+    descriptors: Vec<AtomicU32>,
+    remote: Vec<AtomicU64>,
+}
+
+impl Shared {
+    /// `n` blocks, all allocated at generation 1.
+    fn new(n: usize) -> Arc<Shared> {
+        Arc::new(Shared {
+            descriptors: (0..n).map(|_| AtomicU32::new(word(1, ALLOCATED))).collect(),
+            remote: (0..BITMAP_WORDS).map(|_| AtomicU64::new(0)).collect(),
+        })
+    }
+
+    fn slab(&self) -> Slab<'_> {
+        Slab {
+            descriptors: &self.descriptors,
+            remote: &self.remote,
+        }
+    }
+}
+
+/// A block freed remotely while its owner cleans up (twice) comes back to
+/// the owner exactly once, whichever clean-up sees it, and ends free.
+#[test]
+fn remote_free_racing_the_owners_clean_up() {
+    loom::model(|| {
+        let shared = Shared::new(2);
+        let freer = {
+            let shared = shared.clone();
+            thread::spawn(move || shared.slab().free_remote(1, 1).unwrap())
+        };
+        let mut back = Vec::new();
+        shared.slab().collect_remote(2, |i| back.push(i));
+        shared.slab().collect_remote(2, |i| back.push(i));
+        freer.join().unwrap();
+        shared.slab().collect_remote(2, |i| back.push(i));
+        assert_eq!(back, vec![1]);
+        assert_eq!(state(shared.descriptors[1].load(Ordering::Relaxed)), FREE);
+        assert_eq!(
+            state(shared.descriptors[0].load(Ordering::Relaxed)),
+            ALLOCATED
+        );
+    });
+}
+
+/// A late free of a dead owner's block racing the adopter's adoption and
+/// clean-up: the block becomes the adopter's exactly once; the block still
+/// allocated stays live.
+#[test]
+fn adoption_racing_a_late_free() {
+    loom::model(|| {
+        let shared = Shared::new(2);
+        let freer = {
+            let shared = shared.clone();
+            thread::spawn(move || shared.slab().free_remote(0, 1).unwrap())
+        };
+        let mut back = Vec::new();
+        shared.slab().adopt(2, |i| back.push(i));
+        shared.slab().collect_remote(2, |i| back.push(i));
+        freer.join().unwrap();
+        shared.slab().collect_remote(2, |i| back.push(i));
+        assert_eq!(back, vec![0]);
+        assert_eq!(
+            state(shared.descriptors[1].load(Ordering::Relaxed)),
+            ALLOCATED
+        );
+    });
+}
+
+/// Two processes freeing the same block at once (one remotely, one as its
+/// owner): exactly one succeeds, and the block is handed back once.
+#[test]
+fn two_frees_of_one_block_at_once() {
+    loom::model(|| {
+        let shared = Shared::new(1);
+        let remote = {
+            let shared = shared.clone();
+            thread::spawn(move || shared.slab().free_remote(0, 1).is_ok())
+        };
+        let local = shared.slab().free_local(0, 1).is_ok();
+        let remote = remote.join().unwrap();
+        assert!(local ^ remote, "exactly one free succeeds");
+        let mut back = Vec::new();
+        shared.slab().collect_remote(1, |i| back.push(i));
+        assert_eq!(back.len(), usize::from(remote));
+        assert_eq!(state(shared.descriptors[0].load(Ordering::Relaxed)), FREE);
+    });
+}

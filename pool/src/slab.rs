@@ -1,0 +1,191 @@
+//! One slab's block states: the transitions every process makes, on atomics
+//! alone, so the loom models drive exactly this code.
+//!
+//! Each block has a descriptor word outside the block: a 24-bit generation
+//! and an 8-bit state (free, allocated, remotely freed). Remote frees are
+//! never linked through the freed blocks (a write after free could then
+//! send a walk anywhere): a remote freer marks the descriptor and sets the
+//! block's bit in the slab's remote bitmap; the owner's clean-up swaps the
+//! bitmap words to zero and turns each marked descriptor back to free. Every
+//! transition is a compare-and-swap from the exact word expected, so a
+//! double free, a stale generation or a block freed twice at once is
+//! refused, and a clean-up racing an adoption frees each block once.
+
+use crate::sync::{AtomicU32, AtomicU64, Ordering};
+
+/// The most blocks a slab holds (a 64 KiB slab of 256-byte blocks).
+pub const MAX_BLOCKS: usize = 256;
+/// Words of a slab's remote bitmap.
+pub(crate) const BITMAP_WORDS: usize = MAX_BLOCKS / 64;
+
+pub(crate) const FREE: u32 = 0;
+pub(crate) const ALLOCATED: u32 = 1;
+pub(crate) const REMOTE_FREED: u32 = 2;
+/// Generations are 24 bits: a stale reference to a block reused 2^24 times
+/// since would pass (documented).
+pub(crate) const GEN_MASK: u32 = (1 << 24) - 1;
+
+#[inline]
+pub(crate) fn word(generation: u32, state: u32) -> u32 {
+    (generation & GEN_MASK) << 8 | state
+}
+
+#[inline]
+pub(crate) fn generation(word: u32) -> u32 {
+    word >> 8
+}
+
+#[inline]
+pub(crate) fn state(word: u32) -> u32 {
+    word & 0xff
+}
+
+/// Why a transition was refused.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Refused {
+    /// The descriptor's generation is not the reference's.
+    Stale { found: u32 },
+    /// The block is not allocated (free, or already freed).
+    NotAllocated { state: u32 },
+}
+
+fn check(found: u32, generation: u32) -> Refused {
+    if self::generation(found) != generation & GEN_MASK {
+        Refused::Stale {
+            found: self::generation(found),
+        }
+    } else {
+        Refused::NotAllocated {
+            state: state(found),
+        }
+    }
+}
+
+/// A slab's descriptors and remote bitmap.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Slab<'a> {
+    pub(crate) descriptors: &'a [AtomicU32],
+    pub(crate) remote: &'a [AtomicU64],
+}
+
+#[cfg_attr(loom, allow(dead_code))]
+impl Slab<'_> {
+    /// The owner allocates block `index` if it is free: returns the new
+    /// generation, or `None` if it was not free (a hostile writer, or a
+    /// stale private list): the caller drops it from its list.
+    pub(crate) fn allocate(&self, index: usize) -> Option<u32> {
+        let desc = self.descriptors.get(index)?;
+        let found = desc.load(Ordering::Acquire);
+        if state(found) != FREE {
+            return None;
+        }
+        let next = (generation(found) + 1) & GEN_MASK;
+        desc.compare_exchange(
+            found,
+            word(next, ALLOCATED),
+            Ordering::AcqRel,
+            Ordering::Acquire,
+        )
+        .ok()
+        .map(|_| next)
+    }
+
+    /// The owner frees its own block: straight back to free.
+    pub(crate) fn free_local(&self, index: usize, generation: u32) -> Result<(), Refused> {
+        let desc = &self.descriptors[index];
+        desc.compare_exchange(
+            word(generation, ALLOCATED),
+            word(generation, FREE),
+            Ordering::AcqRel,
+            Ordering::Acquire,
+        )
+        .map(|_| ())
+        .map_err(|found| check(found, generation))
+    }
+
+    /// Another process frees the block: marks it, then sets its bit for the
+    /// owner's clean-up (after the mark, so a clean-up that sees the bit
+    /// sees the mark).
+    pub(crate) fn free_remote(&self, index: usize, generation: u32) -> Result<(), Refused> {
+        self.mark_remote(index, generation)?;
+        self.remote[index / 64].fetch_or(1 << (index % 64), Ordering::AcqRel);
+        Ok(())
+    }
+
+    /// The mark of a remote free alone; [`set_bits`](Slab::set_bits) sets
+    /// the bits of a batch with one read-modify-write per bitmap word.
+    pub(crate) fn mark_remote(&self, index: usize, generation: u32) -> Result<(), Refused> {
+        self.descriptors[index]
+            .compare_exchange(
+                word(generation, ALLOCATED),
+                word(generation, REMOTE_FREED),
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            )
+            .map(|_| ())
+            .map_err(|found| check(found, generation))
+    }
+
+    pub(crate) fn set_bits(&self, bits: &[u64; BITMAP_WORDS]) {
+        for (word, bits) in self.remote.iter().zip(bits) {
+            if *bits != 0 {
+                word.fetch_or(*bits, Ordering::AcqRel);
+            }
+        }
+    }
+
+    /// The owner's clean-up: takes every remotely freed block back, calling
+    /// `freed` once per block now free. Bounded: one swap per bitmap word,
+    /// one compare-and-swap per bit.
+    pub(crate) fn collect_remote(&self, blocks: usize, mut freed: impl FnMut(usize)) {
+        for (w, word) in self.remote.iter().enumerate() {
+            let mut bits = word.swap(0, Ordering::AcqRel);
+            while bits != 0 {
+                let index = w * 64 + bits.trailing_zeros() as usize;
+                bits &= bits - 1;
+                if index < blocks && self.reclaim_marked(index) {
+                    freed(index);
+                }
+            }
+        }
+    }
+
+    /// Turns a remotely freed block back to free; `false` if it was not
+    /// marked (already taken back by an adoption, or a stray bit).
+    fn reclaim_marked(&self, index: usize) -> bool {
+        let desc = &self.descriptors[index];
+        let found = desc.load(Ordering::Acquire);
+        state(found) == REMOTE_FREED
+            && desc
+                .compare_exchange(
+                    found,
+                    word(generation(found), FREE),
+                    Ordering::AcqRel,
+                    Ordering::Acquire,
+                )
+                .is_ok()
+    }
+
+    /// Adoption of a dead owner's slab: every free or remotely freed block
+    /// becomes the adopter's (`freed` once each); allocated ones stay live
+    /// until their holder frees them. Bounded by `blocks`.
+    pub(crate) fn adopt(&self, blocks: usize, mut freed: impl FnMut(usize)) {
+        for index in 0..blocks.min(self.descriptors.len()) {
+            let found = self.descriptors[index].load(Ordering::Acquire);
+            match state(found) {
+                FREE => freed(index),
+                REMOTE_FREED if self.reclaim_marked(index) => freed(index),
+                _ => {}
+            }
+        }
+    }
+
+    /// Blocks allocated or awaiting the owner's clean-up.
+    pub(crate) fn occupied(&self, blocks: usize) -> usize {
+        self.descriptors
+            .iter()
+            .take(blocks)
+            .filter(|d| state(d.load(Ordering::Relaxed)) != FREE)
+            .count()
+    }
+}

@@ -1,0 +1,155 @@
+//! Two real processes per pool: blocks allocated in one and freed in the
+//! other go back to their owner; a SIGKILLed handle's slabs are adopted,
+//! its live blocks kept until freed.
+
+use std::io::{BufRead, BufReader};
+use std::thread;
+use std::time::Duration;
+
+use nodeipc_pool::{BlockRef, Handle, Pool, PoolConfig};
+use nodeipc_testkit::{
+    ChildGuard, Watchdog, shm_leftovers, spawn_child, this_test_in_a_child, unique_name,
+};
+
+const CHILD: &str = "NODEIPC_POOL_CHILD";
+const T: Duration = Duration::from_secs(5);
+
+fn pattern(block: BlockRef) -> Vec<u8> {
+    (0..256u32)
+        .map(|i| (block.to_bits() as u32 ^ i.wrapping_mul(31)) as u8)
+        .collect()
+}
+
+/// What a child does, told by `NODEIPC_POOL_CHILD="<action> <name> <refs…>"`.
+#[test]
+fn child_main() {
+    let Ok(spec) = std::env::var(CHILD) else {
+        return;
+    };
+    let parts: Vec<&str> = spec.split(' ').collect();
+    let (action, name) = (parts[0], parts[1]);
+    match action {
+        "check-and-free" => {
+            let mut h = Handle::open_free_only(name, T).unwrap();
+            let blocks: Vec<BlockRef> = parts[2..]
+                .iter()
+                .map(|b| BlockRef::from_bits(b.parse().unwrap()))
+                .collect();
+            for &b in &blocks {
+                let mut buf = [0u8; 256];
+                h.read_at(b, 0, &mut buf).unwrap();
+                assert_eq!(buf.to_vec(), pattern(b));
+            }
+            h.free_batch(&blocks).unwrap();
+            println!("ready");
+        }
+        "alloc-then-hang" => {
+            let mut h = Handle::open(name, T).unwrap();
+            let blocks: Vec<BlockRef> = (0..20).map(|_| h.alloc(256).unwrap()).collect();
+            for &b in &blocks[5..] {
+                h.write_at(b, 0, &pattern(b)).unwrap();
+            }
+            for &b in &blocks[..5] {
+                h.free(b).unwrap();
+            }
+            let live: Vec<String> = blocks[5..]
+                .iter()
+                .map(|b| b.to_bits().to_string())
+                .collect();
+            println!("live {}", live.join(" "));
+            println!("ready");
+            thread::sleep(Duration::from_secs(60));
+        }
+        other => panic!("unknown child action {other}"),
+    }
+}
+
+fn child(spec: String) -> ChildGuard {
+    let mut command = this_test_in_a_child("child_main");
+    command.env(CHILD, spec);
+    spawn_child(&mut command)
+}
+
+/// The child's lines up to "ready".
+fn lines_until_ready(child: &mut ChildGuard) -> Vec<String> {
+    let stdout = child.child().stdout.take().expect("piped stdout");
+    let mut lines = Vec::new();
+    for line in BufReader::new(stdout).lines() {
+        let line = line.expect("child stdout");
+        if line.ends_with("ready") {
+            return lines;
+        }
+        lines.push(line);
+    }
+    panic!("child ended without saying ready: {lines:?}");
+}
+
+#[test]
+fn blocks_freed_in_another_process_return_to_their_owner() {
+    let _dog = Watchdog::new(
+        "blocks_freed_in_another_process_return_to_their_owner",
+        Duration::from_secs(60),
+    );
+    let name = unique_name("pool-remote");
+    let pool = Pool::create(&name, &PoolConfig::new(8, 2)).unwrap();
+    let mut owner = pool.handle().unwrap();
+    let blocks: Vec<BlockRef> = (0..100).map(|_| owner.alloc(256).unwrap()).collect();
+    for &b in &blocks {
+        owner.write_at(b, 0, &pattern(b)).unwrap();
+    }
+    let refs: Vec<String> = blocks.iter().map(|b| b.to_bits().to_string()).collect();
+    let mut freer = child(format!("check-and-free {name} {}", refs.join(" ")));
+    assert!(freer.wait_timeout(T).success());
+    assert_eq!(owner.occupancy().unwrap(), 100, "freed, not yet cleaned up");
+    assert_eq!(owner.clean_remote_frees().unwrap(), 100);
+    assert_eq!(owner.occupancy().unwrap(), 0);
+    // The stale references are refused now.
+    assert!(owner.free(blocks[0]).is_err());
+    drop((owner, pool));
+    assert!(shm_leftovers("pool-remote").is_empty());
+}
+
+#[test]
+fn a_killed_handles_slabs_are_adopted_and_its_live_blocks_kept() {
+    let _dog = Watchdog::new(
+        "a_killed_handles_slabs_are_adopted_and_its_live_blocks_kept",
+        Duration::from_secs(60),
+    );
+    let name = unique_name("pool-reclaim");
+    let pool = Pool::create(&name, &PoolConfig::new(8, 2)).unwrap();
+    let mut survivor = pool.handle().unwrap();
+    let mut doomed = child(format!("alloc-then-hang {name}"));
+    let lines = lines_until_ready(&mut doomed);
+    let live: Vec<BlockRef> = lines
+        .iter()
+        .find_map(|l| l.split_once("live ").map(|(_, refs)| refs))
+        .expect("the child's live blocks")
+        .split(' ')
+        .map(|b| BlockRef::from_bits(b.parse().unwrap()))
+        .collect();
+    assert_eq!(live.len(), 15);
+    let pid = doomed.id();
+    let before = survivor.occupancy_all().unwrap();
+    assert_eq!(before[1].pid, pid);
+    assert_eq!(before[1].blocks, 15);
+    // Alive: nothing to reclaim.
+    assert_eq!(survivor.reclaim_dead().unwrap().handles, 0);
+    doomed.kill();
+    let reclaimed = survivor.reclaim_dead().unwrap();
+    assert_eq!(reclaimed.handles, 1);
+    assert_eq!(reclaimed.slabs, 1);
+    assert_eq!(reclaimed.blocks, 256 - 15, "its free blocks are ours now");
+    // The dead handle's live blocks are still live (and ours): their data intact.
+    assert_eq!(survivor.occupancy().unwrap(), 15);
+    for &b in &live {
+        let mut buf = [0u8; 256];
+        survivor.read_at(b, 0, &mut buf).unwrap();
+        assert_eq!(buf.to_vec(), pattern(b));
+        survivor.free(b).unwrap();
+    }
+    let after = survivor.occupancy_all().unwrap();
+    assert!(after.iter().all(|o| o.blocks == 0), "{after:?}");
+    assert_eq!(after[1].pid, 0, "the dead handle's slot is free again");
+    // And a new process can take it.
+    let _next = pool.handle().unwrap();
+}

@@ -1,0 +1,241 @@
+//! The popping end.
+
+use std::marker::PhantomData;
+use std::os::fd::OwnedFd;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytemuck::Pod;
+use nodeipc_shm::Region;
+use nodeipc_shm::wait::{Deadline, Spin, WaitError, wait_while};
+
+use crate::end::End;
+use crate::error::Role;
+use crate::ring::ConsumerState;
+use crate::role::PeerState;
+use crate::sync::{AtomicU32, Ordering};
+use crate::{Error, Result};
+
+/// The one consumer of a queue: pops copies of `T` out.
+#[derive(Debug)]
+pub struct Consumer<T> {
+    end: End,
+    state: ConsumerState,
+    _message: PhantomData<fn() -> T>,
+}
+
+impl<T: Pod> Consumer<T> {
+    /// Takes the consumer role of the queue in `region`; checks as
+    /// [`Producer::join`](crate::Producer::join). A restarted consumer
+    /// resumes at the shared head: nothing published is lost or re-read.
+    ///
+    /// # Errors
+    /// As [`Producer::join`](crate::Producer::join).
+    pub fn join(region: Arc<Region>, schema: u64) -> Result<Self> {
+        Self::new(End::join::<T>(region, schema, Role::Consumer)?)
+    }
+
+    /// Opens the named queue (waiting up to `timeout` for its creator) and joins it.
+    ///
+    /// # Errors
+    /// As [`join`](Consumer::join), and those of `Region::open`.
+    pub fn open(name: &str, schema: u64, timeout: Duration) -> Result<Self> {
+        Self::new(End::open_named::<T>(name, schema, timeout, Role::Consumer)?)
+    }
+
+    /// Joins the queue in a region received as a descriptor.
+    ///
+    /// # Errors
+    /// As [`join`](Consumer::join).
+    pub fn from_fd(fd: OwnedFd, schema: u64) -> Result<Self> {
+        Self::new(End::from_fd::<T>(fd, schema, Role::Consumer)?)
+    }
+
+    fn new(end: End) -> Result<Self> {
+        let head = end.header().head.load(Ordering::Acquire);
+        let mut state = ConsumerState {
+            head,
+            tail_seen: head,
+        };
+        // Refuse a region whose indices are already impossible.
+        end.ring()
+            .ready(&mut state, 1)
+            .map_err(|b| end.corrupt(b))?;
+        Ok(Consumer {
+            end,
+            state,
+            _message: PhantomData,
+        })
+    }
+
+    /// Pops a copy of the oldest message; `None` when the ring is empty.
+    ///
+    /// # Errors
+    /// [`Error::Corrupt`] when the producer's tail is impossible.
+    #[inline]
+    pub fn try_pop(&mut self) -> Result<Option<T>> {
+        let ring = self.end.ring();
+        if ring
+            .ready(&mut self.state, 1)
+            .map_err(|b| self.end.corrupt(b))?
+            == 0
+        {
+            return Ok(None);
+        }
+        let value = ring.read_slot(self.state.head);
+        ring.release(&mut self.state, 1);
+        Ok(Some(value))
+    }
+
+    /// Copies up to `out.len()` messages out, releasing their slots at once;
+    /// returns how many.
+    ///
+    /// # Errors
+    /// [`Error::Corrupt`].
+    pub fn try_pop_into(&mut self, out: &mut [T]) -> Result<usize> {
+        let ring = self.end.ring();
+        let want = u32::try_from(out.len()).unwrap_or(u32::MAX);
+        let ready = ring
+            .ready(&mut self.state, want)
+            .map_err(|b| self.end.corrupt(b))? as usize;
+        let n = ready.min(out.len());
+        for (i, slot) in out[..n].iter_mut().enumerate() {
+            ring.read_into(self.state.head.wrapping_add(i as u32), slot);
+        }
+        if n > 0 {
+            ring.release(&mut self.state, n as u32);
+        }
+        Ok(n)
+    }
+
+    /// Pops a copy of the oldest message, waiting up to `timeout`: polls,
+    /// yields, then parks on the producer's tail.
+    ///
+    /// # Errors
+    /// [`Error::TimedOut`]; [`Error::PeerDied`] or [`Error::PeerLeft`] once
+    /// everything the producer published has been popped (checked at least
+    /// every 50 ms while waiting); [`Error::Corrupt`]; [`Error::Futex`].
+    pub fn pop_timeout(&mut self, timeout: Duration) -> Result<T> {
+        let mut deadline = Deadline::after(Some(timeout));
+        loop {
+            if let Some(value) = self.try_pop()? {
+                return Ok(value);
+            }
+            self.wait_for_data(&mut deadline)?;
+        }
+    }
+
+    /// As [`try_pop_into`](Consumer::try_pop_into), waiting up to `timeout`
+    /// for at least one message.
+    ///
+    /// # Errors
+    /// As [`pop_timeout`](Consumer::pop_timeout).
+    pub fn pop_into_timeout(&mut self, out: &mut [T], timeout: Duration) -> Result<usize> {
+        let mut deadline = Deadline::after(Some(timeout));
+        loop {
+            let n = self.try_pop_into(out)?;
+            if n > 0 || out.is_empty() {
+                return Ok(n);
+            }
+            self.wait_for_data(&mut deadline)?;
+        }
+    }
+
+    /// Waits while the tail is where we last saw it; `Ok` when it moved, or
+    /// when the producer went still with messages left to pop.
+    fn wait_for_data(&mut self, deadline: &mut Deadline) -> Result<()> {
+        let seen = self.state.tail_seen;
+        let (header, watch) = self.end.split();
+        let waited = wait_while(
+            &header.tail,
+            &header.tail_parked,
+            seen,
+            deadline,
+            Spin::DEFAULT,
+            || match watch.state(&header.roles.producer) {
+                PeerState::Died(pid) => Err(Some(pid)),
+                PeerState::Left => Err(None),
+                _ => Ok(()),
+            },
+        );
+        match waited {
+            Ok(()) => Ok(()),
+            Err(WaitError::Interrupted(waited)) => Err(Error::Interrupted {
+                queue: self.end.label.clone(),
+                op: "pop",
+                waited,
+            }),
+            Err(WaitError::Stopped(who)) => {
+                // What it published before it went is returned first.
+                if self
+                    .end
+                    .ring()
+                    .ready(&mut self.state, 1)
+                    .map_err(|b| self.end.corrupt(b))?
+                    > 0
+                {
+                    return Ok(());
+                }
+                Err(match who {
+                    Some(pid) => Error::PeerDied {
+                        queue: self.end.label.clone(),
+                        role: Role::Producer,
+                        pid,
+                    },
+                    None => Error::PeerLeft {
+                        queue: self.end.label.clone(),
+                        role: Role::Producer,
+                    },
+                })
+            }
+            Err(WaitError::TimedOut(waited)) => Err(self.end.timed_out("pop", waited)),
+            Err(WaitError::Futex(errno)) => Err(self.end.futex(errno)),
+        }
+    }
+
+    /// Messages ready to pop (reloads the tail only when none is known).
+    ///
+    /// # Errors
+    /// [`Error::Corrupt`].
+    pub fn ready(&mut self) -> Result<usize> {
+        let ring = self.end.ring();
+        Ok(ring
+            .ready(&mut self.state, u32::MAX)
+            .map_err(|b| self.end.corrupt(b))? as usize)
+    }
+
+    /// Whether the producer is alive (`true` too before anyone produces).
+    pub fn peer_alive(&mut self) -> bool {
+        matches!(self.end.peer(), PeerState::Alive(_) | PeerState::NotJoined)
+    }
+
+    /// What became of the producer.
+    pub fn peer(&mut self) -> PeerState {
+        self.end.peer()
+    }
+
+    /// The producer's pid (0: none).
+    pub fn peer_pid(&self) -> u32 {
+        self.end.peer_pid()
+    }
+
+    /// Slots in the ring.
+    pub fn capacity(&self) -> u32 {
+        self.end.geo.capacity
+    }
+
+    /// The region, to hand over as a descriptor.
+    pub fn region(&self) -> &Arc<Region> {
+        self.end.region()
+    }
+
+    pub(crate) fn label(&self) -> &str {
+        &self.end.label
+    }
+
+    /// The word to park on and the value it holds while empty.
+    pub(crate) fn park_word(&self) -> (&AtomicU32, &AtomicU32, u32) {
+        let header = self.end.header();
+        (&header.tail, &header.tail_parked, self.state.tail_seen)
+    }
+}

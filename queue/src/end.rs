@@ -1,0 +1,237 @@
+//! One joined end of a queue: the region, checked; the role, taken; the
+//! header and slots, located. Shared by [`Producer`](crate::Producer) and
+//! [`Consumer`](crate::Consumer).
+
+use std::os::fd::OwnedFd;
+use std::ptr::NonNull;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytemuck::Pod;
+use nodeipc_shm::wait::Pacer;
+use nodeipc_shm::{OpenOptions, Region};
+use rustix::fs::SealFlags;
+use rustix::io::Errno;
+
+use crate::error::Role;
+use crate::layout::{self, Geometry, Header, RoleWord, SLOTS_OFFSET};
+use crate::ring::{BadIndex, Ring};
+use crate::role::{self, PeerState, PeerWatch};
+use crate::sync::{AtomicU64, Ordering};
+use crate::{Error, Result};
+
+#[derive(Debug)]
+pub(crate) struct End {
+    region: Arc<Region>,
+    header: NonNull<Header>,
+    slots: NonNull<AtomicU64>,
+    /// `capacity × stride`, the length `view_slice` checked.
+    words: usize,
+    pub(crate) geo: Geometry,
+    pub(crate) label: String,
+    role: Role,
+    me: (u32, u64),
+    pub(crate) watch: PeerWatch,
+}
+
+// SAFETY: the pointers point into the mapping `region` keeps alive, and all
+// access through them is atomic: the end may move to and be shared with
+// other threads like the `Region` itself.
+unsafe impl Send for End {}
+// SAFETY: as above.
+unsafe impl Sync for End {}
+
+/// Refuses a memfd whose size is not sealed against growing and shrinking.
+/// A named object cannot carry those seals: one we opened by name passed the
+/// owner and mode check of `Region::open`; one received as a descriptor is
+/// trusted as its sender is (see SECURITY.md).
+pub(crate) fn check_seals(region: &Region, label: &str) -> Result<()> {
+    if region.name().is_some() || !is_memfd(region) {
+        return Ok(());
+    }
+    match rustix::fs::fcntl_get_seals(region.as_fd()) {
+        Ok(seals) if seals.contains(SealFlags::SHRINK | SealFlags::GROW) => Ok(()),
+        Ok(_) | Err(Errno::INVAL) => Err(Error::NotSealed {
+            queue: label.to_owned(),
+        }),
+        Err(e) => Err(nodeipc_shm::Error::Io {
+            op: "fcntl(F_GET_SEALS)",
+            object: label.to_owned(),
+            source: e.into(),
+        }
+        .into()),
+    }
+}
+
+/// Whether the region's descriptor is a memfd (its `/proc` link says
+/// `/memfd:`); when `/proc` cannot tell, assume it is, and demand seals.
+fn is_memfd(region: &Region) -> bool {
+    use std::os::fd::AsRawFd;
+    match std::fs::read_link(format!("/proc/self/fd/{}", region.as_fd().as_raw_fd())) {
+        Ok(target) => target.to_string_lossy().starts_with("/memfd:"),
+        Err(_) => true,
+    }
+}
+
+impl End {
+    pub(crate) fn join<T: Pod>(region: Arc<Region>, schema: u64, role: Role) -> Result<End> {
+        let label = region.label().to_owned();
+        check_seals(&region, &label)?;
+        let header: &Header = region.view(0)?;
+        let geo = layout::check(
+            &label,
+            header,
+            region.len(),
+            size_of::<T>(),
+            align_of::<T>(),
+            schema,
+        )?;
+        let words = geo.words().ok_or_else(|| Error::BadHeader {
+            queue: label.clone(),
+            reason: "slot area overflows".to_owned(),
+        })?;
+        let slots = region.view_slice::<AtomicU64>(SLOTS_OFFSET, words)?;
+        let me = role::me()?;
+        let word = match role {
+            Role::Producer => &header.roles.producer,
+            Role::Consumer => &header.roles.consumer,
+        };
+        let took_over = role::claim(&label, word, role, me)?;
+        if took_over {
+            // The dead holder may have died parked: its announcement would
+            // cost its peer a futile wake-up on every operation.
+            match role {
+                Role::Producer => header.head_parked.store(0, Ordering::SeqCst),
+                Role::Consumer => header.tail_parked.store(0, Ordering::SeqCst),
+            }
+        }
+        let header = NonNull::from(header);
+        let slots = NonNull::from(slots).cast::<AtomicU64>();
+        Ok(End {
+            region,
+            header,
+            slots,
+            words,
+            geo,
+            label,
+            role,
+            me,
+            watch: PeerWatch::default(),
+        })
+    }
+
+    pub(crate) fn open_named<T: Pod>(
+        name: &str,
+        schema: u64,
+        timeout: Duration,
+        role: Role,
+    ) -> Result<End> {
+        let region = Arc::new(Region::open(
+            name,
+            OpenOptions::wait(SLOTS_OFFSET, timeout),
+        )?);
+        // The creator writes the magic last: wait (bounded) for it.
+        let header: &Header = region.view(0)?;
+        let mut pacer = Pacer::new(
+            Duration::from_micros(10),
+            Duration::from_millis(10),
+            Some(timeout),
+        );
+        while header.config.magic.load(Ordering::Acquire) == 0 && pacer.pause().is_ok() {}
+        End::join::<T>(region, schema, role)
+    }
+
+    pub(crate) fn from_fd<T: Pod>(fd: OwnedFd, schema: u64, role: Role) -> Result<End> {
+        End::join::<T>(Arc::new(Region::from_fd(fd)?), schema, role)
+    }
+
+    #[inline]
+    pub(crate) fn header(&self) -> &Header {
+        // SAFETY: `header` was checked (bounds, alignment) by `Region::view`
+        // and points into the mapping `self.region` keeps alive; `Header` is
+        // made of atomics, so other processes writing it is no data race.
+        unsafe { self.header.as_ref() }
+    }
+
+    #[inline]
+    pub(crate) fn ring(&self) -> Ring<'_> {
+        // SAFETY: `Region::view_slice` checked these `words` words (which
+        // are `capacity × stride`, what `Ring` relies on) when we joined; the
+        // mapping lives as long as `self.region`, and every access to them
+        // is atomic.
+        let slots = unsafe { std::slice::from_raw_parts(self.slots.as_ptr(), self.words) };
+        Ring {
+            header: self.header(),
+            slots,
+            geo: self.geo,
+        }
+    }
+
+    /// The header and the peer watch, borrowed apart (a wait checks the
+    /// peer between slices while it parks on a header word).
+    pub(crate) fn split(&mut self) -> (&Header, &mut PeerWatch) {
+        // SAFETY: as in `header`; the header is not part of `watch`.
+        (unsafe { self.header.as_ref() }, &mut self.watch)
+    }
+
+    pub(crate) fn region(&self) -> &Arc<Region> {
+        &self.region
+    }
+
+    fn peer_word(&self) -> &RoleWord {
+        match self.role {
+            Role::Producer => &self.header().roles.consumer,
+            Role::Consumer => &self.header().roles.producer,
+        }
+    }
+
+    /// What became of the peer.
+    pub(crate) fn peer(&mut self) -> PeerState {
+        let role = self.role;
+        let (header, watch) = self.split();
+        watch.state(match role {
+            Role::Producer => &header.roles.consumer,
+            Role::Consumer => &header.roles.producer,
+        })
+    }
+
+    pub(crate) fn corrupt(&self, bad: BadIndex) -> Error {
+        Error::Corrupt {
+            queue: self.label.clone(),
+            what: bad.0,
+        }
+    }
+
+    pub(crate) fn timed_out(&self, op: &'static str, waited: Duration) -> Error {
+        Error::TimedOut {
+            queue: self.label.clone(),
+            op,
+            waited,
+        }
+    }
+
+    pub(crate) fn futex(&self, errno: Errno) -> Error {
+        Error::Futex {
+            queue: self.label.clone(),
+            errno,
+        }
+    }
+
+    /// Which pid holds the peer role (0: nobody).
+    pub(crate) fn peer_pid(&self) -> u32 {
+        self.peer_word().pid.load(Ordering::Acquire)
+    }
+}
+
+impl Drop for End {
+    fn drop(&mut self) {
+        let header = self.header();
+        let (word, peer_wakes) = match self.role {
+            Role::Producer => (&header.roles.producer, &header.tail),
+            Role::Consumer => (&header.roles.consumer, &header.head),
+        };
+        role::release(word, self.me);
+        // A parked peer checks our role at its next slice; wake it now.
+        let _ = nodeipc_shm::wait::unpark(peer_wakes, u32::MAX);
+    }
+}

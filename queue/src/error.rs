@@ -1,0 +1,141 @@
+//! Errors of the queue layer: each names the queue and what was wrong.
+
+use std::time::Duration;
+
+/// Which end of a queue.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Role {
+    /// The one process that pushes.
+    Producer,
+    /// The one process that pops.
+    Consumer,
+}
+
+impl std::fmt::Display for Role {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Role::Producer => "producer",
+            Role::Consumer => "consumer",
+        })
+    }
+}
+
+/// What went wrong.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The region under the queue (open, map, bounds).
+    #[error(transparent)]
+    Shm(#[from] nodeipc_shm::Error),
+    /// A bad argument of ours (capacity, element size).
+    #[error("queue {queue}: {what} is {value}, {limit}")]
+    InvalidArgument {
+        /// The queue.
+        queue: String,
+        /// Which argument.
+        what: &'static str,
+        /// Its value.
+        value: u64,
+        /// The rule it breaks.
+        limit: &'static str,
+    },
+    /// The region is not a queue of ours (magic, version, size).
+    #[error("queue {queue}: not a queue this build can join: {reason}")]
+    BadHeader {
+        /// The queue.
+        queue: String,
+        /// What was found.
+        reason: String,
+    },
+    /// The region's queue differs from what the joiner expects.
+    #[error("queue {queue}: {field} is {found} in the region, {expected} expected by this joiner")]
+    Mismatch {
+        /// The queue.
+        queue: String,
+        /// Element size, alignment or schema id.
+        field: &'static str,
+        /// The region's value.
+        found: u64,
+        /// The joiner's value.
+        expected: u64,
+    },
+    /// A memfd whose size is not sealed: its sender could truncate it under
+    /// our mapping (a `SIGBUS` at the next access).
+    #[error("queue {queue}: the memfd is not sealed against shrinking (F_SEAL_SHRINK|F_SEAL_GROW)")]
+    NotSealed {
+        /// The queue.
+        queue: String,
+    },
+    /// The role is held by a live process.
+    #[error("queue {queue}: the {role} role is held by live process {pid}")]
+    RoleTaken {
+        /// The queue.
+        queue: String,
+        /// The role asked for.
+        role: Role,
+        /// Its holder.
+        pid: u32,
+    },
+    /// An index in shared memory that the protocol cannot produce: the peer
+    /// (or something else) wrote it. Nothing was read or written past it.
+    #[error("queue {queue}: corrupt index: {what}")]
+    Corrupt {
+        /// The queue.
+        queue: String,
+        /// Which index, its value and what it should have been.
+        what: String,
+    },
+    /// The peer died; everything it published before dying has been returned.
+    #[error("queue {queue}: the {role} (pid {pid}) died")]
+    PeerDied {
+        /// The queue.
+        queue: String,
+        /// The dead peer's role.
+        role: Role,
+        /// Its pid.
+        pid: u32,
+    },
+    /// The peer left (dropped its end); everything it published has been returned.
+    #[error("queue {queue}: the {role} left")]
+    PeerLeft {
+        /// The queue.
+        queue: String,
+        /// The peer's role.
+        role: Role,
+    },
+    /// A timed operation ran out of time.
+    #[error("queue {queue}: {op} timed out after {waited:?}")]
+    TimedOut {
+        /// The queue.
+        queue: String,
+        /// `push` or `pop`.
+        op: &'static str,
+        /// How long it waited.
+        waited: Duration,
+    },
+    /// The thread's cancellation hook (`nodeipc_shm::wait::with_cancel_hook`:
+    /// a signal in a Python rank, say) ended a timed operation.
+    #[error("queue {queue}: {op} interrupted after {waited:?}")]
+    Interrupted {
+        /// The queue.
+        queue: String,
+        /// `push` or `pop`.
+        op: &'static str,
+        /// How long it had waited.
+        waited: Duration,
+    },
+    /// `futex` failed with an errno a waiter does not expect.
+    #[error("queue {queue}: futex failed: {errno}")]
+    Futex {
+        /// The queue.
+        queue: String,
+        /// The errno.
+        errno: rustix::io::Errno,
+    },
+    /// Reading a peer's process state failed for a reason of our own.
+    #[error(transparent)]
+    Process(#[from] nodeipc_fdpass::Error),
+}
+
+/// The queue layer's result.
+pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -1,0 +1,235 @@
+//! The byte layout of a queue's region (see the README's table).
+//!
+//! Six 128-byte lines, then the slots: the configuration (written once by
+//! the creator), the producer's tail, the consumer's head, the roles, the
+//! two parked counts; each index alone on its line so a push and a pop do
+//! not invalidate each other's line more than the protocol needs.
+
+use nodeipc_shm::Padded;
+
+use crate::sync::{AtomicU32, AtomicU64, Ordering};
+use crate::{Error, Result};
+
+/// "nodeipcQ" in ASCII, little-endian: the first word of every queue.
+pub const MAGIC: u64 = u64::from_le_bytes(*b"nodeipcQ");
+/// The layout version this build writes and joins.
+pub const VERSION: u32 = 1;
+/// Where the slots start: after the six header lines.
+pub const SLOTS_OFFSET: usize = 6 * 128;
+/// The largest capacity (slots), a power of two: indices are 32-bit
+/// counters compared with wrapping arithmetic, which needs capacity ≤ 2^31.
+pub const MAX_CAPACITY: u32 = 1 << 30;
+/// The largest message, in bytes.
+pub const MAX_ELEM_SIZE: usize = 1 << 20;
+
+/// The creator's record of what the queue holds; read-only afterwards.
+#[repr(C)]
+#[derive(Debug, Default)]
+pub(crate) struct Config {
+    pub(crate) magic: AtomicU64,
+    pub(crate) version: AtomicU32,
+    pub(crate) elem_size: AtomicU32,
+    pub(crate) elem_align: AtomicU32,
+    pub(crate) capacity: AtomicU32,
+    pub(crate) schema: AtomicU64,
+    pub(crate) slots_offset: AtomicU64,
+}
+
+/// Who holds a role: a pid with its start time (which, together, name one
+/// process for good), and how many times the role was taken.
+#[repr(C)]
+#[derive(Debug, Default)]
+pub(crate) struct RoleWord {
+    pub(crate) pid: AtomicU32,
+    pub(crate) joins: AtomicU32,
+    pub(crate) start: AtomicU64,
+}
+
+/// Both roles, on one line (written only when a role changes hands).
+#[repr(C)]
+#[derive(Debug, Default)]
+pub(crate) struct Roles {
+    pub(crate) producer: RoleWord,
+    pub(crate) consumer: RoleWord,
+}
+
+/// The header at offset 0 of a queue's region.
+#[repr(C)]
+#[derive(Debug, Default)]
+pub(crate) struct Header {
+    pub(crate) config: Padded<Config>,
+    /// Messages published, ever (wrapping): the producer's, and the word a
+    /// consumer parks on.
+    pub(crate) tail: Padded<AtomicU32>,
+    /// Messages consumed, ever (wrapping): the consumer's, and the word a
+    /// producer waiting for room parks on.
+    pub(crate) head: Padded<AtomicU32>,
+    pub(crate) roles: Padded<Roles>,
+    /// Consumers parked on `tail`.
+    pub(crate) tail_parked: Padded<AtomicU32>,
+    /// Producers parked on `head`.
+    pub(crate) head_parked: Padded<AtomicU32>,
+    /// The loom models' futex (a real queue uses the kernel's).
+    #[cfg(loom)]
+    pub(crate) futex: crate::sync::MockFutex,
+}
+
+#[cfg(not(loom))]
+const _: () = {
+    assert!(size_of::<Header>() == SLOTS_OFFSET);
+    assert!(std::mem::offset_of!(Header, tail) == 128);
+    assert!(std::mem::offset_of!(Header, head) == 256);
+    assert!(std::mem::offset_of!(Header, roles) == 384);
+    assert!(std::mem::offset_of!(Header, tail_parked) == 512);
+    assert!(std::mem::offset_of!(Header, head_parked) == 640);
+};
+
+// SAFETY: `#[repr(C)]`, made only of atomics (and `Padded` lines of them),
+// any bit pattern is a valid value, and it holds no pointer.
+#[cfg(not(loom))]
+unsafe impl nodeipc_shm::ShmSafe for Config {}
+// SAFETY: as for `Config`.
+#[cfg(not(loom))]
+unsafe impl nodeipc_shm::ShmSafe for RoleWord {}
+// SAFETY: as for `Config`.
+#[cfg(not(loom))]
+unsafe impl nodeipc_shm::ShmSafe for Roles {}
+// SAFETY: as for `Config`.
+#[cfg(not(loom))]
+unsafe impl nodeipc_shm::ShmSafe for Header {}
+
+/// What a message occupies in a slot: its size rounded up to whole words.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Geometry {
+    pub(crate) capacity: u32,
+    /// 64-bit words a slot takes.
+    pub(crate) stride: usize,
+}
+
+impl Geometry {
+    /// The geometry of `capacity` messages of `elem_size` bytes, checked.
+    pub(crate) fn new(queue: &str, elem_size: usize, capacity: u32) -> Result<Geometry> {
+        let invalid = |what, value: u64, limit| Error::InvalidArgument {
+            queue: queue.to_owned(),
+            what,
+            value,
+            limit,
+        };
+        if elem_size == 0 || elem_size > MAX_ELEM_SIZE {
+            return Err(invalid(
+                "element size",
+                elem_size as u64,
+                "must be 1 byte to 1 MiB",
+            ));
+        }
+        if !capacity.is_power_of_two() || capacity > MAX_CAPACITY {
+            return Err(invalid(
+                "capacity",
+                u64::from(capacity),
+                "must be a power of two from 1 to 2^30",
+            ));
+        }
+        Ok(Geometry {
+            capacity,
+            stride: elem_size.div_ceil(8),
+        })
+    }
+
+    /// Slot words in all.
+    pub(crate) fn words(&self) -> Option<usize> {
+        (self.capacity as usize).checked_mul(self.stride)
+    }
+
+    /// Bytes the region needs.
+    pub(crate) fn region_len(&self) -> Option<usize> {
+        self.words()?.checked_mul(8)?.checked_add(SLOTS_OFFSET)
+    }
+}
+
+/// Writes a fresh header: configuration first, the magic last (release), so
+/// a joiner that sees the magic sees the rest.
+pub(crate) fn init(
+    header: &Header,
+    elem_size: usize,
+    elem_align: usize,
+    geo: Geometry,
+    schema: u64,
+) {
+    let c = &header.config;
+    c.version.store(VERSION, Ordering::Relaxed);
+    c.elem_size.store(elem_size as u32, Ordering::Relaxed);
+    c.elem_align.store(elem_align as u32, Ordering::Relaxed);
+    c.capacity.store(geo.capacity, Ordering::Relaxed);
+    c.schema.store(schema, Ordering::Relaxed);
+    c.slots_offset.store(SLOTS_OFFSET as u64, Ordering::Relaxed);
+    c.magic.store(MAGIC, Ordering::Release);
+}
+
+/// Checks a header against what a joiner expects; every value is read once.
+pub(crate) fn check(
+    queue: &str,
+    header: &Header,
+    region_len: usize,
+    elem_size: usize,
+    elem_align: usize,
+    schema: u64,
+) -> Result<Geometry> {
+    let c = &header.config;
+    let bad = |reason: String| Error::BadHeader {
+        queue: queue.to_owned(),
+        reason,
+    };
+    let magic = c.magic.load(Ordering::Acquire);
+    if magic != MAGIC {
+        return Err(bad(format!(
+            "magic is {magic:#018x}, {MAGIC:#018x} expected (not a queue, or not yet initialised)"
+        )));
+    }
+    let version = c.version.load(Ordering::Relaxed);
+    if version != VERSION {
+        return Err(Error::Mismatch {
+            queue: queue.to_owned(),
+            field: "layout version",
+            found: version.into(),
+            expected: VERSION.into(),
+        });
+    }
+    let mismatch = |field, found: u64, expected: u64| {
+        (found != expected).then(|| Error::Mismatch {
+            queue: queue.to_owned(),
+            field,
+            found,
+            expected,
+        })
+    };
+    let found_size = c.elem_size.load(Ordering::Relaxed);
+    if let Some(e) = mismatch("element size", found_size.into(), elem_size as u64) {
+        return Err(e);
+    }
+    let found_align = c.elem_align.load(Ordering::Relaxed);
+    if let Some(e) = mismatch("element alignment", found_align.into(), elem_align as u64) {
+        return Err(e);
+    }
+    if let Some(e) = mismatch("schema id", c.schema.load(Ordering::Relaxed), schema) {
+        return Err(e);
+    }
+    let offset = c.slots_offset.load(Ordering::Relaxed);
+    if offset != SLOTS_OFFSET as u64 {
+        return Err(bad(format!(
+            "slots offset is {offset}, {SLOTS_OFFSET} expected"
+        )));
+    }
+    let capacity = c.capacity.load(Ordering::Relaxed);
+    let geo = Geometry::new(queue, elem_size, capacity).map_err(|_| {
+        bad(format!(
+            "capacity is {capacity}, not a power of two up to 2^30"
+        ))
+    })?;
+    match geo.region_len() {
+        Some(need) if need <= region_len => Ok(geo),
+        need => Err(bad(format!(
+            "capacity {capacity} of {elem_size}-byte messages needs {} bytes, the region has {region_len}",
+            need.map_or_else(|| "more than usize::MAX".to_owned(), |n| n.to_string())
+        ))),
+    }
+}

@@ -1,0 +1,214 @@
+//! The ring itself: indices, checks, copies, wake-ups. Everything here works
+//! on a `Header` and the slot words alone, so the loom models drive exactly
+//! this code with loom's atomics.
+//!
+//! Both indices count messages ever (wrapping `u32`s). The producer owns
+//! `tail`, the consumer `head`; each keeps its own index locally (it is the
+//! only writer) and a cache of the other's, reloaded only when the ring
+//! looks full or empty. Every index read from shared memory is loaded once
+//! and checked against what the protocol allows before it is used.
+
+use bytemuck::Pod;
+
+use crate::layout::{Geometry, Header};
+use crate::sync::{AtomicU32, AtomicU64, Ordering, fence};
+
+/// An index the peer wrote that the protocol cannot produce.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct BadIndex(pub(crate) String);
+
+/// The producer's private state.
+#[derive(Debug)]
+pub(crate) struct ProducerState {
+    pub(crate) tail: u32,
+    pub(crate) head_seen: u32,
+}
+
+/// The consumer's private state.
+#[derive(Debug)]
+pub(crate) struct ConsumerState {
+    pub(crate) head: u32,
+    pub(crate) tail_seen: u32,
+}
+
+/// A ring seen by one side: the header and the slot words. Whoever builds
+/// one guarantees `slots.len() == geo.capacity × geo.stride`.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Ring<'a> {
+    pub(crate) header: &'a Header,
+    pub(crate) slots: &'a [AtomicU64],
+    pub(crate) geo: Geometry,
+}
+
+impl<'a> Ring<'a> {
+    fn mask(&self) -> u32 {
+        self.geo.capacity - 1
+    }
+
+    /// Where slot `index`'s words start.
+    #[inline]
+    fn base(&self, index: u32) -> usize {
+        (index & self.mask()) as usize * self.geo.stride
+    }
+
+    /// The words of the slot of `index`.
+    #[inline]
+    fn slot(&self, index: u32) -> &'a [AtomicU64] {
+        let base = self.base(index);
+        debug_assert!(base + self.geo.stride <= self.slots.len());
+        // SAFETY: `slots` holds exactly `capacity × stride` words (checked
+        // when the ring was joined) and `base` is a masked index times the
+        // stride, so `base + stride ≤ len`: the range is always in bounds.
+        unsafe { self.slots.get_unchecked(base..base + self.geo.stride) }
+    }
+
+    /// The words of the slot of `index` that a `T` covers: a length known
+    /// at compile time, so the copies below unroll. `T`'s size is the
+    /// ring's element size (checked at join), so this is the whole slot; the
+    /// `min` keeps it in bounds whatever `T`.
+    #[inline]
+    fn slot_of<T>(&self, index: u32) -> &'a [AtomicU64] {
+        let words = size_of::<T>().div_ceil(8);
+        let slot = self.slot(index);
+        &slot[..words.min(slot.len())]
+    }
+
+    /// Copies `value` into the slot of `index` with relaxed word stores; its
+    /// publication (the release store of `tail`) orders them.
+    #[inline]
+    pub(crate) fn write_slot<T: Pod>(&self, index: u32, value: &T) {
+        let words = self.slot_of::<T>(index);
+        let (chunks, rest) = bytemuck::bytes_of(value).as_chunks::<8>();
+        for (word, chunk) in words.iter().zip(chunks) {
+            word.store(u64::from_ne_bytes(*chunk), Ordering::Relaxed);
+        }
+        if !rest.is_empty() {
+            let mut last = [0u8; 8];
+            last[..rest.len()].copy_from_slice(rest);
+            words[chunks.len()].store(u64::from_ne_bytes(last), Ordering::Relaxed);
+        }
+    }
+
+    /// Copies the slot of `index` out with relaxed word loads: whatever a
+    /// misbehaving writer leaves there is some value of `T` (`Pod`).
+    #[inline]
+    pub(crate) fn read_slot<T: Pod>(&self, index: u32) -> T {
+        let mut value = T::zeroed();
+        self.read_into(index, &mut value);
+        value
+    }
+
+    /// As [`read_slot`](Ring::read_slot), into `value`.
+    #[inline]
+    pub(crate) fn read_into<T: Pod>(&self, index: u32, value: &mut T) {
+        let words = self.slot_of::<T>(index);
+        let (chunks, rest) = bytemuck::bytes_of_mut(value).as_chunks_mut::<8>();
+        let full = chunks.len();
+        for (chunk, word) in chunks.iter_mut().zip(words) {
+            *chunk = word.load(Ordering::Relaxed).to_ne_bytes();
+        }
+        if !rest.is_empty() {
+            let last = words[full].load(Ordering::Relaxed).to_ne_bytes();
+            rest.copy_from_slice(&last[..rest.len()]);
+        }
+    }
+
+    /// Free slots, reloading the consumer's head when the cache shows fewer
+    /// than `want`.
+    #[inline]
+    pub(crate) fn room(&self, p: &mut ProducerState, want: u32) -> Result<u32, BadIndex> {
+        let cap = self.geo.capacity;
+        let free = cap - p.tail.wrapping_sub(p.head_seen);
+        if free >= want.max(1) {
+            return Ok(free);
+        }
+        let head = self.header.head.load(Ordering::Acquire);
+        // The head only moves forward, and never past what we published.
+        let advanced = head.wrapping_sub(p.head_seen);
+        if advanced > p.tail.wrapping_sub(p.head_seen) {
+            return Err(BadIndex(format!(
+                "head {head} is not between the last head seen ({}) and the tail ({})",
+                p.head_seen, p.tail
+            )));
+        }
+        p.head_seen = head;
+        Ok(cap - p.tail.wrapping_sub(head))
+    }
+
+    /// Publishes `n` more messages and wakes a parked consumer: a release
+    /// store, then one fence and one load (no read-modify-write, no system
+    /// call) when nobody sleeps.
+    #[inline]
+    pub(crate) fn publish(&self, p: &mut ProducerState, n: u32) {
+        p.tail = p.tail.wrapping_add(n);
+        self.header.tail.store(p.tail, Ordering::Release);
+        self.wake(&self.header.tail, &self.header.tail_parked);
+    }
+
+    /// Messages ready, reloading the producer's tail when the cache shows
+    /// fewer than `want`.
+    #[inline]
+    pub(crate) fn ready(&self, c: &mut ConsumerState, want: u32) -> Result<u32, BadIndex> {
+        let ready = c.tail_seen.wrapping_sub(c.head);
+        if ready >= want.max(1) {
+            return Ok(ready);
+        }
+        let tail = self.header.tail.load(Ordering::Acquire);
+        let ready = tail.wrapping_sub(c.head);
+        // The tail only moves forward, and never more than a ring ahead.
+        if ready > self.geo.capacity {
+            return Err(BadIndex(format!(
+                "tail {tail} is {ready} past head {} in a ring of {}",
+                c.head, self.geo.capacity
+            )));
+        }
+        c.tail_seen = tail;
+        Ok(ready)
+    }
+
+    /// Releases `n` consumed slots to the producer and wakes it if parked.
+    #[inline]
+    pub(crate) fn release(&self, c: &mut ConsumerState, n: u32) {
+        c.head = c.head.wrapping_add(n);
+        self.header.head.store(c.head, Ordering::Release);
+        self.wake(&self.header.head, &self.header.head_parked);
+    }
+
+    /// The waker's half of the park protocol: our store, then a SeqCst
+    /// fence, then the parked count. A waiter announces itself (SeqCst
+    /// read-modify-write) before it rechecks the word, so either it sees our
+    /// store or we see its announcement.
+    #[inline]
+    fn wake(&self, word: &AtomicU32, parked: &AtomicU32) {
+        fence(Ordering::SeqCst);
+        if parked.load(Ordering::Relaxed) != 0 {
+            self.unpark(word);
+        }
+    }
+
+    #[cfg(not(loom))]
+    #[cold]
+    fn unpark(&self, word: &AtomicU32) {
+        // EFAULT/EINVAL cannot happen on a live mapping; a lost wake-up
+        // would still end at the waiter's next slice.
+        let _ = nodeipc_shm::wait::unpark(word, u32::MAX);
+    }
+
+    #[cfg(loom)]
+    fn unpark(&self, _word: &AtomicU32) {
+        self.header.futex.wake();
+    }
+
+    /// The waiter's half, as `nodeipc_shm::wait::wait_while` parks: announce,
+    /// recheck, sleep while unchanged, withdraw. For the loom models, which
+    /// cannot run the real one's clock and spin phases.
+    #[cfg(loom)]
+    pub(crate) fn park_while(&self, word: &AtomicU32, parked: &AtomicU32, expected: u32) {
+        parked.fetch_add(1, Ordering::SeqCst);
+        fence(Ordering::SeqCst);
+        if word.load(Ordering::SeqCst) == expected {
+            self.header.futex.wait(word, expected);
+        }
+        parked.fetch_sub(1, Ordering::SeqCst);
+    }
+}
