@@ -11,24 +11,12 @@
 //! ```text
 //!   0  ResponseHeader (64 bytes)
 //!  64  WorkerEntry × workers (32 bytes each)
-//!   …  in-region semaphores: per worker one 64-byte line holding four,
-//!      16 bytes apart, in the order request produce, request consume,
-//!      response produce, response consume
+//!   …  in-region semaphores: per worker 4 × 64-byte lines, in the order
+//!      request produce, request consume, response produce, response consume
 //!   …  response slots: `response_slot_size` rounded up to 64, per worker
 //!   …  init slots: `init_slot_size` rounded up to 64, per worker
 //! ```
 //! Every section starts on a 64-byte boundary.
-//!
-//! Cache lines crossing between the cores in one 64-byte round trip with
-//! one worker and in-region semaphores (the coordinator on one core, the
-//! worker on the other): the worker's semaphore line twice (to the worker
-//! when it takes its request, back when the coordinator takes the answer;
-//! every other take and post of the round falls on the side that already
-//! holds it), the two frame lines four times (the 4-byte prefix and 64
-//! bytes span two lines: the coordinator takes them back to write, the
-//! worker reads them), the response slot's line twice: 8 transfers, against
-//! 2 for the bare cache-line ping-pong. With a line per semaphore (layout
-//! version 1) each of the four semaphores crossed twice: 14.
 
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
@@ -39,16 +27,11 @@ use crate::{Error, Result};
 
 pub(crate) const REQUEST_MAGIC: u64 = u64::from_le_bytes(*b"NIPCREQ1");
 pub(crate) const RESPONSE_MAGIC: u64 = u64::from_le_bytes(*b"NIPCRSP1");
-/// 2: a worker's four in-region semaphores share one cache line (1: a line each).
-pub(crate) const LAYOUT_VERSION: u32 = 2;
+pub(crate) const LAYOUT_VERSION: u32 = 1;
 const LINE: usize = 64;
 pub(crate) const REQUEST_HEADER: usize = 128;
 pub(crate) const RESPONSE_HEADER: usize = 64;
 const WORKER_ENTRY: usize = 32;
-/// Distance between a worker's in-region semaphores inside their line.
-const SEM_STRIDE: usize = 16;
-const _: () = assert!(4 * SEM_STRIDE <= LINE);
-const _: () = assert!(size_of::<nodeipc_sem::ShmSemaphore>() <= SEM_STRIDE);
 
 /// The request region's header. The coordinator writes it, `init` last with
 /// release ordering.
@@ -218,11 +201,11 @@ impl Layout {
             (Direction::Response, Role::Produce) => 2,
             (Direction::Response, Role::Consume) => 3,
         };
-        self.sems_at() + rank as usize * LINE + index * SEM_STRIDE
+        self.sems_at() + (rank as usize * 4 + index) * LINE
     }
 
     fn responses_at(&self) -> usize {
-        self.sems_at() + self.workers as usize * LINE
+        self.sems_at() + self.workers as usize * 4 * LINE
     }
 
     /// Offset in the response region of worker `rank`'s response slot.
