@@ -118,8 +118,7 @@ int main(int argc, char **argv) {
      * written (the entry, the slot) or read. Every product below is at most
      * 64 * 2^30 or 1024 * 2^30: no wrap in 64 bits. */
     uint64_t sems_at = round64(RESPONSE_HEADER + (uint64_t)workers * WORKER_ENTRY);
-    /* Layout version 2: one line holds a worker's four in-region semaphores. */
-    uint64_t responses_at = sems_at + (uint64_t)workers * LINE;
+    uint64_t responses_at = sems_at + (uint64_t)workers * 4 * LINE;
     if ((uint64_t)REQUEST_HEADER + (uint64_t)depth * round64(capacity) > request_size
         || responses_at + (uint64_t)workers * round64(slot_size) > response_size) {
         fprintf(stderr, "the regions are smaller than the layout of these arguments\n");

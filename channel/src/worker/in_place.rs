@@ -1,6 +1,6 @@
 //! [`InPlace`]: a request read where it lies in the ring.
 
-use super::Worker;
+use super::{SlotKind, Worker};
 use crate::{Error, Result};
 
 /// A request held in place in the ring: its frame's bytes, borrowed from the
@@ -85,7 +85,9 @@ impl<'w, Req: prost::Message + Default, Resp: prost::Message + Default> InPlace<
     /// # Errors
     /// As [`Worker::respond`]; the frame is released either way.
     pub fn respond(mut self, response: &Resp) -> Result<()> {
-        let answered = self.worker.respond(response);
+        let answered =
+            self.worker
+                .respond_message(response, SlotKind::Response, Some(&mut self.released));
         let released = self.release_inner();
         answered.and(released)
     }
@@ -96,7 +98,9 @@ impl<'w, Req: prost::Message + Default, Resp: prost::Message + Default> InPlace<
     /// # Errors
     /// As [`Worker::respond`]; the frame is released either way.
     pub fn respond_bytes(mut self, frame: &[u8]) -> Result<()> {
-        let answered = self.worker.respond_bytes(frame);
+        let answered = self
+            .worker
+            .respond_bytes_releasing(frame, Some(&mut self.released));
         let released = self.release_inner();
         answered.and(released)
     }
