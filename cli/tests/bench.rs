@@ -183,3 +183,18 @@ fn on_a_terminal_the_progress_is_one_line_rewritten_in_place() {
         "{seen:?}"
     );
 }
+
+/// Every row a `bench` subcommand measures is printed: the KittensBroker
+/// rows too (they were measured and dropped once, when rows began to be
+/// printed as they complete).
+#[test]
+fn regression_kittens_rows_are_printed() {
+    let _dog = Watchdog::new("bench kittens json", Duration::from_secs(150));
+    let out = bench(&["--quick", "--json", "kittens"]);
+    let rows: Vec<&str> = out.lines().collect();
+    assert!(!rows.is_empty(), "no row printed: {out:?}");
+    assert!(
+        rows.iter().all(|r| r.contains("\"bench\":\"kittens\"")),
+        "{out}"
+    );
+}

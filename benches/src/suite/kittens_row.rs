@@ -4,7 +4,7 @@
 
 use std::io;
 
-use super::{Contender, Measured, Options, Row, interleave, split};
+use super::{Contender, Measured, Options, Row};
 use crate::Summary;
 use crate::barrier::{self, BarrierKind};
 use crate::kittens::{self, Broker};
@@ -24,7 +24,7 @@ pub fn kittens(options: Options) -> io::Result<Vec<Row>> {
                 samples: 0,
             },
         };
-        return Ok(vec![Row {
+        return Ok(vec![options.done(Row {
             bench: "kittens",
             what: "KittensBroker::sync()".into(),
             params: vec![],
@@ -33,7 +33,7 @@ pub fn kittens(options: Options) -> io::Result<Vec<Row>> {
             note: Some(format!(
                 "not measured: this build had no C++ compiler ({why})"
             )),
-        }]);
+        })]);
     }
     let mut rows = Vec::new();
     for ranks in [2u32, 8] {
@@ -49,15 +49,16 @@ pub fn kittens(options: Options) -> io::Result<Vec<Row>> {
                 barrier::barriers(BarrierKind::Nodeipc, ranks, i)
             }),
         ];
-        let (ours, baselines) = split(interleave(options.batches(), contenders)?);
-        rows.push(Row {
+        let what = format!("KittensBroker::sync(), {ranks} processes");
+        let (ours, baselines) = options.measure(&what, contenders)?;
+        rows.push(options.done(Row {
             bench: "kittens",
-            what: format!("KittensBroker::sync(), {ranks} processes"),
+            what,
             params: vec![("ranks", u64::from(ranks)), ("iters", iters)],
             ours,
             baselines,
             note: None,
-        });
+        }));
     }
     Ok(rows)
 }
