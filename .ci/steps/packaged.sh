@@ -30,6 +30,8 @@ declare -A layers=(
     [fs]="fs" [shm]="fs shm" [sem]="fs sem shm" [fdpass]="fdpass"
     [barrier]="barrier fdpass fs shm" [proto]="proto"
     [channel]="channel fdpass fs proto sem shm" [monitor]="fdpass fs monitor proto shm"
+    [queue]="fdpass fs queue shm" [pool]="fdpass fs pool shm"
+    [launch]="fdpass fs launch monitor proto shm"
 )
 for feature in "${!layers[@]}"; do
     tree=$(cargo tree --locked -p nodeipc --no-default-features -F "${feature}" -e normal --prefix none)

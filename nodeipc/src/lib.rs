@@ -12,12 +12,21 @@ pub use nodeipc_fdpass as fdpass;
 #[cfg(feature = "fs")]
 #[doc(inline)]
 pub use nodeipc_fs as fs;
+#[cfg(feature = "launch")]
+#[doc(inline)]
+pub use nodeipc_launch as launch;
 #[cfg(feature = "monitor")]
 #[doc(inline)]
 pub use nodeipc_monitor as monitor;
+#[cfg(feature = "pool")]
+#[doc(inline)]
+pub use nodeipc_pool as pool;
 #[cfg(feature = "proto")]
 #[doc(inline)]
 pub use nodeipc_proto as proto;
+#[cfg(feature = "queue")]
+#[doc(inline)]
+pub use nodeipc_queue as queue;
 #[cfg(feature = "sem")]
 #[doc(inline)]
 pub use nodeipc_sem as sem;
