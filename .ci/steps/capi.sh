@@ -10,12 +10,14 @@ cd "$(dirname "$0")/../.."
 started=$(date +%s)
 step() { printf '\n== capi: %s (%ss)\n' "$1" "$(( $(date +%s) - started ))"; }
 
-step "compilers, pkg-config and cmake"
+step "compilers, pkg-config, cmake, and protobuf for the C++ execute worker"
 missing=()
 command -v cc >/dev/null 2>&1 || missing+=(gcc)
 command -v g++ >/dev/null 2>&1 || missing+=(g++)
 command -v pkg-config >/dev/null 2>&1 || missing+=(pkgconf)
 command -v cmake >/dev/null 2>&1 || missing+=(cmake)
+command -v protoc >/dev/null 2>&1 || missing+=(protobuf-compiler)
+[ -e /usr/include/google/protobuf/message.h ] || missing+=(libprotobuf-dev)
 if [ ${#missing[@]} -gt 0 ]; then
     echo "installing ${missing[*]}"
     sudo_=""
@@ -27,6 +29,7 @@ cc --version | head -n1
 g++ --version | head -n1
 pkg-config --version
 cmake --version | head -n1
+protoc --version
 
 # `cargo test` never builds a static library (no test can depend on one):
 # the C/C++ tests link the one this builds (and build it themselves when it
@@ -40,6 +43,6 @@ cargo test --workspace --locked --test header
 
 step "C and C++ programs against the header and the static library"
 cargo test --workspace --locked --test c_api --test mixed_group --test kittens_broker \
-    --test monitor_client --test install --test readme --test cpp_classes
+    --test monitor_client --test install --test readme --test cpp_classes --test channel
 
 step "done"
