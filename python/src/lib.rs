@@ -5,6 +5,7 @@
 //! lets Ctrl-C end a wait (see [`blocking`]).
 
 mod blocking;
+mod channel;
 mod errors;
 mod group;
 mod monitor;
@@ -25,6 +26,8 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<sem::ShmSemaphore>()?;
     m.add_class::<group::Group>()?;
     m.add_class::<monitor::MonitorConnection>()?;
+    m.add_class::<channel::Coordinator>()?;
+    m.add_class::<channel::Worker>()?;
     m.add("SLICE_SECONDS", nodeipc_shm::wait::SLICE.as_secs_f64())?;
     let descriptors = pyo3::types::PyDict::new(m.py());
     for (name, bytes) in FILE_DESCRIPTORS {

@@ -10,7 +10,9 @@ Thin classes over the Rust crates of nodeipc:
 * :class:`Group` — ranks that join by name and meet in barriers,
   all-gathers, broadcasts and descriptor exchanges;
 * :mod:`nodeipc.monitor` — ``RankMonitorClient``, nvidia-resiliency-ext's
-  client under the same names.
+  client under the same names;
+* :mod:`nodeipc.channel` — the execute channel's ``Coordinator`` and
+  ``Worker`` over bytes.
 
 Timeouts are seconds (``int`` or ``float``); ``None`` waits without limit.
 Every blocking call releases the interpreter lock and runs Python's signal

@@ -169,3 +169,64 @@ class MonitorConnection:
     def section_samples(self, section: str) -> int: ...
     def status(self) -> Dict[str, object]: ...
     def close(self) -> None: ...
+
+@final
+class Coordinator:
+    """The coordinator's end of an execute channel over anonymous regions
+    (see :mod:`nodeipc.channel`). Calls not given ``timeout=`` take the
+    channel's ``timeout``; ``timeout=None`` waits without limit."""
+
+    def __new__(
+        cls,
+        name: str,
+        workers: int,
+        request_capacity: int = 65536,
+        response_size: int = 16384,
+        depth: int = 1,
+        timeout: Optional[float] = 30.0,
+    ) -> Self: ...
+    @property
+    def name(self) -> str: ...
+    def serve(self, socket_path: str) -> None:
+        """Serves the logon handshake at ``socket_path`` (its directory ours, 0700)."""
+    def wait_for_workers(self, timeout: Optional[float] = 30.0) -> None: ...
+    def stop_serving(self) -> None: ...
+    def send(self, data: bytes, *, timeout: Optional[float] = ...) -> int:
+        """Broadcasts ``data``; returns the request's index (0, 1, ...)."""
+    def recv_all(self, *, timeout: Optional[float] = ...) -> List[bytes]:
+        """Every worker's answer to the oldest request not yet gathered."""
+    def recv_first(self) -> tuple[int, bytes]:
+        """The first answer to arrive, with its worker's rank."""
+    def drain(self) -> int: ...
+    def close(self) -> None: ...
+    def __enter__(self) -> Self: ...
+    def __exit__(
+        self,
+        kind: Optional[Type[BaseException]],
+        value: Optional[BaseException],
+        traceback: Optional[TracebackType],
+    ) -> bool: ...
+
+@final
+class Worker:
+    """A worker's end of an execute channel (see :mod:`nodeipc.channel`)."""
+
+    @staticmethod
+    def connect(socket_path: str, rank: int, timeout: Optional[float] = 30.0) -> Worker:
+        """Logs on through the coordinator's handshake as ``rank``."""
+    @property
+    def rank(self) -> int: ...
+    @property
+    def name(self) -> str: ...
+    def recv(self, *, timeout: Optional[float] = ...) -> bytes:
+        """The next request; ``PeerDiedError`` once the coordinator closed
+        the channel (after every request sent before) or died."""
+    def respond(self, data: bytes) -> None: ...
+    def close(self) -> None: ...
+    def __enter__(self) -> Self: ...
+    def __exit__(
+        self,
+        kind: Optional[Type[BaseException]],
+        value: Optional[BaseException],
+        traceback: Optional[TracebackType],
+    ) -> bool: ...
