@@ -82,7 +82,7 @@ fn ls_json_has_one_object_a_line_with_stable_fields_and_owners_by_name() {
     let r = row(&region);
     let fields: Vec<&str> = r.as_object().unwrap().keys().map(String::as_str).collect();
     let mut expected = [
-        "kind", "name", "size", "mode", "uid", "owner", "users", "unseen",
+        "kind", "name", "size", "mode", "uid", "owner", "users", "unseen", "detail",
     ];
     expected.sort_unstable();
     assert_eq!(fields, expected, "{r}");
@@ -91,6 +91,11 @@ fn ls_json_has_one_object_a_line_with_stable_fields_and_owners_by_name() {
     assert_eq!(r["uid"], me);
     assert_eq!(r["users"], serde_json::json!([]));
     assert_eq!(r["unseen"], false);
+    assert_eq!(
+        r["detail"],
+        serde_json::Value::Null,
+        "a plain region has no detail"
+    );
     assert!(r["mode"].as_str().unwrap().starts_with('0'), "{r}");
     if me == 0 {
         assert_eq!(r["owner"], "root");
