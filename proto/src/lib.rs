@@ -12,6 +12,13 @@ pub use frame::{
 };
 pub use schema::KnownMessage;
 
+/// Each `.proto` file's serialized `FileDescriptorProto` (comments and
+/// positions left out, as `protoc` embeds them), by file name: what another
+/// language's protobuf runtime builds its message classes from (the Python
+/// package's `*_pb2` modules do), so they always match this crate's contract.
+pub const FILE_DESCRIPTORS: &[(&str, &[u8])] =
+    include!(concat!(env!("OUT_DIR"), "/descriptors.rs"));
+
 /// The execute channel: `ExecuteRequest` broadcast to the workers and the
 /// `ExecuteResponse` each of them answers (`proto/execute.proto`, package
 /// `nodeipc.execute.v1`).

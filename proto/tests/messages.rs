@@ -629,3 +629,21 @@ fn monitor_error_code_is_field_2_and_old_peers_still_understand() {
         assert_eq!(code as i32, number, "{code:?}");
     }
 }
+
+#[test]
+fn the_file_descriptors_name_every_contract_and_decode() {
+    use prost::Message;
+    let names: Vec<&str> = nodeipc_proto::FILE_DESCRIPTORS
+        .iter()
+        .map(|(n, _)| *n)
+        .collect();
+    for file in ["execute.proto", "handshake.proto", "monitor.proto"] {
+        assert!(names.contains(&file), "{file} missing from {names:?}");
+    }
+    for (name, bytes) in nodeipc_proto::FILE_DESCRIPTORS {
+        let file = prost_types::FileDescriptorProto::decode(*bytes).unwrap();
+        assert_eq!(file.name(), *name);
+        assert!(!file.message_type.is_empty(), "{name} has no message");
+        assert!(file.source_code_info.is_none(), "{name} carries comments");
+    }
+}

@@ -14,9 +14,8 @@ mod sem;
 
 use pyo3::prelude::*;
 
-/// The serialized `FileDescriptorProto` of each `.proto` file, by name
-/// (written by `build.rs`).
-const FILE_DESCRIPTORS: &[(&str, &[u8])] = include!(concat!(env!("OUT_DIR"), "/descriptors.rs"));
+/// The serialized `FileDescriptorProto` of each `.proto` file, by name.
+const FILE_DESCRIPTORS: &[(&str, &[u8])] = nodeipc_proto::FILE_DESCRIPTORS;
 
 /// The module `nodeipc._native`.
 #[pymodule]
