@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
 # The library crates as crates.io would get them: every publishable crate
-# packages and builds alone (`cargo publish --dry-run --workspace`), and the
-# tests of nodeipc-shm and nodeipc-channel build and pass from the unpacked
-# `.crate` files (their dev-dependency nodeipc-testkit included), the other
-# crates of ours patched in from their own packages. Shares the target
-# folder, so dependencies are built once.
+# packages (`cargo publish --dry-run --workspace`: metadata, files, the
+# dependency versions), every one builds from its unpacked `.crate` file,
+# and the tests of nodeipc-shm and nodeipc-channel build and pass from
+# theirs (their dev-dependency nodeipc-testkit included), our crates patched
+# in from their own packages. Shares the target folder, so dependencies are
+# built once. (The builds are ours rather than the dry run's verification:
+# cargo never rebuilds a registry crate whose version it has built before,
+# so a second run of the verification would test the first run's sources.)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 root=$(pwd)
@@ -22,7 +25,9 @@ run() {
 }
 
 say "cargo publish --dry-run --workspace"
-run cargo publish --dry-run --workspace --allow-dirty --locked
+# Packages of an earlier run would stand in for today's sources.
+rm -rf target/package
+run cargo publish --dry-run --workspace --allow-dirty --locked --no-verify
 grep -E '^ *Packaged' "${log}" || true
 
 say "the umbrella crate: each feature pulls its layer and those under it, nothing else"
@@ -44,9 +49,11 @@ for feature in "${!layers[@]}"; do
     echo "  -F ${feature}: $(sort -u <<<"${tree}" | wc -l) crates (ours: ${got})"
 done
 
-say "the packaged tests of nodeipc-shm and nodeipc-channel"
-ours=(nodeipc-fs nodeipc-testkit nodeipc-shm nodeipc-sem nodeipc-fdpass nodeipc-proto nodeipc-channel)
-run cargo package --allow-dirty --no-verify --locked $(printf -- '-p %s ' "${ours[@]}")
+say "every crate built from its package; the packaged tests of nodeipc-shm and nodeipc-channel"
+# Where this cargo leaves the packages of a multi-crate dry run.
+packages=target/package/tmp-registry
+[ -d "${packages}" ] || packages=target/package
+ours=($(cd "${packages}" && ls *.crate | sed -E 's/-[0-9]+\.[0-9]+\.[0-9]+\.crate$//' | sort -u))
 version=$(cargo metadata --no-deps --format-version 1 | python3 -c \
     'import json,sys; print(next(p["version"] for p in json.load(sys.stdin)["packages"] if p["name"] == "nodeipc-shm"))')
 work=target/packaged-tests
@@ -55,15 +62,19 @@ mkdir -p "${work}"
 {
     echo '[workspace]'
     echo 'resolver = "3"'
-    echo "members = [\"nodeipc-shm-${version}\", \"nodeipc-channel-${version}\"]"
+    printf 'members = [%s]\n' "$(printf '"%s-'"${version}"'", ' "${ours[@]}" | sed 's/, $//')"
     echo '[patch.crates-io]'
     for crate in "${ours[@]}"; do
-        tar -xzf "target/package/${crate}-${version}.crate" -C "${work}"
+        # --touch: today's mtimes, so cargo never takes an earlier run's
+        # build of these paths for up to date.
+        tar --touch -xzf "${packages}/${crate}-${version}.crate" -C "${work}"
         echo "${crate} = { path = \"${crate}-${version}\" }"
     done
 } >"${work}/Cargo.toml"
 cd "${work}"
-run env CARGO_TARGET_DIR="${root}/target" cargo test --workspace
+run env CARGO_TARGET_DIR="${root}/target" cargo build --workspace
+echo "built from their packages: ${ours[*]}"
+run env CARGO_TARGET_DIR="${root}/target" cargo test -p nodeipc-shm -p nodeipc-channel
 grep -E '^test result' "${log}" | awk '{p+=$4; f+=$6} END {print "packaged tests: " p " passed, " f " failed"}'
 cd "${root}"
 rm -rf "${work}"
