@@ -130,6 +130,31 @@ pub struct TimeoutsMs {
     pub sections_ms: BTreeMap<String, u64>,
 }
 
+/// For log lines: the same fields as the JSON form, written without serde so the
+/// tracker needs no `json` feature. Section names go through `{:?}` so a name holding
+/// quotes or control characters cannot forge log content.
+impl std::fmt::Display for TimeoutsMs {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        fn opt(f: &mut std::fmt::Formatter<'_>, name: &str, v: Option<u64>) -> std::fmt::Result {
+            match v {
+                Some(ms) => write!(f, "{name}={ms}ms "),
+                None => write!(f, "{name}=none "),
+            }
+        }
+        opt(f, "initial_heartbeat", self.initial_heartbeat_ms)?;
+        opt(f, "heartbeat", self.heartbeat_ms)?;
+        opt(f, "out_of_section", self.out_of_section_ms)?;
+        f.write_str("sections={")?;
+        for (i, (name, ms)) in self.sections_ms.iter().enumerate() {
+            if i > 0 {
+                f.write_str(", ")?;
+            }
+            write!(f, "{name:?}: {ms}ms")?;
+        }
+        f.write_str("}")
+    }
+}
+
 impl From<&Timeouts> for TimeoutsMs {
     fn from(t: &Timeouts) -> Self {
         TimeoutsMs {
@@ -260,5 +285,25 @@ impl MonitorStatus {
         serde_json::from_str(text).map_err(|e| crate::Error::Protocol {
             reason: format!("not a monitor status: {e}"),
         })
+    }
+}
+
+#[cfg(test)]
+mod display_tests {
+    use super::TimeoutsMs;
+
+    #[test]
+    fn timeouts_display_lists_every_field_and_escapes_section_names() {
+        let t = TimeoutsMs {
+            initial_heartbeat_ms: Some(1500),
+            heartbeat_ms: None,
+            out_of_section_ms: Some(7),
+            sections_ms: [("a\"b\n".to_string(), 42), ("step".to_string(), 9)].into(),
+        };
+        assert_eq!(
+            t.to_string(),
+            "initial_heartbeat=1500ms heartbeat=none out_of_section=7ms \
+             sections={\"a\\\"b\\n\": 42ms, \"step\": 9ms}"
+        );
     }
 }

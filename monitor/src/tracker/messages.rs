@@ -216,7 +216,7 @@ impl RankTracker {
             // Limited: each line can list every section timeout (17 KiB).
             let line = format!(
                 "timeouts updated: {}",
-                serde_json::to_string(&TimeoutsMs::from(&self.config.timeouts)).unwrap_or_default()
+                TimeoutsMs::from(&self.config.timeouts)
             );
             self.note_limited(LogLevel::Info, "timeouts updated", line);
         }
