@@ -386,6 +386,16 @@ impl Layout {
     }
 }
 
+/// Writes `body` as a frame exactly filling `out`: its `u32` length prefix,
+/// then the bytes. Callers size `out` from a frame they checked against its
+/// slot or ring frame (at most [`MAX_SLOT`](crate::MAX_SLOT), 1 GiB), so the
+/// length fits the prefix.
+pub(crate) fn write_bytes_frame(body: &[u8], out: &mut [u8]) {
+    let (prefix, rest) = out.split_at_mut(nodeipc_proto::LEN_PREFIX);
+    prefix.copy_from_slice(&(body.len() as u32).to_le_bytes());
+    rest.copy_from_slice(body);
+}
+
 pub(crate) fn request_header(region: &Region) -> &RequestHeader {
     region.view(0).expect("a request region holds its header")
 }

@@ -77,12 +77,9 @@ impl<Req: prost::Message + Default, Resp: prost::Message + Default + 'static>
     }
 }
 
-/// Writes `body` as a frame filling `out` (its length prefix, then the bytes).
+/// [`layout::write_bytes_frame`] as `Shared::send`'s filler.
 fn bytes_frame(body: &[u8], out: &mut [u8]) -> Result<()> {
-    let (prefix, rest) = out.split_at_mut(nodeipc_proto::LEN_PREFIX);
-    // `Shared::send` checked that the body's length fits the prefix.
-    prefix.copy_from_slice(&(body.len() as u32).to_le_bytes());
-    rest.copy_from_slice(body);
+    layout::write_bytes_frame(body, out);
     Ok(())
 }
 

@@ -518,7 +518,7 @@ impl<Req: prost::Message + Default, Resp: prost::Message + Default> Worker<Req, 
         held: Option<&mut bool>,
     ) -> Result<()> {
         self.write_slot(frame.len(), SlotKind::Response, held, |out| {
-            bytes_frame(frame, out);
+            layout::write_bytes_frame(frame, out);
             Ok(())
         })
     }
@@ -696,15 +696,6 @@ impl<Req, Resp> Drop for Worker<Req, Resp> {
 pub(crate) enum SlotKind {
     Response,
     Init,
-}
-
-/// Writes `body` as a frame filling `out` (its length prefix, then the bytes).
-fn bytes_frame(body: &[u8], out: &mut [u8]) {
-    let (prefix, rest) = out.split_at_mut(nodeipc_proto::LEN_PREFIX);
-    // `write_slot` checked the frame against the slot (at most MAX_SLOT,
-    // 1 GiB), so the length fits the u32 prefix.
-    prefix.copy_from_slice(&(body.len() as u32).to_le_bytes());
-    rest.copy_from_slice(body);
 }
 
 /// Waits (bounded) for the coordinator to finish publishing the header.
