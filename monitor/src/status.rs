@@ -170,7 +170,7 @@ impl From<&Timeouts> for TimeoutsMs {
     }
 }
 
-/// The answer to a status query: what `nodeipc monitor status` prints as JSON.
+/// The answer to a status query: what `nodeipc monitor status --json` prints.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct MonitorStatus {
     /// Where the state machine is.
@@ -277,7 +277,7 @@ impl MonitorStatus {
         serde_json::to_string_pretty(self).expect("a status always serializes")
     }
 
-    /// Reads the JSON form back (a launcher reading `nodeipc monitor status`).
+    /// Reads the JSON form back (a launcher reading `nodeipc monitor status --json`).
     ///
     /// # Errors
     /// [`Error::Protocol`](crate::Error::Protocol) naming what does not parse.
