@@ -209,9 +209,23 @@ fn run_with_descriptor_limit(limit: u64) {
             err.contains("Too many open files"),
             "ulimit -n {limit}: {err}"
         );
+        // A rank that runs out of descriptors itself fails and exits, and
+        // its peers then rightly see it die: a death may be claimed only of
+        // a process whose own failure, named with its cause, is reported too
+        // (a live rank taken for dead is what this guards against).
+        for claim in err.match_indices("(pid ").filter_map(|(at, _)| {
+            let rest = &err[at + 5..];
+            let pid: String = rest.chars().take_while(char::is_ascii_digit).collect();
+            rest[pid.len()..].starts_with(") died").then_some(pid)
+        }) {
+            assert!(
+                err.contains(&format!("process {claim}: Too many open files")),
+                "ulimit -n {limit}: pid {claim} claimed dead without its own failure: {err}"
+            );
+        }
         assert!(
-            !err.contains("died"),
-            "ulimit -n {limit}: a death claimed: {err}"
+            !err.contains("died") || err.contains(") died"),
+            "ulimit -n {limit}: a death claimed without naming the process: {err}"
         );
     }
     assert_nothing_left(pid);
@@ -228,9 +242,11 @@ fn a_descriptor_limit_during_setup_is_reported_with_its_cause() {
 }
 
 /// The limits at which the layers below run out once workers log on: the
-/// channel's handshake answers "could not duplicate its descriptors"
-/// without the errno, and the rank group takes `EMFILE` on `/proc/<pid>/stat`
-/// for a death ("rank 1 died").
+/// channel's handshake answered "could not duplicate its descriptors"
+/// without the errno, and the rank group took `EMFILE` on `/proc/<pid>/stat`
+/// for a death ("rank 1 died") of a live rank. A rank that runs out itself
+/// and exits is seen dead by its peers, rightly: that claim must come with
+/// the rank's own failure.
 #[test]
 fn regression_a_descriptor_limit_at_logon_is_reported_with_its_cause() {
     let _dog = Watchdog::new("demo ulimit -n logon", Duration::from_secs(120));
