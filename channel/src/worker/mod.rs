@@ -1,6 +1,8 @@
 //! [`Worker`]: one worker process's end of an execute channel.
 
 mod in_place;
+mod recv;
+mod respond;
 
 use std::marker::PhantomData;
 use std::os::fd::OwnedFd;
@@ -13,6 +15,7 @@ use nodeipc_shm::{OpenOptions, Region};
 use prost::bytes::BytesMut;
 
 pub use in_place::InPlace;
+pub(crate) use respond::SlotKind;
 
 use crate::config::ChannelConfig;
 use crate::layout::{self, Layout, worker_flags};
@@ -53,20 +56,6 @@ pub struct Worker<Req = ExecuteRequest, Resp = ExecuteResponse> {
     small: Vec<u8>,
     _messages: PhantomData<fn(Resp) -> Req>,
 }
-
-/// How long a receive may wait.
-#[derive(Clone, Copy)]
-enum Patience {
-    Within(Budget),
-    /// Not at all: `None` when no request is there.
-    Try,
-}
-
-/// Requests at least this large are copied out of the ring into a buffer
-/// their payloads can borrow from, so decoding copies (and allocates) them
-/// no second time; smaller ones are copied into a fixed buffer and their
-/// payloads copied from there.
-const COPY_OUT_AT: usize = 64 << 10;
 
 impl Worker {
     /// Joins the channel `config.name` as worker `rank`, opening its named
@@ -218,7 +207,7 @@ impl<Req: prost::Message + Default, Resp: prost::Message + Default> Worker<Req, 
         entry.flags.store(worker_flags::JOINED, Ordering::Release);
         // A new rank starts at the first request; a rejoining one where it left.
         let received = entry.received.load(Ordering::Acquire);
-        let small = vec![0; COPY_OUT_AT.min(layout.request_capacity)];
+        let small = vec![0; recv::COPY_OUT_AT.min(layout.request_capacity)];
         Ok(Worker {
             config,
             layout,
@@ -248,376 +237,6 @@ impl<Req: prost::Message + Default, Resp: prost::Message + Default> Worker<Req, 
     /// The channel's configuration, as the coordinator published it.
     pub fn config(&self) -> &ChannelConfig {
         &self.config
-    }
-
-    /// Waits for the next request and decodes it.
-    ///
-    /// # Errors
-    /// [`Error::Closed`] once the coordinator closed the channel and every
-    /// request sent before is received; [`Error::CoordinatorDied`];
-    /// [`Error::Timeout`]; [`Error::Corrupt`] or [`Error::Decode`] for a
-    /// frame that is not a request.
-    pub fn recv(&mut self) -> Result<Req> {
-        let mut request = Req::default();
-        self.recv_into(&mut request)?;
-        Ok(request)
-    }
-
-    /// [`recv`](Worker::recv) within `timeout` instead of the configured one.
-    /// A timeout takes nothing: the next receive gets the request.
-    ///
-    /// # Errors
-    /// As [`recv`](Worker::recv).
-    pub fn recv_timeout(&mut self, timeout: Duration) -> Result<Req> {
-        let mut request = Req::default();
-        self.recv_with(&mut request, Patience::Within(Budget::new(timeout)))?;
-        Ok(request)
-    }
-
-    /// The next request if one is there, without waiting.
-    ///
-    /// # Errors
-    /// As [`recv`](Worker::recv), but never [`Error::Timeout`].
-    pub fn try_recv(&mut self) -> Result<Option<Req>> {
-        let mut request = Req::default();
-        Ok(self
-            .recv_with(&mut request, Patience::Try)?
-            .then_some(request))
-    }
-
-    /// [`recv`](Worker::recv) into an existing message, reusing its
-    /// allocations (the payload's buffer, say): no allocation in steady state.
-    ///
-    /// # Errors
-    /// As [`recv`](Worker::recv).
-    pub fn recv_into(&mut self, request: &mut Req) -> Result<()> {
-        let budget = Budget::new(self.config.timeout);
-        self.recv_with(request, Patience::Within(budget)).map(drop)
-    }
-
-    /// The next request's frame (any encoding) copied into `into`, whose
-    /// allocation is reused.
-    ///
-    /// # Errors
-    /// As [`recv`](Worker::recv), without [`Error::Decode`].
-    pub fn recv_bytes(&mut self, into: &mut Vec<u8>) -> Result<()> {
-        let guard = self.recv_in_place()?;
-        into.clear();
-        into.extend_from_slice(guard.bytes());
-        guard.release()
-    }
-
-    /// The next request, read where it lies in the ring: the guard gives the
-    /// frame's bytes ([`InPlace::bytes`]) and decodes them on demand, and
-    /// holds the frame until it drops or answers ([`InPlace::respond`]). No
-    /// copy and no allocation. The coordinator cannot reuse the frame while
-    /// the guard lives: hold it for long and its sends wait, then time out
-    /// naming this worker.
-    ///
-    /// # Errors
-    /// As [`recv`](Worker::recv), without [`Error::Decode`] (nothing is decoded yet).
-    pub fn recv_in_place(&mut self) -> Result<InPlace<'_, Req, Resp>> {
-        let budget = Budget::new(self.config.timeout);
-        self.in_place_with(Patience::Within(budget))
-            .map(|taken| taken.expect("a waiting receive takes a request or fails"))
-    }
-
-    /// [`recv_in_place`](Worker::recv_in_place) within `timeout`.
-    ///
-    /// # Errors
-    /// As [`recv_in_place`](Worker::recv_in_place).
-    pub fn recv_in_place_timeout(&mut self, timeout: Duration) -> Result<InPlace<'_, Req, Resp>> {
-        self.in_place_with(Patience::Within(Budget::new(timeout)))
-            .map(|taken| taken.expect("a waiting receive takes a request or fails"))
-    }
-
-    /// [`recv_in_place`](Worker::recv_in_place) without waiting.
-    ///
-    /// # Errors
-    /// As [`recv_in_place`](Worker::recv_in_place), never [`Error::Timeout`].
-    pub fn try_recv_in_place(&mut self) -> Result<Option<InPlace<'_, Req, Resp>>> {
-        self.in_place_with(Patience::Try)
-    }
-
-    fn in_place_with(&mut self, patience: Patience) -> Result<Option<InPlace<'_, Req, Resp>>> {
-        if !self.acquire(patience)? {
-            return Ok(None);
-        }
-        let located = self.locate();
-        self.advance();
-        match located {
-            Ok((at, len)) => Ok(Some(InPlace::new(self, at, len))),
-            Err(e) => {
-                let _ = self.release_frame();
-                Err(e)
-            }
-        }
-    }
-
-    /// Receives into `request`; whether there was one (always, unless `Try`).
-    fn recv_with(&mut self, request: &mut Req, patience: Patience) -> Result<bool> {
-        if !self.acquire(patience)? {
-            return Ok(false);
-        }
-        let decoded = self
-            .locate()
-            .and_then(|(at, len)| self.copy_out(at, len, request));
-        self.advance();
-        let released = self.release_frame();
-        decoded?;
-        released.map(|()| true)
-    }
-
-    /// Takes this worker's request-consume count: a request, unless the
-    /// coordinator closed (then the wake-up of the close, given back).
-    fn acquire(&mut self, patience: Patience) -> Result<bool> {
-        match patience {
-            Patience::Within(mut budget) => {
-                self.wait_coordinator(
-                    Direction::Request,
-                    Role::Consume,
-                    "waiting for a request",
-                    &mut budget,
-                )?;
-            }
-            Patience::Try => {
-                let taken = self
-                    .sem(Direction::Request, Role::Consume)
-                    .try_wait()
-                    .map_err(|source| Error::Sem {
-                        channel: self.config.name.clone(),
-                        source,
-                    })?;
-                if !taken {
-                    // Nothing there: a dead or closed coordinator is still news.
-                    self.check_coordinator(Direction::Request)?;
-                    return Ok(false);
-                }
-            }
-        }
-        let header = layout::request_header(&self.request);
-        // A count taken is a request, unless the coordinator closed: then it
-        // may be the wake-up of the close (`sent` is read only then).
-        if header.closed.load(Ordering::Acquire) != 0
-            && self.received >= header.sent.load(Ordering::Acquire)
-        {
-            let _ = self.sem(Direction::Request, Role::Consume).post();
-            return Err(Error::Closed {
-                channel: self.config.name.clone(),
-            });
-        }
-        Ok(true)
-    }
-
-    /// Where the body of the request in this worker's next frame lies, and
-    /// its length, the prefix checked against the frame.
-    fn locate(&self) -> Result<(usize, usize)> {
-        let capacity = self.layout.request_capacity;
-        let frame = self.layout.frame(self.received);
-        let mut prefix = [0u8; nodeipc_proto::LEN_PREFIX];
-        self.request
-            .read_at(frame, &mut prefix)
-            .map_err(|source| Error::Shm {
-                channel: self.config.name.clone(),
-                source,
-            })?;
-        let len = match nodeipc_proto::frame_len(&prefix, capacity) {
-            // Only the prefix was copied: "truncated" is the frame it
-            // announces, which fits the ring's frame.
-            Ok(len) | Err(nodeipc_proto::Error::Truncated { need: len, .. }) => len,
-            Err(e) => return Err(frame_error(&self.config.name, self.rank, capacity, e)),
-        };
-        Ok((frame + prefix.len(), len - prefix.len()))
-    }
-
-    /// Counts the request taken, where a rejoining worker would resume.
-    fn advance(&mut self) {
-        // Where a rejoining worker resumes was read from its entry, which
-        // any process mapping the region may have written: never overflow.
-        self.received = self.received.wrapping_add(1);
-        self.layout
-            .worker(&self.response, self.rank)
-            .received
-            .store(self.received, Ordering::Release);
-    }
-
-    /// Gives the frame of the request taken last back to the coordinator.
-    fn release_frame(&self) -> Result<()> {
-        self.sem(Direction::Request, Role::Produce)
-            .post()
-            .map_err(|source| Error::Sem {
-                channel: self.config.name.clone(),
-                source,
-            })
-    }
-
-    /// Copies the request body at `body` (`body_len` bytes) out of the ring
-    /// and decodes it into `request`.
-    ///
-    /// No reference to the ring's bytes is made here: small requests land
-    /// in a buffer sized once for the frame and are decoded from there;
-    /// large ones in `copy`, whose allocation comes back once the caller
-    /// drops the previous request, and are decoded without copying their
-    /// payloads a second time.
-    fn copy_out(&mut self, body: usize, body_len: usize, request: &mut Req) -> Result<()> {
-        let (channel, rank) = (&self.config.name, self.rank);
-        let shm = |source| Error::Shm {
-            channel: channel.clone(),
-            source,
-        };
-        // Dropping the previous request's payloads first lets `reserve` take
-        // back the copy buffer's allocation instead of making a new one.
-        request.clear();
-        let decoded = if body_len >= COPY_OUT_AT {
-            self.copy.clear();
-            self.copy.reserve(body_len);
-            let spare = &mut self.copy.spare_capacity_mut()[..body_len];
-            self.request.read_uninit(body, spare).map_err(shm)?;
-            // SAFETY: `read_uninit` initialised these `body_len` bytes of
-            // spare capacity, which `reserve` made room for.
-            unsafe { self.copy.set_len(body_len) };
-            request.merge(self.copy.split().freeze())
-        } else {
-            let small = &mut self.small[..body_len];
-            self.request.read_at(body, small).map_err(shm)?;
-            request.merge(&*small)
-        };
-        decoded.map_err(|source| Error::Decode {
-            channel: channel.clone(),
-            rank,
-            slot: "request frame",
-            source,
-        })
-    }
-
-    /// Answers the oldest request not yet answered, encoding straight into
-    /// this worker's response slot (no intermediate buffer, no allocation).
-    ///
-    /// # Errors
-    /// [`Error::TooLarge`] before anything is written; [`Error::CoordinatorDied`];
-    /// [`Error::Timeout`] if the coordinator has not consumed the previous answer.
-    pub fn respond(&mut self, response: &Resp) -> Result<()> {
-        self.respond_message(response, SlotKind::Response, None)
-    }
-
-    /// Answers with `frame` as it is: bytes of any encoding, which the
-    /// coordinator gathers with [`recv_all_bytes`](crate::Coordinator::recv_all_bytes).
-    ///
-    /// # Errors
-    /// As [`respond`](Worker::respond).
-    pub fn respond_bytes(&mut self, frame: &[u8]) -> Result<()> {
-        self.respond_bytes_releasing(frame, None)
-    }
-
-    /// [`respond_bytes`](Worker::respond_bytes); with `held`, the frame of a
-    /// request held in place is released once the answer is written, before
-    /// it is announced (see [`write_slot`](Worker::write_slot)).
-    pub(crate) fn respond_bytes_releasing(
-        &mut self,
-        frame: &[u8],
-        held: Option<&mut bool>,
-    ) -> Result<()> {
-        self.write_slot(frame.len(), SlotKind::Response, held, |out| {
-            layout::write_bytes_frame(frame, out);
-            Ok(())
-        })
-    }
-
-    /// Answers an init request in this worker's fixed-size init slot
-    /// (gathered by [`Coordinator::recv_init`](crate::Coordinator::recv_init)).
-    ///
-    /// # Errors
-    /// As [`respond`](Worker::respond).
-    pub fn respond_init(&mut self, response: &Resp) -> Result<()> {
-        self.respond_message(response, SlotKind::Init, None)
-    }
-
-    pub(crate) fn respond_message(
-        &mut self,
-        response: &Resp,
-        slot: SlotKind,
-        held: Option<&mut bool>,
-    ) -> Result<()> {
-        let channel = &self.config.name;
-        let context = || format!("channel {channel}");
-        self.write_slot(response.encoded_len(), slot, held, |out| {
-            nodeipc_proto::encode_frame(response, out)
-                .map(drop)
-                .map_err(|source| Error::Proto {
-                    context: context(),
-                    source,
-                })
-        })
-    }
-
-    /// Writes a frame of `body` bytes into this worker's slot of `kind`
-    /// through `fill` (given exactly the frame's bytes, prefix included),
-    /// once the coordinator has taken the previous one.
-    ///
-    /// With `held` (a request held in place, `false` until released), its
-    /// frame is released after the answer is written and before the answer
-    /// is announced: the coordinator, which waits for the answer, then finds
-    /// the frame free for its next send at once instead of waiting for a
-    /// second post on the same semaphore line.
-    fn write_slot(
-        &self,
-        body: usize,
-        kind: SlotKind,
-        held: Option<&mut bool>,
-        fill: impl FnOnce(&mut [u8]) -> Result<()>,
-    ) -> Result<()> {
-        let (at, size, slot) = match kind {
-            SlotKind::Response => (
-                self.layout.response_slot(self.rank),
-                self.layout.response_slot_size,
-                "response slot",
-            ),
-            SlotKind::Init => (
-                self.layout.init_slot(self.rank),
-                self.layout.init_slot_size,
-                "init slot",
-            ),
-        };
-        let frame = body.saturating_add(nodeipc_proto::LEN_PREFIX);
-        if frame > size {
-            return Err(Error::TooLarge {
-                channel: self.config.name.clone(),
-                slot,
-                size: frame,
-                max: size,
-            });
-        }
-        let mut budget = Budget::new(self.config.timeout);
-        self.wait_coordinator(
-            Direction::Response,
-            Role::Produce,
-            "waiting for the coordinator to take the previous response",
-            &mut budget,
-        )?;
-        // SAFETY: we hold our response-produce count: by the protocol the
-        // coordinator does not read our slot until we post the consume
-        // below, and no other worker writes it.
-        let out = unsafe { self.response.bytes_mut(at, frame) }.map_err(|source| Error::Shm {
-            channel: self.config.name.clone(),
-            source,
-        });
-        let written = out.and_then(fill);
-        if let Err(e) = written {
-            // Nothing announced: the slot stays ours for the next answer.
-            let _ = self.sem(Direction::Response, Role::Produce).post();
-            return Err(e);
-        }
-        if let Some(released) = held
-            && !std::mem::replace(released, true)
-        {
-            self.release_frame()?;
-        }
-        self.sem(Direction::Response, Role::Consume)
-            .post()
-            .map_err(|source| Error::Sem {
-                channel: self.config.name.clone(),
-                source,
-            })
     }
 
     fn sem(&self, direction: Direction, role: Role) -> &(dyn nodeipc_sem::Semaphore + Sync) {
@@ -691,13 +310,6 @@ impl<Req, Resp> Drop for Worker<Req, Resp> {
     }
 }
 
-/// Which of a worker's slots an answer goes to.
-#[derive(Clone, Copy)]
-pub(crate) enum SlotKind {
-    Response,
-    Init,
-}
-
 /// Waits (bounded) for the coordinator to finish publishing the header.
 fn wait_initialised(config: &ChannelConfig, request: &Region) -> Result<()> {
     let header = layout::request_header(request);
@@ -713,28 +325,4 @@ fn wait_initialised(config: &ChannelConfig, request: &Region) -> Result<()> {
         std::thread::sleep(Duration::from_micros(200));
     }
     Ok(())
-}
-
-/// A request frame that could not be decoded, as the channel's error.
-fn frame_error(channel: &str, rank: u32, capacity: usize, error: nodeipc_proto::Error) -> Error {
-    match error {
-        nodeipc_proto::Error::TooLarge { size, .. }
-        | nodeipc_proto::Error::Truncated { need: size, .. } => Error::Corrupt {
-            channel: channel.to_owned(),
-            rank,
-            slot: "request frame",
-            len: size as u64,
-            slot_size: capacity,
-        },
-        nodeipc_proto::Error::Decode(source) => Error::Decode {
-            channel: channel.to_owned(),
-            rank,
-            slot: "request frame",
-            source,
-        },
-        source => Error::Proto {
-            context: format!("channel {channel}"),
-            source,
-        },
-    }
 }

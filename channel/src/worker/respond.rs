@@ -1,0 +1,147 @@
+//! Answering: a response encoded, or bytes written, straight into this
+//! worker's slot.
+
+use super::Worker;
+use crate::layout;
+use crate::sem_kind::{Direction, Role};
+use crate::wait::Budget;
+use crate::{Error, Result};
+
+/// Which of a worker's slots an answer goes to.
+#[derive(Clone, Copy)]
+pub(crate) enum SlotKind {
+    Response,
+    Init,
+}
+
+impl<Req: prost::Message + Default, Resp: prost::Message + Default> Worker<Req, Resp> {
+    /// Answers the oldest request not yet answered, encoding straight into
+    /// this worker's response slot (no intermediate buffer, no allocation).
+    ///
+    /// # Errors
+    /// [`Error::TooLarge`] before anything is written; [`Error::CoordinatorDied`];
+    /// [`Error::Timeout`] if the coordinator has not consumed the previous answer.
+    pub fn respond(&mut self, response: &Resp) -> Result<()> {
+        self.respond_message(response, SlotKind::Response, None)
+    }
+
+    /// Answers with `frame` as it is: bytes of any encoding, which the
+    /// coordinator gathers with [`recv_all_bytes`](crate::Coordinator::recv_all_bytes).
+    ///
+    /// # Errors
+    /// As [`respond`](Worker::respond).
+    pub fn respond_bytes(&mut self, frame: &[u8]) -> Result<()> {
+        self.respond_bytes_releasing(frame, None)
+    }
+
+    /// [`respond_bytes`](Worker::respond_bytes); with `held`, the frame of a
+    /// request held in place is released once the answer is written, before
+    /// it is announced (see [`write_slot`](Worker::write_slot)).
+    pub(crate) fn respond_bytes_releasing(
+        &mut self,
+        frame: &[u8],
+        held: Option<&mut bool>,
+    ) -> Result<()> {
+        self.write_slot(frame.len(), SlotKind::Response, held, |out| {
+            layout::write_bytes_frame(frame, out);
+            Ok(())
+        })
+    }
+
+    /// Answers an init request in this worker's fixed-size init slot
+    /// (gathered by [`Coordinator::recv_init`](crate::Coordinator::recv_init)).
+    ///
+    /// # Errors
+    /// As [`respond`](Worker::respond).
+    pub fn respond_init(&mut self, response: &Resp) -> Result<()> {
+        self.respond_message(response, SlotKind::Init, None)
+    }
+
+    pub(crate) fn respond_message(
+        &mut self,
+        response: &Resp,
+        slot: SlotKind,
+        held: Option<&mut bool>,
+    ) -> Result<()> {
+        let channel = &self.config.name;
+        let context = || format!("channel {channel}");
+        self.write_slot(response.encoded_len(), slot, held, |out| {
+            nodeipc_proto::encode_frame(response, out)
+                .map(drop)
+                .map_err(|source| Error::Proto {
+                    context: context(),
+                    source,
+                })
+        })
+    }
+
+    /// Writes a frame of `body` bytes into this worker's slot of `kind`
+    /// through `fill` (given exactly the frame's bytes, prefix included),
+    /// once the coordinator has taken the previous one.
+    ///
+    /// With `held` (a request held in place, `false` until released), its
+    /// frame is released after the answer is written and before the answer
+    /// is announced: the coordinator, which waits for the answer, then finds
+    /// the frame free for its next send at once instead of waiting for a
+    /// second post on the same semaphore line.
+    fn write_slot(
+        &self,
+        body: usize,
+        kind: SlotKind,
+        held: Option<&mut bool>,
+        fill: impl FnOnce(&mut [u8]) -> Result<()>,
+    ) -> Result<()> {
+        let (at, size, slot) = match kind {
+            SlotKind::Response => (
+                self.layout.response_slot(self.rank),
+                self.layout.response_slot_size,
+                "response slot",
+            ),
+            SlotKind::Init => (
+                self.layout.init_slot(self.rank),
+                self.layout.init_slot_size,
+                "init slot",
+            ),
+        };
+        let frame = body.saturating_add(nodeipc_proto::LEN_PREFIX);
+        if frame > size {
+            return Err(Error::TooLarge {
+                channel: self.config.name.clone(),
+                slot,
+                size: frame,
+                max: size,
+            });
+        }
+        let mut budget = Budget::new(self.config.timeout);
+        self.wait_coordinator(
+            Direction::Response,
+            Role::Produce,
+            "waiting for the coordinator to take the previous response",
+            &mut budget,
+        )?;
+        // SAFETY: we hold our response-produce count: by the protocol the
+        // coordinator does not read our slot until we post the consume
+        // below, and no other worker writes it.
+        let out = unsafe { self.response.bytes_mut(at, frame) }.map_err(|source| Error::Shm {
+            channel: self.config.name.clone(),
+            source,
+        });
+        let written = out.and_then(fill);
+        if let Err(e) = written {
+            // Nothing announced: the slot stays ours for the next answer.
+            let _ = self.sem(Direction::Response, Role::Produce).post();
+            return Err(e);
+        }
+        if let Some(released) = held
+            && !std::mem::replace(released, true)
+        {
+            self.release_frame()?;
+        }
+        self.sem(Direction::Response, Role::Consume)
+            .post()
+            .map_err(|source| Error::Sem {
+                channel: self.config.name.clone(),
+                source,
+            })
+    }
+}
