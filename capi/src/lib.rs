@@ -14,6 +14,7 @@
 
 mod args;
 pub mod channel;
+pub mod channel_worker;
 pub mod fdpass;
 pub mod group;
 pub mod monitor;
