@@ -290,6 +290,14 @@ impl Group {
     /// and says what happened to it.
     fn mark_gone(&self, (rank, cause, pid): (u32, Cause, u32)) -> Error {
         self.poison(rank, cause);
+        // The first cause sticks: a rank that timed out (or was interrupted)
+        // poisons the group and then leaves, so a peer that sees it gone
+        // may be seeing the consequence; report what broke the group.
+        if let Err(first) = self.check_poison()
+            && !matches!(first, Error::PeerDied { rank: r, .. } | Error::PeerLeft { rank: r, .. } if r == rank)
+        {
+            return first;
+        }
         match cause {
             Cause::Left => Error::PeerLeft {
                 group: self.name.clone(),
