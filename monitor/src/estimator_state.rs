@@ -2,35 +2,39 @@
 //! heartbeat state or its checkpoint) and gives back after a restart, so
 //! the initial heartbeat timeout is estimated over past runs, as
 //! nvidia-resiliency-ext does through its state dict.
+//!
+//! The form is binary and versioned (see [`crate::codec`]): magic `NIES`,
+//! version 2. Version 1 was JSON; it is still read when the `json` feature
+//! is on (a rank restarted across an upgrade keeps its history), and
+//! refused by name without it.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use serde::{Deserialize, Serialize};
-
+use crate::codec::{Reader, Writer};
 use crate::config::ms;
 use crate::estimator::Samples;
 use crate::limits::{MAX_SECTION_NAME, MAX_SECTIONS, MAX_STATE};
 use crate::{Error, Result, TimeoutEstimator, TimeoutUpdate};
 
-const VERSION: u32 = 1;
+const MAGIC: &[u8; 4] = b"NIES";
+const VERSION: u16 = 2;
+const WHAT: &str = "estimator state";
 
-/// `[count, longest in ms]`.
-type Wire = (u64, u64);
+/// `(count, longest in ms)`.
+pub(crate) type Wire = (u64, u64);
 
 /// A proposal in ms: initial, heartbeat, out of section, sections.
-type Proposal = (Option<u64>, Option<u64>, Option<u64>, BTreeMap<String, u64>);
+pub(crate) type Proposal = (Option<u64>, Option<u64>, Option<u64>, BTreeMap<String, u64>);
 
-#[derive(Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct State {
-    version: u32,
-    initial: Wire,
-    heartbeat: Wire,
-    out_of_section: Wire,
-    sections: BTreeMap<String, Wire>,
+/// What a state holds, whichever form it came in.
+pub(crate) struct State {
+    pub(crate) initial: Wire,
+    pub(crate) heartbeat: Wire,
+    pub(crate) out_of_section: Wire,
+    pub(crate) sections: BTreeMap<String, Wire>,
     /// The last proposal.
-    previous: Option<Proposal>,
+    pub(crate) previous: Option<Proposal>,
 }
 
 fn to_wire(s: &Samples) -> Wire {
@@ -50,9 +54,123 @@ fn merge(into: &mut Samples, other: Samples) {
     into.max = into.max.max(other.max);
 }
 
+fn encode(state: &State) -> Vec<u8> {
+    let mut w = Writer::new(MAGIC, VERSION);
+    for (count, max) in [state.initial, state.heartbeat, state.out_of_section] {
+        w.u64(count);
+        w.u64(max);
+    }
+    w.len(state.sections.len());
+    for (name, (count, max)) in &state.sections {
+        w.str(name);
+        w.u64(*count);
+        w.u64(*max);
+    }
+    match &state.previous {
+        None => w.bool(false),
+        Some((initial, heartbeat, out_of_section, sections)) => {
+            w.bool(true);
+            w.opt_u64(*initial);
+            w.opt_u64(*heartbeat);
+            w.opt_u64(*out_of_section);
+            w.len(sections.len());
+            for (name, v) in sections {
+                w.str(name);
+                w.u64(*v);
+            }
+        }
+    }
+    w.finish()
+}
+
+fn decode(bytes: &[u8]) -> std::result::Result<State, String> {
+    let (version, mut r) = Reader::open(bytes, MAGIC, WHAT)?;
+    if version != VERSION {
+        return Err(format!(
+            "{WHAT} version {version}; this build reads {VERSION} (and 1, the JSON form, with the `json` feature)"
+        ));
+    }
+    fn wire(r: &mut Reader<'_>, what: &str) -> std::result::Result<Wire, String> {
+        Ok((r.u64(what)?, r.u64(what)?))
+    }
+    let initial = wire(&mut r, "initial heartbeat samples")?;
+    let heartbeat = wire(&mut r, "heartbeat samples")?;
+    let out_of_section = wire(&mut r, "out-of-section samples")?;
+    // A section is at least its 4-byte length, 1 byte of name, 16 of samples.
+    let n = r.len("sections", MAX_SECTIONS, 21)?;
+    let mut sections = BTreeMap::new();
+    for _ in 0..n {
+        let name = r.string("section name", MAX_SECTION_NAME)?;
+        let samples = wire(&mut r, "section samples")?;
+        if sections.insert(name, samples).is_some() {
+            return Err(format!("{WHAT}: a section is listed twice"));
+        }
+    }
+    let previous = match r.bool("previous proposal")? {
+        false => None,
+        true => {
+            let initial = r.opt_u64("previous initial heartbeat")?;
+            let heartbeat = r.opt_u64("previous heartbeat")?;
+            let out_of_section = r.opt_u64("previous out-of-section")?;
+            let n = r.len("previous sections", MAX_SECTIONS, 13)?;
+            let mut sections = BTreeMap::new();
+            for _ in 0..n {
+                let name = r.string("previous section name", MAX_SECTION_NAME)?;
+                sections.insert(name, r.u64("previous section timeout")?);
+            }
+            Some((initial, heartbeat, out_of_section, sections))
+        }
+    };
+    r.end()?;
+    Ok(State {
+        initial,
+        heartbeat,
+        out_of_section,
+        sections,
+        previous,
+    })
+}
+
+/// Version 1, the JSON form: read with the `json` feature only.
+#[cfg(feature = "json")]
+fn decode_v1(bytes: &[u8]) -> std::result::Result<State, String> {
+    #[derive(serde::Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct V1 {
+        version: u32,
+        initial: Wire,
+        heartbeat: Wire,
+        out_of_section: Wire,
+        sections: BTreeMap<String, Wire>,
+        previous: Option<Proposal>,
+    }
+    let v1: V1 = serde_json::from_slice(bytes).map_err(|e| format!("{WHAT}: {e}"))?;
+    if v1.version != 1 {
+        return Err(format!(
+            "{WHAT} version {} in the JSON form; only version 1 was JSON",
+            v1.version
+        ));
+    }
+    Ok(State {
+        initial: v1.initial,
+        heartbeat: v1.heartbeat,
+        out_of_section: v1.out_of_section,
+        sections: v1.sections,
+        previous: v1.previous,
+    })
+}
+
+#[cfg(not(feature = "json"))]
+fn decode_v1(_: &[u8]) -> std::result::Result<State, String> {
+    Err(format!(
+        "{WHAT} in the JSON form of version 1: this build reads it only with the `json` feature"
+    ))
+}
+
 impl TimeoutEstimator {
     /// What has been observed (and the last proposal), as at most
-    /// [`MAX_STATE`](crate::MAX_STATE) bytes of JSON.
+    /// [`MAX_STATE`](crate::MAX_STATE) bytes in a versioned binary form
+    /// that [`restore_state`](TimeoutEstimator::restore_state) reads back.
     pub fn state(&self) -> Vec<u8> {
         let previous = self.previous.as_ref().map(|p| {
             (
@@ -65,8 +183,7 @@ impl TimeoutEstimator {
                     .collect(),
             )
         });
-        let state = State {
-            version: VERSION,
+        encode(&State {
             initial: to_wire(&self.initial),
             heartbeat: to_wire(&self.heartbeat),
             out_of_section: to_wire(&self.out_of_section),
@@ -76,33 +193,31 @@ impl TimeoutEstimator {
                 .map(|(k, v)| (k.clone(), to_wire(v)))
                 .collect(),
             previous,
-        };
-        serde_json::to_vec(&state).unwrap_or_default()
+        })
     }
 
     /// Adds the observations of a [`state`](TimeoutEstimator::state) from a
     /// past run to this one's, and takes its last proposal as the previous
-    /// one (when this estimator has none).
+    /// one (when this estimator has none). The JSON form earlier builds
+    /// wrote (version 1) is read too when the `json` feature is on.
     ///
     /// # Errors
     /// [`Error::Config`] naming what is wrong: more than `MAX_STATE` bytes,
-    /// not this format, more than `MAX_SECTIONS` sections or a name too long.
-    /// Nothing is changed then.
+    /// not this format (the field that does not read), an unknown version,
+    /// more than `MAX_SECTIONS` sections or a name too long. Nothing is
+    /// changed then.
     pub fn restore_state(&mut self, bytes: &[u8]) -> Result<()> {
         if bytes.len() > MAX_STATE {
             return Err(Error::config(format!(
-                "estimator state of {} bytes; at most {MAX_STATE}",
+                "{WHAT} of {} bytes; at most {MAX_STATE}",
                 bytes.len()
             )));
         }
-        let state: State = serde_json::from_slice(bytes)
-            .map_err(|e| Error::config(format!("estimator state: {e}")))?;
-        if state.version != VERSION {
-            return Err(Error::config(format!(
-                "estimator state version {}; this build reads {VERSION}",
-                state.version
-            )));
+        let state = match bytes.iter().find(|b| !b.is_ascii_whitespace()) {
+            Some(b'{') => decode_v1(bytes),
+            _ => decode(bytes),
         }
+        .map_err(Error::config)?;
         let names = state
             .sections
             .keys()
@@ -110,7 +225,7 @@ impl TimeoutEstimator {
         for name in names {
             if name.is_empty() || name.len() > MAX_SECTION_NAME {
                 return Err(Error::config(format!(
-                    "estimator state: section name of {} bytes (1 to {MAX_SECTION_NAME})",
+                    "{WHAT}: section name of {} bytes (1 to {MAX_SECTION_NAME})",
                     name.len()
                 )));
             }
@@ -123,7 +238,7 @@ impl TimeoutEstimator {
                 .is_some_and(|p| p.3.len() > MAX_SECTIONS)
         {
             return Err(Error::config(format!(
-                "estimator state: more than {MAX_SECTIONS} sections"
+                "{WHAT}: more than {MAX_SECTIONS} sections"
             )));
         }
         merge(&mut self.initial, from_wire(state.initial));

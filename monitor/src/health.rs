@@ -1,6 +1,7 @@
 //! Health checks the server polls at every periodic check: a failed one
 //! terminates the rank exactly as a timeout does.
 
+mod config;
 mod every;
 mod gpu;
 mod nic;
@@ -8,6 +9,9 @@ mod nvml;
 
 use nodeipc_fdpass::Pidfd;
 
+pub use config::{
+    DEFAULT_HEALTH_INTERVAL, GpuHealth, HealthConfig, HealthSetup, MAX_NICS, NicHealth, Unavailable,
+};
 pub use every::Every;
 pub use gpu::{GpuCheck, GpuId, GpuProbe, gpu_for_local_rank};
 pub use nic::NicCheck;

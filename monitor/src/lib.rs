@@ -3,6 +3,7 @@
 
 mod bind;
 mod client;
+mod codec;
 mod config;
 mod conn;
 mod error;
@@ -12,6 +13,7 @@ mod fastpath;
 mod health;
 mod limits;
 mod logging;
+#[cfg(feature = "json")]
 mod nvrx;
 mod procfs;
 mod refusal;
@@ -35,14 +37,16 @@ pub use config::{
 pub use error::{Error, Result};
 pub use estimator::TimeoutEstimator;
 pub use health::{
-    Every, GpuCheck, GpuId, GpuProbe, HealthCheck, NVML_LIBRARY, NicCheck, Nvml, ProcessAlive,
-    RankContext, gpu_for_local_rank,
+    DEFAULT_HEALTH_INTERVAL, Every, GpuCheck, GpuHealth, GpuId, GpuProbe, HealthCheck,
+    HealthConfig, HealthSetup, MAX_NICS, NVML_LIBRARY, NicCheck, NicHealth, Nvml, ProcessAlive,
+    RankContext, Unavailable, gpu_for_local_rank,
 };
 pub use limits::{
     MAX_CAUSE, MAX_CONFIG_FILE, MAX_FRAME, MAX_HOST, MAX_SECTION_NAME, MAX_SECTIONS, MAX_STATE,
     MAX_STATUS_FRAME,
 };
 pub use logging::{LOG_BURST, LOG_TARGET, LOG_WINDOW, LogLevel, MAX_LOG_LINE, StderrLogger};
+#[cfg(feature = "json")]
 pub use nvrx::NvrxConfig;
 pub use refusal::RefusalCode;
 pub use server::{MonitorServer, Shutdown, StopHandle};

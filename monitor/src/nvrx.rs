@@ -31,7 +31,7 @@ const ALIASES: [(&str, &str, bool); 7] = [
 ];
 
 /// Our own field names (see the README's configuration table).
-const OURS: [&str; 13] = [
+const OURS: [&str; 14] = [
     "initial_heartbeat_timeout_ms",
     "heartbeat_timeout_ms",
     "out_of_section_timeout_ms",
@@ -45,6 +45,7 @@ const OURS: [&str; 13] = [
     "reply_timeout_ms",
     "restart_expected",
     "heartbeat_region",
+    "health_checks",
 ];
 
 /// A nvidia-resiliency-ext configuration, read.

@@ -20,7 +20,8 @@ use crate::{
 /// Set in a re-executed monitor's environment: the rank socket's path.
 pub const SERVE_ENV: &str = "NODEIPC_MONITOR_SERVE";
 
-/// Set beside [`SERVE_ENV`]: the configuration as JSON (defaults when absent).
+/// Set beside [`SERVE_ENV`]: the configuration in a private binary form, as
+/// hex (defaults when absent); only a monitor of this same build reads it.
 pub const CONFIG_ENV: &str = "NODEIPC_MONITOR_CONFIG";
 
 /// Binds `socket`, shuts down in order on SIGTERM, SIGINT, SIGUSR1 or
@@ -59,7 +60,7 @@ pub fn run_if_server() {
     // The program's `main` has not run: nothing else can have set a logger.
     StderrLogger::install();
     let config = match std::env::var(CONFIG_ENV) {
-        Ok(json) => MonitorConfig::from_json(&json),
+        Ok(hex) => MonitorConfig::from_hex(&hex),
         Err(std::env::VarError::NotPresent) => Ok(MonitorConfig::default()),
         Err(e) => Err(Error::config(format!("{CONFIG_ENV}: {e}"))),
     };
@@ -154,7 +155,7 @@ pub fn spawn_monitor_with(
             let mut command = Command::new(&exe);
             command
                 .env(SERVE_ENV, socket)
-                .env(CONFIG_ENV, config.to_json());
+                .env(CONFIG_ENV, config.to_hex());
             (command, exe, None)
         }
         Some(program) => {

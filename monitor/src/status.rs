@@ -1,16 +1,15 @@
 //! What a monitor reports: the rank's identity, the state machine, and the
-//! status a `StatusQuery` answers, in Rust and JSON form.
+//! status a `StatusQuery` answers, in Rust and (feature `json`) JSON form.
 
 use std::collections::BTreeMap;
 
 use nodeipc_proto::monitor as pb;
-use serde::{Deserialize, Serialize};
-
 use crate::config::{Timeouts, ms};
 
 /// Who a rank is. `pid` is the process the monitor signals on a timeout: it
 /// must be the process that connects, or a descendant of it.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "json", derive(serde::Serialize, serde::Deserialize))]
 pub struct RankInfo {
     /// Rank in the whole job.
     pub global_rank: u32,
@@ -56,8 +55,9 @@ impl RankInfo {
 }
 
 /// Where a monitor's state machine is (see the README for the transitions).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "json", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "json", serde(rename_all = "snake_case"))]
 pub enum RankState {
     /// No rank registered yet (or the last one left and no restart is expected).
     Waiting,
@@ -107,7 +107,8 @@ impl RankState {
 }
 
 /// A section open now.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "json", derive(serde::Serialize, serde::Deserialize))]
 pub struct OpenSectionStatus {
     /// Its name.
     pub name: String,
@@ -118,7 +119,8 @@ pub struct OpenSectionStatus {
 }
 
 /// The timeouts in force, in milliseconds (`None`: no limit).
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "json", derive(serde::Serialize, serde::Deserialize))]
 pub struct TimeoutsMs {
     /// Initial heartbeat timeout.
     pub initial_heartbeat_ms: Option<u64>,
@@ -171,7 +173,8 @@ impl From<&Timeouts> for TimeoutsMs {
 }
 
 /// The answer to a status query: what `nodeipc monitor status --json` prints.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "json", derive(serde::Serialize, serde::Deserialize))]
 pub struct MonitorStatus {
     /// Where the state machine is.
     pub state: RankState,
@@ -201,7 +204,7 @@ pub struct MonitorStatus {
     pub last_state: Option<Vec<u8>>,
     /// Milliseconds the monitor has waited for its rank to come back
     /// (`restarting` or `terminated`); unset otherwise or from an older server.
-    #[serde(default)]
+    #[cfg_attr(feature = "json", serde(default))]
     pub ms_restarting: Option<u64>,
 }
 
@@ -272,15 +275,18 @@ impl MonitorStatus {
     }
 
     /// The JSON form (one object, pretty-printed), as `nodeipc monitor
-    /// status` prints it.
+    /// status` prints it. Feature `json`.
+    #[cfg(feature = "json")]
     pub fn to_json(&self) -> String {
         serde_json::to_string_pretty(self).expect("a status always serializes")
     }
 
-    /// Reads the JSON form back (a launcher reading `nodeipc monitor status --json`).
+    /// Reads the JSON form back (a launcher reading `nodeipc monitor status
+    /// --json`). Feature `json`.
     ///
     /// # Errors
     /// [`Error::Protocol`](crate::Error::Protocol) naming what does not parse.
+    #[cfg(feature = "json")]
     pub fn from_json(text: &str) -> crate::Result<MonitorStatus> {
         serde_json::from_str(text).map_err(|e| crate::Error::Protocol {
             reason: format!("not a monitor status: {e}"),

@@ -1,14 +1,21 @@
-//! [`MonitorConfig`], its JSON file form, and the timeouts it carries.
+//! [`MonitorConfig`] and the timeouts it carries; its JSON file form is
+//! written by hand in `write.rs` (always there: a spawned `nodeipc monitor
+//! serve` reads it) and read in `json.rs` (feature `json`); `bytes.rs` is
+//! the binary form a re-executed monitor gets in its environment.
+
+mod bytes;
+#[cfg(feature = "json")]
+mod json;
+mod write;
 
 use std::collections::BTreeMap;
-use std::path::Path;
 use std::time::Duration;
 
 use nodeipc_fdpass::Signal;
 use nodeipc_proto::monitor as pb;
-use serde::{Deserialize, Serialize};
 
-use crate::limits::{MAX_CONFIG_FILE, MAX_SECTION_NAME, MAX_SECTIONS};
+use crate::HealthConfig;
+use crate::limits::{MAX_SECTION_NAME, MAX_SECTIONS};
 use crate::refusal::{Refusal, RefusalCode, over_cap};
 use crate::{Error, Result};
 
@@ -100,6 +107,12 @@ pub struct MonitorConfig {
     pub restart_expected: bool,
     /// Hand a rank that asks for it the shared-memory heartbeat region.
     pub heartbeat_region: bool,
+    /// Health checks, each at its own interval (none by default). The
+    /// server runs the checks it is given
+    /// ([`MonitorServer::add_health_check`](crate::MonitorServer::add_health_check));
+    /// whoever knows the rank's local rank builds them from this section
+    /// ([`HealthConfig::checks_for`]): `nodeipc launch` does.
+    pub health: HealthConfig,
 }
 
 impl Default for MonitorConfig {
@@ -115,121 +128,12 @@ impl Default for MonitorConfig {
             reply_timeout: Duration::from_secs(5),
             restart_expected: true,
             heartbeat_region: true,
+            health: HealthConfig::default(),
         }
     }
 }
 
-/// The JSON form of [`MonitorConfig`]: flat, durations in milliseconds,
-/// absent or `null` meaning "no timeout".
-#[derive(Debug, Default, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-struct ConfigFile {
-    initial_heartbeat_timeout_ms: Option<u64>,
-    heartbeat_timeout_ms: Option<u64>,
-    out_of_section_timeout_ms: Option<u64>,
-    section_timeouts_ms: BTreeMap<String, u64>,
-    check_interval_ms: Option<u64>,
-    termination_signal: Option<SignalSpec>,
-    kill_after_ms: Option<u64>,
-    skip_section_replies: Option<bool>,
-    connection_wait_ms: Option<u64>,
-    first_message_timeout_ms: Option<u64>,
-    reply_timeout_ms: Option<u64>,
-    restart_expected: Option<bool>,
-    heartbeat_region: Option<bool>,
-}
-
-/// A signal by name (`"SIGTERM"`, `"TERM"`) or number (`15`).
-#[derive(Debug, Serialize, Deserialize)]
-#[serde(untagged)]
-enum SignalSpec {
-    Number(i32),
-    Name(String),
-}
-
 impl MonitorConfig {
-    /// Parses the JSON form (see the crate's README for the fields).
-    ///
-    /// # Errors
-    /// [`Error::Config`] naming the field, line and column.
-    ///
-    /// # Examples
-    /// ```
-    /// use std::time::Duration;
-    /// let config = nodeipc_monitor::MonitorConfig::from_json(
-    ///     r#"{ "heartbeat_timeout_ms": 30000, "section_timeouts_ms": { "step": 5000 },
-    ///          "termination_signal": "SIGTERM", "kill_after_ms": 2000 }"#,
-    /// )?;
-    /// assert_eq!(config.timeouts.heartbeat, Some(Duration::from_secs(30)));
-    /// assert_eq!(config.kill_after, Some(Duration::from_secs(2)));
-    /// # Ok::<(), nodeipc_monitor::Error>(())
-    /// ```
-    pub fn from_json(text: &str) -> Result<MonitorConfig> {
-        let file: ConfigFile =
-            serde_json::from_str(text).map_err(|e| Error::config(e.to_string()))?;
-        file.into_config()
-    }
-
-    /// Reads and parses a JSON configuration file, trusting it only as far
-    /// as `ssh` trusts its own: it must be a regular file (a FIFO or a
-    /// device is refused without blocking, a symlink is not followed) owned
-    /// by our effective uid, not writable by group or others, and at most
-    /// [`MAX_CONFIG_FILE`](crate::MAX_CONFIG_FILE) bytes. Whoever can write
-    /// the file decides when the rank is killed.
-    ///
-    /// # Errors
-    /// [`Error::File`] naming the path and what was found there (its type,
-    /// owner and mode, or its size), with the errno kept;
-    /// [`Error::ConfigFile`] naming the file and what does not parse.
-    pub fn load(path: impl AsRef<Path>) -> Result<MonitorConfig> {
-        let path = path.as_ref();
-        let bytes = nodeipc_fs::read_capped(
-            path,
-            nodeipc_fs::ModeRule::NotWritableByOthers,
-            MAX_CONFIG_FILE,
-        )
-        .map_err(|source| Error::File {
-            what: "configuration file",
-            source,
-        })?;
-        let text = String::from_utf8(bytes).map_err(|e| Error::ConfigFile {
-            path: path.to_owned(),
-            reason: format!("not UTF-8: {e}"),
-        })?;
-        MonitorConfig::from_json(&text).map_err(|e| Error::ConfigFile {
-            path: path.to_owned(),
-            reason: match e {
-                Error::Config { reason } => reason,
-                other => other.to_string(),
-            },
-        })
-    }
-
-    /// The JSON form, which [`from_json`](MonitorConfig::from_json) reads back.
-    pub fn to_json(&self) -> String {
-        let file = ConfigFile {
-            initial_heartbeat_timeout_ms: self.timeouts.initial_heartbeat.map(ms),
-            heartbeat_timeout_ms: self.timeouts.heartbeat.map(ms),
-            out_of_section_timeout_ms: self.timeouts.out_of_section.map(ms),
-            section_timeouts_ms: self
-                .timeouts
-                .sections
-                .iter()
-                .map(|(k, v)| (k.clone(), ms(*v)))
-                .collect(),
-            check_interval_ms: Some(ms(self.check_interval)),
-            termination_signal: Some(SignalSpec::Name(signal_name(self.termination_signal))),
-            kill_after_ms: self.kill_after.map(ms),
-            skip_section_replies: Some(self.skip_section_replies),
-            connection_wait_ms: Some(ms(self.connection_wait)),
-            first_message_timeout_ms: Some(ms(self.first_message_timeout)),
-            reply_timeout_ms: Some(ms(self.reply_timeout)),
-            restart_expected: Some(self.restart_expected),
-            heartbeat_region: Some(self.heartbeat_region),
-        };
-        serde_json::to_string_pretty(&file).expect("a config always serializes")
-    }
-
     /// Checks every value: a check interval between 1 ms and an hour,
     /// non-zero timeouts, connection deadlines of at most an hour (the
     /// first-message and reply timeouts at least 1 ms),
@@ -287,6 +191,7 @@ impl MonitorConfig {
             }
         }
         signal_by_number(self.termination_signal.as_raw()).map_err(Error::config)?;
+        self.health.validate()?;
         Ok(())
     }
 
@@ -298,64 +203,6 @@ impl MonitorConfig {
             kill_after_ms: self.kill_after.map(ms),
             skip_section_replies: self.skip_section_replies,
         }
-    }
-}
-
-impl ConfigFile {
-    fn into_config(self) -> Result<MonitorConfig> {
-        let defaults = MonitorConfig::default();
-        let timeout = |what: &str, value: Option<u64>| -> Result<Option<Duration>> {
-            match value {
-                Some(0) => Err(Error::config(format!(
-                    "{what} is 0: leave it out (or null) for no limit"
-                ))),
-                other => Ok(other.map(Duration::from_millis)),
-            }
-        };
-        let termination_signal = match self.termination_signal {
-            None => defaults.termination_signal,
-            Some(SignalSpec::Number(n)) => signal_by_number(n).map_err(Error::config)?,
-            Some(SignalSpec::Name(name)) => signal_by_name(&name).map_err(Error::config)?,
-        };
-        let config = MonitorConfig {
-            timeouts: Timeouts {
-                initial_heartbeat: timeout(
-                    "initial_heartbeat_timeout_ms",
-                    self.initial_heartbeat_timeout_ms,
-                )?,
-                heartbeat: timeout("heartbeat_timeout_ms", self.heartbeat_timeout_ms)?,
-                out_of_section: timeout(
-                    "out_of_section_timeout_ms",
-                    self.out_of_section_timeout_ms,
-                )?,
-                sections: self
-                    .section_timeouts_ms
-                    .into_iter()
-                    .map(|(k, v)| (k, Duration::from_millis(v)))
-                    .collect(),
-            },
-            check_interval: self
-                .check_interval_ms
-                .map_or(defaults.check_interval, Duration::from_millis),
-            termination_signal,
-            kill_after: timeout("kill_after_ms", self.kill_after_ms)?,
-            skip_section_replies: self
-                .skip_section_replies
-                .unwrap_or(defaults.skip_section_replies),
-            connection_wait: self
-                .connection_wait_ms
-                .map_or(defaults.connection_wait, Duration::from_millis),
-            first_message_timeout: self
-                .first_message_timeout_ms
-                .map_or(defaults.first_message_timeout, Duration::from_millis),
-            reply_timeout: self
-                .reply_timeout_ms
-                .map_or(defaults.reply_timeout, Duration::from_millis),
-            restart_expected: self.restart_expected.unwrap_or(defaults.restart_expected),
-            heartbeat_region: self.heartbeat_region.unwrap_or(defaults.heartbeat_region),
-        };
-        config.validate()?;
-        Ok(config)
     }
 }
 
@@ -477,7 +324,8 @@ pub fn signal_name(signal: Signal) -> String {
         .map_or_else(|| signal.as_raw().to_string(), |(n, _)| (*n).to_owned())
 }
 
-fn signal_by_name(name: &str) -> std::result::Result<Signal, String> {
+#[cfg(feature = "json")]
+pub(crate) fn signal_by_name(name: &str) -> std::result::Result<Signal, String> {
     let upper = name.to_ascii_uppercase();
     let full = if upper.starts_with("SIG") {
         upper
@@ -491,7 +339,7 @@ fn signal_by_name(name: &str) -> std::result::Result<Signal, String> {
         .ok_or_else(|| unknown_signal(name))
 }
 
-fn signal_by_number(n: i32) -> std::result::Result<Signal, String> {
+pub(crate) fn signal_by_number(n: i32) -> std::result::Result<Signal, String> {
     TERMINATION_SIGNALS
         .iter()
         .find(|(_, s)| s.as_raw() == n)
