@@ -1,5 +1,6 @@
 //! The JSON configuration: the README's example, defaults, round trip, and
 //! each refusal naming what is wrong.
+#![cfg(feature = "json")]
 
 use std::time::Duration;
 

@@ -7,13 +7,109 @@ mod common;
 
 use std::os::unix::fs::{PermissionsExt, symlink};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
-use std::sync::mpsc;
 use std::time::Duration;
 
 use common::helper;
-use nodeipc_monitor::{Error, MAX_CONFIG_FILE, MonitorConfig, SpawnOptions};
-use nodeipc_testkit::{NOBODY, TempDir, Watchdog, is_root, spawn_child};
+use nodeipc_monitor::{Error, MonitorConfig, SpawnOptions};
+use nodeipc_testkit::{NOBODY, TempDir, Watchdog, is_root};
+
+fn write_mode(path: &Path, text: &str, mode: u32) {
+    std::fs::write(path, text).unwrap();
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
+}
+
+fn spawn_with_log(
+    dir: &TempDir,
+    log: PathBuf,
+) -> nodeipc_monitor::Result<nodeipc_monitor::MonitorHandle> {
+    let options = SpawnOptions {
+        program: Some(helper()),
+        log_file: Some(log),
+        ready_timeout: Duration::from_secs(10),
+        ..SpawnOptions::default()
+    };
+    nodeipc_monitor::spawn_monitor_with(&MonitorConfig::default(), dir.join("rank.sock"), options)
+}
+
+#[test]
+fn regression_a_symlink_planted_at_the_log_path_is_not_followed() {
+    let _dog = Watchdog::new("log_symlink", Duration::from_secs(60));
+    let dir = TempDir::new("mon-log-link");
+    let victim = dir.join("victim");
+    std::fs::write(&victim, "precious\n").unwrap();
+    let log = dir.join("monitor-0.log");
+    symlink(&victim, &log).unwrap();
+    match spawn_with_log(&dir, log.clone()) {
+        Err(Error::File {
+            what: "log file",
+            source,
+        }) => {
+            assert!(source.to_string().contains("found a symlink"), "{source}");
+        }
+        other => panic!("expected the log file refused, got {other:?}"),
+    }
+    assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious\n");
+    // Nothing was left behind: no socket, no configuration file.
+    let mut left: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    left.sort();
+    assert_eq!(left, ["monitor-0.log", "victim"]);
+    // A FIFO there is refused too (before the fix: open(2) blocked forever).
+    std::fs::remove_file(&log).unwrap();
+    rustix::fs::mknodat(
+        rustix::fs::CWD,
+        &log,
+        rustix::fs::FileType::Fifo,
+        rustix::fs::Mode::from_raw_mode(0o600),
+        0,
+    )
+    .unwrap();
+    let e = spawn_with_log(&dir, log.clone()).unwrap_err();
+    assert!(e.to_string().contains("found a FIFO"), "{e}");
+    if is_root() {
+        // Someone else's file is not written to either.
+        std::fs::remove_file(&log).unwrap();
+        write_mode(&log, "theirs\n", 0o644);
+        std::os::unix::fs::chown(&log, Some(NOBODY.0), Some(NOBODY.1)).unwrap();
+        let e = spawn_with_log(&dir, log.clone()).unwrap_err();
+        assert!(e.to_string().contains("owner uid 65534"), "{e}");
+        assert_eq!(std::fs::read_to_string(&log).unwrap(), "theirs\n");
+    }
+}
+
+#[test]
+fn the_log_file_is_created_0600_or_appended_to_when_it_is_ours() {
+    let _dog = Watchdog::new("log_append", Duration::from_secs(60));
+    let dir = TempDir::new("mon-log-new");
+    let log = dir.join("monitor.log");
+    spawn_with_log(&dir, log.clone()).unwrap().stop().unwrap();
+    let meta = std::fs::symlink_metadata(&log).unwrap();
+    assert_eq!(meta.permissions().mode() & 0o7777, 0o600);
+    let first = std::fs::read_to_string(&log).unwrap();
+    assert!(first.contains("serving on"), "{first}");
+    spawn_with_log(&dir, log.clone()).unwrap().stop().unwrap();
+    let second = std::fs::read_to_string(&log).unwrap();
+    assert!(
+        second.starts_with(&first) && second.len() > first.len(),
+        "{second}"
+    );
+}
+
+/// `MonitorConfig::load` (feature `json`): what reading the file trusts.
+#[cfg(feature = "json")]
+mod config_file {
+    use std::os::unix::fs::symlink;
+    use std::path::Path;
+    use std::process::{Command, Stdio};
+    use std::sync::mpsc;
+    use std::time::Duration;
+
+    use nodeipc_monitor::{Error, MAX_CONFIG_FILE, MonitorConfig};
+    use nodeipc_testkit::{NOBODY, TempDir, Watchdog, is_root, spawn_child};
+
+    use super::{helper, write_mode};
 
 /// `MonitorConfig::load` on a thread, bounded: a load that blocks (a FIFO)
 /// or reads forever (`/dev/zero`) fails the test instead of hanging it.
@@ -42,10 +138,6 @@ fn refused(path: &Path, fragments: &[&str]) -> nodeipc_fs::Error {
     }
 }
 
-fn write_mode(path: &Path, text: &str, mode: u32) {
-    std::fs::write(path, text).unwrap();
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
-}
 
 #[test]
 fn regression_a_fifo_or_a_device_as_configuration_is_refused_at_once() {
@@ -158,82 +250,4 @@ fn regression_a_configuration_over_one_mib_is_refused_before_it_is_read() {
         MonitorConfig::default()
     );
 }
-
-fn spawn_with_log(
-    dir: &TempDir,
-    log: PathBuf,
-) -> nodeipc_monitor::Result<nodeipc_monitor::MonitorHandle> {
-    let options = SpawnOptions {
-        program: Some(helper()),
-        log_file: Some(log),
-        ready_timeout: Duration::from_secs(10),
-        ..SpawnOptions::default()
-    };
-    nodeipc_monitor::spawn_monitor_with(&MonitorConfig::default(), dir.join("rank.sock"), options)
-}
-
-#[test]
-fn regression_a_symlink_planted_at_the_log_path_is_not_followed() {
-    let _dog = Watchdog::new("log_symlink", Duration::from_secs(60));
-    let dir = TempDir::new("mon-log-link");
-    let victim = dir.join("victim");
-    std::fs::write(&victim, "precious\n").unwrap();
-    let log = dir.join("monitor-0.log");
-    symlink(&victim, &log).unwrap();
-    match spawn_with_log(&dir, log.clone()) {
-        Err(Error::File {
-            what: "log file",
-            source,
-        }) => {
-            assert!(source.to_string().contains("found a symlink"), "{source}");
-        }
-        other => panic!("expected the log file refused, got {other:?}"),
-    }
-    assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious\n");
-    // Nothing was left behind: no socket, no configuration file.
-    let mut left: Vec<_> = std::fs::read_dir(dir.path())
-        .unwrap()
-        .map(|e| e.unwrap().file_name().into_string().unwrap())
-        .collect();
-    left.sort();
-    assert_eq!(left, ["monitor-0.log", "victim"]);
-    // A FIFO there is refused too (before the fix: open(2) blocked forever).
-    std::fs::remove_file(&log).unwrap();
-    rustix::fs::mknodat(
-        rustix::fs::CWD,
-        &log,
-        rustix::fs::FileType::Fifo,
-        rustix::fs::Mode::from_raw_mode(0o600),
-        0,
-    )
-    .unwrap();
-    let e = spawn_with_log(&dir, log.clone()).unwrap_err();
-    assert!(e.to_string().contains("found a FIFO"), "{e}");
-    if is_root() {
-        // Someone else's file is not written to either.
-        std::fs::remove_file(&log).unwrap();
-        write_mode(&log, "theirs\n", 0o644);
-        std::os::unix::fs::chown(&log, Some(NOBODY.0), Some(NOBODY.1)).unwrap();
-        let e = spawn_with_log(&dir, log.clone()).unwrap_err();
-        assert!(e.to_string().contains("owner uid 65534"), "{e}");
-        assert_eq!(std::fs::read_to_string(&log).unwrap(), "theirs\n");
-    }
-}
-
-#[test]
-fn the_log_file_is_created_0600_or_appended_to_when_it_is_ours() {
-    let _dog = Watchdog::new("log_append", Duration::from_secs(60));
-    let dir = TempDir::new("mon-log-new");
-    let log = dir.join("monitor.log");
-    spawn_with_log(&dir, log.clone()).unwrap().stop().unwrap();
-    let meta = std::fs::symlink_metadata(&log).unwrap();
-    assert_eq!(meta.permissions().mode() & 0o7777, 0o600);
-    let first = std::fs::read_to_string(&log).unwrap();
-    assert!(first.contains("serving on"), "{first}");
-    spawn_with_log(&dir, log.clone()).unwrap().stop().unwrap();
-    let second = std::fs::read_to_string(&log).unwrap();
-    assert!(
-        second.starts_with(&first) && second.len() > first.len(),
-        "{second}"
-    );
 }

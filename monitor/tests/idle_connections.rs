@@ -24,6 +24,7 @@ fn server(tag: &str, change: impl FnOnce(&mut MonitorConfig)) -> InProcess {
     InProcess::start(tag, config)
 }
 
+#[cfg(feature = "json")]
 #[test]
 fn the_default_first_message_timeout_is_one_second_and_the_file_sets_it() {
     let defaults = MonitorConfig::default();

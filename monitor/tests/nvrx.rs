@@ -1,6 +1,7 @@
 //! nvidia-resiliency-ext configuration files: their names as aliases,
 //! seconds to milliseconds, `null` as no limit, ours winning, unknown keys
 //! warned about; our own format still strict.
+#![cfg(feature = "json")]
 
 use std::time::Duration;
 

@@ -109,7 +109,7 @@ fn serve(args: &[String]) -> Result<(), String> {
     }
     let options = Options::parse(&args[1..]);
     let config = match &options.config {
-        Some(file) => MonitorConfig::load(file).map_err(|e| e.to_string())?,
+        Some(file) => load(file)?,
         None => MonitorConfig::default(),
     };
     nodeipc_monitor::serve(options.socket(), config)
@@ -255,7 +255,7 @@ fn spoof(o: &Options) -> Result<(), String> {
 /// prints `stopped <status>`.
 fn spawn(o: &Options) -> Result<(), String> {
     let config = match &o.config_json {
-        Some(json) => MonitorConfig::from_json(json).map_err(|e| e.to_string())?,
+        Some(json) => super::parse_config(json),
         None => MonitorConfig::default(),
     };
     let handle = nodeipc_monitor::spawn_monitor_with(&config, o.socket(), SpawnOptions::default())
@@ -269,4 +269,15 @@ fn spawn(o: &Options) -> Result<(), String> {
     let status = handle.stop().map_err(|e| e.to_string())?;
     println!("stopped {status}");
     Ok(())
+}
+
+/// The config file `spawn_monitor_with` wrote: read by the crate with the
+/// `json` feature, by the tests' own reader without it.
+fn load(file: &std::path::Path) -> Result<MonitorConfig, String> {
+    #[cfg(feature = "json")]
+    return MonitorConfig::load(file).map_err(|e| e.to_string());
+    #[cfg(not(feature = "json"))]
+    return std::fs::read_to_string(file)
+        .map(|text| super::flat::parse(&text))
+        .map_err(|e| format!("{}: {e}", file.display()));
 }

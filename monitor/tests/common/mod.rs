@@ -3,6 +3,7 @@
 //! bounded waits on the monitor's state.
 #![allow(dead_code, unreachable_pub)]
 
+pub mod flat;
 pub mod helper;
 pub mod raw;
 
@@ -20,9 +21,18 @@ use nodeipc_testkit::{ChildGuard, TempDir, spawn_child};
 
 pub use helper::{helper, helper_command};
 
+/// The config a JSON text describes: read by the crate with the `json`
+/// feature, by the tests' own reader without it.
+pub fn parse_config(json: &str) -> MonitorConfig {
+    #[cfg(feature = "json")]
+    return MonitorConfig::from_json(json).expect("test config");
+    #[cfg(not(feature = "json"))]
+    return flat::parse(json);
+}
+
 /// A config with the given timeouts in milliseconds and a 100 ms check.
 pub fn config(json: &str) -> MonitorConfig {
-    let mut config = MonitorConfig::from_json(json).expect("test config");
+    let mut config = parse_config(json);
     if !json.contains("check_interval_ms") {
         config.check_interval = Duration::from_millis(100);
     }
