@@ -49,6 +49,15 @@ for feature in "${!layers[@]}"; do
     echo "  -F ${feature}: $(sort -u <<<"${tree}" | wc -l) crates (ours: ${got})"
 done
 
+say "the monitor without its json feature: no serde, serde_json or serde_yaml_ng"
+tree=$(cargo tree --locked -p nodeipc --no-default-features -F monitor -e normal --prefix none)
+if serde=$(grep -E '^serde(_json|_yaml_ng)? ' <<<"${tree}"); then
+    echo "nodeipc -F monitor pulls:"
+    echo "${serde}"
+    exit 1
+fi
+echo "  -F monitor: no serde"
+
 say "every crate built from its package; the packaged tests of nodeipc-shm and nodeipc-channel"
 # Where this cargo leaves the packages of a multi-crate dry run.
 packages=target/package/tmp-registry
