@@ -62,6 +62,18 @@ pub trait HealthCheck: Send {
     fn check(&mut self, rank: &RankContext<'_>) -> Result<(), String>;
 }
 
+/// A boxed check is a check: what [`HealthConfig::checks_for`] builds can
+/// go straight to [`MonitorServer::add_health_check`](crate::MonitorServer::add_health_check).
+impl HealthCheck for Box<dyn HealthCheck> {
+    fn name(&self) -> &str {
+        (**self).name()
+    }
+
+    fn check(&mut self, rank: &RankContext<'_>) -> Result<(), String> {
+        (**self).check(rank)
+    }
+}
+
 /// Fails when the rank's process has exited (its pidfd is readable). The
 /// server notices an exit at once anyway; this check exists for symmetry
 /// with checks that poll something the server cannot wait on.

@@ -1,0 +1,372 @@
+//! The health-check section of the configuration: strict in our JSON form,
+//! written back by `to_json`, and the checks it builds for a local rank (a
+//! sysfs fixture for the NIC, a fake probe for the GPU; a GPU that cannot
+//! be checked here is reported unavailable at start and never fails).
+
+mod common;
+
+use std::os::unix::process::ExitStatusExt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use common::{InProcess, Proc};
+use nodeipc_monitor::{
+    GpuHealth, GpuId, GpuProbe, HealthConfig, MonitorClient, MonitorConfig, NicHealth, RankInfo,
+    RankState,
+};
+use nodeipc_testkit::{TempDir, Watchdog};
+
+fn net(root: &Path, name: &str, state: &str) {
+    let dir = root.join("class/net").join(name);
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("operstate"), format!("{state}\n")).unwrap();
+}
+
+fn nic(root: &Path, devices: &[&str], interval_ms: u64) -> NicHealth {
+    NicHealth {
+        devices: devices.iter().map(|d| (*d).to_owned()).collect(),
+        sysfs_root: root.to_owned(),
+        interval: Duration::from_millis(interval_ms),
+    }
+}
+
+/// A probe that records which device it was asked about and answers `answer`.
+struct FakeNvml {
+    asked: Arc<std::sync::Mutex<Vec<GpuId>>>,
+    answer: Result<(), String>,
+}
+
+impl GpuProbe for FakeNvml {
+    fn check(&mut self, gpu: &GpuId) -> Result<(), String> {
+        self.asked.lock().unwrap().push(gpu.clone());
+        self.answer.clone()
+    }
+}
+
+#[test]
+fn no_section_builds_no_check() {
+    let setup = HealthConfig::default()
+        .checks_for(0, None, &mut || panic!("no GPU asked for"))
+        .unwrap();
+    assert!(setup.checks.is_empty() && setup.unavailable.is_empty());
+}
+
+#[test]
+fn the_nic_section_builds_a_check_on_the_fixture_and_refuses_a_missing_device() {
+    let dir = TempDir::new("health-cfg-nic");
+    net(dir.path(), "eth0", "up");
+    let config = HealthConfig {
+        nic: Some(nic(dir.path(), &["eth0"], 100)),
+        gpu: None,
+    };
+    let setup = config.checks_for(0, None, &mut || unreachable!()).unwrap();
+    assert_eq!(setup.checks.len(), 1);
+    assert_eq!(setup.checks[0].name(), "NIC");
+
+    let typo = HealthConfig {
+        nic: Some(nic(dir.path(), &["eth9"], 100)),
+        gpu: None,
+    };
+    let error = typo
+        .checks_for(0, None, &mut || unreachable!())
+        .unwrap_err()
+        .to_string();
+    assert!(error.contains("\"eth9\" is neither in"), "{error}");
+}
+
+#[test]
+fn each_bad_value_is_refused_naming_its_field() {
+    let dir = TempDir::new("health-cfg-bad");
+    let root = dir.path();
+    let cases = [
+        (nic(root, &[], 100), "lists 0 devices"),
+        (nic(root, &["a/b"], 100), "\"a/b\" is not a device name"),
+        (nic(root, &["eth0"], 0), "health_checks.nic.interval"),
+        (
+            NicHealth {
+                sysfs_root: PathBuf::new(),
+                ..nic(root, &["eth0"], 100)
+            },
+            "sysfs_root",
+        ),
+    ];
+    for (section, fragment) in cases {
+        let config = MonitorConfig {
+            health: HealthConfig {
+                nic: Some(section),
+                gpu: None,
+            },
+            ..MonitorConfig::default()
+        };
+        let error = config.validate().unwrap_err().to_string();
+        assert!(error.contains(fragment), "{fragment}: {error}");
+    }
+    let long_gpu = HealthConfig {
+        nic: None,
+        gpu: Some(GpuHealth {
+            interval: Duration::from_secs(7200),
+            cuda_visible_devices: None,
+        }),
+    };
+    let error = long_gpu.validate().unwrap_err().to_string();
+    assert!(error.contains("health_checks.gpu.interval"), "{error}");
+}
+
+#[test]
+fn the_gpu_is_the_local_ranks_entry_of_the_configured_or_inherited_device_list() {
+    let asked = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let mut probe = || -> Result<Box<dyn GpuProbe>, String> {
+        Ok(Box::new(FakeNvml {
+            asked: Arc::clone(&asked),
+            answer: Ok(()),
+        }))
+    };
+    let gpu = |list: Option<&str>| HealthConfig {
+        nic: None,
+        gpu: Some(GpuHealth {
+            interval: Duration::from_millis(1),
+            cuda_visible_devices: list.map(str::to_owned),
+        }),
+    };
+    // The configuration's list wins over the environment's.
+    let setup = gpu(Some("4,6"))
+        .checks_for(1, Some("0,1"), &mut probe)
+        .unwrap();
+    assert_eq!(setup.checks.len(), 1);
+    // Without one, the inherited CUDA_VISIBLE_DEVICES; without that, the rank.
+    let setup2 = gpu(None).checks_for(1, Some("2,3"), &mut probe).unwrap();
+    let setup3 = gpu(None).checks_for(5, None, &mut probe).unwrap();
+    let server = InProcess::start_with(
+        "health-cfg-gpu",
+        MonitorConfig {
+            check_interval: Duration::from_millis(20),
+            ..MonitorConfig::default()
+        },
+        |s| {
+            for check in setup
+                .checks
+                .into_iter()
+                .chain(setup2.checks)
+                .chain(setup3.checks)
+            {
+                s.add_health_check(check);
+            }
+        },
+    );
+    let mut rank = Proc::spawn(Command::new("sleep").arg("30"));
+    let mut client = MonitorClient::connect(&server.socket, Duration::from_secs(10)).unwrap();
+    client
+        .init(&RankInfo {
+            pid: rank.pid(),
+            ..RankInfo::this_process(0, 1)
+        })
+        .unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while asked.lock().unwrap().len() < 3 && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let seen: std::collections::HashSet<GpuId> = asked.lock().unwrap().iter().cloned().collect();
+    assert_eq!(
+        seen,
+        [GpuId::Index(6), GpuId::Index(3), GpuId::Index(5)].into()
+    );
+    assert!(rank.alive());
+    drop(client);
+    drop(rank);
+    server.finish();
+}
+
+#[test]
+fn a_gpu_that_cannot_be_checked_is_unavailable_at_start_and_never_fails_the_rank() {
+    let _dog = Watchdog::new("gpu unavailable", Duration::from_secs(60));
+    let loads = AtomicUsize::new(0);
+    let config = HealthConfig {
+        nic: None,
+        gpu: Some(GpuHealth {
+            interval: Duration::from_millis(1),
+            cuda_visible_devices: Some("0".to_owned()),
+        }),
+    };
+    // No NVML on the machine (the probe does not load) ...
+    let no_nvml = config
+        .checks_for(0, None, &mut || {
+            loads.fetch_add(1, Ordering::Relaxed);
+            Err("libnvidia-ml.so.1: cannot open shared object file".to_owned())
+        })
+        .unwrap();
+    // ... or no device for the rank (the list has one entry, this is rank 1).
+    let no_device = config
+        .checks_for(1, None, &mut || unreachable!("no device: NVML not asked"))
+        .unwrap();
+    assert_eq!(loads.load(Ordering::Relaxed), 1);
+    for (setup, reason) in [(no_nvml, "libnvidia-ml"), (no_device, "has no device")] {
+        assert!(setup.checks.is_empty(), "no check installed");
+        let [unavailable] = &setup.unavailable[..] else {
+            panic!("{:?}", setup.unavailable)
+        };
+        assert!(unavailable.check.starts_with("GPU (local rank"));
+        assert!(unavailable.reason.contains(reason), "{unavailable:?}");
+    }
+    // The real NVML path on this machine: unavailable here, or a check
+    // where the driver is installed.
+    let real = config.checks_with_nvml(0).unwrap();
+    assert_eq!(real.checks.len() + real.unavailable.len(), 1);
+
+    // And a rank watched with what was built runs on, many intervals long.
+    let server = InProcess::start_with(
+        "health-cfg-none",
+        MonitorConfig {
+            check_interval: Duration::from_millis(20),
+            ..MonitorConfig::default()
+        },
+        |s| {
+            for check in real.checks {
+                s.add_health_check(check);
+            }
+        },
+    );
+    let mut rank = Proc::spawn(Command::new("sleep").arg("30"));
+    let mut client = MonitorClient::connect(&server.socket, Duration::from_secs(10)).unwrap();
+    client
+        .init(&RankInfo {
+            pid: rank.pid(),
+            ..RankInfo::this_process(0, 0)
+        })
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(400));
+    assert!(rank.alive(), "terminated with no GPU check installed");
+    let status = server.wait_status(Duration::from_secs(5), |s| s.state == RankState::Initialized);
+    assert_eq!(status.last_timeout, None);
+    drop(client);
+    drop(rank);
+    server.finish();
+}
+
+#[test]
+fn a_nic_from_the_config_going_down_terminates_the_rank() {
+    let _dog = Watchdog::new("config nic", Duration::from_secs(60));
+    let dir = TempDir::new("health-cfg-down");
+    net(dir.path(), "eth0", "up");
+    let config = MonitorConfig {
+        check_interval: Duration::from_millis(20),
+        health: HealthConfig {
+            nic: Some(nic(dir.path(), &["eth0"], 50)),
+            gpu: None,
+        },
+        ..MonitorConfig::default()
+    };
+    let setup = config.health.checks_with_nvml(0).unwrap();
+    let server = InProcess::start_with("health-cfg-down", config, |s| {
+        for check in setup.checks {
+            s.add_health_check(check);
+        }
+    });
+    let mut rank = Proc::spawn(Command::new("sleep").arg("30"));
+    let mut client = MonitorClient::connect(&server.socket, Duration::from_secs(10)).unwrap();
+    client
+        .init(&RankInfo {
+            pid: rank.pid(),
+            ..RankInfo::this_process(0, 0)
+        })
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(200));
+    assert!(rank.alive(), "terminated while the NIC was up");
+    net(dir.path(), "eth0", "lowerlayerdown");
+    let status = rank.wait_exit(Duration::from_secs(10));
+    assert_eq!(status.signal(), Some(libc::SIGKILL));
+    let status = server.wait_status(Duration::from_secs(5), |s| s.state == RankState::Terminated);
+    let last = status.last_timeout.unwrap();
+    assert!(last.contains("NIC eth0 is lowerlayerdown"), "{last}");
+    server.finish();
+}
+
+#[cfg(feature = "json")]
+mod json {
+    use super::*;
+
+    /// The example in the README, verbatim.
+    const README_HEALTH: &str = r#"{
+  "heartbeat_timeout_ms": 30000,
+  "health_checks": {
+    "nic": { "devices": ["eth0", "mlx5_0"], "sysfs_root": "/sys", "interval_ms": 5000 },
+    "gpu": { "interval_ms": 10000 }
+  }
+}"#;
+
+    #[test]
+    fn the_readme_health_example_parses_and_is_in_the_readme() {
+        let readme = include_str!("../README.md");
+        assert!(readme.contains(README_HEALTH), "README example drifted");
+        let c = MonitorConfig::from_json(README_HEALTH).unwrap();
+        let nic = c.health.nic.as_ref().unwrap();
+        assert_eq!(nic.devices, ["eth0", "mlx5_0"]);
+        assert_eq!(nic.sysfs_root, Path::new("/sys"));
+        assert_eq!(nic.interval, Duration::from_secs(5));
+        let gpu = c.health.gpu.as_ref().unwrap();
+        assert_eq!(gpu.interval, Duration::from_secs(10));
+        assert_eq!(gpu.cuda_visible_devices, None);
+        // Defaults: /sys, 5 s.
+        let c = MonitorConfig::from_json(r#"{"health_checks": {"nic": {"devices": ["lo"]}}}"#)
+            .unwrap();
+        assert_eq!(c.health.nic.unwrap(), nic_default(&["lo"]));
+    }
+
+    fn nic_default(devices: &[&str]) -> NicHealth {
+        NicHealth {
+            devices: devices.iter().map(|d| (*d).to_owned()).collect(),
+            ..NicHealth::default()
+        }
+    }
+
+    #[test]
+    fn the_section_is_strict_and_names_what_is_wrong() {
+        for (json, fragment) in [
+            (
+                r#"{"health_checks": {"nic": {"devices": ["eth0"], "intervall_ms": 5}}}"#,
+                "unknown field `intervall_ms`",
+            ),
+            (r#"{"health_checks": {"disk": {}}}"#, "unknown field `disk`"),
+            (r#"{"health_checks": {"nic": {}}}"#, "missing field `devices`"),
+            (
+                r#"{"health_checks": {"gpu": {"interval_ms": 0}}}"#,
+                "health_checks.gpu.interval_ms is 0",
+            ),
+            (
+                r#"{"health_checks": {"nic": {"devices": []}}}"#,
+                "lists 0 devices",
+            ),
+        ] {
+            let error = MonitorConfig::from_json(json).unwrap_err().to_string();
+            assert!(error.contains(fragment), "{json}: {error}");
+        }
+    }
+
+    #[test]
+    fn to_json_writes_the_section_back_escaping_what_needs_it() {
+        let config = MonitorConfig {
+            timeouts: nodeipc_monitor::Timeouts {
+                sections: [("quote \" back \\ nl \n ctl \u{1}".to_owned(), Duration::from_millis(5))].into(),
+                ..Default::default()
+            },
+            health: HealthConfig {
+                nic: Some(NicHealth {
+                    devices: vec!["eth0".into(), "ib\"0".into()],
+                    sysfs_root: PathBuf::from("/tmp/a \"b\""),
+                    interval: Duration::from_millis(1500),
+                }),
+                gpu: Some(GpuHealth {
+                    interval: Duration::from_secs(3),
+                    cuda_visible_devices: Some("GPU-1,2".into()),
+                }),
+            },
+            ..MonitorConfig::default()
+        };
+        let json = config.to_json();
+        assert_eq!(MonitorConfig::from_json(&json).unwrap(), config, "{json}");
+        // And the tests' own reader agrees (it is what runs without `json`).
+        assert_eq!(common::flat::parse(&json), config, "{json}");
+    }
+}
