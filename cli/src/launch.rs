@@ -19,7 +19,9 @@ pub(crate) struct LaunchArgs {
     /// Restart rounds allowed after the first.
     #[arg(long, value_name = "K", default_value_t = 0)]
     max_restarts: u32,
-    /// The monitors' configuration: our JSON (see the nodeipc-monitor README).
+    /// The monitors' configuration: our JSON (see the nodeipc-monitor README),
+    /// its `health_checks` section included; the health flags below add to
+    /// it or override it.
     #[arg(long, value_name = "FILE", conflicts_with = "nvrx_config")]
     monitor_config: Option<PathBuf>,
     /// The monitors' configuration from a nvidia-resiliency-ext file (YAML
@@ -39,17 +41,20 @@ pub(crate) struct LaunchArgs {
     rank_restart_timeout: Option<Duration>,
     /// A NIC that must stay up (repeat for more): `class/net/NAME` or
     /// `class/infiniband/NAME` under --sysfs-root; checked while ranks are
-    /// registered with their monitors, a failure restarts the round.
+    /// registered with their monitors, a failure restarts the round. Added
+    /// to the configuration's `health_checks.nic.devices`.
     #[arg(long = "nic", value_name = "NAME")]
     nics: Vec<String>,
-    /// Where sysfs is mounted (for the NIC check).
+    /// Where sysfs is mounted (for the NIC check); other than /sys, it
+    /// replaces the configuration's.
     #[arg(long, value_name = "DIR", default_value = "/sys")]
     sysfs_root: PathBuf,
     /// Check each rank's GPU through NVML (device by LOCAL_RANK through
     /// CUDA_VISIBLE_DEVICES); reported unavailable without NVML.
     #[arg(long)]
     gpu_health: bool,
-    /// Seconds between two runs of each health check.
+    /// Seconds between two runs of each health check; other than 5, it
+    /// replaces the configuration's intervals.
     #[arg(long, value_name = "SECS", default_value = "5", value_parser = seconds)]
     health_interval: Duration,
     /// Append one JSON object per event to FILE.

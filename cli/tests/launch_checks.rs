@@ -130,6 +130,86 @@ fn a_nic_that_goes_down_mid_run_restarts_the_round() {
 }
 
 #[test]
+fn the_monitor_config_turns_the_nic_check_on_and_a_failure_restarts_the_round() {
+    let _watchdog = Watchdog::new("launch config nic", Duration::from_secs(60));
+    let dir = TempDir::new("launch-cfg-nic");
+    let sys = dir.join("sys");
+    let operstate = sys.join("class/net/eth0/operstate");
+    std::fs::create_dir_all(operstate.parent().unwrap()).unwrap();
+    std::fs::write(&operstate, "up\n").unwrap();
+    // No health flag on the command line: the file alone turns the check on.
+    let config = dir.join("monitor.json");
+    std::fs::write(
+        &config,
+        format!(
+            r#"{{ "check_interval_ms": 50, "termination_signal": "SIGTERM",
+                 "health_checks": {{ "nic": {{ "devices": ["eth0"], "sysfs_root": {:?}, "interval_ms": 50 }} }} }}"#,
+            sys.to_str().unwrap()
+        ),
+    )
+    .unwrap();
+    let mut launch = spawn_child(&mut launch_command(
+        &dir,
+        "registered-until-restart",
+        &[
+            "--nproc",
+            "2",
+            "--max-restarts",
+            "1",
+            "--stop-timeout",
+            "2",
+            "--monitor-config",
+            config.to_str().unwrap(),
+        ],
+    ));
+    rank_pids(&dir, 2);
+    std::fs::write(&operstate, "lowerlayerdown\n").unwrap();
+    let status = launch.wait_timeout(Duration::from_secs(20));
+    let events = events(&dir);
+    assert_eq!(status.code(), Some(0), "{events:?}");
+    let fired: Vec<_> = events
+        .iter()
+        .filter(|e| e["event"] == "monitor_fired")
+        .collect();
+    assert!(!fired.is_empty(), "{events:?}");
+    assert!(
+        fired[0]["cause"]
+            .as_str()
+            .unwrap()
+            .contains("NIC eth0 is lowerlayerdown"),
+        "{fired:?}"
+    );
+    assert_eq!(count(&events, "restarting"), 1);
+    assert_no_run_dir(&dir);
+}
+
+#[test]
+fn a_health_section_naming_a_nic_that_is_not_there_is_refused_at_start() {
+    let _watchdog = Watchdog::new("launch config nic missing", Duration::from_secs(60));
+    let dir = TempDir::new("launch-cfg-nic-missing");
+    std::fs::create_dir_all(dir.join("sys")).unwrap();
+    let config = dir.join("monitor.json");
+    std::fs::write(
+        &config,
+        format!(
+            r#"{{ "health_checks": {{ "nic": {{ "devices": ["ib7"], "sysfs_root": {:?} }} }} }}"#,
+            dir.join("sys").to_str().unwrap()
+        ),
+    )
+    .unwrap();
+    let out = run(
+        &dir,
+        "env",
+        &["--nproc", "1", "--monitor-config", config.to_str().unwrap()],
+    );
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("health_checks") && err.contains("\"ib7\""), "{err}");
+    assert!(!dir.join("env-0-0").exists());
+    assert_no_run_dir(&dir);
+}
+
+#[test]
 fn a_gpu_check_without_nvml_is_reported_unavailable_and_the_launch_runs() {
     let _watchdog = Watchdog::new("launch gpu", Duration::from_secs(60));
     if nodeipc_monitor::Nvml::load().is_ok() {

@@ -1,42 +1,140 @@
-//! The health checks each monitor gets from [`HealthOptions`]: built once
-//! per local rank at start; what cannot run here is reported, not fatal.
+//! The health checks each monitor gets: the `health_checks` section of the
+//! monitor configuration, with the launch's own [`HealthOptions`] (the
+//! command-line flags) laid over it, built once per local rank at start;
+//! what cannot run here is reported, not fatal.
 
-use nodeipc_monitor::{Every, GpuCheck, HealthCheck, NicCheck, Nvml, gpu_for_local_rank};
+use nodeipc_monitor::{GpuHealth, HealthCheck, HealthConfig, NicHealth};
 
 use crate::events::{Event, Events};
-use crate::options::HealthOptions;
+use crate::options::{HealthOptions, LaunchOptions};
 use crate::{Error, Result};
 
-/// The checks of local rank `local_rank`.
+/// `config` with `flags` laid over it. A flag left at its default
+/// ([`HealthOptions::default`]) leaves the configuration's value; a NIC
+/// named by a flag is added to the configuration's; `gpu` turns the GPU
+/// check on; a non-default interval replaces every check's; a non-default
+/// sysfs root replaces the NIC check's.
+pub(crate) fn merged(config: &HealthConfig, flags: &HealthOptions) -> HealthConfig {
+    let defaults = HealthOptions::default();
+    let interval_given = flags.interval != defaults.interval;
+    let mut merged = config.clone();
+    if !flags.nics.is_empty() {
+        let nic = merged.nic.get_or_insert_with(|| NicHealth {
+            devices: Vec::new(),
+            sysfs_root: flags.sysfs_root.clone(),
+            interval: flags.interval,
+        });
+        for name in &flags.nics {
+            if !nic.devices.contains(name) {
+                nic.devices.push(name.clone());
+            }
+        }
+    }
+    if flags.gpu && merged.gpu.is_none() {
+        merged.gpu = Some(GpuHealth {
+            interval: flags.interval,
+            cuda_visible_devices: None,
+        });
+    }
+    if let Some(nic) = merged.nic.as_mut() {
+        if flags.sysfs_root != defaults.sysfs_root {
+            nic.sysfs_root = flags.sysfs_root.clone();
+        }
+        if interval_given {
+            nic.interval = flags.interval;
+        }
+    }
+    if let Some(gpu) = merged.gpu.as_mut()
+        && interval_given
+    {
+        gpu.interval = flags.interval;
+    }
+    merged
+}
+
+/// The checks of local rank `local_rank`: the configuration's and the
+/// flags' (see [`merged`]); a GPU check that cannot run is an event.
 pub(crate) fn checks_for(
-    options: &HealthOptions,
+    options: &LaunchOptions,
     local_rank: u32,
     events: &mut Events,
 ) -> Result<Vec<Box<dyn HealthCheck>>> {
-    let mut checks: Vec<Box<dyn HealthCheck>> = Vec::new();
-    if !options.nics.is_empty() {
-        let nic = NicCheck::new(&options.sysfs_root, &options.nics)
-            .map_err(|e| Error::options(format!("--nic: {e}")))?;
-        checks.push(Box::new(Every::new(nic, options.interval)));
+    let health = merged(&options.monitor.health, &options.health);
+    let setup = health
+        .checks_with_nvml(local_rank)
+        .map_err(|e| {
+            Error::options(format!(
+                "health checks (the monitor configuration's health_checks, --nic, --gpu-health): {e}"
+            ))
+        })?;
+    for unavailable in setup.unavailable {
+        events.emit(Event::HealthUnavailable {
+            check: unavailable.check,
+            reason: unavailable.reason,
+        })?;
     }
-    if options.gpu {
-        let visible = std::env::var("CUDA_VISIBLE_DEVICES").ok();
-        let unavailable = |reason: String| Event::HealthUnavailable {
-            check: format!("GPU (local rank {local_rank})"),
-            reason,
-        };
-        match gpu_for_local_rank(local_rank, visible.as_deref()) {
-            Err(reason) => events.emit(unavailable(reason))?,
-            Ok(gpu) => match Nvml::load() {
-                Ok(nvml) => {
-                    checks.push(Box::new(Every::new(
-                        GpuCheck::new(nvml, gpu),
-                        options.interval,
-                    )));
-                }
-                Err(reason) => events.emit(unavailable(reason))?,
-            },
+    Ok(setup.checks)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::PathBuf;
+    use std::time::Duration;
+
+    use super::*;
+
+    fn config() -> HealthConfig {
+        HealthConfig {
+            nic: Some(NicHealth {
+                devices: vec!["eth0".into()],
+                sysfs_root: PathBuf::from("/fixture"),
+                interval: Duration::from_millis(700),
+            }),
+            gpu: None,
         }
     }
-    Ok(checks)
+
+    #[test]
+    fn default_flags_leave_the_configuration_as_it_is() {
+        assert_eq!(merged(&config(), &HealthOptions::default()), config());
+        assert_eq!(
+            merged(&HealthConfig::default(), &HealthOptions::default()),
+            HealthConfig::default()
+        );
+    }
+
+    #[test]
+    fn flags_add_nics_and_the_gpu_and_override_root_and_interval() {
+        let flags = HealthOptions {
+            nics: vec!["eth0".into(), "ib0".into()],
+            gpu: true,
+            ..HealthOptions::default()
+        };
+        let m = merged(&config(), &flags);
+        let nic = m.nic.as_ref().unwrap();
+        assert_eq!(nic.devices, ["eth0", "ib0"], "added, not repeated");
+        assert_eq!(nic.sysfs_root, PathBuf::from("/fixture"), "root kept");
+        assert_eq!(nic.interval, Duration::from_millis(700), "interval kept");
+        assert_eq!(m.gpu.unwrap().interval, Duration::from_secs(5));
+
+        let flags = HealthOptions {
+            sysfs_root: PathBuf::from("/elsewhere"),
+            interval: Duration::from_secs(2),
+            ..HealthOptions::default()
+        };
+        let m = merged(&config(), &flags);
+        let nic = m.nic.unwrap();
+        assert_eq!(nic.sysfs_root, PathBuf::from("/elsewhere"));
+        assert_eq!(nic.interval, Duration::from_secs(2));
+        assert!(m.gpu.is_none(), "not turned on by an interval");
+
+        // With no configuration, the flags alone.
+        let flags = HealthOptions {
+            nics: vec!["lo".into()],
+            ..HealthOptions::default()
+        };
+        let nic = merged(&HealthConfig::default(), &flags).nic.unwrap();
+        assert_eq!(nic.devices, ["lo"]);
+        assert_eq!(nic.sysfs_root, PathBuf::from("/sys"));
+    }
 }

@@ -78,7 +78,7 @@ pub fn launch_with(
     for local in 0..options.nproc {
         let socket = run_dir.0.join(format!("rank{local}.sock"));
         let mut local_checks = checks(local);
-        local_checks.extend(health::checks_for(&options.health, local, &mut events)?);
+        local_checks.extend(health::checks_for(options, local, &mut events)?);
         monitors.push(Monitor::start(
             local,
             &socket,

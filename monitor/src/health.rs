@@ -6,6 +6,7 @@ mod every;
 mod gpu;
 mod nic;
 mod nvml;
+mod rank_gpu;
 
 use nodeipc_fdpass::Pidfd;
 
@@ -16,6 +17,7 @@ pub use every::Every;
 pub use gpu::{GpuCheck, GpuId, GpuProbe, gpu_for_local_rank};
 pub use nic::NicCheck;
 pub use nvml::{NVML_LIBRARY, Nvml};
+pub use rank_gpu::RankGpuCheck;
 
 use crate::RankInfo;
 

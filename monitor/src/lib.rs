@@ -39,7 +39,7 @@ pub use estimator::TimeoutEstimator;
 pub use health::{
     DEFAULT_HEALTH_INTERVAL, Every, GpuCheck, GpuHealth, GpuId, GpuProbe, HealthCheck,
     HealthConfig, HealthSetup, MAX_NICS, NVML_LIBRARY, NicCheck, NicHealth, Nvml, ProcessAlive,
-    RankContext, Unavailable, gpu_for_local_rank,
+    RankContext, RankGpuCheck, Unavailable, gpu_for_local_rank,
 };
 pub use limits::{
     MAX_CAUSE, MAX_CONFIG_FILE, MAX_FRAME, MAX_HOST, MAX_SECTION_NAME, MAX_SECTIONS, MAX_STATE,

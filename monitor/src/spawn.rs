@@ -24,7 +24,10 @@ pub const SERVE_ENV: &str = "NODEIPC_MONITOR_SERVE";
 /// hex (defaults when absent); only a monitor of this same build reads it.
 pub const CONFIG_ENV: &str = "NODEIPC_MONITOR_CONFIG";
 
-/// Binds `socket`, shuts down in order on SIGTERM, SIGINT, SIGUSR1 or
+/// Builds the health checks `config.health` asks for
+/// ([`HealthConfig::checks_for_any_rank`](crate::HealthConfig::checks_for_any_rank),
+/// NVML loaded at run time; one that cannot run is logged, not fatal),
+/// binds `socket`, shuts down in order on SIGTERM, SIGINT, SIGUSR1 or
 /// SIGUSR2, and serves until one arrives: the whole of a monitor process's
 /// `main`. The signals are blocked before the sockets exist, so none can
 /// kill the process with its socket files still in place. Call it from a
@@ -32,11 +35,30 @@ pub const CONFIG_ENV: &str = "NODEIPC_MONITOR_CONFIG";
 /// to standard error ([`StderrLogger`]) when it installed none.
 ///
 /// # Errors
-/// As [`MonitorServer::bind`] and [`MonitorServer::run`].
+/// [`Error::Config`] for a health check that cannot be built (a NIC that
+/// is not there); as [`MonitorServer::bind`] and [`MonitorServer::run`].
 pub fn serve(socket: impl AsRef<Path>, config: MonitorConfig) -> Result<Shutdown> {
     StderrLogger::install();
+    // Before anything is bound: a NIC that is not there is refused at once.
+    let env = std::env::var("CUDA_VISIBLE_DEVICES").ok();
+    let health = config
+        .health
+        .checks_for_any_rank(env.as_deref(), &mut || {
+            crate::Nvml::load().map(|n| Box::new(n) as Box<dyn crate::GpuProbe>)
+        })?;
+    for unavailable in &health.unavailable {
+        log::warn!(
+            target: crate::LOG_TARGET,
+            "{} health check unavailable, not run: {}",
+            unavailable.check,
+            unavailable.reason
+        );
+    }
     let signals = ShutdownSignals::install()?;
     let mut server = MonitorServer::bind(socket, config)?;
+    for check in health.checks {
+        server.add_health_check(check);
+    }
     server.set_signals(signals);
     server.run()
 }

@@ -370,3 +370,107 @@ mod json {
         assert_eq!(common::flat::parse(&json), config, "{json}");
     }
 }
+
+#[test]
+fn a_monitor_process_runs_the_checks_of_its_config_file() {
+    let _dog = Watchdog::new("served nic", Duration::from_secs(60));
+    let fixture = TempDir::new("health-cfg-served");
+    net(fixture.path(), "eth0", "up");
+    let config = MonitorConfig {
+        check_interval: Duration::from_millis(20),
+        health: HealthConfig {
+            nic: Some(nic(fixture.path(), &["eth0"], 20)),
+            gpu: None,
+        },
+        ..MonitorConfig::default()
+    };
+    // `nodeipc monitor serve --config FILE`: the file written by `to_json`.
+    let served = common::Served::spawn("health-cfg-served", &config);
+    let mut rank = Proc::spawn(Command::new("sleep").arg("30"));
+    let mut client = MonitorClient::connect(&served.socket, Duration::from_secs(10)).unwrap();
+    client
+        .init(&RankInfo {
+            pid: rank.pid(),
+            ..RankInfo::this_process(0, 0)
+        })
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(200));
+    assert!(rank.alive(), "terminated while the NIC was up");
+    net(fixture.path(), "eth0", "down");
+    let status = rank.wait_exit(Duration::from_secs(10));
+    assert_eq!(status.signal(), Some(libc::SIGKILL));
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    let last = loop {
+        let status = served.monitor.status().unwrap();
+        if let Some(last) = status.last_timeout {
+            break last;
+        }
+        assert!(std::time::Instant::now() < deadline, "{status:?}");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(last.contains("NIC eth0 is down"), "{last}");
+}
+
+#[test]
+fn a_monitor_that_learns_its_rank_at_init_finds_the_gpu_then_or_leaves_it_unchecked() {
+    let _dog = Watchdog::new("rank gpu", Duration::from_secs(60));
+    let asked = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let config = HealthConfig {
+        nic: None,
+        gpu: Some(GpuHealth {
+            interval: Duration::from_millis(1),
+            cuda_visible_devices: Some("7".to_owned()),
+        }),
+    };
+    let setup = config
+        .checks_for_any_rank(None, &mut || {
+            Ok(Box::new(FakeNvml {
+                asked: Arc::clone(&asked),
+                answer: Err("XID 79: fallen off the bus".to_owned()),
+            }))
+        })
+        .unwrap();
+    assert_eq!(setup.checks.len(), 1);
+    let server = InProcess::start_with(
+        "health-cfg-rank-gpu",
+        MonitorConfig {
+            check_interval: Duration::from_millis(20),
+            ..MonitorConfig::default()
+        },
+        |s| {
+            for check in setup.checks {
+                s.add_health_check(check);
+            }
+        },
+    );
+    // Local rank 1: the list has no device for it. Unchecked, never failed.
+    let mut rank = Proc::spawn(Command::new("sleep").arg("30"));
+    let mut client = MonitorClient::connect(&server.socket, Duration::from_secs(10)).unwrap();
+    client
+        .init(&RankInfo {
+            pid: rank.pid(),
+            ..RankInfo::this_process(1, 1)
+        })
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(rank.alive(), "failed for a GPU it has not got");
+    assert!(asked.lock().unwrap().is_empty());
+    drop(client);
+    drop(rank);
+    // Local rank 0: device 7, whose error terminates it.
+    let mut rank = Proc::spawn(Command::new("sleep").arg("30"));
+    let mut client = MonitorClient::connect(&server.socket, Duration::from_secs(10)).unwrap();
+    client
+        .init(&RankInfo {
+            pid: rank.pid(),
+            ..RankInfo::this_process(0, 0)
+        })
+        .unwrap();
+    let status = rank.wait_exit(Duration::from_secs(10));
+    assert_eq!(status.signal(), Some(libc::SIGKILL));
+    assert_eq!(asked.lock().unwrap()[0], GpuId::Index(7));
+    let status = server.wait_status(Duration::from_secs(5), |s| s.state == RankState::Terminated);
+    let last = status.last_timeout.unwrap();
+    assert!(last.contains("GPU 7: XID 79"), "{last}");
+    server.finish();
+}

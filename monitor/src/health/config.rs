@@ -5,7 +5,9 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use crate::health::{Every, GpuCheck, GpuId, GpuProbe, HealthCheck, NicCheck, gpu_for_local_rank};
+use crate::health::{
+    Every, GpuCheck, GpuId, GpuProbe, HealthCheck, NicCheck, RankGpuCheck, gpu_for_local_rank,
+};
 use crate::{Error, MAX_CHECK_INTERVAL, Result};
 
 /// Most NICs one configuration names.
@@ -217,6 +219,44 @@ impl HealthConfig {
                 ))),
                 Err(reason) => setup.unavailable.push(Unavailable {
                     check: format!("GPU (local rank {local_rank})"),
+                    reason,
+                }),
+            }
+        }
+        Ok(setup)
+    }
+
+    /// The checks for a monitor that learns its rank only at `Init` (a
+    /// monitor process of its own): as [`checks_for`](HealthConfig::checks_for),
+    /// but the GPU is found from each registered rank's local rank when it
+    /// is first checked ([`RankGpuCheck`]; a rank with no device is logged
+    /// once and not checked). Only a probe that does not load is
+    /// [`Unavailable`] here.
+    ///
+    /// # Errors
+    /// As `checks_for`.
+    pub fn checks_for_any_rank(
+        &self,
+        env_visible_devices: Option<&str>,
+        gpu_probe: &mut dyn FnMut() -> std::result::Result<Box<dyn GpuProbe>, String>,
+    ) -> Result<HealthSetup> {
+        let gpu = self.gpu.clone();
+        let without_gpu = HealthConfig {
+            nic: self.nic.clone(),
+            gpu: None,
+        };
+        let mut setup = without_gpu.checks_for(0, None, gpu_probe)?;
+        if let Some(gpu) = gpu {
+            let list = gpu
+                .cuda_visible_devices
+                .or_else(|| env_visible_devices.map(str::to_owned));
+            match gpu_probe() {
+                Ok(probe) => setup.checks.push(Box::new(Every::new(
+                    RankGpuCheck::new(probe, list),
+                    gpu.interval,
+                ))),
+                Err(reason) => setup.unavailable.push(Unavailable {
+                    check: "GPU".to_owned(),
                     reason,
                 }),
             }
