@@ -204,7 +204,10 @@ fn a_health_section_naming_a_nic_that_is_not_there_is_refused_at_start() {
     );
     let err = stderr(&out);
     assert_eq!(out.status.code(), Some(1), "{err}");
-    assert!(err.contains("health_checks") && err.contains("\"ib7\""), "{err}");
+    assert!(
+        err.contains("health_checks") && err.contains("\"ib7\""),
+        "{err}"
+    );
     assert!(!dir.join("env-0-0").exists());
     assert_no_run_dir(&dir);
 }

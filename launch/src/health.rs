@@ -60,13 +60,11 @@ pub(crate) fn checks_for(
     events: &mut Events,
 ) -> Result<Vec<Box<dyn HealthCheck>>> {
     let health = merged(&options.monitor.health, &options.health);
-    let setup = health
-        .checks_with_nvml(local_rank)
-        .map_err(|e| {
-            Error::options(format!(
-                "health checks (the monitor configuration's health_checks, --nic, --gpu-health): {e}"
-            ))
-        })?;
+    let setup = health.checks_with_nvml(local_rank).map_err(|e| {
+        Error::options(format!(
+            "health checks (the monitor configuration's health_checks, --nic, --gpu-health): {e}"
+        ))
+    })?;
     for unavailable in setup.unavailable {
         events.emit(Event::HealthUnavailable {
             check: unavailable.check,

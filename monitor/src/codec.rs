@@ -159,7 +159,12 @@ impl<'a> Reader<'a> {
     /// A count of at most `max` items, each at least `min_item` bytes long:
     /// a count the remaining input cannot hold is refused before anything
     /// is allocated for it.
-    pub(crate) fn len(&mut self, field: &str, max: usize, min_item: usize) -> Result<usize, String> {
+    pub(crate) fn len(
+        &mut self,
+        field: &str,
+        max: usize,
+        min_item: usize,
+    ) -> Result<usize, String> {
         let n = self.u32(field)?;
         let n = usize::try_from(n).unwrap_or(usize::MAX);
         if n > max {

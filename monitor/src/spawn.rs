@@ -41,11 +41,9 @@ pub fn serve(socket: impl AsRef<Path>, config: MonitorConfig) -> Result<Shutdown
     StderrLogger::install();
     // Before anything is bound: a NIC that is not there is refused at once.
     let env = std::env::var("CUDA_VISIBLE_DEVICES").ok();
-    let health = config
-        .health
-        .checks_for_any_rank(env.as_deref(), &mut || {
-            crate::Nvml::load().map(|n| Box::new(n) as Box<dyn crate::GpuProbe>)
-        })?;
+    let health = config.health.checks_for_any_rank(env.as_deref(), &mut || {
+        crate::Nvml::load().map(|n| Box::new(n) as Box<dyn crate::GpuProbe>)
+    })?;
     for unavailable in &health.unavailable {
         log::warn!(
             target: crate::LOG_TARGET,

@@ -3,8 +3,8 @@
 
 use std::collections::BTreeMap;
 
-use nodeipc_proto::monitor as pb;
 use crate::config::{Timeouts, ms};
+use nodeipc_proto::monitor as pb;
 
 /// Who a rank is. `pid` is the process the monitor signals on a timeout: it
 /// must be the process that connects, or a descendant of it.

@@ -69,7 +69,10 @@ fn a_length_or_version_from_a_hostile_rank_is_refused_by_name() {
     let mut huge = state.clone();
     huge[6 + 48..6 + 52].copy_from_slice(&u32::MAX.to_le_bytes());
     let error = estimator().restore_state(&huge).unwrap_err().to_string();
-    assert!(error.contains("sections") && error.contains("at most"), "{error}");
+    assert!(
+        error.contains("sections") && error.contains("at most"),
+        "{error}"
+    );
     // Twenty sections the bytes left cannot hold.
     huge[6 + 48..6 + 52].copy_from_slice(&20u32.to_le_bytes());
     let error = estimator().restore_state(&huge).unwrap_err().to_string();
@@ -77,7 +80,10 @@ fn a_length_or_version_from_a_hostile_rank_is_refused_by_name() {
     // A section name that is not UTF-8.
     let mut bad_name = state.clone();
     bad_name[6 + 52 + 4] = 0xff;
-    let error = estimator().restore_state(&bad_name).unwrap_err().to_string();
+    let error = estimator()
+        .restore_state(&bad_name)
+        .unwrap_err()
+        .to_string();
     assert!(error.contains("not UTF-8"), "{error}");
 }
 

@@ -238,7 +238,9 @@ fn a_gpu_that_cannot_be_checked_is_unavailable_at_start_and_never_fails_the_rank
         .unwrap();
     std::thread::sleep(Duration::from_millis(400));
     assert!(rank.alive(), "terminated with no GPU check installed");
-    let status = server.wait_status(Duration::from_secs(5), |s| s.state == RankState::Initialized);
+    let status = server.wait_status(Duration::from_secs(5), |s| {
+        s.state == RankState::Initialized
+    });
     assert_eq!(status.last_timeout, None);
     drop(client);
     drop(rank);
@@ -309,8 +311,8 @@ mod json {
         assert_eq!(gpu.interval, Duration::from_secs(10));
         assert_eq!(gpu.cuda_visible_devices, None);
         // Defaults: /sys, 5 s.
-        let c = MonitorConfig::from_json(r#"{"health_checks": {"nic": {"devices": ["lo"]}}}"#)
-            .unwrap();
+        let c =
+            MonitorConfig::from_json(r#"{"health_checks": {"nic": {"devices": ["lo"]}}}"#).unwrap();
         assert_eq!(c.health.nic.unwrap(), nic_default(&["lo"]));
     }
 
@@ -329,7 +331,10 @@ mod json {
                 "unknown field `intervall_ms`",
             ),
             (r#"{"health_checks": {"disk": {}}}"#, "unknown field `disk`"),
-            (r#"{"health_checks": {"nic": {}}}"#, "missing field `devices`"),
+            (
+                r#"{"health_checks": {"nic": {}}}"#,
+                "missing field `devices`",
+            ),
             (
                 r#"{"health_checks": {"gpu": {"interval_ms": 0}}}"#,
                 "health_checks.gpu.interval_ms is 0",
@@ -348,7 +353,11 @@ mod json {
     fn to_json_writes_the_section_back_escaping_what_needs_it() {
         let config = MonitorConfig {
             timeouts: nodeipc_monitor::Timeouts {
-                sections: [("quote \" back \\ nl \n ctl \u{1}".to_owned(), Duration::from_millis(5))].into(),
+                sections: [(
+                    "quote \" back \\ nl \n ctl \u{1}".to_owned(),
+                    Duration::from_millis(5),
+                )]
+                .into(),
                 ..Default::default()
             },
             health: HealthConfig {

@@ -103,7 +103,11 @@ impl MonitorConfig {
                     (Some(hi), Some(lo)) => bytes.push(hi << 4 | lo),
                     _ => return Err(Error::config(format!("{WHAT}: not lowercase hex"))),
                 },
-                _ => return Err(Error::config(format!("{WHAT}: an odd number of hex digits"))),
+                _ => {
+                    return Err(Error::config(format!(
+                        "{WHAT}: an odd number of hex digits"
+                    )));
+                }
             }
         }
         let config = decode(&bytes).map_err(Error::config)?;
@@ -115,7 +119,9 @@ impl MonitorConfig {
 fn decode(bytes: &[u8]) -> std::result::Result<MonitorConfig, String> {
     let (version, mut r) = Reader::open(bytes, MAGIC, WHAT)?;
     if version != VERSION {
-        return Err(format!("{WHAT} version {version}; this build reads {VERSION}"));
+        return Err(format!(
+            "{WHAT} version {version}; this build reads {VERSION}"
+        ));
     }
     let initial_heartbeat = opt_duration(&mut r, "initial heartbeat timeout")?;
     let heartbeat = opt_duration(&mut r, "heartbeat timeout")?;
@@ -226,7 +232,9 @@ mod tests {
     fn bad_hex_and_truncations_are_errors_naming_what() {
         let hex = MonitorConfig::default().to_hex();
         for cut in (0..hex.len()).step_by(2) {
-            let e = MonitorConfig::from_hex(&hex[..cut]).unwrap_err().to_string();
+            let e = MonitorConfig::from_hex(&hex[..cut])
+                .unwrap_err()
+                .to_string();
             assert!(e.contains(WHAT), "{e}");
         }
         let e = MonitorConfig::from_hex("zz").unwrap_err().to_string();

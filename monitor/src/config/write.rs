@@ -98,7 +98,10 @@ impl MonitorConfig {
             &signal_name(self.termination_signal),
         );
         o.opt("kill_after_ms", self.kill_after.map(ms));
-        o.raw("skip_section_replies", &self.skip_section_replies.to_string());
+        o.raw(
+            "skip_section_replies",
+            &self.skip_section_replies.to_string(),
+        );
         o.raw("connection_wait_ms", &ms(self.connection_wait).to_string());
         o.raw(
             "first_message_timeout_ms",

@@ -47,10 +47,7 @@ impl<P: GpuProbe> HealthCheck for RankGpuCheck<P> {
             self.resolved = Some((local_rank, device));
         }
         match &self.resolved {
-            Some((_, Ok(gpu))) => self
-                .probe
-                .check(gpu)
-                .map_err(|why| format!("{gpu}: {why}")),
+            Some((_, Ok(gpu))) => self.probe.check(gpu).map_err(|why| format!("{gpu}: {why}")),
             _ => Ok(()),
         }
     }

@@ -61,7 +61,9 @@ impl P<'_> {
                         b't' => out.push('\t'),
                         b'u' => {
                             let hex = std::str::from_utf8(&self.0[self.1..self.1 + 4]).unwrap();
-                            out.push(char::from_u32(u32::from_str_radix(hex, 16).unwrap()).unwrap());
+                            out.push(
+                                char::from_u32(u32::from_str_radix(hex, 16).unwrap()).unwrap(),
+                            );
                             self.1 += 4;
                         }
                         other => out.push(char::from(other)),
@@ -123,7 +125,12 @@ impl P<'_> {
                 while self.1 < self.0.len() && self.0[self.1].is_ascii_digit() {
                     self.1 += 1;
                 }
-                V::Num(std::str::from_utf8(&self.0[start..self.1]).unwrap().parse().unwrap())
+                V::Num(
+                    std::str::from_utf8(&self.0[start..self.1])
+                        .unwrap()
+                        .parse()
+                        .unwrap(),
+                )
             }
         }
     }
@@ -161,10 +168,14 @@ fn signal(name: &str) -> Signal {
 }
 
 fn health(v: &V) -> HealthConfig {
-    let V::Obj(h) = v else { panic!("health_checks {v:?}") };
+    let V::Obj(h) = v else {
+        panic!("health_checks {v:?}")
+    };
     let nic = h.get("nic").map(|v| {
         let V::Obj(n) = v else { panic!("nic {v:?}") };
-        let V::List(devices) = &n["devices"] else { panic!("devices") };
+        let V::List(devices) = &n["devices"] else {
+            panic!("devices")
+        };
         NicHealth {
             devices: devices
                 .iter()
@@ -177,13 +188,19 @@ fn health(v: &V) -> HealthConfig {
                 Some(V::Str(s)) => PathBuf::from(s),
                 _ => PathBuf::from("/sys"),
             },
-            interval: n.get("interval_ms").and_then(ms).unwrap_or(Duration::from_secs(5)),
+            interval: n
+                .get("interval_ms")
+                .and_then(ms)
+                .unwrap_or(Duration::from_secs(5)),
         }
     });
     let gpu = h.get("gpu").map(|v| {
         let V::Obj(g) = v else { panic!("gpu {v:?}") };
         GpuHealth {
-            interval: g.get("interval_ms").and_then(ms).unwrap_or(Duration::from_secs(5)),
+            interval: g
+                .get("interval_ms")
+                .and_then(ms)
+                .unwrap_or(Duration::from_secs(5)),
             cuda_visible_devices: match g.get("cuda_visible_devices") {
                 Some(V::Str(s)) => Some(s.clone()),
                 _ => None,
@@ -206,7 +223,9 @@ pub fn parse(text: &str) -> MonitorConfig {
             "heartbeat_timeout_ms" => c.timeouts.heartbeat = ms(v),
             "out_of_section_timeout_ms" => c.timeouts.out_of_section = ms(v),
             "section_timeouts_ms" => {
-                let V::Obj(s) = v else { panic!("sections {v:?}") };
+                let V::Obj(s) = v else {
+                    panic!("sections {v:?}")
+                };
                 c.timeouts.sections = s.iter().map(|(k, v)| (k.clone(), ms(v).unwrap())).collect();
             }
             "check_interval_ms" => c.check_interval = ms(v).unwrap(),
