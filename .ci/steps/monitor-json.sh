@@ -13,7 +13,7 @@ if grep -E '^serde(_json|_yaml_ng)? ' <<<"${tree}"; then
 fi
 log=$(mktemp)
 trap 'rm -f "${log}"' EXIT
-if ! cargo test --locked -p nodeipc-monitor >"${log}" 2>&1; then
+if ! cargo test --locked --no-fail-fast -p nodeipc-monitor >"${log}" 2>&1; then
     grep -E 'FAILED|panicked|^error' "${log}" | head -n 40 || tail -n 40 "${log}"
     echo "nodeipc-monitor tests without the json feature failed"
     exit 1
