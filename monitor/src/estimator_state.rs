@@ -171,6 +171,9 @@ impl TimeoutEstimator {
     /// What has been observed (and the last proposal), as at most
     /// [`MAX_STATE`](crate::MAX_STATE) bytes in a versioned binary form
     /// that [`restore_state`](TimeoutEstimator::restore_state) reads back.
+    /// Past the cap (dozens of sections with long names, or more than
+    /// [`MAX_SECTIONS`](crate::MAX_SECTIONS)), the previous proposal's
+    /// section timeouts are left out, then the sections seen least often.
     pub fn state(&self) -> Vec<u8> {
         let previous = self.previous.as_ref().map(|p| {
             (
@@ -183,7 +186,7 @@ impl TimeoutEstimator {
                     .collect(),
             )
         });
-        encode(&State {
+        let mut state = State {
             initial: to_wire(&self.initial),
             heartbeat: to_wire(&self.heartbeat),
             out_of_section: to_wire(&self.out_of_section),
@@ -193,7 +196,31 @@ impl TimeoutEstimator {
                 .map(|(k, v)| (k.clone(), to_wire(v)))
                 .collect(),
             previous,
-        })
+        };
+        let mut bytes = encode(&state);
+        // Many sections, or long names, do not fit in what a rank may keep
+        // (and `restore_state` would refuse): the previous proposal's
+        // sections go first, then the sections seen least often, so what
+        // is written always reads back.
+        if let Some(previous) = state.previous.as_mut()
+            && (bytes.len() > MAX_STATE || previous.3.len() > MAX_SECTIONS)
+        {
+            previous.3.clear();
+            bytes = encode(&state);
+        }
+        while bytes.len() > MAX_STATE || state.sections.len() > MAX_SECTIONS {
+            let Some(rarest) = state
+                .sections
+                .iter()
+                .min_by_key(|(_, (count, _))| *count)
+                .map(|(name, _)| name.clone())
+            else {
+                break;
+            };
+            state.sections.remove(&rarest);
+            bytes = encode(&state);
+        }
+        bytes
     }
 
     /// Adds the observations of a [`state`](TimeoutEstimator::state) from a
