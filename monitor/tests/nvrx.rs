@@ -132,3 +132,20 @@ fn load_nvrx_reads_a_file_with_the_trust_rules_of_load() {
     std::os::unix::fs::symlink(&path, &link).unwrap();
     assert!(MonitorConfig::load_nvrx(&link).is_err());
 }
+
+#[test]
+fn an_nvrx_file_may_carry_our_health_checks_section() {
+    let nvrx = MonitorConfig::from_nvrx(
+        "fault_tolerance:\n  rank_heartbeat_timeout: 3\n  health_checks:\n    nic:\n      devices: [eth0]\n      interval_ms: 250\n",
+    )
+    .unwrap();
+    let nic = nvrx.monitor.health.nic.unwrap();
+    assert_eq!(nic.devices, ["eth0"]);
+    assert_eq!(nic.interval, Duration::from_millis(250));
+    assert!(nvrx.warnings.is_empty(), "{:?}", nvrx.warnings);
+    // Strict inside, as in our own file.
+    let error = MonitorConfig::from_nvrx("health_checks:\n  nic:\n    device: [eth0]\n")
+        .unwrap_err()
+        .to_string();
+    assert!(error.contains("unknown field `device`"), "{error}");
+}
