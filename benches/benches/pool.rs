@@ -27,8 +27,8 @@ fn rts() -> (File, rts_alloc::Allocator) {
     let file = File::from(fd);
     // SAFETY: a fresh memfd of ours that nothing else maps; it outlives the
     // allocator (both are returned together and dropped together).
-    let alloc = unsafe { rts_alloc::Allocator::create(&file, RTS_FILE, 4, RTS_SLAB) }
-        .expect("rts-alloc");
+    let alloc =
+        unsafe { rts_alloc::Allocator::create(&file, RTS_FILE, 4, RTS_SLAB) }.expect("rts-alloc");
     (file, alloc)
 }
 

@@ -363,6 +363,16 @@ impl Handle {
                 "not a multiple of the slab's block size {size}"
             )));
         }
+        // A class that does not divide the slab leaves a tail no block
+        // covers: a descriptor there (which only a hostile writer can mark
+        // allocated) must not pass for a block that would run into the
+        // next slab.
+        let blocks = Geometry::blocks(size);
+        if index >= blocks as u64 {
+            return Err(not_block(format!(
+                "past the last of the {blocks} blocks of {size} bytes in its slab {slab}"
+            )));
+        }
         Ok(Located {
             slab,
             index: index as usize,
