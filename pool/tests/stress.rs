@@ -1,0 +1,269 @@
+//! The queue and the pool together under load, across processes: this
+//! process and two children, each child with a pair of queues. This side
+//! allocates a block of a random size, fills it and sends its reference;
+//! the child checks every byte, allocates a reply block of another size,
+//! fills it, frees the block it got (a remote free back to us) and sends the
+//! reply's reference back; we check every byte and free it (a remote free
+//! back to the child). Both sides clean up as they allocate. At the end both
+//! sides' occupancy is 0. Seconds by default; `NODEIPC_CI_LONG=1`: minutes.
+
+use std::time::{Duration, Instant};
+
+use nodeipc_pool::{BlockRef, Error, Handle, Pool, PoolConfig};
+use nodeipc_queue::{Consumer, Producer, Queue};
+use nodeipc_testkit::{
+    ChildGuard, Watchdog, shm_leftovers, spawn_child, this_test_in_a_child, unique_name,
+};
+
+const CHILD: &str = "NODEIPC_POOL_STRESS_CHILD";
+const SCHEMA: u64 = 0x7374_7265_7373; // "stress"
+const T: Duration = Duration::from_secs(10);
+const CHILDREN: usize = 2;
+/// Blocks in flight to each child at most.
+const IN_FLIGHT: usize = 48;
+/// The end of a child's stream.
+const END: u64 = u64::MAX;
+
+/// `[block bits, size, sequence number, 0]`.
+type Msg = [u64; 4];
+
+fn long() -> bool {
+    std::env::var("NODEIPC_CI_LONG").is_ok_and(|v| v == "1")
+}
+
+/// The bytes of request (`reply == false`) or reply `seq`, `size` long.
+fn pattern(seq: u64, size: usize, reply: bool) -> Vec<u8> {
+    let salt = if reply { 0x5a } else { 0xa5 };
+    (0..size)
+        .map(|i| {
+            (seq as usize)
+                .wrapping_mul(7)
+                .wrapping_add(i.wrapping_mul(13)) as u8
+                ^ salt
+        })
+        .collect()
+}
+
+/// Sizes from 1 byte to 16 KiB, spread over every class up to there.
+fn size_of_request(seq: u64) -> usize {
+    1 + (seq.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 50) as usize
+}
+
+fn size_of_reply(seq: u64) -> usize {
+    1 + (seq.wrapping_mul(0xbf58_476d_1ce4_e5b9) >> 51) as usize
+}
+
+/// Allocates, cleaning up and retrying while the pool is full (the peer
+/// frees as it goes), for up to `T`.
+fn alloc(h: &mut Handle, size: usize) -> BlockRef {
+    let deadline = Instant::now() + T;
+    loop {
+        match h.alloc(size) {
+            Ok(b) => return b,
+            Err(Error::Full { .. }) if Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_micros(100));
+            }
+            Err(e) => panic!("alloc({size}): {e}"),
+        }
+    }
+}
+
+fn check(h: &Handle, block: BlockRef, want: &[u8]) {
+    let mut got = vec![0u8; want.len()];
+    h.read_at(block, 0, &mut got).unwrap();
+    assert!(got == want, "block {block:?}: bytes differ");
+}
+
+/// A child: `<pool> <requests queue> <replies queue>`.
+#[test]
+fn child_main() {
+    let Ok(spec) = std::env::var(CHILD) else {
+        return;
+    };
+    let names: Vec<&str> = spec.split(' ').collect();
+    let mut h = Handle::open(names[0], T).unwrap();
+    let mut rx = Consumer::<Msg>::open(names[1], SCHEMA, T).unwrap();
+    let mut tx = Producer::<Msg>::open(names[2], SCHEMA, T).unwrap();
+    println!("ready");
+    let mut served = 0u64;
+    loop {
+        let [bits, size, seq, _] = rx.pop_timeout(T).unwrap();
+        if seq == END {
+            break;
+        }
+        let request = BlockRef::from_bits(bits);
+        check(&h, request, &pattern(seq, size as usize, false));
+        let reply_size = size_of_reply(seq);
+        let reply = alloc(&mut h, reply_size);
+        h.write_at(reply, 0, &pattern(seq, reply_size, true))
+            .unwrap();
+        h.free(request).unwrap();
+        tx.push_timeout(&[reply.to_bits(), reply_size as u64, seq, 0], T)
+            .unwrap();
+        served += 1;
+    }
+    // Every reply was freed by the parent before it sent the end.
+    h.clean_remote_frees().unwrap();
+    assert_eq!(
+        h.occupancy().unwrap(),
+        0,
+        "the child's blocks after the end"
+    );
+    println!("served {served}");
+}
+
+/// Reads the child's output up to its "ready" (after the test harness's
+/// own lines), byte by byte: nothing after it is consumed.
+fn wait_until_ready(guard: &mut ChildGuard) {
+    let stdout = guard.child().stdout.as_mut().expect("piped stdout");
+    let mut line = Vec::new();
+    let mut byte = [0u8; 1];
+    loop {
+        let n = std::io::Read::read(stdout, &mut byte).unwrap();
+        assert!(
+            n == 1,
+            "the child ended before it was ready: {:?}",
+            String::from_utf8_lossy(&line)
+        );
+        if byte[0] == b'\n' {
+            if line.ends_with(b"ready") {
+                return;
+            }
+            line.clear();
+        } else {
+            line.push(byte[0]);
+        }
+    }
+}
+
+struct Child {
+    guard: ChildGuard,
+    tx: Producer<Msg>,
+    rx: Consumer<Msg>,
+    /// Sequence numbers sent and not yet answered, with their blocks.
+    in_flight: Vec<(u64, BlockRef)>,
+    answered: u64,
+}
+
+#[test]
+fn queue_and_pool_under_load_across_processes() {
+    let run_for = if long() {
+        Duration::from_secs(180)
+    } else {
+        Duration::from_secs(3)
+    };
+    let _dog = Watchdog::new(
+        "queue_and_pool_under_load_across_processes",
+        run_for + Duration::from_secs(60),
+    );
+    let tag = "pool-stress";
+    let pool_name = unique_name(tag);
+    let pool = Pool::create(&pool_name, &PoolConfig::new(128, 1 + CHILDREN as u32)).unwrap();
+    let mut h = pool.handle().unwrap();
+    let mut queues = Vec::new();
+    let mut children: Vec<Child> = (0..CHILDREN)
+        .map(|_| {
+            let (requests, replies) = (unique_name(tag), unique_name(tag));
+            let req = Queue::<Msg>::create(&requests, 256, SCHEMA).unwrap();
+            let rep = Queue::<Msg>::create(&replies, 256, SCHEMA).unwrap();
+            let mut command = this_test_in_a_child("child_main");
+            command.env(CHILD, format!("{pool_name} {requests} {replies}"));
+            let mut guard = spawn_child(&mut command);
+            wait_until_ready(&mut guard);
+            let child = Child {
+                guard,
+                tx: req.producer().unwrap(),
+                rx: rep.consumer().unwrap(),
+                in_flight: Vec::new(),
+                answered: 0,
+            };
+            queues.push((req, rep));
+            child
+        })
+        .collect();
+    let start = Instant::now();
+    let mut seq = 0u64;
+    let mut last_progress = Instant::now();
+    loop {
+        let sending = start.elapsed() < run_for;
+        let mut progress = false;
+        for child in &mut children {
+            if sending && child.in_flight.len() < IN_FLIGHT {
+                let size = size_of_request(seq);
+                let block = alloc(&mut h, size);
+                h.write_at(block, 0, &pattern(seq, size, false)).unwrap();
+                assert!(
+                    child
+                        .tx
+                        .try_push(&[block.to_bits(), size as u64, seq, 0])
+                        .unwrap(),
+                    "the request queue is larger than what is in flight"
+                );
+                child.in_flight.push((seq, block));
+                seq += 1;
+                progress = true;
+            }
+            while let Some([bits, size, answered, _]) = child.rx.try_pop().unwrap() {
+                let at = child
+                    .in_flight
+                    .iter()
+                    .position(|(s, _)| *s == answered)
+                    .unwrap_or_else(|| {
+                        panic!("a reply to {answered}, never sent or answered twice")
+                    });
+                child.in_flight.swap_remove(at);
+                let reply = BlockRef::from_bits(bits);
+                assert_eq!(size as usize, size_of_reply(answered));
+                check(&h, reply, &pattern(answered, size as usize, true));
+                h.free(reply).unwrap();
+                child.answered += 1;
+                progress = true;
+            }
+            assert!(child.rx.peer_alive(), "child {} died", child.guard.id());
+        }
+        if !sending && children.iter().all(|c| c.in_flight.is_empty()) {
+            break;
+        }
+        if progress {
+            last_progress = Instant::now();
+        } else {
+            assert!(
+                last_progress.elapsed() < T,
+                "no progress for {T:?}: in flight {:?}",
+                children
+                    .iter()
+                    .map(|c| c.in_flight.len())
+                    .collect::<Vec<_>>()
+            );
+            std::thread::yield_now();
+        }
+    }
+    let mut total = 0;
+    for child in &mut children {
+        child.tx.push_timeout(&[0, 0, END, 0], T).unwrap();
+        let status = child.guard.wait_timeout(T);
+        let mut out = String::new();
+        let stdout = child.guard.child().stdout.as_mut().expect("piped stdout");
+        std::io::Read::read_to_string(stdout, &mut out).unwrap();
+        assert!(status.success(), "child: {status}\n{out}");
+        assert!(
+            out.contains(&format!("served {}", child.answered)),
+            "the child served another count than answered ({}): {out}",
+            child.answered
+        );
+        total += child.answered;
+    }
+    h.clean_remote_frees().unwrap();
+    assert_eq!(h.occupancy().unwrap(), 0, "our blocks after the end");
+    eprintln!(
+        "{total} round trips in {:?} ({} children), every byte checked",
+        start.elapsed(),
+        CHILDREN
+    );
+    assert!(
+        total > 1000,
+        "too little traffic to count as stress: {total}"
+    );
+    drop((children, queues, h, pool));
+    assert!(shm_leftovers(tag).is_empty(), "{:?}", shm_leftovers(tag));
+}
