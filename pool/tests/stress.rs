@@ -209,7 +209,9 @@ fn pump(h: &mut Handle, children: &mut [Child], seq: &mut u64, run_for: Duration
                 take_reply(h, child, reply);
                 progress = true;
             }
-            assert!(child.rx.peer_alive(), "child {} died", child.guard.id());
+            if !child.rx.peer_alive() {
+                died(child);
+            }
         }
         if !sending && (!drain || children.iter().all(|c| c.in_flight.is_empty())) {
             return;
@@ -228,6 +230,17 @@ fn pump(h: &mut Handle, children: &mut [Child], seq: &mut u64, run_for: Duration
             std::thread::yield_now();
         }
     }
+}
+
+/// A child that died unasked: its status and what it said.
+fn died(child: &mut Child) -> ! {
+    let pid = child.guard.id();
+    let status = child.guard.wait_timeout(T);
+    let mut err = String::new();
+    if let Some(stderr) = child.guard.child().stderr.as_mut() {
+        let _ = std::io::Read::read_to_string(stderr, &mut err);
+    }
+    panic!("child {pid} died ({status}):\n{err}");
 }
 
 /// Ends every child's stream; each checks its own occupancy is 0 and says
