@@ -64,12 +64,13 @@ fn child_main() {
             // One slab of 256-byte blocks kept live, one of 4 KiB freed whole.
             let mut h = Handle::open(name, T).unwrap();
             let live: Vec<BlockRef> = (0..20).map(|_| h.alloc(256).unwrap()).collect();
-            for _ in 0..2 {
-                let b = h.alloc(4096).unwrap();
-                h.free(b).unwrap();
-            }
+            let page = h.alloc(4096).unwrap();
+            let kept = h.alloc(4096).unwrap();
+            h.free(page).unwrap();
             let live: Vec<String> = live.iter().map(|b| b.to_bits().to_string()).collect();
             println!("live {}", live.join(" "));
+            // Handed to the parent, which frees it after our death.
+            println!("kept {}", kept.to_bits());
             println!("ready");
             thread::sleep(Duration::from_secs(60));
         }
@@ -167,7 +168,8 @@ fn a_killed_handles_slabs_are_adopted_and_its_live_blocks_kept() {
     let _next = pool.handle().unwrap();
 }
 
-/// A dead handle's slab with no live block goes back to the pool rather
+/// A dead handle's slab with no live block (its last one freed remotely
+/// after the death) goes back to the pool rather
 /// than to the reclaimer, so handles that die and are replaced do not use
 /// the slabs up; it keeps its class (a stale reference into it must still
 /// be told by its generation), while a slab never allocated from takes any.
@@ -189,7 +191,18 @@ fn a_dead_handles_empty_slabs_go_back_to_the_pool_keeping_their_class() {
         .split(' ')
         .map(|b| BlockRef::from_bits(b.parse().unwrap()))
         .collect();
+    let kept = lines
+        .iter()
+        .find_map(|l| {
+            l.strip_prefix("kept ")
+                .or_else(|| l.split_once("kept ").map(|(_, b)| b))
+        })
+        .map(|b| BlockRef::from_bits(b.parse().unwrap()))
+        .expect("the child's kept block");
     doomed.kill();
+    // Freed after its owner's death: a remote free nobody cleans up but the
+    // reclaim, which takes it back, finds the slab empty and hands it back.
+    survivor.free(kept).unwrap();
     let reclaimed = survivor.reclaim_dead().unwrap();
     assert_eq!(
         (reclaimed.handles, reclaimed.slabs, reclaimed.released),

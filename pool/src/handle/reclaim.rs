@@ -53,10 +53,14 @@ impl Handle {
                 continue; // a garbled class: the slab's blocks stay unused
             };
             let n = Geometry::blocks(self.geo.classes[class]);
-            // Nobody else can change a slab with no block allocated: a free
-            // needs an allocated block, and only its owner (now us)
-            // allocates. Its class stays, so a stale reference into it is
-            // still told by its generation.
+            let mut found = Vec::new();
+            self.slab(s)?
+                .adopt(n, |i| found.push(s * MAX_BLOCKS as u32 + i as u32));
+            // Its remote frees are taken back: a slab left with no block
+            // allocated goes back to the pool. Nobody else can change it
+            // meanwhile: a free needs an allocated block, and only its
+            // owner (now us) allocates. Its class stays, so a stale
+            // reference into it is still told by its generation.
             if release_empty
                 && self.slab(s)?.occupied(n) == 0
                 && owner
@@ -67,9 +71,6 @@ impl Handle {
                 continue;
             }
             slabs += 1;
-            let mut found = Vec::new();
-            self.slab(s)?
-                .adopt(n, |i| found.push(s * MAX_BLOCKS as u32 + i as u32));
             blocks += found.len();
             self.free[class].extend(found);
         }
