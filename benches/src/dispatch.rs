@@ -19,6 +19,7 @@ pub fn run_if_peer() {
         ["barrier", rest @ ..] => crate::barrier::peer_main(rest),
         ["kittens", rest @ ..] => crate::kittens::peer_main(rest),
         ["chan-worker", rest @ ..] => crate::channel::peer_main(rest),
+        ["queue", rest @ ..] => crate::queue::peer_main(rest),
         [role @ ("scm-sink" | "fd-holder"), rest @ ..] => crate::fdpass::peer_main(role, rest),
         _ => Err(io::Error::other(format!(
             "unknown benchmark peer role {spec:?}"

@@ -16,6 +16,7 @@ pub mod kittens;
 pub mod machine;
 pub mod monitor;
 mod peer;
+pub mod queue;
 pub mod ring;
 pub mod stats;
 pub mod suite;

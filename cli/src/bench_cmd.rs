@@ -71,6 +71,8 @@ enum Only {
     },
     /// Heartbeats: the shared-memory fast path against the socket.
     Monitor,
+    /// The queue: a 64-byte round trip and a batched stream between two processes.
+    Queue,
 }
 
 pub(crate) fn run(args: BenchArgs) -> CmdResult {
@@ -105,6 +107,7 @@ pub(crate) fn run(args: BenchArgs) -> CmdResult {
             depth,
         }) => suite::channel(options, workers.map(|w| (w, payload, iters)), depth),
         Some(Only::Monitor) => suite::monitor(options),
+        Some(Only::Queue) => suite::queue(options),
     };
     stream.end_progress();
     match done {

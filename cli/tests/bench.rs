@@ -198,3 +198,42 @@ fn regression_kittens_rows_are_printed() {
         "{out}"
     );
 }
+
+/// The queue's rows: a round trip beside the cache-line floor and a Unix
+/// socket, and a batched stream beside the socket, each with its figures.
+#[test]
+fn queue_json_has_both_rows_with_their_baselines() {
+    let _dog = Watchdog::new("bench queue json", Duration::from_secs(150));
+    let out = bench(&["--quick", "--json", "queue"]);
+    let rows: Vec<serde_json::Value> = out
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect();
+    assert_eq!(rows.len(), 2, "{out}");
+    for row in &rows {
+        assert_eq!(row["bench"], "queue", "{row}");
+        assert_eq!(row["payload"], 64, "{row}");
+        assert_eq!(row["impl"], "nodeipc queue", "{row}");
+        assert!(row["ns_per_op"].as_f64().unwrap() > 0.0, "{row}");
+        let socket = row["baselines"]["unix-socket"]["ns_per_op"].as_f64();
+        assert!(socket.unwrap() > 0.0, "{row}");
+        assert!(row["ratio"]["unix-socket"].as_f64().unwrap() > 0.0, "{row}");
+    }
+    assert!(
+        rows[0]["what"].as_str().unwrap().contains("round trip"),
+        "{}",
+        rows[0]
+    );
+    assert!(
+        rows[0]["baselines"]["cache-line"]["ns_per_op"]
+            .as_f64()
+            .unwrap()
+            > 0.0
+    );
+    assert_eq!(rows[1]["batch"], 64, "{}", rows[1]);
+    assert!(
+        rows[1]["note"].as_str().unwrap().contains("M messages/s"),
+        "{}",
+        rows[1]
+    );
+}

@@ -16,16 +16,9 @@ use crate::slab::{self, BITMAP_WORDS, MAX_BLOCKS, Refused, Slab};
 use crate::slab_table::{SlabMeta, shifts, views};
 use crate::{Error, Result};
 
-/// What a reclaim of dead handles took back.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Reclaimed {
-    /// Dead handles released.
-    pub handles: usize,
-    /// Their slabs, now ours.
-    pub slabs: usize,
-    /// Their free and remotely freed blocks, now ours to allocate.
-    pub blocks: usize,
-}
+mod reclaim;
+
+pub use reclaim::Reclaimed;
 
 /// A located, checked block.
 struct Located {
@@ -111,7 +104,7 @@ impl Handle {
                     e.start.store(ident.1, Ordering::Release);
                     e.joins.fetch_add(1, Ordering::AcqRel);
                     handle.me = Some(h);
-                    handle.adopt_slabs_of(h)?;
+                    handle.adopt_slabs_of(h, false)?;
                     return Ok(handle);
                 }
             }
@@ -224,33 +217,6 @@ impl Handle {
         Ok((class < self.geo.classes.len()).then_some(class))
     }
 
-    /// Adopts every slab whose owner word names handle `h`; returns (slabs, blocks).
-    fn adopt_slabs_of(&mut self, h: u32) -> Result<(usize, usize)> {
-        let Some(me) = self.me else { return Ok((0, 0)) };
-        let (mut slabs, mut blocks) = (0, 0);
-        for s in 0..self.geo.slabs {
-            let owner = self.owner_word(s)?;
-            if owner
-                .compare_exchange(h + 1, me + 1, Ordering::AcqRel, Ordering::Acquire)
-                .is_err()
-                && !(h == me && owner.load(Ordering::Acquire) == me + 1)
-            {
-                continue;
-            }
-            slabs += 1;
-            let Some(class) = self.class_of(s)? else {
-                continue; // a garbled class: the slab's blocks stay unused
-            };
-            let n = Geometry::blocks(self.geo.classes[class]);
-            let mut found = Vec::new();
-            self.slab(s)?
-                .adopt(n, |i| found.push(s * MAX_BLOCKS as u32 + i as u32));
-            blocks += found.len();
-            self.free[class].extend(found);
-        }
-        Ok((slabs, blocks))
-    }
-
     /// Allocates a block of at least `size` bytes.
     ///
     /// # Errors
@@ -300,11 +266,17 @@ impl Handle {
         })
     }
 
-    /// Takes an unowned slab for `class`; `false` when none is left.
+    /// Takes an unowned slab for `class`; `false` when none is left. A
+    /// slab handed back keeps its class: taking it for another would let a
+    /// stale reference to one of its old blocks land on a new block whose
+    /// descriptor happens to carry the same generation. Only a slab none
+    /// of whose blocks was ever allocated changes class.
     fn claim_slab(&mut self, me: u32, class: usize) -> Result<bool> {
         for s in 0..self.geo.slabs {
             let owner = self.owner_word(s)?;
             if owner.load(Ordering::Relaxed) != 0
+                || (self.class_word(s)?.load(Ordering::Acquire) as usize != class
+                    && !self.slab(s)?.pristine())
                 || owner
                     .compare_exchange(0, me + 1, Ordering::AcqRel, Ordering::Acquire)
                     .is_err()
@@ -361,6 +333,16 @@ impl Handle {
         if rest != 0 {
             return Err(not_block(format!(
                 "not a multiple of the slab's block size {size}"
+            )));
+        }
+        // A class that does not divide the slab leaves a tail no block
+        // covers: a descriptor there (which only a hostile writer can mark
+        // allocated) must not pass for a block that would run into the
+        // next slab.
+        let blocks = Geometry::blocks(size);
+        if index >= blocks as u64 {
+            return Err(not_block(format!(
+                "past the last of the {blocks} blocks of {size} bytes in its slab {slab}"
             )));
         }
         Ok(Located {
@@ -524,46 +506,6 @@ impl Handle {
     pub fn write_at(&self, block: BlockRef, at: usize, data: &[u8]) -> Result<()> {
         let offset = self.checked_range(block, at, data.len())?;
         Ok(self.region.write_at(offset, data)?)
-    }
-
-    /// Releases every handle whose holder is confirmed dead and adopts its
-    /// slabs: their free and remotely freed blocks become ours; blocks still
-    /// allocated stay live until their holders free them (to us).
-    ///
-    /// # Errors
-    /// [`Error::InvalidArgument`] from a free-only handle.
-    pub fn reclaim_dead(&mut self) -> Result<Reclaimed> {
-        if self.me.is_none() {
-            return Err(Error::InvalidArgument {
-                pool: self.label(),
-                what: "reclaim from a free-only handle",
-                value: 0,
-                limit: "only a handle that owns slabs can adopt them",
-            });
-        }
-        let mut done = Reclaimed::default();
-        for h in 0..self.geo.handles {
-            if Some(h) == self.me {
-                continue;
-            }
-            let region = self.region.clone();
-            let e = entry(&region, &self.geo, h)?;
-            let pid = e.pid.load(Ordering::Acquire);
-            if pid == 0 || holder_alive(pid, e.start.load(Ordering::Acquire))? {
-                continue;
-            }
-            let (slabs, blocks) = self.adopt_slabs_of(h)?;
-            if e.pid
-                .compare_exchange(pid, 0, Ordering::AcqRel, Ordering::Acquire)
-                .is_ok()
-            {
-                e.start.store(0, Ordering::Release);
-                done.handles += 1;
-            }
-            done.slabs += slabs;
-            done.blocks += blocks;
-        }
-        Ok(done)
     }
 
     /// Blocks our slabs hold (allocated, or freed remotely and not yet cleaned up).

@@ -180,6 +180,15 @@ impl Slab<'_> {
         }
     }
 
+    /// Whether no block of the slab was ever allocated (every descriptor
+    /// still generation 0, free): no reference to it can exist, so it may
+    /// take any class.
+    pub(crate) fn pristine(&self) -> bool {
+        self.descriptors
+            .iter()
+            .all(|d| d.load(Ordering::Acquire) == 0)
+    }
+
     /// Blocks allocated or awaiting the owner's clean-up.
     pub(crate) fn occupied(&self, blocks: usize) -> usize {
         self.descriptors

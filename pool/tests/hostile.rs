@@ -149,3 +149,52 @@ fn a_thread_flipping_metadata_causes_errors_at_worst() {
         "the pool was used while garbled"
     );
 }
+
+/// A class that does not divide the 64 KiB slab (320 B: 204 blocks, 256
+/// bytes left over) leaves a tail no block covers. Its descriptor, marked
+/// allocated by a hostile writer, must not make an offset in that tail pass
+/// for a block: a read, a write or a free there would run into the next
+/// slab's first block (or, freed, hand that range out again).
+#[test]
+fn regression_an_offset_in_a_slabs_uncovered_tail_is_not_a_block() {
+    let pool = Pool::anonymous(&PoolConfig {
+        slabs: 2,
+        handles: 1,
+        classes: vec![320],
+    })
+    .unwrap();
+    let mut h = pool.handle().unwrap();
+    let first = h.alloc(300).unwrap();
+    // Slab 0's block 0: the pool's data starts there (layout in the README).
+    let data_at = first.offset();
+    assert_eq!(data_at % 4096, 0);
+    let blocks = 65536 / 320;
+    let tail = data_at + blocks * 320;
+    // Descriptor of "block" 204 of slab 0: 128 + 64 × handles + 64 × slabs + 4 × 204.
+    let descriptor = 128 + 64 + 2 * 64 + 4 * blocks as usize;
+    let generation = 1u32;
+    pool.region()
+        .write_at(descriptor, &(generation << 8 | 1).to_ne_bytes())
+        .unwrap();
+    let forged = BlockRef::from_bits(u64::from(generation) << 40 | tail);
+    let mut buf = [0u8; 320];
+    for result in [
+        h.read_at(forged, 0, &mut buf),
+        h.write_at(forged, 0, &buf),
+        h.free(forged),
+    ] {
+        match result {
+            Err(nodeipc_pool::Error::NotABlock { offset, reason, .. }) => {
+                assert_eq!(offset, tail);
+                assert!(
+                    reason.contains("past the last of the 204 blocks"),
+                    "{reason}"
+                );
+            }
+            other => panic!("the uncovered tail passed for a block: {other:?}"),
+        }
+    }
+    // The real blocks are unaffected.
+    h.write_at(first, 0, &[7; 320]).unwrap();
+    h.free(first).unwrap();
+}

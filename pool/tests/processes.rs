@@ -6,7 +6,7 @@ use std::io::{BufRead, BufReader};
 use std::thread;
 use std::time::Duration;
 
-use nodeipc_pool::{BlockRef, Handle, Pool, PoolConfig};
+use nodeipc_pool::{BlockRef, Error, Handle, Pool, PoolConfig};
 use nodeipc_testkit::{
     ChildGuard, Watchdog, shm_leftovers, spawn_child, this_test_in_a_child, unique_name,
 };
@@ -57,6 +57,20 @@ fn child_main() {
                 .map(|b| b.to_bits().to_string())
                 .collect();
             println!("live {}", live.join(" "));
+            println!("ready");
+            thread::sleep(Duration::from_secs(60));
+        }
+        "mixed-then-hang" => {
+            // One slab of 256-byte blocks kept live, one of 4 KiB freed whole.
+            let mut h = Handle::open(name, T).unwrap();
+            let live: Vec<BlockRef> = (0..20).map(|_| h.alloc(256).unwrap()).collect();
+            let page = h.alloc(4096).unwrap();
+            let kept = h.alloc(4096).unwrap();
+            h.free(page).unwrap();
+            let live: Vec<String> = live.iter().map(|b| b.to_bits().to_string()).collect();
+            println!("live {}", live.join(" "));
+            // Handed to the parent, which frees it after our death.
+            println!("kept {}", kept.to_bits());
             println!("ready");
             thread::sleep(Duration::from_secs(60));
         }
@@ -152,4 +166,62 @@ fn a_killed_handles_slabs_are_adopted_and_its_live_blocks_kept() {
     assert_eq!(after[1].pid, 0, "the dead handle's slot is free again");
     // And a new process can take it.
     let _next = pool.handle().unwrap();
+}
+
+/// A dead handle's slab with no live block (its last one freed remotely
+/// after the death) goes back to the pool rather
+/// than to the reclaimer, so handles that die and are replaced do not use
+/// the slabs up; it keeps its class (a stale reference into it must still
+/// be told by its generation), while a slab never allocated from takes any.
+#[test]
+fn a_dead_handles_empty_slabs_go_back_to_the_pool_keeping_their_class() {
+    let _dog = Watchdog::new(
+        "a_dead_handles_empty_slabs_go_back_to_the_pool_keeping_their_class",
+        Duration::from_secs(60),
+    );
+    let name = unique_name("pool-release");
+    let pool = Pool::create(&name, &PoolConfig::new(3, 2)).unwrap();
+    let mut survivor = pool.handle().unwrap();
+    let mut doomed = child(format!("mixed-then-hang {name}"));
+    let lines = lines_until_ready(&mut doomed);
+    let live: Vec<BlockRef> = lines
+        .iter()
+        .find_map(|l| l.split_once("live ").map(|(_, refs)| refs))
+        .expect("the child's live blocks")
+        .split(' ')
+        .map(|b| BlockRef::from_bits(b.parse().unwrap()))
+        .collect();
+    let kept = lines
+        .iter()
+        .find_map(|l| {
+            l.strip_prefix("kept ")
+                .or_else(|| l.split_once("kept ").map(|(_, b)| b))
+        })
+        .map(|b| BlockRef::from_bits(b.parse().unwrap()))
+        .expect("the child's kept block");
+    doomed.kill();
+    // Freed after its owner's death: a remote free nobody cleans up but the
+    // reclaim, which takes it back, finds the slab empty and hands it back.
+    survivor.free(kept).unwrap();
+    let reclaimed = survivor.reclaim_dead().unwrap();
+    assert_eq!(
+        (reclaimed.handles, reclaimed.slabs, reclaimed.released),
+        (1, 1, 1),
+        "{reclaimed:?}"
+    );
+    assert_eq!(reclaimed.blocks, 256 - 20);
+    assert_eq!(survivor.occupancy().unwrap(), 20);
+    // The third slab was never used: it takes any class.
+    let kib = survivor.alloc(1024).unwrap();
+    // The released one was a slab of 4 KiB blocks: not for 2 KiB ones…
+    assert!(matches!(
+        survivor.alloc(2048),
+        Err(Error::Full { class: 2048, .. })
+    ));
+    // …but for 4 KiB ones again.
+    let page = survivor.alloc(4096).unwrap();
+    for b in live.into_iter().chain([kib, page]) {
+        survivor.free(b).unwrap();
+    }
+    assert_eq!(survivor.occupancy().unwrap(), 0);
 }

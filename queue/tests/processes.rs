@@ -53,6 +53,12 @@ fn child_main() {
                 thread::sleep(Duration::from_secs(60));
             }
         }
+        "consume-parked" => {
+            let mut rx = Consumer::<Msg>::open(name, SCHEMA, T).unwrap();
+            println!("ready");
+            // Nothing comes: it parks on the tail until it is killed.
+            let _ = rx.pop_timeout(Duration::from_secs(60));
+        }
         "consume-then-hang" => {
             let mut rx = Consumer::<Msg>::open(name, SCHEMA, T).unwrap();
             for seq in from..from + count {
@@ -198,6 +204,20 @@ fn a_restarted_producer_takes_the_role_back_with_the_contents_intact() {
     let mut first = child("produce-then-hang", &name, 0, 40);
     ready(&mut first);
     let first_pid = first.id();
+    // A live producer holds the role: a second is refused, naming its pid.
+    match Producer::<Msg>::open(&name, SCHEMA, T) {
+        Err(
+            e @ Error::RoleTaken {
+                role: Role::Producer,
+                pid,
+                ..
+            },
+        ) => {
+            assert_eq!(pid, first_pid);
+            assert!(e.to_string().contains(&name), "{e}");
+        }
+        other => panic!("expected RoleTaken, got {other:?}"),
+    }
     first.kill();
     // 40 messages wait in the ring; a new producer resumes after them.
     let mut second = child("produce", &name, 40, 20);
@@ -275,4 +295,40 @@ fn a_producer_blocked_on_a_killed_consumer_is_told_within_a_second() {
         other => panic!("expected PeerDied, got {other:?}"),
     }
     assert!(killed_at.elapsed() < Duration::from_secs(1));
+}
+
+/// A consumer killed while parked leaves its announcement in the parked
+/// count (offset 512); the consumer that takes the role over resets it, so
+/// the producer's pushes go back to waking nobody.
+#[test]
+fn a_takeover_resets_the_dead_holders_parked_count() {
+    let _dog = Watchdog::new(
+        "a_takeover_resets_the_dead_holders_parked_count",
+        Duration::from_secs(60),
+    );
+    let name = unique_name("queue-parked-takeover");
+    let queue = Queue::<Msg>::create(&name, 64, SCHEMA).unwrap();
+    let parked = || {
+        let mut word = [0u8; 4];
+        queue.region().read_at(512, &mut word).unwrap();
+        u32::from_ne_bytes(word)
+    };
+    let mut doomed = child("consume-parked", &name, 0, 0);
+    ready(&mut doomed);
+    let deadline = Instant::now() + T;
+    while parked() == 0 {
+        assert!(Instant::now() < deadline, "the child never parked");
+        thread::sleep(Duration::from_millis(5));
+    }
+    doomed.kill();
+    assert_eq!(
+        parked(),
+        1,
+        "a killed waiter cannot withdraw its announcement"
+    );
+    let mut rx = Consumer::<Msg>::open(&name, SCHEMA, T).unwrap();
+    assert_eq!(parked(), 0, "the takeover reset the parked count");
+    let mut tx = queue.producer().unwrap();
+    tx.try_push(&msg(1)).unwrap();
+    assert_eq!(rx.try_pop().unwrap(), Some(msg(1)));
 }

@@ -12,7 +12,7 @@ use crate::{Handoff, Ring, Summary};
 
 /// A contender passing a token around a ring of `members` processes: one
 /// batch is a fresh ring, warmed up, then `laps` laps.
-fn ring(handoff: Handoff, members: usize, laps: u64) -> Contender<'static> {
+pub(super) fn ring(handoff: Handoff, members: usize, laps: u64) -> Contender<'static> {
     Contender::new(handoff.name(), laps, move |laps| {
         let warm_up = (laps / 4).max(20);
         let mut ring = Ring::new(handoff, members, laps + warm_up, true)?;

@@ -9,10 +9,12 @@ use crate::Summary;
 
 mod kittens_row;
 mod layers;
+mod queue_rows;
 mod table;
 
 pub use kittens_row::kittens;
 pub use layers::{barrier, channel, channel_contender, fdpass, monitor, sem};
+pub use queue_rows::queue;
 pub use table::{table, table_header, table_row};
 
 /// How long to measure, and who hears of the progress.
@@ -249,5 +251,6 @@ pub fn all(options: Options) -> io::Result<Vec<Row>> {
     rows.extend(kittens(options)?);
     rows.extend(channel(options, None, 1)?);
     rows.extend(monitor(options)?);
+    rows.extend(queue(options)?);
     Ok(rows)
 }
