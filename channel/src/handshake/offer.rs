@@ -10,7 +10,8 @@ use nodeipc_proto::handshake::{
 };
 use nodeipc_shm::Region;
 
-use super::server::{Decision, Offer, passed};
+use super::server::passed;
+use nodeipc_handshake::{Decision, Offer};
 use crate::config::ChannelConfig;
 use crate::layout::{Layout, worker_flags};
 use crate::sem_kind::SemKind;
@@ -176,6 +177,7 @@ impl ChannelOffer {
                     },
                     semaphore_prefix: config.name.clone(),
                 }),
+                payload: Vec::new(),
             },
             descriptors: vec![request, response],
         })
