@@ -385,10 +385,14 @@ fn describe(
                 .map_err(|e| handshake(format!("fstat of descriptor {index}: {e}")))?
                 .st_size;
             if u64::try_from(actual).map_or(true, |actual| actual < described.size) {
+                let role = if described.role.is_empty() {
+                    String::new()
+                } else {
+                    format!(" {:?}", described.role)
+                };
                 return Err(handshake(format!(
-                    "descriptor {index} ({} {:?}) holds {actual} bytes, the accept says {}",
+                    "descriptor {index} ({}{role}) holds {actual} bytes, the accept says {}",
                     kind.as_str_name(),
-                    described.role,
                     described.size
                 )));
             }
