@@ -322,8 +322,8 @@ fn read_reply(
     let closed_early = || handshake("the server closed the connection before answering".to_owned());
     let mut prefix = [0u8; LEN_PREFIX];
     let first_max = options.max_fds.min(SCM_MAX_FD);
-    let fds = nodeipc_fdpass::recv_fds_exact(&*stream, &mut prefix, first_max).map_err(
-        |e| match e {
+    let fds =
+        nodeipc_fdpass::recv_fds_exact(&*stream, &mut prefix, first_max).map_err(|e| match e {
             nodeipc_fdpass::Error::Closed { .. } => closed_early(),
             nodeipc_fdpass::Error::Io { source, .. } if hung_up(&source) => closed_early(),
             nodeipc_fdpass::Error::Io { source, .. } if is_timeout(&source) => {
@@ -333,8 +333,7 @@ fn read_reply(
                 context: peer(),
                 source,
             },
-        },
-    )?;
+        })?;
     let len = u32::from_le_bytes(prefix) as usize;
     if len > options.max_reply {
         return Err(handshake(format!(

@@ -156,9 +156,7 @@ impl HandshakeServer {
             ));
         }
         if options.max_logon < nodeipc_proto::LEN_PREFIX {
-            return Err(invalid(
-                "max_logon is smaller than a frame's length prefix",
-            ));
+            return Err(invalid("max_logon is smaller than a frame's length prefix"));
         }
         let listener = Listener::bind(&path).map_err(|source| Error::FdPass {
             context: format!("handshake server at {}", path.display()),

@@ -88,7 +88,10 @@ fn a_logon_of_another_protocol_version_is_rejected_naming_both() {
     match nodeipc_handshake::connect(server.path(), &old, Duration::from_secs(5)) {
         Err(Error::Rejected { code, reason }) => {
             assert_eq!(code, "REJECT_CODE_VERSION_MISMATCH");
-            assert!(reason.contains("version 7") && reason.contains("server 1"), "{reason}");
+            assert!(
+                reason.contains("version 7") && reason.contains("server 1"),
+                "{reason}"
+            );
         }
         other => panic!("{other:?}"),
     }
@@ -100,7 +103,11 @@ fn a_logon_of_another_protocol_version_is_rejected_naming_both() {
                 ..Accept::default()
             })),
         };
-        send(&stream, &nodeipc_proto::encode_frame_to_vec(&reply).unwrap(), &[]);
+        send(
+            &stream,
+            &nodeipc_proto::encode_frame_to_vec(&reply).unwrap(),
+            &[],
+        );
     });
     let reason = handshake_reason(nodeipc_handshake::connect(
         &path,
@@ -237,15 +244,21 @@ fn roles_other_than_the_client_expects_are_refused_naming_them() {
         dir.join("logon.sock"),
         HandshakeOptions::default(),
         |_, _| {
-            Ok(Offer::new()
-                .fd(FdKind::Queue, "a", 0, pipe_fd())
-                .fd(FdKind::Queue, "b", 0, pipe_fd()))
+            Ok(Offer::new().fd(FdKind::Queue, "a", 0, pipe_fd()).fd(
+                FdKind::Queue,
+                "b",
+                0,
+                pipe_fd(),
+            ))
         },
     )
     .unwrap();
-    let mut session =
-        nodeipc_handshake::connect(server.path(), &logon(&[], Vec::new()), Duration::from_secs(5))
-            .unwrap();
+    let mut session = nodeipc_handshake::connect(
+        server.path(),
+        &logon(&[], Vec::new()),
+        Duration::from_secs(5),
+    )
+    .unwrap();
     let reason = handshake_reason(session.expect_roles(&["a", "c"]));
     assert_eq!(
         reason,
@@ -265,9 +278,12 @@ fn roles_other_than_the_client_expects_are_refused_naming_them() {
         dir.join("twice.sock"),
         HandshakeOptions::default(),
         |_, _| {
-            Ok(Offer::new()
-                .fd(FdKind::Queue, "a", 0, pipe_fd())
-                .fd(FdKind::Queue, "a", 0, pipe_fd()))
+            Ok(Offer::new().fd(FdKind::Queue, "a", 0, pipe_fd()).fd(
+                FdKind::Queue,
+                "a",
+                0,
+                pipe_fd(),
+            ))
         },
     )
     .unwrap();
@@ -288,8 +304,11 @@ fn roles_other_than_the_client_expects_are_refused_naming_them() {
         },
     )
     .unwrap();
-    match nodeipc_handshake::connect(wrong.path(), &logon(&[], Vec::new()), Duration::from_secs(5))
-    {
+    match nodeipc_handshake::connect(
+        wrong.path(),
+        &logon(&[], Vec::new()),
+        Duration::from_secs(5),
+    ) {
         Err(Error::Rejected { code, reason }) => {
             assert_eq!(code, "REJECT_CODE_INTERNAL");
             assert_eq!(reason, "the server described 1 descriptors and offered 2");
@@ -310,10 +329,7 @@ fn a_zero_logon_timeout_is_refused_at_bind() {
         |_, _| Ok(Offer::new()),
     )
     .unwrap_err();
-    assert!(
-        err.to_string().contains("logon_timeout is 0"),
-        "{err}"
-    );
+    assert!(err.to_string().contains("logon_timeout is 0"), "{err}");
 }
 
 const UID_CHILD: &str = "NODEIPC_HS_UID_CHILD";
@@ -325,7 +341,10 @@ fn a_client_of_another_uid_is_refused_and_refuses_the_server() {
         // The child, as nobody: log on and say what happened.
         let result =
             nodeipc_handshake::connect(&path, &logon(&[], Vec::new()), Duration::from_secs(5));
-        println!("CHILD-RESULT: {:?}", result.map(|s| s.fds.len()).map_err(|e| e.to_string()));
+        println!(
+            "CHILD-RESULT: {:?}",
+            result.map(|s| s.fds.len()).map_err(|e| e.to_string())
+        );
         return;
     }
     if !nodeipc_testkit::is_root() {
@@ -366,6 +385,10 @@ fn a_client_of_another_uid_is_refused_and_refuses_the_server() {
     while server.stats().rejected == 0 && std::time::Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(10));
     }
-    assert_eq!(server.stats().rejected, 1, "the server did not refuse uid 65534");
+    assert_eq!(
+        server.stats().rejected,
+        1,
+        "the server did not refuse uid 65534"
+    );
     assert_eq!(server.stats().accepted, 0);
 }

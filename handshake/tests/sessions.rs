@@ -49,8 +49,18 @@ fn scheduler_like(
                 .fd(FdKind::Queue, "progress", 0, tagged(3));
             for w in 0..workers as u32 {
                 offer = offer
-                    .fd(FdKind::Queue, format!("worker.{w}.to"), 0, tagged(100 + 2 * w))
-                    .fd(FdKind::Queue, format!("worker.{w}.from"), 0, tagged(101 + 2 * w));
+                    .fd(
+                        FdKind::Queue,
+                        format!("worker.{w}.to"),
+                        0,
+                        tagged(100 + 2 * w),
+                    )
+                    .fd(
+                        FdKind::Queue,
+                        format!("worker.{w}.from"),
+                        0,
+                        tagged(101 + 2 * w),
+                    );
             }
             Ok(offer.payload(format!("workers={workers}").into_bytes()))
         },
@@ -131,13 +141,20 @@ fn several_clients_hold_sessions_at_once_and_each_side_sees_the_other_end() {
         .collect();
     let mut clients: Vec<_> = clients.into_iter().map(|t| t.join().unwrap()).collect();
     let mut on_server: Vec<ServerSession> = (0..4)
-        .map(|_| sessions.recv_timeout(Duration::from_secs(5)).expect("session"))
+        .map(|_| {
+            sessions
+                .recv_timeout(Duration::from_secs(5))
+                .expect("session")
+        })
         .collect();
     on_server.sort_by_key(|s| count(&s.logon, "workers"));
     clients.sort_by_key(|c| c.fds.len());
     for (i, (client, server_side)) in clients.iter().zip(&on_server).enumerate() {
         assert_eq!(client.fds.len(), 3 + 2 * i, "client {i}");
-        assert!(client.server_alive() && server_side.link.is_alive(), "client {i}");
+        assert!(
+            client.server_alive() && server_side.link.is_alive(),
+            "client {i}"
+        );
         assert_eq!(server_side.peer.pid, std::process::id());
     }
     // A client leaves: its server session sees it at once, the others not.
@@ -180,7 +197,10 @@ fn a_client_that_asks_too_much_is_rejected_with_the_servers_reason() {
         other => panic!("{other}"),
     }
     assert_eq!(server.stats().rejected, 1);
-    assert!(sessions.try_recv().is_err(), "a rejected logon left a session");
+    assert!(
+        sessions.try_recv().is_err(),
+        "a rejected logon left a session"
+    );
 }
 
 #[test]

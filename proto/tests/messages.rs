@@ -11,8 +11,8 @@ use nodeipc_proto::execute::{
     RecoverCommand, RecoverResponse, execute_request, execute_response,
 };
 use nodeipc_proto::handshake::{
-    Accept, ChannelGeometry, ClientKind, Count, FdKind, Logon, LogonReply, PROTOCOL_VERSION, PassedFd,
-    Reject, RejectCode, SemaphoreKind, logon_reply,
+    Accept, ChannelGeometry, ClientKind, Count, FdKind, Logon, LogonReply, PROTOCOL_VERSION,
+    PassedFd, Reject, RejectCode, SemaphoreKind, logon_reply,
 };
 use nodeipc_proto::monitor::{
     self, ClientMessage, EffectiveConfig, ErrorCode, Heartbeat, Init, MonitorState, OpenSection,

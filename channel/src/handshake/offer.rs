@@ -11,11 +11,11 @@ use nodeipc_proto::handshake::{
 use nodeipc_shm::Region;
 
 use super::server::passed;
-use nodeipc_handshake::{Decision, Offer};
 use crate::config::ChannelConfig;
 use crate::layout::{Layout, worker_flags};
 use crate::sem_kind::SemKind;
 use crate::{Coordinator, Error, Result};
+use nodeipc_handshake::{Decision, Offer};
 
 /// The decision a coordinator's handshake server makes: a logon of a worker
 /// rank inside the channel, not taken, whose expectations the channel meets

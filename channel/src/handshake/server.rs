@@ -20,7 +20,8 @@ use nodeipc_handshake::{Decision, HandshakeOptions, HandshakeStats};
 /// version is checked before the decision function sees a logon. Dropping
 /// the server stops it and removes the socket file. (See
 /// `nodeipc-handshake`, which does the work.)
-#[derive(Debug)]
+// Not `Debug`, as before it moved: a `Result<HandshakeServer>` keeps
+// `.err().expect(..)` in callers free of clippy's `err_expect`.
 pub struct HandshakeServer {
     inner: nodeipc_handshake::HandshakeServer,
 }
@@ -39,8 +40,8 @@ impl HandshakeServer {
         options: HandshakeOptions,
         decide: impl Fn(&Logon, &Credentials) -> Decision + Send + Sync + 'static,
     ) -> Result<HandshakeServer> {
-        let inner =
-            nodeipc_handshake::HandshakeServer::bind(path, options, decide).map_err(channel_error)?;
+        let inner = nodeipc_handshake::HandshakeServer::bind(path, options, decide)
+            .map_err(channel_error)?;
         Ok(HandshakeServer { inner })
     }
 
