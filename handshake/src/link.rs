@@ -97,7 +97,7 @@ impl PeerLink {
                 if let Some(pidfd) = &self.pidfd {
                     polls.push(PollFd::new(pidfd, PollFlags::IN));
                 }
-                let tick = nodeipc_shm::wait::timespec(left);
+                let tick = timespec(left);
                 match rustix::event::poll(&mut polls, Some(&tick)) {
                     Ok(_) | Err(Errno::INTR) => {}
                     // poll on our own two descriptors cannot fail otherwise;
@@ -159,4 +159,13 @@ fn peer_pidfd(stream: &UnixStream) -> Option<OwnedFd> {
     // SAFETY: the kernel just created `fd` for us (a new pidfd); nothing
     // else in this process knows it, so it is owned here alone.
     Some(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// A poll timeout; a `Duration` beyond `Timespec`'s range waits as long as
+/// it can.
+pub(crate) fn timespec(timeout: Duration) -> rustix::event::Timespec {
+    rustix::event::Timespec::try_from(timeout).unwrap_or(rustix::event::Timespec {
+        tv_sec: i64::MAX,
+        tv_nsec: 999_999_999,
+    })
 }
