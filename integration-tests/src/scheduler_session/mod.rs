@@ -20,7 +20,7 @@ use nodeipc_queue::{Pod, Zeroable};
 
 pub use peers::{run_scheduler, run_worker};
 pub use server::{SessionServer, Setup};
-pub use tpu::{Ledger, Tally, TpuProgress};
+pub use tpu::{Ledger, Tally, TpuProgress, WINDOW};
 
 /// A transaction as queues carry it: its id and its block.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Pod, Zeroable)]

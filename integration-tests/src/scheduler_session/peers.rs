@@ -127,9 +127,15 @@ struct WorkerEnds {
     checked: Instant,
 }
 
+/// Frees are batched per handle (`free_batch`, as rts-alloc batches its
+/// remote frees): a scheduler killed mid-stream holds up to this many
+/// blocks, which the TPU's ledger then frees.
+const FREE_BATCH: usize = 128;
+
 /// What the scheduler did.
 #[derive(Debug, Default)]
 struct Counts {
+    to_free: Vec<Vec<BlockRef>>,
     forwarded: u64,
     completed: u64,
     corrupt: u64,
@@ -189,7 +195,10 @@ pub fn run_scheduler(socket: &Path, workers: u32, handles: u32) -> Result<()> {
         });
     }
     println!("SCHEDULER-READY pid={}", std::process::id());
-    let mut counts = Counts::default();
+    let mut counts = Counts {
+        to_free: vec![Vec::new(); pool.len()],
+        ..Counts::default()
+    };
     let mut pending: VecDeque<Tx> = VecDeque::new();
     let mut txs = [Tx::zeroed(); 64];
     let mut dones = [Done::zeroed(); 64];
@@ -240,6 +249,9 @@ pub fn run_scheduler(socket: &Path, workers: u32, handles: u32) -> Result<()> {
         let n = progress.try_pop_into(&mut ticks)?;
         counts.progress += n as u64;
         if !busy {
+            for h in 0..pool.len() {
+                flush_frees(&mut pool, &mut counts, h);
+            }
             if checked.elapsed() > SESSION_CHECK {
                 checked = Instant::now();
                 if !session.server_alive() {
@@ -255,6 +267,9 @@ pub fn run_scheduler(socket: &Path, workers: u32, handles: u32) -> Result<()> {
             // Timed out, or something to do: either way, look again.
             let _ = nodeipc_queue::wait_any(&mut waitable, TICK);
         }
+    }
+    for h in 0..pool.len() {
+        flush_frees(&mut pool, &mut counts, h);
     }
     counts.rtt_ns.sort_unstable();
     let at = |q: f64| {
@@ -286,13 +301,25 @@ fn complete(dones: &[Done], end: &mut WorkerEnds, pool: &mut [Handle], counts: &
         if done.sum == CORRUPT || done.sum != tx_sum(done.id) {
             counts.corrupt += 1;
         }
-        let handle = &mut pool[(done.id % pool.len() as u64) as usize];
-        if handle.free(BlockRef::from_bits(done.block)).is_err() {
-            counts.free_errors += 1;
+        let h = (done.id % pool.len() as u64) as usize;
+        counts.to_free[h].push(BlockRef::from_bits(done.block));
+        if counts.to_free[h].len() >= FREE_BATCH {
+            flush_frees(pool, counts, h);
         }
         counts.completed += 1;
         counts.rtt_ns.push(now.saturating_sub(done.stamp));
     }
+}
+
+/// Frees handle `h`'s batch.
+fn flush_frees(pool: &mut [Handle], counts: &mut Counts, h: usize) {
+    if counts.to_free[h].is_empty() {
+        return;
+    }
+    if pool[h].free_batch(&counts.to_free[h]).is_err() {
+        counts.free_errors += 1;
+    }
+    counts.to_free[h].clear();
 }
 
 /// A worker died: take what it answered, say how its queues answer now,

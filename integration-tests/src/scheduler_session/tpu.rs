@@ -11,8 +11,8 @@ use nodeipc_queue::{Consumer, Producer, Zeroable};
 
 use super::{CORRUPT, Done, Progress, Tx, tx_bytes, tx_len, tx_sum};
 
-/// Most transactions unreported at once: bounds the pool's use.
-const WINDOW: u64 = 8192;
+/// Most transactions unreported at once by default: bounds the pool's use.
+pub const WINDOW: u64 = 8192;
 /// No report for this long while some are missing: the missing are sent
 /// again (they were lost with a dead scheduler or worker).
 const QUIET: Duration = Duration::from_millis(300);
@@ -47,6 +47,12 @@ pub struct Ledger {
     pub tally: Tally,
     /// From the first push to the last report.
     pub elapsed: Duration,
+    /// Most transactions unreported at once (1: one at a time, for latency).
+    pub window: u64,
+    /// When each id was first pushed (CLOCK_MONOTONIC ns).
+    pushed_at: Vec<u64>,
+    /// From first push to first report, per id reported (ns).
+    pub latency_ns: Vec<u64>,
 }
 
 /// What the test watches while the TPU runs.
@@ -77,6 +83,9 @@ impl Ledger {
                 ..Tally::default()
             },
             elapsed: Duration::ZERO,
+            window: WINDOW,
+            pushed_at: vec![0; n],
+            latency_ns: Vec::new(),
         }
     }
 
@@ -132,7 +141,7 @@ impl Ledger {
             for _ in 0..256 {
                 let id = match resend.front() {
                     Some(&id) => id,
-                    None if self.next < self.count && self.next - self.tally.unique < WINDOW => {
+                    None if self.next < self.count && self.next - self.tally.unique < self.window => {
                         self.next
                     }
                     None => break,
@@ -167,6 +176,7 @@ impl Ledger {
                     self.resent += 1;
                     self.superseded.push(old);
                 } else {
+                    self.pushed_at[id as usize] = super::monotonic_ns();
                     self.next += 1;
                     watch.pushed.store(self.next, Ordering::Relaxed);
                     if self.next % 4096 == 0 {
@@ -201,6 +211,8 @@ impl Ledger {
         }
         if *count == 0 {
             self.tally.unique += 1;
+            let at = self.pushed_at[done.id as usize];
+            self.latency_ns.push(super::monotonic_ns().saturating_sub(at));
         } else {
             self.tally.duplicates += 1;
         }
