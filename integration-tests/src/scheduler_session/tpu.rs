@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use nodeipc_pool::{BlockRef, Handle};
-use nodeipc_queue::{Consumer, Producer, Zeroable};
+use nodeipc_queue::{Consumer, PeerState, Producer, Waitable, Zeroable};
 
 use super::{CORRUPT, Done, Progress, Tx, tx_bytes, tx_len, tx_sum};
 
@@ -190,7 +190,20 @@ impl Ledger {
                 }
             }
             if !busy {
-                std::thread::sleep(Duration::from_micros(200));
+                // Park on the live workers' report queues (a dead worker's
+                // would wake us at once, forever).
+                let mut live: Vec<&mut dyn Waitable> = Vec::with_capacity(reports.len());
+                for report in reports.iter_mut() {
+                    if !matches!(report.peer(), PeerState::Died(_) | PeerState::Left) {
+                        live.push(report);
+                    }
+                }
+                if live.is_empty() {
+                    std::thread::sleep(Duration::from_micros(200));
+                } else {
+                    // Timed out or woken: either way, look again.
+                    let _ = nodeipc_queue::wait_any(&mut live, Duration::from_micros(500));
+                }
             }
         }
         self.elapsed = start.elapsed();
