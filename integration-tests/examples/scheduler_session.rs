@@ -67,7 +67,11 @@ fn run(dir: &Path, count: u64) -> Result<()> {
     for w in 0..WORKERS {
         let mut worker = Peer::spawn(&["worker".into(), socket.clone(), w.to_string()])?;
         worker.wait_line("WORKER-READY")?;
-        sessions.push(server.next_session(Duration::from_secs(5)).ok_or("no worker session")?);
+        sessions.push(
+            server
+                .next_session(Duration::from_secs(5))
+                .ok_or("no worker session")?,
+        );
         peers.push(worker);
     }
     let mut scheduler = Peer::spawn(&[
@@ -77,7 +81,11 @@ fn run(dir: &Path, count: u64) -> Result<()> {
         HANDLES.to_string(),
     ])?;
     scheduler.wait_line("SCHEDULER-READY")?;
-    sessions.push(server.next_session(Duration::from_secs(5)).ok_or("no scheduler session")?);
+    sessions.push(
+        server
+            .next_session(Duration::from_secs(5))
+            .ok_or("no scheduler session")?,
+    );
     println!(
         "session: {WORKERS} workers and a scheduler logged on ({} descriptors to the scheduler)",
         3 + 2 * WORKERS

@@ -123,7 +123,11 @@ fn the_scheduler_session_survives_a_killed_scheduler_and_a_killed_worker() {
     let mut worker_sessions = Vec::new();
     for worker in &mut workers {
         worker.wait_line("WORKER-READY", Duration::from_secs(20));
-        worker_sessions.push(server.next_session(Duration::from_secs(5)).expect("worker session"));
+        worker_sessions.push(
+            server
+                .next_session(Duration::from_secs(5))
+                .expect("worker session"),
+        );
     }
     let scheduler_args = vec![
         "scheduler".to_owned(),
@@ -133,7 +137,9 @@ fn the_scheduler_session_survives_a_killed_scheduler_and_a_killed_worker() {
     ];
     let mut first = Peer::spawn(&scheduler_args);
     first.wait_line("SCHEDULER-READY", Duration::from_secs(20));
-    let first_session = server.next_session(Duration::from_secs(5)).expect("scheduler session");
+    let first_session = server
+        .next_session(Duration::from_secs(5))
+        .expect("scheduler session");
     assert_eq!(first_session.peer.pid, first.guard.id());
     assert_eq!(first_session.logon.counts.len(), 2);
 
@@ -183,7 +189,9 @@ fn the_scheduler_session_survives_a_killed_scheduler_and_a_killed_worker() {
     server.scheduler_gone();
     let mut second = Peer::spawn(&scheduler_args);
     second.wait_line("SCHEDULER-READY", Duration::from_secs(20));
-    let second_session = server.next_session(Duration::from_secs(5)).expect("second session");
+    let second_session = server
+        .next_session(Duration::from_secs(5))
+        .expect("second session");
     watch.hold.store(false, Ordering::Relaxed);
 
     // Fault 2: a worker, killed while the second scheduler runs.
@@ -192,11 +200,9 @@ fn the_scheduler_session_survives_a_killed_scheduler_and_a_killed_worker() {
     let (_, killed_ns) = workers[victim].kill9();
     // Its parent reaps it at once (a zombie's roles look alive).
     workers[victim].guard.wait_timeout(Duration::from_secs(5));
-    let died = second.wait_line(
-        &format!("WORKER-DIED {victim} "),
-        Duration::from_secs(10),
-    );
-    let worker_seen = Duration::from_nanos(field(&died, "at_ns").parse::<u64>().unwrap() - killed_ns);
+    let died = second.wait_line(&format!("WORKER-DIED {victim} "), Duration::from_secs(10));
+    let worker_seen =
+        Duration::from_nanos(field(&died, "at_ns").parse::<u64>().unwrap() - killed_ns);
     assert_eq!(field(&died, "pop"), "PeerDied", "{died}");
     assert_eq!(field(&died, "to"), "PeerDied", "{died}");
     assert!(
@@ -210,7 +216,10 @@ fn the_scheduler_session_survives_a_killed_scheduler_and_a_killed_worker() {
     let tally = &ledger.tally;
     assert_eq!(tally.unique, count);
     assert!(tally.reports.iter().all(|&n| n >= 1));
-    assert_eq!(tally.corrupt, 0, "a worker or the scheduler saw a wrong byte");
+    assert_eq!(
+        tally.corrupt, 0,
+        "a worker or the scheduler saw a wrong byte"
+    );
 
     // End the sessions: the scheduler and the workers see it and exit.
     drop(second_session);
@@ -232,7 +241,10 @@ fn the_scheduler_session_survives_a_killed_scheduler_and_a_killed_worker() {
     // block a resend replaced), then take back the remote frees.
     let window = 4 * 8192;
     let (freed, before) = ledger
-        .free_leftovers(&mut handle, pushed_at_death.saturating_sub(window)..pushed_at_death)
+        .free_leftovers(
+            &mut handle,
+            pushed_at_death.saturating_sub(window)..pushed_at_death,
+        )
         .expect("free leftovers");
     handle.clean_remote_frees().expect("clean-up");
     let reclaimed = handle.reclaim_dead().expect("reclaim");

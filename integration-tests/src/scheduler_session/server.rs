@@ -121,8 +121,15 @@ impl SessionServer {
     #[allow(clippy::type_complexity)]
     pub fn tpu_ends(
         &self,
-    ) -> Result<(Producer<Tx>, Producer<Progress>, Vec<Consumer<Done>>, Handle), Box<dyn std::error::Error>>
-    {
+    ) -> Result<
+        (
+            Producer<Tx>,
+            Producer<Progress>,
+            Vec<Consumer<Done>>,
+            Handle,
+        ),
+        Box<dyn std::error::Error>,
+    > {
         let r = &self.regions;
         let reports = r
             .report
@@ -179,7 +186,10 @@ impl Regions {
                 if workers > u64::from(self.setup.workers) {
                     return Err(reject(
                         RejectCode::GeometryMismatch,
-                        format!("{workers} workers asked for, the server has {}", self.setup.workers),
+                        format!(
+                            "{workers} workers asked for, the server has {}",
+                            self.setup.workers
+                        ),
                     ));
                 }
                 if handles > u64::from(self.setup.scheduler_handles) {
@@ -202,9 +212,12 @@ impl Regions {
                     *current = Some(peer.pid);
                 }
                 let (tpu, progress) = (self.tpu.region(), self.progress.region());
-                let mut offer = offer
-                    .fd(FdKind::Queue, roles::TPU, size(tpu), fd(tpu)?)
-                    .fd(FdKind::Queue, roles::PROGRESS, size(progress), fd(progress)?);
+                let mut offer = offer.fd(FdKind::Queue, roles::TPU, size(tpu), fd(tpu)?).fd(
+                    FdKind::Queue,
+                    roles::PROGRESS,
+                    size(progress),
+                    fd(progress)?,
+                );
                 for w in 0..workers as u32 {
                     let (to, from) = (self.to[w as usize].region(), self.from[w as usize].region());
                     offer = offer

@@ -141,7 +141,9 @@ impl Ledger {
             for _ in 0..256 {
                 let id = match resend.front() {
                     Some(&id) => id,
-                    None if self.next < self.count && self.next - self.tally.unique < self.window => {
+                    None if self.next < self.count
+                        && self.next - self.tally.unique < self.window =>
+                    {
                         self.next
                     }
                     None => break,
@@ -179,7 +181,7 @@ impl Ledger {
                     self.pushed_at[id as usize] = super::monotonic_ns();
                     self.next += 1;
                     watch.pushed.store(self.next, Ordering::Relaxed);
-                    if self.next % 4096 == 0 {
+                    if self.next.is_multiple_of(4096) {
                         slot += 1;
                         // Progress is advisory: a full queue (no scheduler) skips it.
                         let _ = progress.try_push(&Progress {
@@ -225,7 +227,8 @@ impl Ledger {
         if *count == 0 {
             self.tally.unique += 1;
             let at = self.pushed_at[done.id as usize];
-            self.latency_ns.push(super::monotonic_ns().saturating_sub(at));
+            self.latency_ns
+                .push(super::monotonic_ns().saturating_sub(at));
         } else {
             self.tally.duplicates += 1;
         }
@@ -252,7 +255,9 @@ impl Ledger {
         for bits in blocks {
             match handle.free(BlockRef::from_bits(bits)) {
                 Ok(()) => freed += 1,
-                Err(nodeipc_pool::Error::Stale { .. } | nodeipc_pool::Error::NotAllocated { .. }) => {
+                Err(
+                    nodeipc_pool::Error::Stale { .. } | nodeipc_pool::Error::NotAllocated { .. },
+                ) => {
                     before += 1;
                 }
                 Err(e) => return Err(e.to_string()),
