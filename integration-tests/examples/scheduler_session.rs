@@ -38,7 +38,7 @@ fn main() -> Result<()> {
     match args.first().map(String::as_str) {
         Some("worker") => return run_worker(Path::new(&args[1]), args[2].parse()?),
         Some("scheduler") => {
-            return run_scheduler(Path::new(&args[1]), args[2].parse()?, args[3].parse()?);
+            return run_scheduler(Path::new(&args[1]), args[2].parse()?, args[3].parse()?, 0);
         }
         _ => {}
     }

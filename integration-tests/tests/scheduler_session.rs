@@ -26,6 +26,8 @@ use nodeipc_testkit::{ChildGuard, TempDir, Watchdog, spawn_child};
 
 const WORKERS: u32 = 4;
 const HANDLES: u32 = 2;
+/// Transactions the first scheduler holds unforwarded.
+const BUFFER: usize = 512;
 
 /// A peer process and the lines it printed, as they come.
 struct Peer {
@@ -129,13 +131,19 @@ fn the_scheduler_session_survives_a_killed_scheduler_and_a_killed_worker() {
                 .expect("worker session"),
         );
     }
-    let scheduler_args = vec![
-        "scheduler".to_owned(),
-        socket.clone(),
-        WORKERS.to_string(),
-        HANDLES.to_string(),
-    ];
-    let mut first = Peer::spawn(&scheduler_args);
+    let scheduler_args = |buffer: usize| {
+        vec![
+            "scheduler".to_owned(),
+            socket.clone(),
+            WORKERS.to_string(),
+            HANDLES.to_string(),
+            buffer.to_string(),
+        ]
+    };
+    // The first scheduler keeps a container of transactions it has not
+    // forwarded yet: killed, it loses them, and only the server's
+    // at-least-once resend brings them back.
+    let mut first = Peer::spawn(&scheduler_args(BUFFER));
     first.wait_line("SCHEDULER-READY", Duration::from_secs(20));
     let first_session = server
         .next_session(Duration::from_secs(5))
@@ -187,7 +195,7 @@ fn the_scheduler_session_survives_a_killed_scheduler_and_a_killed_worker() {
     first.guard.wait_timeout(Duration::from_secs(5));
     drop(first_session);
     server.scheduler_gone();
-    let mut second = Peer::spawn(&scheduler_args);
+    let mut second = Peer::spawn(&scheduler_args(0));
     second.wait_line("SCHEDULER-READY", Duration::from_secs(20));
     let second_session = server
         .next_session(Duration::from_secs(5))

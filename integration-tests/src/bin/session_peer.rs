@@ -1,5 +1,6 @@
 //! A peer of the scheduler session (`tests/scheduler_session.rs`):
-//! `session_peer worker SOCKET W` or `session_peer scheduler SOCKET WORKERS HANDLES`.
+//! `session_peer worker SOCKET W` or
+//! `session_peer scheduler SOCKET WORKERS HANDLES [BUFFER]`.
 
 use std::path::Path;
 use std::process::ExitCode;
@@ -15,10 +16,16 @@ fn main() -> ExitCode {
             None => Err("worker: W missing".into()),
         },
         (Some("scheduler"), Some(socket)) => match (number(2), number(3)) {
-            (Some(workers), Some(handles)) => run_scheduler(Path::new(socket), workers, handles),
+            (Some(workers), Some(handles)) => {
+                let buffer = number(4).unwrap_or(0) as usize;
+                run_scheduler(Path::new(socket), workers, handles, buffer)
+            }
             _ => Err("scheduler: WORKERS HANDLES missing".into()),
         },
-        _ => Err("usage: session_peer worker SOCKET W | scheduler SOCKET WORKERS HANDLES".into()),
+        _ => Err(
+            "usage: session_peer worker SOCKET W | scheduler SOCKET WORKERS HANDLES [BUFFER]"
+                .into(),
+        ),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use nodeipc_queue::{Pod, Zeroable};
 
-pub use peers::{run_scheduler, run_worker};
+pub use peers::{FLUSH_AFTER, run_scheduler, run_worker};
 pub use server::{SessionServer, Setup};
 pub use tpu::{Ledger, Tally, TpuProgress, WINDOW};
 

@@ -21,6 +21,9 @@ type Result<T> = std::result::Result<T, Box<dyn std::error::Error>>;
 
 /// How often a peer looks at its session while idle.
 const SESSION_CHECK: Duration = Duration::from_millis(20);
+/// How long the TPU must be quiet before the scheduler forwards its
+/// container's last `buffer` transactions.
+pub const FLUSH_AFTER: Duration = Duration::from_millis(200);
 /// How often the scheduler checks a quiet worker's liveness.
 const WORKER_CHECK: Duration = Duration::from_millis(5);
 
@@ -152,9 +155,15 @@ struct Counts {
 /// what it held is sent to the others. Runs until the server ends the
 /// session.
 ///
+/// `buffer`: transactions kept in the scheduler's own container before it
+/// forwards (as Agave's scheduler holds a priority container), flushed
+/// once the TPU has been quiet for [`FLUSH_AFTER`]; 0 forwards at once. A
+/// scheduler killed with a full container loses those transactions: the
+/// server's at-least-once resend is what brings them back.
+///
 /// # Errors
 /// The logon, or a queue or pool failure of our own.
-pub fn run_scheduler(socket: &Path, workers: u32, handles: u32) -> Result<()> {
+pub fn run_scheduler(socket: &Path, workers: u32, handles: u32, buffer: usize) -> Result<()> {
     let mut session = connect(
         socket,
         &logon(
@@ -205,15 +214,25 @@ pub fn run_scheduler(socket: &Path, workers: u32, handles: u32) -> Result<()> {
     let mut ticks = [Progress::zeroed(); 16];
     let mut next_worker = 0usize;
     let mut checked = Instant::now();
+    let mut arrived = Instant::now();
     loop {
         let mut busy = false;
-        if pending.len() < 1024 {
+        if pending.len() < 1024 + buffer {
             let n = tpu.try_pop_into(&mut txs)?;
             pending.extend(&txs[..n]);
-            busy |= n > 0;
+            if n > 0 {
+                busy = true;
+                arrived = Instant::now();
+            }
         }
+        let keep = if arrived.elapsed() > FLUSH_AFTER {
+            0
+        } else {
+            buffer
+        };
         // Forward round robin to the live workers with room.
-        'forward: while let Some(&tx) = pending.front() {
+        'forward: while pending.len() > keep {
+            let Some(&tx) = pending.front() else { break };
             let workers = ends.len();
             for _ in 0..workers {
                 let end = &mut ends[next_worker % workers];
