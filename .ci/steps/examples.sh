@@ -20,6 +20,8 @@ examples=(
     "nodeipc-barrier rank_group"
     "nodeipc-channel coordinator_and_workers"
     "nodeipc-monitor kill_a_hung_rank"
+    # The scheduler session, with 20 000 transactions (its argument).
+    "nodeipc-integration-tests scheduler_session 20000"
 )
 
 say "cargo build --examples --workspace"
@@ -63,14 +65,15 @@ run_example() {
 }
 
 for entry in "${examples[@]}"; do
-    read -r package example <<<"${entry}"
+    read -r package example args <<<"${entry}"
     binary="${target}/debug/examples/${example}"
     if [ ! -x "${binary}" ]; then
         echo "no binary for ${package}'s example ${example} at ${binary}"
         exit 1
     fi
     say "${package}: ${example}"
-    run_example "${example}" "${binary}"
+    # shellcheck disable=SC2086 # an example's arguments, split on purpose
+    run_example "${example}" "${binary}" ${args:-}
 done
 
 # The descriptor example's fallback: a non-dumpable child refuses

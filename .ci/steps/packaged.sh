@@ -34,7 +34,8 @@ say "the umbrella crate: each feature pulls its layer and those under it, nothin
 declare -A layers=(
     [fs]="fs" [shm]="fs shm" [sem]="fs sem shm" [fdpass]="fdpass"
     [barrier]="barrier fdpass fs shm" [proto]="proto"
-    [channel]="channel fdpass fs proto sem shm" [monitor]="fdpass fs monitor proto shm"
+    [handshake]="fdpass handshake proto"
+    [channel]="channel fdpass fs handshake proto sem shm" [monitor]="fdpass fs monitor proto shm"
     [queue]="fdpass fs queue shm" [pool]="fdpass fs pool shm"
     [launch]="fdpass fs launch monitor proto shm"
 )

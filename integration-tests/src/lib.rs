@@ -4,3 +4,4 @@
 //! targets (`fuzz/`) run.
 
 pub mod fuzz_drivers;
+pub mod scheduler_session;

@@ -204,7 +204,11 @@ fn accept_frame(described: &[(i32, u64)]) -> Vec<u8> {
             protocol_version: PROTOCOL_VERSION,
             fds: described
                 .iter()
-                .map(|&(kind, size)| PassedFd { kind, size })
+                .map(|&(kind, size)| PassedFd {
+                    kind,
+                    size,
+                    ..PassedFd::default()
+                })
                 .collect(),
             ..Accept::default()
         })),

@@ -12,6 +12,9 @@ pub use nodeipc_fdpass as fdpass;
 #[cfg(feature = "fs")]
 #[doc(inline)]
 pub use nodeipc_fs as fs;
+#[cfg(feature = "handshake")]
+#[doc(inline)]
+pub use nodeipc_handshake as handshake;
 #[cfg(feature = "launch")]
 #[doc(inline)]
 pub use nodeipc_launch as launch;

@@ -72,6 +72,7 @@ macro_rules! every_message {
             $crate::execute::PullKvResult,
             $crate::execute::RecoverResponse,
             $crate::handshake::Logon,
+            $crate::handshake::Count,
             $crate::handshake::LogonReply,
             $crate::handshake::Accept,
             $crate::handshake::PassedFd,

@@ -11,8 +11,8 @@ use nodeipc_proto::execute::{
     RecoverCommand, RecoverResponse, execute_request, execute_response,
 };
 use nodeipc_proto::handshake::{
-    Accept, ChannelGeometry, ClientKind, FdKind, Logon, LogonReply, PROTOCOL_VERSION, PassedFd,
-    Reject, RejectCode, SemaphoreKind, logon_reply,
+    Accept, ChannelGeometry, ClientKind, Count, FdKind, Logon, LogonReply, PROTOCOL_VERSION,
+    PassedFd, Reject, RejectCode, SemaphoreKind, logon_reply,
 };
 use nodeipc_proto::monitor::{
     self, ClientMessage, EffectiveConfig, ErrorCode, Heartbeat, Init, MonitorState, OpenSection,
@@ -123,6 +123,11 @@ fn logon() -> Logon {
         response_slot_size: 1 << 16,
         init_slot_size: 4096,
         depth: 2,
+        counts: vec![Count {
+            name: "workers".into(),
+            value: 4,
+        }],
+        request: vec![1, 2, 3],
     }
 }
 
@@ -133,10 +138,12 @@ fn accept() -> Accept {
             PassedFd {
                 kind: FdKind::RequestRegion.into(),
                 size: 1 << 20,
+                role: String::new(),
             },
             PassedFd {
-                kind: FdKind::ResponseRegion.into(),
+                kind: FdKind::Queue.into(),
                 size: 4 << 16,
+                role: "worker.0.to_worker".into(),
             },
         ],
         geometry: Some(ChannelGeometry {
@@ -148,6 +155,7 @@ fn accept() -> Accept {
             sems: SemaphoreKind::Named.into(),
             semaphore_prefix: "/nodeipc-demo".into(),
         }),
+        payload: b"server's own".to_vec(),
     }
 }
 
@@ -330,6 +338,11 @@ fn handshake_messages_round_trip() {
     round_trip(&PassedFd {
         kind: FdKind::SemaphoreRegion.into(),
         size: 4096,
+        role: String::new(),
+    });
+    round_trip(&Count {
+        name: "pool_handles".into(),
+        value: 2,
     });
     round_trip(&accept().geometry.unwrap());
 }
@@ -509,6 +522,7 @@ fn frames_are_pinned_to_the_field_numbers() {
         response_slot_size: 6,
         init_slot_size: 7,
         depth: 8,
+        ..Logon::default()
     };
     assert_eq!(
         hex(&encode_frame_to_vec(&logon).unwrap()),

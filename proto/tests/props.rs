@@ -30,6 +30,7 @@ macro_rules! for_every_message_type {
         $check::<execute::PullKvResult>($($arg),*)?;
         $check::<execute::RecoverResponse>($($arg),*)?;
         $check::<handshake::Logon>($($arg),*)?;
+        $check::<handshake::Count>($($arg),*)?;
         $check::<handshake::LogonReply>($($arg),*)?;
         $check::<handshake::Accept>($($arg),*)?;
         $check::<handshake::PassedFd>($($arg),*)?;

@@ -10,11 +10,12 @@ use nodeipc_proto::handshake::{
 };
 use nodeipc_shm::Region;
 
-use super::server::{Decision, Offer, passed};
+use super::server::passed;
 use crate::config::ChannelConfig;
 use crate::layout::{Layout, worker_flags};
 use crate::sem_kind::SemKind;
 use crate::{Coordinator, Error, Result};
+use nodeipc_handshake::{Decision, Offer};
 
 /// The decision a coordinator's handshake server makes: a logon of a worker
 /// rank inside the channel, not taken, whose expectations the channel meets
@@ -176,6 +177,7 @@ impl ChannelOffer {
                     },
                     semaphore_prefix: config.name.clone(),
                 }),
+                payload: Vec::new(),
             },
             descriptors: vec![request, response],
         })
