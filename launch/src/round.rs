@@ -243,6 +243,17 @@ fn wait(signals: Option<&StopSignals>, ranks: &[Rank], limit: Duration) -> Resul
     Ok(signals.and_then(StopSignals::read))
 }
 
+/// Waits up to `limit` for a stop signal (without ranks to watch).
+pub(crate) fn wait_signal(signals: Option<&StopSignals>, limit: Duration) -> Result<Option<i32>> {
+    match signals {
+        Some(_) => wait(signals, &[], limit),
+        None => {
+            std::thread::sleep(limit);
+            Ok(None)
+        }
+    }
+}
+
 fn rank_pids(ranks: &[Rank]) -> Vec<u32> {
     ranks.iter().map(|r| r.child.id()).collect()
 }

@@ -74,6 +74,22 @@ impl StopSignals {
     }
 }
 
+/// Blocks the stop signals in the calling thread (a helper thread's), so
+/// that they reach the launcher's signalfd and nothing else.
+#[cfg_attr(not(feature = "etcd"), allow(dead_code))]
+pub(crate) fn block_stop_signals_here() {
+    let mut set = MaybeUninit::<libc::sigset_t>::uninit();
+    // SAFETY: the set is ours, on this stack: sigemptyset initialises it,
+    // sigaddset adds valid signal numbers, pthread_sigmask only reads it.
+    unsafe {
+        libc::sigemptyset(set.as_mut_ptr());
+        for signal in STOP_SIGNALS {
+            libc::sigaddset(set.as_mut_ptr(), signal);
+        }
+        libc::pthread_sigmask(libc::SIG_BLOCK, set.as_ptr(), std::ptr::null_mut());
+    }
+}
+
 fn restore(previous: &libc::sigset_t) {
     // SAFETY: `previous` is the mask pthread_sigmask gave back.
     unsafe {
