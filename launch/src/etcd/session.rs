@@ -331,6 +331,13 @@ async fn keepalive(mut lease: LeaseClient<Channel>, shared: Arc<Shared>, ttl: Du
     let period = (ttl / 3).max(Duration::from_millis(300));
     loop {
         let (sender, receiver) = mpsc::channel::<LeaseKeepAliveRequest>(16);
+        // etcd answers the call (its headers) with its first keepalive
+        // answer: the first keepalives must be queued before the call.
+        let ids = shared.lock().keep.clone();
+        for id in ids {
+            shared.count();
+            let _ = sender.try_send(LeaseKeepAliveRequest { id });
+        }
         let mut request = tonic::Request::new(ReceiverStream::new(receiver));
         request
             .metadata_mut()
@@ -342,7 +349,7 @@ async fn keepalive(mut lease: LeaseClient<Channel>, shared: Arc<Shared>, ttl: Du
             continue;
         };
         let mut stream = response.into_inner();
-        let mut ticker = tokio::time::interval(period);
+        let mut ticker = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
         'stream: loop {
             tokio::select! {
                 _ = ticker.tick() => {
