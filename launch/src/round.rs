@@ -133,6 +133,10 @@ pub(crate) fn supervise(
             return Ok(end);
         }
         if let Some(reason) = ctx.backend.restart_requested() {
+            ctx.events.emit(Event::RoundStopping {
+                restart: plan.restart,
+                reason: reason.clone(),
+            })?;
             return Ok(RoundEnd::Requested { reason });
         }
         // Adopted orphans that exit while the ranks run are reaped about
