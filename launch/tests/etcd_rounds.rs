@@ -177,10 +177,10 @@ fn a_launcher_whose_config_differs_is_refused_naming_the_field() {
     let id = job_id("mismatch");
     let first = Spec::new(&etcd.endpoint(), &id, 2, "run-long", &record);
     let mut one = Launcher::start(&first, dir.path(), "first");
+    let key = format!("/nodeipc/{id}/member/0");
     etcd_kit::wait_until("the first launcher's rank", Duration::from_secs(20), || {
-        one.output().contains("monitors as threads")
+        etcd.has_key(&key)
     });
-    std::thread::sleep(Duration::from_millis(500));
     for (field, spec) in [
         ("--nproc", Spec { nproc: 3, ..first.clone() }),
         ("--max-restarts", Spec { max_restarts: 7, ..first.clone() }),
@@ -209,10 +209,10 @@ fn a_duplicate_node_rank_is_refused() {
         ..Spec::new(&etcd.endpoint(), &id, 2, "run-long", &record)
     };
     let mut one = Launcher::start(&spec, dir.path(), "first");
-    etcd_kit::wait_until("the first launcher", Duration::from_secs(20), || {
-        one.output().contains("monitors as threads")
+    let key = format!("/nodeipc/{id}/member/1");
+    etcd_kit::wait_until("the first launcher's rank", Duration::from_secs(20), || {
+        etcd.has_key(&key)
     });
-    std::thread::sleep(Duration::from_millis(500));
     let mut two = Launcher::start(&spec, dir.path(), "second");
     let status = two.wait(Duration::from_secs(20));
     let out = two.output();

@@ -97,6 +97,27 @@ impl Etcd {
         }
     }
 
+    /// Whether `key` exists, read through etcd's JSON gateway
+    /// (`POST /v3/kv/range`): the test's own view, not a launcher's.
+    pub fn has_key(&self, key: &str) -> bool {
+        use std::io::{Read, Write};
+        let body = format!("{{\"key\":\"{}\"}}", base64(key.as_bytes()));
+        let Ok(mut stream) = TcpStream::connect((Ipv4Addr::LOCALHOST, self.client_port)) else {
+            return false;
+        };
+        let request = format!(
+            "POST /v3/kv/range HTTP/1.0\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+            body.len()
+        );
+        let _ = stream.set_read_timeout(Some(Duration::from_secs(5)));
+        if stream.write_all(request.as_bytes()).is_err() {
+            return false;
+        }
+        let mut answer = String::new();
+        let _ = stream.read_to_string(&mut answer);
+        answer.contains("\"kvs\"")
+    }
+
     pub fn log(&self) -> String {
         std::fs::read_to_string(self.dir.join("etcd.log")).unwrap_or_default()
     }
@@ -106,4 +127,21 @@ impl Drop for Etcd {
     fn drop(&mut self) {
         self.kill();
     }
+}
+
+fn base64(bytes: &[u8]) -> String {
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::new();
+    for chunk in bytes.chunks(3) {
+        let b = [chunk[0], *chunk.get(1).unwrap_or(&0), *chunk.get(2).unwrap_or(&0)];
+        let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
+        for i in 0..4 {
+            if i <= chunk.len() {
+                out.push(ALPHABET[(n >> (18 - 6 * i)) as usize & 63] as char);
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
 }

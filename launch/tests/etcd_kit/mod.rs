@@ -166,7 +166,20 @@ impl Launcher {
 
     /// Waits for the launcher's exit (the test fails after `limit`).
     pub fn wait(&mut self, limit: Duration) -> ExitStatus {
-        self.child.wait_timeout(limit)
+        let began = Instant::now();
+        loop {
+            if let Some(status) = self.child.child().try_wait().expect("try_wait") {
+                return status;
+            }
+            if began.elapsed() > limit {
+                self.child.kill();
+                panic!(
+                    "launcher still running after {limit:?}; its output:\n{}",
+                    self.output()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
     }
 
     /// What it printed so far.
