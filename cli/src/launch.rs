@@ -14,20 +14,42 @@ use crate::{CmdResult, Failure};
 #[derive(Args)]
 pub(crate) struct LaunchArgs {
     /// Local ranks to start (1 to 1024).
-    #[arg(long, value_name = "N", visible_alias = "nproc-per-node", alias = "nproc_per_node", env = "PET_NPROC_PER_NODE")]
+    #[arg(
+        long,
+        value_name = "N",
+        visible_alias = "nproc-per-node",
+        alias = "nproc_per_node",
+        env = "PET_NPROC_PER_NODE"
+    )]
     nproc: u32,
     /// Restart rounds allowed after the first (for the whole job: rounds
     /// caused only by a change of nodes are not counted).
-    #[arg(long, value_name = "K", default_value_t = 0, alias = "max_restarts", env = "PET_MAX_RESTARTS")]
+    #[arg(
+        long,
+        value_name = "K",
+        default_value_t = 0,
+        alias = "max_restarts",
+        env = "PET_MAX_RESTARTS"
+    )]
     max_restarts: u32,
     /// Nodes in the job: N (a range N:M is not supported yet).
     #[arg(long, value_name = "N", default_value = "1", env = "PET_NNODES")]
     nnodes: String,
     /// Where nodes meet: etcd (etcd v3).
-    #[arg(long, value_name = "NAME", alias = "rdzv_backend", env = "PET_RDZV_BACKEND")]
+    #[arg(
+        long,
+        value_name = "NAME",
+        alias = "rdzv_backend",
+        env = "PET_RDZV_BACKEND"
+    )]
     rdzv_backend: Option<String>,
     /// The etcd endpoints: HOST:PORT[,HOST:PORT...].
-    #[arg(long, value_name = "HOST:PORT", alias = "rdzv_endpoint", env = "PET_RDZV_ENDPOINT")]
+    #[arg(
+        long,
+        value_name = "HOST:PORT",
+        alias = "rdzv_endpoint",
+        env = "PET_RDZV_ENDPOINT"
+    )]
     rdzv_endpoint: Option<String>,
     /// The job's name, the same on every node: [A-Za-z0-9._-]{1,64}.
     #[arg(long, value_name = "JOB", alias = "rdzv_id", env = "PET_RDZV_ID")]
@@ -46,7 +68,12 @@ pub(crate) struct LaunchArgs {
     #[arg(long, value_name = "SECS", default_value = "600", alias = "rdzv_timeout", value_parser = long_seconds)]
     rdzv_timeout: Duration,
     /// The address node 0 publishes as MASTER_ADDR (default: its host name).
-    #[arg(long, value_name = "ADDR", alias = "local_addr", env = "PET_LOCAL_ADDR")]
+    #[arg(
+        long,
+        value_name = "ADDR",
+        alias = "local_addr",
+        env = "PET_LOCAL_ADDR"
+    )]
     local_addr: Option<String>,
     /// This node alone (the default without --rdzv-backend).
     #[arg(long, env = "PET_STANDALONE")]
@@ -162,7 +189,9 @@ fn across_nodes(
     );
     let outcome = nodeipc_launch::launch_with(options, &mut backend, &|_| Vec::new());
     let (requests, rounds) = backend.stats();
-    let node = backend.node_rank().map_or("?".to_owned(), |n| n.to_string());
+    let node = backend
+        .node_rank()
+        .map_or("?".to_owned(), |n| n.to_string());
     drop(backend);
     eprintln_safe(&format!(
         "nodeipc launch: node {node}: {requests} etcd requests over {rounds} rounds"

@@ -8,8 +8,8 @@ mod health;
 mod launcher;
 mod monitors;
 mod options;
-mod rdzv;
 mod rank;
+mod rdzv;
 mod reap;
 mod round;
 mod signals;
@@ -21,11 +21,12 @@ pub use backend::{
     Begin, Decision, LocalBackend, RoundBackend, RoundPlan, RoundReport, RoundResult, free_port,
 };
 pub use error::{Error, Result};
-pub use events::Event;
-pub use launcher::{HealthChecks, Outcome, launch, launch_id, launch_with};
 #[cfg(feature = "etcd")]
 pub use etcd::EtcdBackend;
+pub use events::Event;
+pub use launcher::{HealthChecks, Outcome, launch, launch_id, launch_with};
 pub use options::{HealthOptions, LaunchOptions, MAX_NPROC, MAX_RESTARTS, MAX_STOP_TIMEOUT};
 pub use rdzv::{
-    EtcdRendezvous, MAX_ENDPOINTS, MAX_NNODES, MAX_RDZV_TIMEOUT, MAX_RDZV_TTL, RdzvOptions, Rendezvous,
+    EtcdRendezvous, MAX_ENDPOINTS, MAX_NNODES, MAX_RDZV_TIMEOUT, MAX_RDZV_TTL, RdzvOptions,
+    Rendezvous,
 };

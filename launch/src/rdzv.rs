@@ -132,7 +132,9 @@ impl RdzvOptions {
             )));
         }
         let id = self.id.as_deref().ok_or_else(|| {
-            Error::options("--rdzv-backend etcd needs --rdzv-id (the job's name, [A-Za-z0-9._-]{1,64})")
+            Error::options(
+                "--rdzv-backend etcd needs --rdzv-id (the job's name, [A-Za-z0-9._-]{1,64})",
+            )
         })?;
         check_id(id)?;
         let endpoint = self.endpoint.as_deref().ok_or_else(|| {

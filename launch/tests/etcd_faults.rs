@@ -80,11 +80,18 @@ fn a_launcher_killed_is_replaced() {
     };
     let dir = TempDir::new("etcd-kill");
     // No failure round allowed: the round after the loss must not count.
-    let (mut launchers, base) = two(&etcd, &dir, "kill", "run-long", |s| Spec {
-        max_restarts: 0,
-        stop_timeout: Duration::from_secs(1),
-        ..s
-    }, None);
+    let (mut launchers, base) = two(
+        &etcd,
+        &dir,
+        "kill",
+        "run-long",
+        |s| Spec {
+            max_restarts: 0,
+            stop_timeout: Duration::from_secs(1),
+            ..s
+        },
+        None,
+    );
     wait_until("round 0 on both nodes", Duration::from_secs(30), || {
         all_started(&dir, 0, 4)
     });
@@ -126,8 +133,15 @@ fn sigterm_to_one_launcher_stops_every_node() {
     for (node, launcher) in launchers.iter_mut().enumerate() {
         let status = launcher.wait(Duration::from_secs(30));
         let out = launcher.output();
-        assert_eq!(status.code(), Some(128 + libc::SIGTERM), "node {node}: {out}");
-        assert!(out.contains("stopped by signal 15 on node 1"), "node {node}: {out}");
+        assert_eq!(
+            status.code(),
+            Some(128 + libc::SIGTERM),
+            "node {node}: {out}"
+        );
+        assert!(
+            out.contains("stopped by signal 15 on node 1"),
+            "node {node}: {out}"
+        );
     }
     let seen = records(&dir.join("record"));
     assert!(seen.iter().all(|(_, round)| *round == 0), "{seen:?}");
@@ -146,7 +160,14 @@ fn a_node_cut_off_stops_its_ranks() {
         stop_timeout: Duration::from_secs(1),
         ..s
     };
-    let (mut launchers, base) = two(&etcd, &dir, "cut", "run-long", adjust, Some(&proxy.endpoint()));
+    let (mut launchers, base) = two(
+        &etcd,
+        &dir,
+        "cut",
+        "run-long",
+        adjust,
+        Some(&proxy.endpoint()),
+    );
     wait_until("round 0 on both nodes", Duration::from_secs(30), || {
         all_started(&dir, 0, 4)
     });
@@ -157,11 +178,21 @@ fn a_node_cut_off_stops_its_ranks() {
     let out = launchers[1].output();
     assert_eq!(status.code(), Some(99), "{out}");
     assert!(out.contains("round 0 stopped"), "{out}");
-    assert!(out.contains(&format!("lost etcd at {}", proxy.endpoint())), "{out}");
+    assert!(
+        out.contains(&format!("lost etcd at {}", proxy.endpoint())),
+        "{out}"
+    );
     wait_until("node 0 sees the loss", Duration::from_secs(30), || {
         launchers[0].output().contains("restarting 1/3")
     });
-    let mut new = Launcher::start(&Spec { node_rank: Some(1), ..base }, dir.path(), "replacement");
+    let mut new = Launcher::start(
+        &Spec {
+            node_rank: Some(1),
+            ..base
+        },
+        dir.path(),
+        "replacement",
+    );
     for launcher in [&mut launchers[0], &mut new] {
         let status = launcher.wait(Duration::from_secs(40));
         assert_eq!(status.code(), Some(0), "{}", launcher.output());
@@ -180,7 +211,14 @@ fn etcd_restarted_within_the_ttl() {
         return;
     };
     let dir = TempDir::new("etcd-restart");
-    let (mut launchers, _) = two(&etcd, &dir, "restart", "steady", |s| Spec { ttl_s: 10, ..s }, None);
+    let (mut launchers, _) = two(
+        &etcd,
+        &dir,
+        "restart",
+        "steady",
+        |s| Spec { ttl_s: 10, ..s },
+        None,
+    );
     wait_until("round 0 on both nodes", Duration::from_secs(30), || {
         all_started(&dir, 0, 4)
     });
@@ -212,6 +250,9 @@ fn etcd_gone_every_launcher_stops() {
         let out = launcher.output();
         assert_eq!(status.code(), Some(99), "node {node}: {out}");
         assert!(out.contains("round 0 stopped"), "node {node}: {out}");
-        assert!(out.contains(&format!("lost etcd at {}", etcd.endpoint())), "node {node}: {out}");
+        assert!(
+            out.contains(&format!("lost etcd at {}", etcd.endpoint())),
+            "node {node}: {out}"
+        );
     }
 }

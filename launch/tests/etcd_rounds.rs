@@ -126,7 +126,8 @@ fn a_rank_failing_every_round_ends_every_launcher_with_its_status() {
         let out = launcher.output();
         assert_eq!(status.code(), Some(3), "node {node}: {out}");
         assert!(
-            out.contains("restarts exhausted (2/2)") && out.contains("rank 3 (local 1) exited with 3"),
+            out.contains("restarts exhausted (2/2)")
+                && out.contains("rank 3 (local 1) exited with 3"),
             "node {node}: {out}"
         );
     }
@@ -158,7 +159,10 @@ fn two_failures_at_once_make_one_round() {
         // One failure round out of one allowed: a second would have
         // exhausted the restarts.
         assert_eq!(status.code(), Some(0), "node {node}: {out}");
-        assert!(out.contains("in round 1 (1 failure rounds)"), "node {node}: {out}");
+        assert!(
+            out.contains("in round 1 (1 failure rounds)"),
+            "node {node}: {out}"
+        );
     }
     let seen = records(&record);
     for rank in 0..4 {
@@ -182,14 +186,29 @@ fn a_launcher_whose_config_differs_is_refused_naming_the_field() {
         etcd.has_key(&key)
     });
     for (field, spec) in [
-        ("--nproc", Spec { nproc: 3, ..first.clone() }),
-        ("--max-restarts", Spec { max_restarts: 7, ..first.clone() }),
+        (
+            "--nproc",
+            Spec {
+                nproc: 3,
+                ..first.clone()
+            },
+        ),
+        (
+            "--max-restarts",
+            Spec {
+                max_restarts: 7,
+                ..first.clone()
+            },
+        ),
     ] {
         let mut other = Launcher::start(&spec, dir.path(), "other");
         let status = other.wait(Duration::from_secs(20));
         let out = other.output();
         assert_eq!(status.code(), Some(99), "{out}");
-        assert!(out.contains(&format!("{field} ")) && out.contains("differs from the job's"), "{out}");
+        assert!(
+            out.contains(&format!("{field} ")) && out.contains("differs from the job's"),
+            "{out}"
+        );
     }
     one.signal(libc::SIGTERM);
     one.wait(Duration::from_secs(20));
@@ -249,6 +268,9 @@ fn a_finished_job_id_is_refused_while_its_state_is_kept() {
     let status = again.wait(Duration::from_secs(30));
     let out = again.output();
     assert_eq!(status.code(), Some(99), "{out}");
-    assert!(out.contains("has ended already (round 0, succeeded)"), "{out}");
+    assert!(
+        out.contains("has ended already (round 0, succeeded)"),
+        "{out}"
+    );
     assert!(out.contains("give another --rdzv-id"), "{out}");
 }

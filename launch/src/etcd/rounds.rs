@@ -183,7 +183,10 @@ impl RoundBackend for EtcdBackend {
                 return Ok(Decision::Pending);
             }
             self.cut_off = false;
-            let (round, why) = (self.round, format!("node {} was cut off from etcd", self.node));
+            let (round, why) = (
+                self.round,
+                format!("node {} was cut off from etcd", self.node),
+            );
             self.cas_state(|s| s.after_membership_change(round, &why))?;
         }
         let state = self.state()?;
@@ -201,9 +204,8 @@ impl RoundBackend for EtcdBackend {
         }
         if self.member.done == Some(self.round) {
             let round = self.round;
-            let all_done = (0..self.rdzv.nnodes).all(|n| {
-                self.member_of(n).is_some_and(|m| m.done == Some(round))
-            });
+            let all_done = (0..self.rdzv.nnodes)
+                .all(|n| self.member_of(n).is_some_and(|m| m.done == Some(round)));
             if all_done {
                 self.cas_state(|s| {
                     (s.round == round && !s.is_final()).then(|| JobState {
@@ -389,8 +391,8 @@ fn master(local_addr: Option<&str>) -> Result<(String, u16)> {
     let bind_ip = local_addr
         .and_then(|a| a.parse::<IpAddr>().ok())
         .unwrap_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED));
-    let listener = TcpListener::bind((bind_ip, 0))
-        .map_err(|e| Error::io("bind for MASTER_PORT", e))?;
+    let listener =
+        TcpListener::bind((bind_ip, 0)).map_err(|e| Error::io("bind for MASTER_PORT", e))?;
     let port = listener
         .local_addr()
         .map_err(|e| Error::io("getsockname for MASTER_PORT", e))?

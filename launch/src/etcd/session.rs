@@ -126,14 +126,12 @@ impl Session {
         let channel = {
             let _entered = handle.enter();
             let list = endpoints.iter().filter_map(|e| {
-                Endpoint::from_shared(format!("http://{e}"))
-                    .ok()
-                    .map(|e| {
-                        e.connect_timeout(Duration::from_secs(1))
-                            .http2_keep_alive_interval(Duration::from_secs(1))
-                            .keep_alive_timeout(Duration::from_secs(1))
-                            .keep_alive_while_idle(true)
-                    })
+                Endpoint::from_shared(format!("http://{e}")).ok().map(|e| {
+                    e.connect_timeout(Duration::from_secs(1))
+                        .http2_keep_alive_interval(Duration::from_secs(1))
+                        .keep_alive_timeout(Duration::from_secs(1))
+                        .keep_alive_while_idle(true)
+                })
             });
             Channel::balance_list(list)
         };
@@ -256,7 +254,10 @@ impl Session {
             ttl: ttl_secs,
             id: 0,
         };
-        let granted = self.call("LeaseGrant", async move { lease.lease_grant(request).await })?;
+        let granted = self.call(
+            "LeaseGrant",
+            async move { lease.lease_grant(request).await },
+        )?;
         if !granted.error.is_empty() {
             return Err(Error::Backend {
                 reason: format!("etcd at {}: LeaseGrant: {}", self.endpoints, granted.error),
@@ -269,8 +270,11 @@ impl Session {
     pub(crate) fn revoke(&self, id: i64) -> Result<()> {
         let mut lease = self.lease.clone();
         let request = LeaseRevokeRequest { id };
-        self.call("LeaseRevoke", async move { lease.lease_revoke(request).await })
-            .map(drop)
+        self.call(
+            "LeaseRevoke",
+            async move { lease.lease_revoke(request).await },
+        )
+        .map(drop)
     }
 
     /// Keeps `id` alive too (the job's lease).
@@ -339,9 +343,10 @@ async fn keepalive(mut lease: LeaseClient<Channel>, shared: Arc<Shared>, ttl: Du
             let _ = sender.try_send(LeaseKeepAliveRequest { id });
         }
         let mut request = tonic::Request::new(ReceiverStream::new(receiver));
-        request
-            .metadata_mut()
-            .insert("hasleader", tonic::metadata::MetadataValue::from_static("true"));
+        request.metadata_mut().insert(
+            "hasleader",
+            tonic::metadata::MetadataValue::from_static("true"),
+        );
         shared.count();
         let opened = tokio::time::timeout(REQUEST_TIMEOUT, lease.lease_keep_alive(request)).await;
         let Ok(Ok(response)) = opened else {
@@ -439,9 +444,10 @@ async fn mirror(
             continue;
         }
         let mut request = tonic::Request::new(ReceiverStream::new(receiver));
-        request
-            .metadata_mut()
-            .insert("hasleader", tonic::metadata::MetadataValue::from_static("true"));
+        request.metadata_mut().insert(
+            "hasleader",
+            tonic::metadata::MetadataValue::from_static("true"),
+        );
         shared.count();
         let opened = tokio::time::timeout(REQUEST_TIMEOUT, watch.watch(request)).await;
         let Ok(Ok(response)) = opened else {
@@ -493,12 +499,7 @@ fn relative(prefix: &str, key: &[u8]) -> Option<String> {
     key.strip_prefix(prefix).map(str::to_owned)
 }
 
-fn insert(
-    view: &mut View,
-    prefix: &str,
-    filter: &KeyFilter,
-    kv: super::pb::mvccpb::KeyValue,
-) {
+fn insert(view: &mut View, prefix: &str, filter: &KeyFilter, kv: super::pb::mvccpb::KeyValue) {
     let Some(key) = relative(prefix, &kv.key) else {
         return;
     };

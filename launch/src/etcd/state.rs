@@ -29,7 +29,9 @@ impl JobConfig {
             .iter()
             .find(|(_, ours, job)| ours != job)
             .map(|(name, ours, job)| {
-                format!("{name} {ours} differs from the job's {name} {job} (set by its first launcher)")
+                format!(
+                    "{name} {ours} differs from the job's {name} {job} (set by its first launcher)"
+                )
             })
     }
 }

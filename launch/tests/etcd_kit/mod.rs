@@ -51,9 +51,13 @@ pub fn main(tests: &[Test]) {
         .iter()
         .filter(|(name, _, ignore)| {
             let wanted = filters.is_empty()
-                || filters
-                    .iter()
-                    .any(|f| if exact { name == f } else { name.contains(f.as_str()) });
+                || filters.iter().any(|f| {
+                    if exact {
+                        name == f
+                    } else {
+                        name.contains(f.as_str())
+                    }
+                });
             let by_ignore = include_ignored || (*ignore == ignored);
             wanted && by_ignore
         })
@@ -296,7 +300,13 @@ pub fn job_id(tag: &str) -> String {
     let name = nodeipc_testkit::unique_name(tag);
     name.trim_start_matches('/')
         .chars()
-        .map(|c| if c.is_ascii_alphanumeric() || c == '-' { c } else { '-' })
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' {
+                c
+            } else {
+                '-'
+            }
+        })
         .take(64)
         .collect()
 }

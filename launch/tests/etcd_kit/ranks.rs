@@ -110,6 +110,22 @@ pub fn run() -> ! {
             sleep_ms(4_000);
             0
         }
+        // The scale simulation: rank 0 fails 2 s into round 0; the others
+        // note when their stop comes. Later rounds end at once.
+        "sim" => {
+            if restart > 0 {
+                note("start", rank, restart);
+                0
+            } else if rank == 0 {
+                sleep_ms(2_000);
+                note("fail", rank, restart);
+                4
+            } else {
+                wait_for_sigterm(Duration::from_secs(60));
+                note("stop", rank, restart);
+                143
+            }
+        }
         "quick" => {
             sleep_ms(200);
             0
@@ -117,4 +133,37 @@ pub fn run() -> ! {
         other => panic!("rank: unknown mode {other:?}"),
     };
     std::process::exit(code);
+}
+
+/// Appends `KIND RANK RESTART NANOS` (wall clock: every process of the
+/// simulation is on this machine) to the times file.
+fn note(kind: &str, rank: u32, restart: u32) {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    let path = std::env::var(RECORD_ENV).expect("record file") + ".times";
+    let mut file = std::fs::OpenOptions::new()
+        .append(true)
+        .create(true)
+        .open(path)
+        .expect("times file");
+    file.write_all(format!("{kind} {rank} {restart} {nanos}\n").as_bytes())
+        .expect("times");
+}
+
+/// Blocks SIGTERM and waits for it (up to `limit`).
+fn wait_for_sigterm(limit: Duration) {
+    // SAFETY: the set is ours, on this stack; sigprocmask and sigtimedwait
+    // only read it (and fill nothing we keep). This rank is single-threaded.
+    unsafe {
+        let mut set = std::mem::zeroed::<libc::sigset_t>();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, libc::SIGTERM);
+        libc::sigprocmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+        let timeout = libc::timespec {
+            tv_sec: limit.as_secs() as libc::time_t,
+            tv_nsec: 0,
+        };
+        libc::sigtimedwait(&set, std::ptr::null_mut(), &timeout);
+    }
 }
