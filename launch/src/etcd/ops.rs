@@ -68,6 +68,7 @@ pub(crate) fn txn_or_read(
     };
     let mut kv = session.kv();
     let answer: TxnResponse = session.call(what, async move { kv.txn(request).await })?;
+    session.catch_up(answer.header.map_or(0, |h| h.revision));
     if answer.succeeded {
         return Ok((true, None));
     }
@@ -91,7 +92,7 @@ pub(crate) fn put(session: &Session, key: &str, value: Vec<u8>, lease: i64) -> R
         ..PutRequest::default()
     };
     let mut kv = session.kv();
-    session
-        .call("Put", async move { kv.put(request).await })
-        .map(drop)
+    let answer = session.call("Put", async move { kv.put(request).await })?;
+    session.catch_up(answer.header.map_or(0, |h| h.revision));
+    Ok(())
 }

@@ -306,6 +306,16 @@ impl Session {
             .wait_timeout_while(view, limit, |v| v.generation == seen);
     }
 
+    /// Waits (at most a request's time) until the view has caught up with
+    /// `revision`: what this launcher wrote is then in what it reads.
+    pub(crate) fn catch_up(&self, revision: i64) {
+        let view = self.shared.lock();
+        let _ = self
+            .shared
+            .changed
+            .wait_timeout_while(view, REQUEST_TIMEOUT, |v| v.revision < revision);
+    }
+
     /// Requests made so far (calls, keepalives, watch creations).
     pub(crate) fn requests(&self) -> u64 {
         self.shared.requests.load(Ordering::Relaxed)
