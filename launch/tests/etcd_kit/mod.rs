@@ -46,7 +46,25 @@ pub fn main(tests: &[Test]) {
     let ignored = args.iter().any(|a| a == "--ignored");
     let include_ignored = args.iter().any(|a| a == "--include-ignored");
     let exact = args.iter().any(|a| a == "--exact");
-    let filters: Vec<&String> = args.iter().filter(|a| !a.starts_with("--")).collect();
+    // libtest's options that take a value, as a separate argument.
+    let with_value = ["--test-threads", "--skip", "--format", "--color", "--logfile", "-Z"];
+    let mut filters: Vec<&String> = Vec::new();
+    let mut skips: Vec<&String> = Vec::new();
+    let mut i = 0;
+    while i < args.len() {
+        let arg = &args[i];
+        if with_value.contains(&arg.as_str()) {
+            if arg == "--skip" {
+                skips.extend(args.get(i + 1));
+            }
+            i += 2;
+            continue;
+        }
+        if !arg.starts_with('-') {
+            filters.push(arg);
+        }
+        i += 1;
+    }
     let chosen: Vec<&Test> = tests
         .iter()
         .filter(|(name, _, ignore)| {
@@ -59,7 +77,8 @@ pub fn main(tests: &[Test]) {
                     }
                 });
             let by_ignore = include_ignored || (*ignore == ignored);
-            wanted && by_ignore
+            let skipped = skips.iter().any(|s| name.contains(s.as_str()));
+            wanted && by_ignore && !skipped
         })
         .collect();
     println!("\nrunning {} tests", chosen.len());
