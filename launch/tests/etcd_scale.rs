@@ -29,7 +29,9 @@ fn restart_rounds_at_scale() {
         .split(',')
         .filter_map(|n| n.trim().parse().ok())
         .collect();
-    println!("| launchers | failure → all stopped (ms) | failure → all restarted (ms) | etcd requests / launcher / round |");
+    println!(
+        "| launchers | failure → all stopped (ms) | failure → all restarted (ms) | etcd requests / launcher / round |"
+    );
     println!("|---|---|---|---|");
     for n in sizes {
         one_size(n);

@@ -47,7 +47,14 @@ pub fn main(tests: &[Test]) {
     let include_ignored = args.iter().any(|a| a == "--include-ignored");
     let exact = args.iter().any(|a| a == "--exact");
     // libtest's options that take a value, as a separate argument.
-    let with_value = ["--test-threads", "--skip", "--format", "--color", "--logfile", "-Z"];
+    let with_value = [
+        "--test-threads",
+        "--skip",
+        "--format",
+        "--color",
+        "--logfile",
+        "-Z",
+    ];
     let mut filters: Vec<&String> = Vec::new();
     let mut skips: Vec<&String> = Vec::new();
     let mut i = 0;
