@@ -60,6 +60,13 @@ pub enum RoundReport {
         /// Its number.
         signal: i32,
     },
+    /// Processes of the round (ranks or what they left) still alive after
+    /// SIGKILL and a bound: a multi-node backend leaves the job rather than
+    /// hold the others' next round. Reported before the round's own end.
+    Stuck {
+        /// How many.
+        processes: u32,
+    },
     /// The backend asked for the stop ([`RoundBackend::restart_requested`]):
     /// our own stop, never a failure.
     Requested {

@@ -173,6 +173,14 @@ fn rounds(ctx: &mut Ctx<'_>) -> Result<(i32, String, u32)> {
             .iter()
             .map(|m| m.take_heard().registered)
             .collect();
+        if stopped.stuck > 0 {
+            let stuck = RoundReport::Stuck {
+                processes: stopped.stuck,
+            };
+            if let Decision::Finished { exit_code, summary } = decide(ctx, restart, &stuck)? {
+                return Ok((exit_code, summary, restart));
+            }
+        }
         let end = end?;
         let result = match &end {
             RoundEnd::Succeeded => RoundResult::Succeeded,

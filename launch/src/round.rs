@@ -266,6 +266,8 @@ fn rank_pids(ranks: &[Rank]) -> Vec<u32> {
 pub(crate) struct Stopped {
     /// A stop signal that came while stopping.
     pub(crate) signal: Option<i32>,
+    /// Processes still alive after SIGKILL and [`AFTER_KILL`].
+    pub(crate) stuck: u32,
 }
 
 /// Stops every rank and what they left: SIGTERM to each rank's process
@@ -333,6 +335,7 @@ pub(crate) fn stop(ctx: &mut Ctx<'_>, plan: &RoundPlan, ranks: &mut [Rank]) -> R
     }
     // A rank still alive after SIGKILL and AFTER_KILL (stuck in the
     // kernel) is not waited for: it would hang the launcher.
+    let stuck = u32::try_from(live + left.len()).unwrap_or(u32::MAX);
     for rank in ranks.iter_mut() {
         if rank.status.is_some() {
             rank.reap();
@@ -351,5 +354,5 @@ pub(crate) fn stop(ctx: &mut Ctx<'_>, plan: &RoundPlan, ranks: &mut [Rank]) -> R
         stop_ms: began.elapsed().as_secs_f64() * 1000.0,
         killed,
     })?;
-    Ok(Stopped { signal })
+    Ok(Stopped { signal, stuck })
 }

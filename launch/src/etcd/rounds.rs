@@ -165,6 +165,18 @@ impl RoundBackend for EtcdBackend {
                 self.cas_state(|s| s.after_failure(round, node, Some(*rank), cause, *code))?;
                 self.poll_decision(restart)
             }
+            RoundReport::Stuck { processes } => {
+                // Our lease goes: the others see a change of nodes and do
+                // not wait for processes that will not die.
+                self.leave();
+                Ok(Decision::Finished {
+                    exit_code: 1,
+                    summary: format!(
+                        "{processes} processes of round {restart} still alive after SIGKILL: node {} leaves the job (its lease revoked)",
+                        self.node
+                    ),
+                })
+            }
             RoundReport::Requested { .. } => self.poll_decision(restart),
             RoundReport::Succeeded => {
                 self.member.done = Some(restart);
