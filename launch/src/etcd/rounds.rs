@@ -162,7 +162,9 @@ impl RoundBackend for EtcdBackend {
                 let (node, round) = (self.node, restart);
                 // Losing means another node moved the round first: our
                 // failure is dropped, its round is ours.
-                self.cas_state(|s| s.after_failure(round, node, Some(*rank), cause, *code))?;
+                self.cas_state_patiently(|s| {
+                    s.after_failure(round, node, Some(*rank), cause, *code)
+                })?;
                 self.poll_decision(restart)
             }
             RoundReport::Stuck { processes } => {
@@ -287,6 +289,27 @@ impl EtcdBackend {
         Err(backend(format!(
             "the job's state changed {CAS_ATTEMPTS} times under this launcher's change"
         )))
+    }
+
+    /// As [`cas_state`](Self::cas_state), tried again while etcd does not
+    /// answer but our lease still stands (a blip, an etcd restarting):
+    /// a failure is not lost to a moment without etcd.
+    fn cas_state_patiently(
+        &mut self,
+        change: impl Fn(&JobState) -> Option<JobState>,
+    ) -> Result<Option<JobState>> {
+        let began = Instant::now();
+        loop {
+            match self.cas_state(&change) {
+                Ok(written) => return Ok(written),
+                Err(error) => {
+                    if self.check_lease().is_err() || began.elapsed() > self.rdzv.ttl {
+                        return Err(error);
+                    }
+                    std::thread::sleep(POLL);
+                }
+            }
+        }
     }
 
     fn write_member(&self) -> Result<()> {
