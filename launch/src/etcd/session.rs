@@ -121,6 +121,9 @@ impl Session {
                 runtime.block_on(async {
                     let _ = stop.await;
                 });
+                // A name lookup stuck in the blocking pool must not hold
+                // the launcher's exit.
+                runtime.shutdown_timeout(Duration::from_secs(1));
             })
             .map_err(|e| Error::io("starting the etcd client's thread", e))?;
         let channel = {

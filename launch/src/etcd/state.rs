@@ -164,7 +164,17 @@ impl Member {
     }
 
     pub(crate) fn decode(bytes: &[u8]) -> Result<Member, String> {
-        decode(bytes, "a member key")
+        let member: Member = decode(bytes, "a member key")?;
+        if let Some((addr, _)) = &member.master {
+            // It becomes every rank's MASTER_ADDR.
+            let bad = |c: char| c.is_whitespace() || c.is_control();
+            if addr.is_empty() || addr.len() > 253 || addr.chars().any(bad) {
+                return Err(format!(
+                    "a member key's master address {addr:?} is not a host name or address"
+                ));
+            }
+        }
+        Ok(member)
     }
 }
 
@@ -251,5 +261,14 @@ mod tests {
             ..Member::default()
         };
         assert_eq!(Member::decode(&member.encode()).unwrap(), member);
+        let planted = Member {
+            master: Some(("a\nb".into(), 1)),
+            ..member
+        };
+        assert!(
+            Member::decode(&planted.encode())
+                .unwrap_err()
+                .contains("master address")
+        );
     }
 }
