@@ -134,6 +134,9 @@ pub struct Spec {
     pub record: PathBuf,
     /// The monitors' configuration, as JSON.
     pub monitor: Option<String>,
+    /// Where the launcher makes its run directory: the test's own, so
+    /// that a launcher the test kills leaves nothing once it is removed.
+    pub run_dir: PathBuf,
 }
 
 impl Spec {
@@ -152,6 +155,7 @@ impl Spec {
             mode: mode.to_owned(),
             record: record.to_owned(),
             monitor: None,
+            run_dir: record.parent().map(Path::to_owned).unwrap_or_default(),
         }
     }
 
@@ -163,7 +167,7 @@ impl Spec {
             "stop_timeout_ms": self.stop_timeout.as_millis() as u64,
             "ttl_s": self.ttl_s, "timeout_s": self.timeout_s,
             "local_addr": self.local_addr, "mode": self.mode,
-            "record": self.record, "monitor": self.monitor,
+            "record": self.record, "monitor": self.monitor, "run_dir": self.run_dir,
         })
         .to_string()
     }
@@ -265,6 +269,7 @@ fn run_launcher(spec: &str) -> ! {
         handle_signals: true,
         own_all_children: true,
         monitor,
+        run_dir: s("run_dir").map(PathBuf::from),
         ..LaunchOptions::new(n("nproc") as u32, command)
     };
     let mut backend = EtcdBackend::new(
