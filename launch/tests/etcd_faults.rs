@@ -37,6 +37,11 @@ fn main() {
             etcd_gone_every_launcher_stops,
             false,
         ),
+        (
+            "sigterm_while_waiting_for_etcd_ends_the_launcher_at_once",
+            sigterm_while_waiting_for_etcd,
+            false,
+        ),
     ]);
 }
 
@@ -255,4 +260,43 @@ fn etcd_gone_every_launcher_stops() {
             "node {node}: {out}"
         );
     }
+}
+
+fn sigterm_while_waiting_for_etcd() {
+    let _dog = Watchdog::new("etcd sigterm while joining", Duration::from_secs(60));
+    let dir = TempDir::new("etcd-join-term");
+    // Nothing listens there: the launcher keeps trying for --rdzv-timeout.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .unwrap();
+    let spec = Spec {
+        timeout_s: 600,
+        ..Spec::new(
+            &format!("127.0.0.1:{closed}"),
+            &job_id("join"),
+            2,
+            "quick",
+            &dir.join("record"),
+        )
+    };
+    let mut launcher = Launcher::start(&spec, dir.path(), "node");
+    wait_until("the launcher is up", Duration::from_secs(20), || {
+        launcher.output().contains("monitors as threads")
+    });
+    std::thread::sleep(Duration::from_millis(500));
+    let sent = std::time::Instant::now();
+    launcher.signal(libc::SIGTERM);
+    let status = launcher.wait(Duration::from_secs(10));
+    let out = launcher.output();
+    assert_eq!(status.code(), Some(128 + libc::SIGTERM), "{out}");
+    assert!(
+        out.contains("stopped by signal 15 while joining the job"),
+        "{out}"
+    );
+    assert!(
+        sent.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        sent.elapsed()
+    );
 }

@@ -10,8 +10,9 @@ use crate::{Error, Result};
 
 impl EtcdBackend {
     /// Connects and joins; on return `self.session` is set, our member key
-    /// written, `self.round` the job's.
-    pub(super) fn join(&mut self) -> Result<()> {
+    /// written, `self.round` the job's. `false`: a stop signal came while
+    /// waiting for etcd (the launcher reads it next).
+    pub(super) fn join(&mut self) -> Result<bool> {
         let nnodes = self.rdzv.nnodes;
         let filter: KeyFilter = Box::new(move |key: &str| {
             key == "state"
@@ -27,8 +28,14 @@ impl EtcdBackend {
             self.rdzv.timeout,
             filter,
         )?;
+        let Some(session) = session else {
+            return Ok(false);
+        };
         let began = Instant::now();
         while !session.view().synced {
+            if crate::signals::stop_signal_pending() {
+                return Ok(false);
+            }
             if began.elapsed() > self.rdzv.timeout {
                 return Err(backend(format!(
                     "no read of the job's keys from etcd at {} within --rdzv-timeout",
@@ -52,7 +59,7 @@ impl EtcdBackend {
             let round = state.round;
             self.cas_state(|s| s.after_membership_change(round, &why))?;
         }
-        Ok(())
+        Ok(true)
     }
 
     /// Creates the state key (first launcher) or reads it and checks that

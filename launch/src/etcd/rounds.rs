@@ -30,8 +30,8 @@ impl RoundBackend for EtcdBackend {
     }
 
     fn poll_begin(&mut self, _restart: u32, _nproc: u32) -> Result<Begin> {
-        if self.session.is_none() {
-            self.join()?;
+        if self.session.is_none() && !self.join()? {
+            return Ok(Begin::Wait);
         }
         self.check_lease()?;
         let state = self.state()?;
@@ -137,7 +137,10 @@ impl RoundBackend for EtcdBackend {
     fn decide(&mut self, restart: u32, report: &RoundReport) -> Result<Decision> {
         match report {
             RoundReport::Interrupted { signal } => {
-                let cause = format!("stopped by signal {signal} on node {}", self.node);
+                let cause = match self.session {
+                    Some(_) => format!("stopped by signal {signal} on node {}", self.node),
+                    None => format!("stopped by signal {signal} while joining the job"),
+                };
                 let node = self.node;
                 let code = 128 + signal;
                 // Best effort: etcd may be why we are stopping.

@@ -100,14 +100,15 @@ pub(crate) struct Session {
 
 impl Session {
     /// Connects, retrying until `timeout`; grants our lease (`ttl`) and
-    /// starts keeping it alive and mirroring `prefix`.
+    /// starts keeping it alive and mirroring `prefix`. `None` when a stop
+    /// signal came first.
     pub(crate) fn start(
         endpoints: &[String],
         prefix: String,
         ttl: Duration,
         timeout: Duration,
         filter: KeyFilter,
-    ) -> Result<Session> {
+    ) -> Result<Option<Session>> {
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
@@ -163,9 +164,13 @@ impl Session {
             prefix,
         };
         let ttl_secs = i64::try_from(ttl.as_secs()).unwrap_or(i64::MAX);
-        session.lease_id = session.retry_until(timeout, "granting this launcher's lease", |s| {
+        let granted = session.retry_until(timeout, "granting this launcher's lease", |s| {
             s.grant(ttl_secs)
         })?;
+        let Some(lease_id) = granted else {
+            return Ok(None);
+        };
+        session.lease_id = lease_id;
         session.shared.update(|v| {
             v.keep.push(session.lease_id);
             v.last_ack = Instant::now();
@@ -184,22 +189,26 @@ impl Session {
             session.prefix.clone(),
             filter,
         ));
-        Ok(session)
+        Ok(Some(session))
     }
 
     /// Calls `op` until it succeeds or `timeout` has passed since the first
-    /// call (then the last error, naming the endpoints and the wait).
+    /// call (then the last error, naming the endpoints and the wait);
+    /// `None` when a stop signal is pending.
     pub(crate) fn retry_until<T>(
         &self,
         timeout: Duration,
         what: &str,
         mut op: impl FnMut(&Self) -> Result<T>,
-    ) -> Result<T> {
+    ) -> Result<Option<T>> {
         let began = Instant::now();
         let mut pause = Duration::from_millis(50);
         loop {
+            if crate::signals::stop_signal_pending() {
+                return Ok(None);
+            }
             match op(self) {
-                Ok(value) => return Ok(value),
+                Ok(value) => return Ok(Some(value)),
                 Err(error) if began.elapsed() >= timeout => {
                     return Err(Error::Backend {
                         reason: format!(
