@@ -105,11 +105,19 @@ fn a_launcher_killed_is_replaced() {
     wait_until("node 0 sees the loss", Duration::from_secs(30), || {
         launchers[0].output().contains("restarting 1/0")
     });
+    let loss_seen = std::time::Instant::now();
     let replacement = Spec {
         node_rank: Some(1),
         ..base
     };
     let mut new = Launcher::start(&replacement, dir.path(), "replacement");
+    wait_until("round 1 on node 0", Duration::from_secs(30), || {
+        records(&dir.join("record")).contains(&(0, 1))
+    });
+    // The lost node's orphans get --stop-timeout (1 s) + 1 s after the
+    // loss is seen before the next round starts (less this test's polls).
+    let waited = loss_seen.elapsed();
+    assert!(waited >= Duration::from_millis(1800), "{waited:?}");
     for launcher in [&mut launchers[0], &mut new] {
         let status = launcher.wait(Duration::from_secs(40));
         let out = launcher.output();
