@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::Args;
-use nodeipc_launch::{HealthOptions, LaunchOptions};
+use nodeipc_launch::{HealthOptions, LaunchOptions, RdzvOptions, Rendezvous};
 use nodeipc_monitor::MonitorConfig;
 
 use crate::{CmdResult, Failure};
@@ -14,11 +14,70 @@ use crate::{CmdResult, Failure};
 #[derive(Args)]
 pub(crate) struct LaunchArgs {
     /// Local ranks to start (1 to 1024).
-    #[arg(long, value_name = "N")]
+    #[arg(
+        long,
+        value_name = "N",
+        visible_alias = "nproc-per-node",
+        alias = "nproc_per_node",
+        env = "PET_NPROC_PER_NODE"
+    )]
     nproc: u32,
-    /// Restart rounds allowed after the first.
-    #[arg(long, value_name = "K", default_value_t = 0)]
+    /// Restart rounds allowed after the first (for the whole job: rounds
+    /// caused only by a change of nodes are not counted).
+    #[arg(
+        long,
+        value_name = "K",
+        default_value_t = 0,
+        alias = "max_restarts",
+        env = "PET_MAX_RESTARTS"
+    )]
     max_restarts: u32,
+    /// Nodes in the job: N (a range N:M is not supported yet).
+    #[arg(long, value_name = "N", default_value = "1", env = "PET_NNODES")]
+    nnodes: String,
+    /// Where nodes meet: etcd (etcd v3).
+    #[arg(
+        long,
+        value_name = "NAME",
+        alias = "rdzv_backend",
+        env = "PET_RDZV_BACKEND"
+    )]
+    rdzv_backend: Option<String>,
+    /// The etcd endpoints: HOST:PORT[,HOST:PORT...].
+    #[arg(
+        long,
+        value_name = "HOST:PORT",
+        alias = "rdzv_endpoint",
+        env = "PET_RDZV_ENDPOINT"
+    )]
+    rdzv_endpoint: Option<String>,
+    /// The job's name, the same on every node: [A-Za-z0-9._-]{1,64}.
+    #[arg(long, value_name = "JOB", alias = "rdzv_id", env = "PET_RDZV_ID")]
+    rdzv_id: Option<String>,
+    /// This node's rank, 0 to N-1: on every launcher or on none (then
+    /// ranks go in order of arrival).
+    #[arg(long, value_name = "R", alias = "node_rank", env = "PET_NODE_RANK")]
+    node_rank: Option<u32>,
+    /// Seconds each launcher's etcd lease lives without a keepalive (whole,
+    /// at least 2): a launcher that has had none acknowledged for half of
+    /// it stops its ranks.
+    #[arg(long, value_name = "SECS", default_value = "5", alias = "rdzv_ttl", value_parser = seconds)]
+    rdzv_ttl: Duration,
+    /// Seconds to wait for etcd and for the other nodes; a finished job's
+    /// state stays in etcd this long.
+    #[arg(long, value_name = "SECS", default_value = "600", alias = "rdzv_timeout", value_parser = long_seconds)]
+    rdzv_timeout: Duration,
+    /// The address node 0 publishes as MASTER_ADDR (default: its host name).
+    #[arg(
+        long,
+        value_name = "ADDR",
+        alias = "local_addr",
+        env = "PET_LOCAL_ADDR"
+    )]
+    local_addr: Option<String>,
+    /// This node alone (the default without --rdzv-backend).
+    #[arg(long, env = "PET_STANDALONE")]
+    standalone: bool,
     /// The monitors' configuration: our JSON (see the nodeipc-monitor README),
     /// its `health_checks` section included; the health flags below add to
     /// it or override it.
@@ -77,6 +136,19 @@ pub(crate) fn run(args: LaunchArgs) -> CmdResult {
         }
         (None, None) => MonitorConfig::default(),
     };
+    let rdzv = RdzvOptions {
+        nnodes: args.nnodes,
+        backend: args.rdzv_backend,
+        endpoint: args.rdzv_endpoint,
+        id: args.rdzv_id,
+        node_rank: args.node_rank,
+        ttl: args.rdzv_ttl,
+        timeout: args.rdzv_timeout,
+        local_addr: args.local_addr,
+        standalone: args.standalone,
+    }
+    .resolve()
+    .map_err(|e| Failure::Usage(e.to_string()))?;
     let options = LaunchOptions {
         max_restarts: args.max_restarts,
         monitor,
@@ -94,7 +166,11 @@ pub(crate) fn run(args: LaunchArgs) -> CmdResult {
         },
         ..LaunchOptions::new(args.nproc, args.command)
     };
-    let outcome = nodeipc_launch::launch(&options)?;
+    options.validate()?;
+    let outcome = match rdzv {
+        Rendezvous::Local => nodeipc_launch::launch(&options)?,
+        Rendezvous::Etcd(etcd) => across_nodes(&options, etcd)?,
+    };
     match outcome.exit_code {
         0 => Ok(()),
         // The last event line (`exit N: …`) has said why.
@@ -105,9 +181,57 @@ pub(crate) fn run(args: LaunchArgs) -> CmdResult {
     }
 }
 
+#[cfg(feature = "etcd")]
+fn across_nodes(
+    options: &LaunchOptions,
+    etcd: nodeipc_launch::EtcdRendezvous,
+) -> Result<nodeipc_launch::Outcome, Failure> {
+    let mut backend = nodeipc_launch::EtcdBackend::new(
+        etcd,
+        options.nproc,
+        options.max_restarts,
+        options.stop_timeout,
+    );
+    let outcome = nodeipc_launch::launch_with(options, &mut backend, &|_| Vec::new());
+    let (requests, rounds) = backend.stats();
+    let node = backend
+        .node_rank()
+        .map_or("?".to_owned(), |n| n.to_string());
+    drop(backend);
+    eprintln_safe(&format!(
+        "nodeipc launch: node {node}: {requests} etcd requests over {rounds} rounds"
+    ));
+    Ok(outcome?)
+}
+
+#[cfg(not(feature = "etcd"))]
+fn across_nodes(
+    _options: &LaunchOptions,
+    _etcd: nodeipc_launch::EtcdRendezvous,
+) -> Result<nodeipc_launch::Outcome, Failure> {
+    Err(nodeipc_launch::Error::Options {
+        reason: "--rdzv-backend etcd: this nodeipc was built without the `etcd` feature".into(),
+    }
+    .into())
+}
+
 fn eprintln_safe(line: &str) {
     use std::io::Write;
     let _ = writeln!(std::io::stderr(), "{line}");
+}
+
+/// Seconds, whole or fractional, more than 0 and at most a week (checked
+/// against --rdzv-timeout's own bound by the launcher).
+fn long_seconds(text: &str) -> Result<Duration, String> {
+    let value: f64 = text
+        .parse()
+        .map_err(|_| format!("{text:?} is not a number of seconds"))?;
+    if !(value > 0.0 && value <= 7.0 * 24.0 * 3600.0) {
+        return Err(format!(
+            "{text} s is out of range: more than 0, at most 604800"
+        ));
+    }
+    Ok(Duration::from_secs_f64(value))
 }
 
 /// Seconds, whole or fractional, more than 0 and at most an hour.

@@ -67,7 +67,7 @@ enum Command {
     #[command(subcommand)]
     Monitor(monitor_cmd::MonitorCommand),
     /// Run N ranks of a command, one rank monitor each; restart them all when one fails or hangs.
-    Launch(launch::LaunchArgs),
+    Launch(Box<launch::LaunchArgs>),
     /// Print a shell completion script (bash, zsh or fish) on stdout.
     Completions(docs_cmd::CompletionsArgs),
     /// Print the manual page (roff) on stdout, or write every page into a directory.
@@ -126,7 +126,7 @@ fn main() -> ExitCode {
         Command::Shm(cmd) => shm_cmd::run(cmd),
         Command::Sem(cmd) => sem_cmd::run(cmd),
         Command::Monitor(cmd) => monitor_cmd::run(cmd),
-        Command::Launch(args) => launch::run(args),
+        Command::Launch(args) => launch::run(*args),
         Command::Completions(args) => docs_cmd::completions(args),
         Command::Man(args) => docs_cmd::man(args),
     };

@@ -50,6 +50,10 @@ const NUMERIC: &[(&str, &[&str])] = &[
             "--stop-timeout",
             "--rank-restart-timeout",
             "--health-interval",
+            "--nnodes",
+            "--node-rank",
+            "--rdzv-ttl",
+            "--rdzv-timeout",
         ],
     ),
 ];
@@ -68,6 +72,10 @@ const NOT_NUMERIC: &[&str] = &[
     "--json-events",
     "--nic",
     "--sysfs-root",
+    "--rdzv-backend",
+    "--rdzv-endpoint",
+    "--rdzv-id",
+    "--local-addr",
     // `launch`'s usage line: `-- <COMMAND>...`.
     "--",
     "--dir",
@@ -354,6 +362,10 @@ fn launch_options_at_the_extremes() {
         "--stop-timeout",
         "--rank-restart-timeout",
         "--health-interval",
+        "--nnodes",
+        "--node-rank",
+        "--rdzv-ttl",
+        "--rdzv-timeout",
     ] {
         for value in EXTREMES {
             let mut args = vec!["launch", "--run-dir", run_dir];

@@ -1,5 +1,5 @@
 //! Who takes part in a round: the one interface a multi-node backend (etcd,
-//! later) implements. The local backend is this node alone.
+//! for one) implements. The local backend is this node alone.
 
 use std::net::{Ipv4Addr, TcpListener};
 
@@ -18,8 +18,14 @@ pub struct RoundPlan {
     pub master_addr: String,
     /// `MASTER_PORT`.
     pub master_port: u16,
-    /// `NODEIPC_GROUP`: unique to the launch and the round.
+    /// `NODEIPC_GROUP`: unique to the launcher and the round.
     pub group: String,
+    /// `GROUP_RANK`: this node's rank.
+    pub group_rank: u32,
+    /// `GROUP_WORLD_SIZE`: nodes in the round.
+    pub group_world_size: u32,
+    /// `TORCHELASTIC_RUN_ID`: the job's id.
+    pub run_id: String,
 }
 
 /// How a round ended on this node.
@@ -33,6 +39,81 @@ pub enum RoundResult {
     Interrupted,
 }
 
+/// How a round ended on this node, in full, for a backend that decides
+/// what follows ([`RoundBackend::decide`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum RoundReport {
+    /// Every local rank exited 0.
+    Succeeded,
+    /// A local rank failed: its global rank, why, and the exit status the
+    /// launcher would exit with.
+    Failed {
+        /// Global rank.
+        rank: u32,
+        /// Why, for people.
+        cause: String,
+        /// Exit status earned.
+        code: i32,
+    },
+    /// A stop signal came.
+    Interrupted {
+        /// Its number.
+        signal: i32,
+    },
+    /// Processes of the round (ranks or what they left) still alive after
+    /// SIGKILL and a bound: a multi-node backend leaves the job rather than
+    /// hold the others' next round. Reported before the round's own end.
+    Stuck {
+        /// How many.
+        processes: u32,
+    },
+    /// The backend asked for the stop ([`RoundBackend::restart_requested`]):
+    /// our own stop, never a failure.
+    Requested {
+        /// Its words.
+        reason: String,
+    },
+}
+
+/// What follows a round, as a backend decides it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Decision {
+    /// The launcher decides alone (one node: restart after a failure until
+    /// `--max-restarts`).
+    Local,
+    /// Not known yet: ask again ([`RoundBackend::poll_decision`]) in about
+    /// 100 ms, stop signals read in between.
+    Pending,
+    /// Start this round next.
+    Next {
+        /// Its number (`NODEIPC_RESTART_COUNT`).
+        restart: u32,
+    },
+    /// The job is over: exit with this status, for this reason.
+    Finished {
+        /// The launcher's exit status.
+        exit_code: i32,
+        /// Why, for people.
+        summary: String,
+    },
+}
+
+/// Whether a round may start.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Begin {
+    /// Not yet: ask again in about 100 ms.
+    Wait,
+    /// Start it.
+    Start(RoundPlan),
+    /// The job ended before it could start.
+    Finished {
+        /// The launcher's exit status.
+        exit_code: i32,
+        /// Why, for people.
+        summary: String,
+    },
+}
+
 /// Agrees with the other nodes (if any) on each round. Every call must be
 /// bounded in time.
 pub trait RoundBackend {
@@ -42,6 +123,15 @@ pub trait RoundBackend {
     /// # Errors
     /// The backend could not agree on a round.
     fn begin_round(&mut self, restart: u32, nproc: u32) -> Result<RoundPlan>;
+
+    /// As [`begin_round`](RoundBackend::begin_round), returning within
+    /// about 100 ms: the launcher reads stop signals between two calls.
+    ///
+    /// # Errors
+    /// As `begin_round`.
+    fn poll_begin(&mut self, restart: u32, nproc: u32) -> Result<Begin> {
+        self.begin_round(restart, nproc).map(Begin::Start)
+    }
 
     /// Polled about every 100 ms while the round runs: `Some(reason)` when
     /// another node wants the round stopped and restarted.
@@ -55,6 +145,24 @@ pub trait RoundBackend {
     /// The backend could not record the end.
     fn end_round(&mut self, _restart: u32, _result: &RoundResult) -> Result<()> {
         Ok(())
+    }
+
+    /// Called after `end_round`: what follows the round. The default
+    /// leaves it to the launcher.
+    ///
+    /// # Errors
+    /// The backend could not decide (the store is unreachable).
+    fn decide(&mut self, _restart: u32, _report: &RoundReport) -> Result<Decision> {
+        Ok(Decision::Local)
+    }
+
+    /// Called about every 100 ms after `decide` said
+    /// [`Decision::Pending`], until it says something else.
+    ///
+    /// # Errors
+    /// As `decide`.
+    fn poll_decision(&mut self, _restart: u32) -> Result<Decision> {
+        Ok(Decision::Local)
     }
 }
 
@@ -82,6 +190,9 @@ impl RoundBackend for LocalBackend {
             master_addr: Ipv4Addr::LOCALHOST.to_string(),
             master_port: free_port()?,
             group: format!("nodeipc-{}-r{restart}", self.launch_id),
+            group_rank: 0,
+            group_world_size: 1,
+            run_id: format!("nodeipc-{}-r{restart}", self.launch_id),
         })
     }
 }

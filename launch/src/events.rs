@@ -95,6 +95,15 @@ pub enum Event {
         /// Seconds since the round started.
         after_s: f64,
     },
+    /// The round backend stopped the round (another node's failure, a
+    /// change of members, this node cut off from the store): not a
+    /// failure of this node.
+    RoundStopping {
+        /// Round.
+        restart: u32,
+        /// The backend's words.
+        reason: String,
+    },
     /// Every rank of the round is gone.
     RoundStopped {
         /// Round.
@@ -169,6 +178,9 @@ impl Event {
                 cause,
                 after_s,
             } => format!("round {restart} failed after {after_s:.1} s: rank {rank} {cause}"),
+            Event::RoundStopping { restart, reason } => {
+                format!("round {restart} stopping: {reason}")
+            }
             Event::RoundStopped {
                 restart,
                 stop_ms,

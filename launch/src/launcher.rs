@@ -3,11 +3,11 @@
 //! signal comes.
 
 use std::path::PathBuf;
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use nodeipc_monitor::HealthCheck;
 
-use crate::backend::{LocalBackend, RoundBackend, RoundResult};
+use crate::backend::{Begin, Decision, LocalBackend, RoundBackend, RoundReport, RoundResult};
 use crate::events::{Event, Events};
 use crate::monitors::Monitor;
 use crate::options::LaunchOptions;
@@ -15,6 +15,10 @@ use crate::rank::Rank;
 use crate::round::{self, Ctx, RoundEnd};
 use crate::signals::StopSignals;
 use crate::{Error, Result, health, reap};
+
+/// How long the launcher waits for a stop signal between two asks of a
+/// backend that is waiting for the other nodes.
+const POLL: Duration = Duration::from_millis(100);
 
 /// How a launch ended.
 #[derive(Debug)]
@@ -125,7 +129,12 @@ fn rounds(ctx: &mut Ctx<'_>) -> Result<(i32, String, u32)> {
     let launch_started = Instant::now();
     let mut restart = 0;
     loop {
-        let plan = ctx.backend.begin_round(restart, options.nproc)?;
+        let plan = match begin(ctx, restart)? {
+            Begin::Start(plan) => plan,
+            Begin::Finished { exit_code, summary } => return Ok((exit_code, summary, restart)),
+            Begin::Wait => unreachable!("begin() waits"),
+        };
+        restart = plan.restart;
         for monitor in ctx.monitors.iter() {
             monitor.take_heard();
         }
@@ -164,6 +173,14 @@ fn rounds(ctx: &mut Ctx<'_>) -> Result<(i32, String, u32)> {
             .iter()
             .map(|m| m.take_heard().registered)
             .collect();
+        if stopped.stuck > 0 {
+            let stuck = RoundReport::Stuck {
+                processes: stopped.stuck,
+            };
+            if let Decision::Finished { exit_code, summary } = decide(ctx, restart, &stuck)? {
+                return Ok((exit_code, summary, restart));
+            }
+        }
         let end = end?;
         let result = match &end {
             RoundEnd::Succeeded => RoundResult::Succeeded,
@@ -172,17 +189,17 @@ fn rounds(ctx: &mut Ctx<'_>) -> Result<(i32, String, u32)> {
             RoundEnd::Requested { reason } => RoundResult::Failed(reason.clone()),
         };
         ctx.backend.end_round(restart, &result)?;
-        let (code, summary) = match end {
-            RoundEnd::Succeeded => {
-                return Ok((
-                    0,
-                    format!("every rank exited 0 (restarts: {restart})"),
-                    restart,
-                ));
-            }
-            RoundEnd::Interrupted { signal } => {
-                return Ok((128 + signal, format!("stopped by signal {signal}"), restart));
-            }
+        let (code, summary, report) = match end {
+            RoundEnd::Succeeded => (
+                0,
+                format!("every rank exited 0 (restarts: {restart})"),
+                RoundReport::Succeeded,
+            ),
+            RoundEnd::Interrupted { signal } => (
+                128 + signal,
+                format!("stopped by signal {signal}"),
+                RoundReport::Interrupted { signal },
+            ),
             RoundEnd::Failed {
                 index,
                 cause,
@@ -201,13 +218,48 @@ fn rounds(ctx: &mut Ctx<'_>) -> Result<(i32, String, u32)> {
                     after.as_secs_f64(),
                     launch_started.elapsed().as_secs_f64(),
                 );
-                (code, summary)
+                let report = RoundReport::Failed {
+                    rank: rank.global_rank,
+                    cause: summary.clone(),
+                    code,
+                };
+                (code, summary, report)
             }
-            RoundEnd::Requested { reason } => (1, format!("restart requested: {reason}")),
+            RoundEnd::Requested { reason } => (
+                1,
+                format!("restart requested: {reason}"),
+                RoundReport::Requested { reason },
+            ),
         };
-        if let Some(signal) = stopped.signal {
-            ctx.events.emit(Event::Signal { signal })?;
-            return Ok((128 + signal, format!("stopped by signal {signal}"), restart));
+        let report = match stopped.signal {
+            Some(signal) => {
+                ctx.events.emit(Event::Signal { signal })?;
+                RoundReport::Interrupted { signal }
+            }
+            None => report,
+        };
+        match decide(ctx, restart, &report)? {
+            Decision::Next { restart: next } => {
+                restart = next;
+                ctx.events.emit(Event::Restarting {
+                    restart,
+                    max_restarts: options.max_restarts,
+                })?;
+                continue;
+            }
+            Decision::Finished { exit_code, summary } => return Ok((exit_code, summary, restart)),
+            Decision::Local | Decision::Pending => {}
+        }
+        if let RoundReport::Succeeded | RoundReport::Interrupted { .. } = report {
+            let summary = match report {
+                RoundReport::Interrupted { signal } => format!("stopped by signal {signal}"),
+                _ => summary,
+            };
+            let code = match report {
+                RoundReport::Interrupted { signal } => 128 + signal,
+                _ => code,
+            };
+            return Ok((code, summary, restart));
         }
         if restart >= options.max_restarts {
             let summary = format!(
@@ -222,6 +274,52 @@ fn rounds(ctx: &mut Ctx<'_>) -> Result<(i32, String, u32)> {
             max_restarts: options.max_restarts,
         })?;
     }
+}
+
+/// Asks the backend for the round's plan until it gives one, reading stop
+/// signals between two asks: a signal while waiting for the other nodes
+/// ends the launch as it would a round.
+fn begin(ctx: &mut Ctx<'_>, restart: u32) -> Result<Begin> {
+    loop {
+        match ctx.backend.poll_begin(restart, ctx.options.nproc)? {
+            Begin::Wait => {}
+            done => return Ok(done),
+        }
+        if let Some(signal) = round::wait_signal(ctx.signals, POLL)? {
+            ctx.events.emit(Event::Signal { signal })?;
+            return match decide(ctx, restart, &RoundReport::Interrupted { signal })? {
+                Decision::Finished { exit_code, summary } => {
+                    Ok(Begin::Finished { exit_code, summary })
+                }
+                _ => Ok(Begin::Finished {
+                    exit_code: 128 + signal,
+                    summary: format!("stopped by signal {signal}"),
+                }),
+            };
+        }
+    }
+}
+
+/// The backend's decision, waited for (stop signals read meanwhile).
+fn decide(ctx: &mut Ctx<'_>, restart: u32, report: &RoundReport) -> Result<Decision> {
+    let mut decision = ctx.backend.decide(restart, report)?;
+    while decision == Decision::Pending {
+        if let Some(signal) = round::wait_signal(ctx.signals, POLL)? {
+            ctx.events.emit(Event::Signal { signal })?;
+            return ctx
+                .backend
+                .decide(restart, &RoundReport::Interrupted { signal })
+                .map(|d| match d {
+                    Decision::Finished { .. } => d,
+                    _ => Decision::Finished {
+                        exit_code: 128 + signal,
+                        summary: format!("stopped by signal {signal}"),
+                    },
+                });
+        }
+        decision = ctx.backend.poll_decision(restart)?;
+    }
+    Ok(decision)
 }
 
 /// The private run directory, removed (with whatever the monitors left,

@@ -9,12 +9,24 @@ mod launcher;
 mod monitors;
 mod options;
 mod rank;
+mod rdzv;
 mod reap;
 mod round;
 mod signals;
 
-pub use backend::{LocalBackend, RoundBackend, RoundPlan, RoundResult, free_port};
+#[cfg(feature = "etcd")]
+mod etcd;
+
+pub use backend::{
+    Begin, Decision, LocalBackend, RoundBackend, RoundPlan, RoundReport, RoundResult, free_port,
+};
 pub use error::{Error, Result};
+#[cfg(feature = "etcd")]
+pub use etcd::EtcdBackend;
 pub use events::Event;
 pub use launcher::{HealthChecks, Outcome, launch, launch_id, launch_with};
 pub use options::{HealthOptions, LaunchOptions, MAX_NPROC, MAX_RESTARTS, MAX_STOP_TIMEOUT};
+pub use rdzv::{
+    EtcdRendezvous, MAX_ENDPOINTS, MAX_NNODES, MAX_RDZV_TIMEOUT, MAX_RDZV_TTL, RdzvOptions,
+    Rendezvous,
+};

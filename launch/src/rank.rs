@@ -51,12 +51,13 @@ pub(crate) fn rank_env(
         ("LOCAL_RANK", local),
         ("WORLD_SIZE", world),
         ("LOCAL_WORLD_SIZE", local_world),
-        ("GROUP_RANK", "0".to_owned()),
+        ("GROUP_RANK", plan.group_rank.to_string()),
+        ("GROUP_WORLD_SIZE", plan.group_world_size.to_string()),
         ("MASTER_ADDR", plan.master_addr.clone()),
         ("MASTER_PORT", plan.master_port.to_string()),
         ("TORCHELASTIC_RESTART_COUNT", restart),
         ("TORCHELASTIC_MAX_RESTARTS", max_restarts.to_string()),
-        ("TORCHELASTIC_RUN_ID", plan.group.clone()),
+        ("TORCHELASTIC_RUN_ID", plan.run_id.clone()),
     ]
 }
 

@@ -133,6 +133,10 @@ pub(crate) fn supervise(
             return Ok(end);
         }
         if let Some(reason) = ctx.backend.restart_requested() {
+            ctx.events.emit(Event::RoundStopping {
+                restart: plan.restart,
+                reason: reason.clone(),
+            })?;
             return Ok(RoundEnd::Requested { reason });
         }
         // Adopted orphans that exit while the ranks run are reaped about
@@ -243,6 +247,17 @@ fn wait(signals: Option<&StopSignals>, ranks: &[Rank], limit: Duration) -> Resul
     Ok(signals.and_then(StopSignals::read))
 }
 
+/// Waits up to `limit` for a stop signal (without ranks to watch).
+pub(crate) fn wait_signal(signals: Option<&StopSignals>, limit: Duration) -> Result<Option<i32>> {
+    match signals {
+        Some(_) => wait(signals, &[], limit),
+        None => {
+            std::thread::sleep(limit);
+            Ok(None)
+        }
+    }
+}
+
 fn rank_pids(ranks: &[Rank]) -> Vec<u32> {
     ranks.iter().map(|r| r.child.id()).collect()
 }
@@ -251,6 +266,8 @@ fn rank_pids(ranks: &[Rank]) -> Vec<u32> {
 pub(crate) struct Stopped {
     /// A stop signal that came while stopping.
     pub(crate) signal: Option<i32>,
+    /// Processes still alive after SIGKILL and [`AFTER_KILL`].
+    pub(crate) stuck: u32,
 }
 
 /// Stops every rank and what they left: SIGTERM to each rank's process
@@ -318,6 +335,7 @@ pub(crate) fn stop(ctx: &mut Ctx<'_>, plan: &RoundPlan, ranks: &mut [Rank]) -> R
     }
     // A rank still alive after SIGKILL and AFTER_KILL (stuck in the
     // kernel) is not waited for: it would hang the launcher.
+    let stuck = u32::try_from(live + left.len()).unwrap_or(u32::MAX);
     for rank in ranks.iter_mut() {
         if rank.status.is_some() {
             rank.reap();
@@ -336,5 +354,5 @@ pub(crate) fn stop(ctx: &mut Ctx<'_>, plan: &RoundPlan, ranks: &mut [Rank]) -> R
         stop_ms: began.elapsed().as_secs_f64() * 1000.0,
         killed,
     })?;
-    Ok(Stopped { signal })
+    Ok(Stopped { signal, stuck })
 }

@@ -74,6 +74,41 @@ impl StopSignals {
     }
 }
 
+/// Blocks the stop signals in the calling thread (a helper thread's), so
+/// that they reach the launcher's signalfd and nothing else.
+#[cfg_attr(not(feature = "etcd"), allow(dead_code))]
+pub(crate) fn block_stop_signals_here() {
+    let mut set = MaybeUninit::<libc::sigset_t>::uninit();
+    // SAFETY: the set is ours, on this stack: sigemptyset initialises it,
+    // sigaddset adds valid signal numbers, pthread_sigmask only reads it.
+    unsafe {
+        libc::sigemptyset(set.as_mut_ptr());
+        for signal in STOP_SIGNALS {
+            libc::sigaddset(set.as_mut_ptr(), signal);
+        }
+        libc::pthread_sigmask(libc::SIG_BLOCK, set.as_ptr(), std::ptr::null_mut());
+    }
+}
+
+/// Whether a stop signal is pending (blocked, not read yet): a wait that
+/// cannot read the signalfd itself gives up on it, and the launcher reads
+/// the signal next.
+#[cfg_attr(not(feature = "etcd"), allow(dead_code))]
+pub(crate) fn stop_signal_pending() -> bool {
+    let mut set = MaybeUninit::<libc::sigset_t>::uninit();
+    // SAFETY: sigpending fills the set, ours on this stack; it is read only
+    // when the call succeeded.
+    unsafe {
+        if libc::sigpending(set.as_mut_ptr()) != 0 {
+            return false;
+        }
+        let set = set.assume_init();
+        STOP_SIGNALS
+            .iter()
+            .any(|&signal| libc::sigismember(&set, signal) == 1)
+    }
+}
+
 fn restore(previous: &libc::sigset_t) {
     // SAFETY: `previous` is the mask pthread_sigmask gave back.
     unsafe {

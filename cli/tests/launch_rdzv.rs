@@ -1,0 +1,157 @@
+//! `nodeipc launch`'s multi-node flags at the command line: torchrun's
+//! spellings and `PET_*` defaults reach the same checks, and each refusal
+//! names the flag (exit 2, before anything starts).
+
+use std::process::Command;
+use std::time::Duration;
+
+use nodeipc_testkit::{Watchdog, spawn_child};
+
+fn launch(args: &[&str], env: &[(&str, &str)]) -> (Option<i32>, String) {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_nodeipc"));
+    command
+        .arg("launch")
+        .args(args)
+        .envs(env.iter().copied())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    for (name, _) in std::env::vars() {
+        if name.starts_with("PET_") {
+            command.env_remove(name);
+        }
+    }
+    let out = spawn_child(&mut command).output_timeout(Duration::from_secs(20));
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn several_nodes_without_a_backend_are_refused_by_flag_or_by_pet_variable() {
+    let _dog = Watchdog::new("launch rdzv refusals", Duration::from_secs(60));
+    let (code, err) = launch(
+        &["--nnodes", "2", "--nproc_per_node", "1", "--", "true"],
+        &[],
+    );
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("--nnodes 2 needs a rendezvous"), "{err}");
+    let (code, err) = launch(&["--nproc", "1", "--", "true"], &[("PET_NNODES", "3")]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("--nnodes 3 needs a rendezvous"), "{err}");
+}
+
+#[test]
+fn torchrun_spellings_reach_the_same_checks() {
+    let _dog = Watchdog::new("launch rdzv spellings", Duration::from_secs(60));
+    let cases: [(&[&str], &str); 5] = [
+        (
+            &[
+                "--nnodes",
+                "2",
+                "--rdzv_backend",
+                "etcd",
+                "--rdzv_endpoint",
+                "h:1",
+                "--rdzv_id",
+                "a b",
+            ],
+            "--rdzv-id \"a b\"",
+        ),
+        (
+            &[
+                "--nnodes",
+                "2",
+                "--rdzv-backend",
+                "etcd",
+                "--rdzv_endpoint",
+                "h",
+                "--rdzv-id",
+                "j",
+            ],
+            "--rdzv-endpoint \"h\" is not HOST:PORT",
+        ),
+        (
+            &[
+                "--nnodes",
+                "2",
+                "--rdzv-backend",
+                "c10d",
+                "--rdzv-endpoint",
+                "h:1",
+                "--rdzv-id",
+                "j",
+            ],
+            "\"c10d\" is not supported",
+        ),
+        (
+            &[
+                "--nnodes",
+                "2:4",
+                "--rdzv-backend",
+                "etcd",
+                "--rdzv-endpoint",
+                "h:1",
+                "--rdzv-id",
+                "j",
+            ],
+            "not supported yet",
+        ),
+        (
+            &[
+                "--nnodes",
+                "2",
+                "--node_rank",
+                "2",
+                "--rdzv-backend",
+                "etcd",
+                "--rdzv-endpoint",
+                "h:1",
+                "--rdzv-id",
+                "j",
+            ],
+            "--node-rank 2 is out of range",
+        ),
+    ];
+    for (flags, expected) in cases {
+        let mut args = flags.to_vec();
+        args.extend(["--nproc-per-node", "1", "--", "true"]);
+        let (code, err) = launch(&args, &[]);
+        assert_eq!(code, Some(2), "{flags:?}: {err}");
+        assert!(err.contains(expected), "{flags:?}: {err}");
+    }
+    // The same through Kubeflow's environment.
+    let (code, err) = launch(
+        &["--", "true"],
+        &[
+            ("PET_NPROC_PER_NODE", "1"),
+            ("PET_NNODES", "2"),
+            ("PET_RDZV_BACKEND", "etcd"),
+            ("PET_RDZV_ENDPOINT", "h:1"),
+            ("PET_RDZV_ID", "bad/id"),
+        ],
+    );
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("--rdzv-id \"bad/id\""), "{err}");
+}
+
+#[test]
+fn standalone_is_the_single_node_launch() {
+    let _dog = Watchdog::new("launch standalone", Duration::from_secs(60));
+    let (code, err) = launch(&["--standalone", "--nproc", "1", "--", "true"], &[]);
+    assert_eq!(code, Some(0), "{err}");
+    let (code, err) = launch(
+        &[
+            "--standalone",
+            "--rdzv-id",
+            "j",
+            "--nproc",
+            "1",
+            "--",
+            "true",
+        ],
+        &[],
+    );
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("--standalone runs this node alone"), "{err}");
+}

@@ -1,0 +1,202 @@
+//! Joining the job: connect, create the state key or check ours against
+//! it, take a node rank.
+
+use std::time::{Duration, Instant};
+
+use super::session::{KeyFilter, Session};
+use super::state::{JobState, Member, Status};
+use super::{EtcdBackend, ops};
+use crate::{Error, Result};
+
+impl EtcdBackend {
+    /// Connects and joins; on return `self.session` is set, our member key
+    /// written, `self.round` the job's. `false`: a stop signal came while
+    /// waiting for etcd (the launcher reads it next).
+    pub(super) fn join(&mut self) -> Result<bool> {
+        let nnodes = self.rdzv.nnodes;
+        let filter: KeyFilter = Box::new(move |key: &str| {
+            key == "state"
+                || key
+                    .strip_prefix("member/")
+                    .and_then(|n| n.parse::<u32>().ok())
+                    .is_some_and(|n| n < nnodes && key.len() < 32)
+        });
+        let session = Session::start(
+            &self.rdzv.endpoints,
+            Self::prefix(&self.rdzv.id),
+            self.rdzv.ttl,
+            self.rdzv.timeout,
+            filter,
+        )?;
+        let Some(session) = session else {
+            return Ok(false);
+        };
+        let began = Instant::now();
+        while !session.view().synced {
+            if crate::signals::stop_signal_pending() {
+                return Ok(false);
+            }
+            if began.elapsed() > self.rdzv.timeout {
+                return Err(backend(format!(
+                    "no read of the job's keys from etcd at {} within --rdzv-timeout",
+                    session.endpoints
+                )));
+            }
+            session.wait_change(Duration::from_millis(100));
+        }
+        let state = self.create_or_check(&session)?;
+        self.session = Some(session);
+        self.take_rank()?;
+        self.round = state.round;
+        // A round already under way without us: it must start again with
+        // us in it (a change of members, not counted).
+        let underway = (0..nnodes)
+            .filter(|&n| n != self.node)
+            .filter_map(|n| self.member_of(n))
+            .any(|m| m.running == Some(state.round));
+        if underway {
+            let why = format!("node {} joined", self.node);
+            let round = state.round;
+            self.cas_state(|s| s.after_membership_change(round, &why))?;
+        }
+        Ok(true)
+    }
+
+    /// Creates the state key (first launcher) or reads it and checks that
+    /// the job is running and has our configuration.
+    fn create_or_check(&mut self, session: &Session) -> Result<JobState> {
+        let timeout_secs = i64::try_from(self.rdzv.timeout.as_secs()).unwrap_or(i64::MAX);
+        let job_lease = session.grant(timeout_secs)?;
+        let first = JobState::first(self.config.clone());
+        let key = self.state_key();
+        let (created, existing) = ops::txn_or_read(
+            session,
+            "creating the job's state key",
+            ops::absent(&key),
+            vec![ops::put_op(&key, first.encode(), job_lease)],
+            &key,
+        )?;
+        if created {
+            self.job_lease = job_lease;
+            session.keep_alive(job_lease);
+            return Ok(first);
+        }
+        let _ = session.revoke(job_lease);
+        let Some(existing) = existing else {
+            return Err(backend(
+                "the job's state key vanished while joining (its job ended); try again",
+            ));
+        };
+        let state = JobState::decode(&existing.value).map_err(backend)?;
+        if let Some(field) = self.config.mismatch(&state.config) {
+            return Err(Error::Options {
+                reason: format!("job {:?}: {field}", self.rdzv.id),
+            });
+        }
+        if state.is_final() {
+            let how = match &state.status {
+                Status::Succeeded => "succeeded".to_owned(),
+                Status::Failed { cause, .. } => format!("failed: {cause}"),
+                Status::Running => unreachable!(),
+            };
+            return Err(Error::Options {
+                reason: format!(
+                    "job {:?} has ended already (round {}, {how}); its final state is kept for --rdzv-timeout: give another --rdzv-id",
+                    self.rdzv.id, state.round
+                ),
+            });
+        }
+        self.job_lease = existing.lease;
+        session.keep_alive(existing.lease);
+        Ok(state)
+    }
+
+    /// Takes `--node-rank`, or the first free rank.
+    fn take_rank(&mut self) -> Result<()> {
+        let fixed = self.rdzv.node_rank.is_some();
+        self.member = Member {
+            id: self.launcher_id.clone(),
+            fixed,
+            ..Member::default()
+        };
+        let candidates: Vec<u32> = match self.rdzv.node_rank {
+            Some(rank) => vec![rank],
+            None => (0..self.rdzv.nnodes).collect(),
+        };
+        let mut holder = None;
+        for node in candidates {
+            let key = self.member_key(node);
+            let session = self.session()?;
+            let (taken, existing) = ops::txn_or_read(
+                session,
+                "taking a node rank",
+                ops::absent(&key),
+                vec![ops::put_op(&key, self.member.encode(), session.lease_id)],
+                &key,
+            )?;
+            if taken {
+                self.node = node;
+                return self.check_rank_mode();
+            }
+            holder = existing.and_then(|kv| Member::decode(&kv.value).ok());
+        }
+        Err(Error::Options {
+            reason: match (self.rdzv.node_rank, holder) {
+                (Some(rank), Some(holder)) => format!(
+                    "job {:?}: --node-rank {rank} is taken by launcher {} (a duplicate --node-rank?)",
+                    self.rdzv.id, holder.id
+                ),
+                (Some(rank), None) => {
+                    format!("job {:?}: --node-rank {rank} is taken", self.rdzv.id)
+                }
+                (None, _) => format!(
+                    "job {:?} has its {} nodes already (--nnodes {})",
+                    self.rdzv.id, self.rdzv.nnodes, self.rdzv.nnodes
+                ),
+            },
+        })
+    }
+
+    /// `--node-rank` on every launcher or on none.
+    fn check_rank_mode(&mut self) -> Result<()> {
+        let fixed = self.member.fixed;
+        let other = (0..self.rdzv.nnodes)
+            .filter(|&n| n != self.node)
+            .find(|&n| self.member_of(n).is_some_and(|m| m.fixed != fixed));
+        let Some(other) = other else {
+            return Ok(());
+        };
+        let session = self.session()?;
+        let _ = session.revoke(session.lease_id);
+        let (here, there) = match fixed {
+            true => ("given here", "not on node"),
+            false => ("not given here", "given on node"),
+        };
+        Err(Error::Options {
+            reason: format!(
+                "job {:?}: --node-rank is {here} but {there} {other}: give it on every launcher or on none",
+                self.rdzv.id
+            ),
+        })
+    }
+
+    pub(super) fn session(&self) -> Result<&Session> {
+        self.session
+            .as_ref()
+            .ok_or_else(|| backend("not connected to etcd"))
+    }
+
+    /// Node `node`'s member value, if its key is there and ours.
+    pub(super) fn member_of(&self, node: u32) -> Option<Member> {
+        let session = self.session.as_ref()?;
+        let view = session.view();
+        let entry = view.keys.get(&format!("member/{node}"))?;
+        Member::decode(&entry.value).ok()
+    }
+}
+
+pub(super) fn backend(reason: impl Into<String>) -> Error {
+    Error::Backend {
+        reason: reason.into(),
+    }
+}

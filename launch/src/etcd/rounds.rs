@@ -1,0 +1,447 @@
+//! The rounds: a barrier over the members before each, a watch on the
+//! state and the members while it runs, one compare-and-swap on the state
+//! key to end it.
+
+use std::net::{IpAddr, Ipv4Addr, TcpListener};
+use std::time::{Duration, Instant};
+
+use super::join::backend;
+use super::state::{JobState, Status};
+use super::{EtcdBackend, ops};
+use crate::backend::{Begin, Decision, RoundBackend, RoundPlan, RoundReport};
+use crate::{Error, Result};
+
+/// How long one poll waits for the view to change.
+const POLL: Duration = Duration::from_millis(100);
+
+/// Attempts at a compare-and-swap before giving up (each loses only to
+/// another launcher's change, so a few are plenty).
+const CAS_ATTEMPTS: u32 = 8;
+
+impl RoundBackend for EtcdBackend {
+    fn begin_round(&mut self, restart: u32, nproc: u32) -> Result<RoundPlan> {
+        loop {
+            match self.poll_begin(restart, nproc)? {
+                Begin::Start(plan) => return Ok(plan),
+                Begin::Wait => {}
+                Begin::Finished { summary, .. } => return Err(backend(summary)),
+            }
+        }
+    }
+
+    fn poll_begin(&mut self, _restart: u32, _nproc: u32) -> Result<Begin> {
+        if self.session.is_none() && !self.join()? {
+            return Ok(Begin::Wait);
+        }
+        self.check_lease()?;
+        let state = self.state()?;
+        if state.is_final() {
+            return Ok(finished(&state));
+        }
+        if self.member.ready != Some(state.round) {
+            if let Some(lost) = self.lost_at {
+                if lost.elapsed() < self.stop_timeout + Duration::from_secs(1) {
+                    self.session()?.wait_change(POLL);
+                    return Ok(Begin::Wait);
+                }
+                self.lost_at = None;
+            }
+            self.round = state.round;
+            self.member.ready = Some(state.round);
+            self.member.running = None;
+            self.member.done = None;
+            self.member.master = match self.node {
+                0 => Some(master(self.rdzv.local_addr.as_deref())?),
+                _ => None,
+            };
+            self.write_member()?;
+            self.barrier_since = Some(Instant::now());
+        }
+        let mut revisions = Vec::new();
+        let mut missing = Vec::new();
+        {
+            let session = self.session()?;
+            let view = session.view();
+            for node in 0..self.rdzv.nnodes {
+                let entry = view.keys.get(&format!("member/{node}"));
+                let member = entry.and_then(|e| super::state::Member::decode(&e.value).ok());
+                match (entry, member) {
+                    (Some(entry), Some(m)) if m.ready == Some(self.round) => {
+                        revisions.push(entry.create_revision);
+                    }
+                    _ => missing.push(node),
+                }
+            }
+        }
+        if !missing.is_empty() {
+            let waited = self.barrier_since.map_or(Duration::ZERO, |t| t.elapsed());
+            if waited > self.rdzv.timeout {
+                return Err(backend(format!(
+                    "round {}: node ranks {missing:?} of {} were not ready within --rdzv-timeout ({:.0} s)",
+                    self.round,
+                    self.rdzv.nnodes,
+                    self.rdzv.timeout.as_secs_f64()
+                )));
+            }
+            self.session()?.wait_change(POLL);
+            return Ok(Begin::Wait);
+        }
+        let Some((master_addr, master_port)) = self.member_of(0).and_then(|m| m.master) else {
+            return Err(backend(format!(
+                "round {}: node 0 published no master address",
+                self.round
+            )));
+        };
+        self.members_at_start = revisions;
+        self.member.running = Some(self.round);
+        self.write_member()?;
+        self.rounds_started = self.rounds_started.saturating_add(1);
+        let nproc = self.config.nproc;
+        Ok(Begin::Start(RoundPlan {
+            restart: self.round,
+            world_size: self.rdzv.nnodes.saturating_mul(nproc),
+            rank_offset: self.node.saturating_mul(nproc),
+            master_addr,
+            master_port,
+            group: format!("nodeipc-{}-n{}-r{}", self.rdzv.id, self.node, self.round),
+            group_rank: self.node,
+            group_world_size: self.rdzv.nnodes,
+            run_id: self.rdzv.id.clone(),
+        }))
+    }
+
+    fn restart_requested(&mut self) -> Option<String> {
+        if let Some(why) = self.cut_off_reason() {
+            self.cut_off = true;
+            return Some(why);
+        }
+        let state = match self.state() {
+            Ok(state) => state,
+            Err(e) => return Some(e.to_string()),
+        };
+        if state.round != self.round || state.is_final() {
+            return Some(match &state.status {
+                Status::Failed { cause, .. } => cause.clone(),
+                Status::Succeeded => "the job succeeded".to_owned(),
+                Status::Running => state.reason.clone(),
+            });
+        }
+        let why = self.membership_change()?;
+        let round = self.round;
+        // Whoever wins this starts the round; the others' attempts find
+        // the state moved and drop theirs.
+        let _ = self.cas_state(|s| s.after_membership_change(round, &why));
+        Some(why)
+    }
+
+    fn decide(&mut self, restart: u32, report: &RoundReport) -> Result<Decision> {
+        match report {
+            RoundReport::Interrupted { signal } => {
+                let cause = match self.session {
+                    Some(_) => format!("stopped by signal {signal} on node {}", self.node),
+                    None => format!("stopped by signal {signal} while joining the job"),
+                };
+                let node = self.node;
+                let code = 128 + signal;
+                // Best effort: etcd may be why we are stopping.
+                let _ = self.cas_state(|s| {
+                    (!s.is_final()).then(|| JobState {
+                        status: Status::Failed {
+                            node,
+                            rank: None,
+                            cause: cause.clone(),
+                            code,
+                        },
+                        ..s.clone()
+                    })
+                });
+                self.leave();
+                Ok(Decision::Finished {
+                    exit_code: code,
+                    summary: cause,
+                })
+            }
+            RoundReport::Failed { rank, cause, code } => {
+                let (node, round) = (self.node, restart);
+                // Losing means another node moved the round first: our
+                // failure is dropped, its round is ours.
+                self.cas_state_patiently(|s| {
+                    s.after_failure(round, node, Some(*rank), cause, *code)
+                })?;
+                self.poll_decision(restart)
+            }
+            RoundReport::Stuck { processes } => {
+                // Our lease goes: the others see a change of nodes and do
+                // not wait for processes that will not die.
+                self.leave();
+                Ok(Decision::Finished {
+                    exit_code: 1,
+                    summary: format!(
+                        "{processes} processes of round {restart} still alive after SIGKILL: node {} leaves the job (its lease revoked)",
+                        self.node
+                    ),
+                })
+            }
+            RoundReport::Requested { .. } => self.poll_decision(restart),
+            RoundReport::Succeeded => {
+                self.member.done = Some(restart);
+                self.write_member()?;
+                self.poll_decision(restart)
+            }
+        }
+    }
+
+    fn poll_decision(&mut self, _restart: u32) -> Result<Decision> {
+        if self.cut_off {
+            self.check_lease()?;
+            let waited = self.session()?.view().last_ack.elapsed();
+            if waited > self.rdzv.ttl / 2 {
+                self.session()?.wait_change(POLL);
+                return Ok(Decision::Pending);
+            }
+            self.cut_off = false;
+            let (round, why) = (
+                self.round,
+                format!("node {} was cut off from etcd", self.node),
+            );
+            self.cas_state(|s| s.after_membership_change(round, &why))?;
+        }
+        let state = self.state()?;
+        if state.is_final() {
+            self.leave_job_lease();
+            return Ok(match finished(&state) {
+                Begin::Finished { exit_code, summary } => Decision::Finished { exit_code, summary },
+                _ => unreachable!(),
+            });
+        }
+        if state.round != self.round {
+            return Ok(Decision::Next {
+                restart: state.round,
+            });
+        }
+        if self.member.done == Some(self.round) {
+            let round = self.round;
+            let all_done = (0..self.rdzv.nnodes)
+                .all(|n| self.member_of(n).is_some_and(|m| m.done == Some(round)));
+            if all_done {
+                self.cas_state(|s| {
+                    (s.round == round && !s.is_final()).then(|| JobState {
+                        status: Status::Succeeded,
+                        ..s.clone()
+                    })
+                })?;
+            } else if let Some(why) = self.membership_change() {
+                let _ = self.cas_state(|s| s.after_membership_change(round, &why));
+            }
+        }
+        self.session()?.wait_change(POLL);
+        Ok(Decision::Pending)
+    }
+}
+
+impl EtcdBackend {
+    /// The job's state as last seen.
+    fn state(&self) -> Result<JobState> {
+        let session = self.session()?;
+        let view = session.view();
+        let entry = view.keys.get("state").ok_or_else(|| {
+            backend(format!(
+                "job {:?}: its state key is gone from etcd at {} (the job lease expired?)",
+                self.rdzv.id, session.endpoints
+            ))
+        })?;
+        JobState::decode(&entry.value).map_err(backend)
+    }
+
+    /// Changes the state key by `change` of its current value, on its
+    /// revision, until that holds or `change` says no (`None`). The state
+    /// written, if any.
+    pub(super) fn cas_state(
+        &mut self,
+        change: impl Fn(&JobState) -> Option<JobState>,
+    ) -> Result<Option<JobState>> {
+        let key = self.state_key();
+        let session = self.session()?;
+        let (mut current, mut revision) = {
+            let view = session.view();
+            match view.keys.get("state") {
+                Some(e) => (JobState::decode(&e.value).map_err(backend)?, e.mod_revision),
+                None => return Ok(None),
+            }
+        };
+        for _ in 0..CAS_ATTEMPTS {
+            let Some(next) = change(&current) else {
+                return Ok(None);
+            };
+            let (done, read) = ops::txn_or_read(
+                session,
+                "changing the job's state",
+                ops::mod_revision_is(&key, revision),
+                vec![ops::put_op(&key, next.encode(), self.job_lease)],
+                &key,
+            )?;
+            if done {
+                return Ok(Some(next));
+            }
+            let Some(read) = read else {
+                return Ok(None);
+            };
+            current = JobState::decode(&read.value).map_err(backend)?;
+            revision = read.mod_revision;
+        }
+        Err(backend(format!(
+            "the job's state changed {CAS_ATTEMPTS} times under this launcher's change"
+        )))
+    }
+
+    /// As [`cas_state`](Self::cas_state), tried again while etcd does not
+    /// answer but our lease still stands (a blip, an etcd restarting):
+    /// a failure is not lost to a moment without etcd.
+    fn cas_state_patiently(
+        &mut self,
+        change: impl Fn(&JobState) -> Option<JobState>,
+    ) -> Result<Option<JobState>> {
+        let began = Instant::now();
+        loop {
+            match self.cas_state(&change) {
+                Ok(written) => return Ok(written),
+                Err(error) => {
+                    if self.check_lease().is_err() || began.elapsed() > self.rdzv.ttl {
+                        return Err(error);
+                    }
+                    std::thread::sleep(POLL);
+                }
+            }
+        }
+    }
+
+    fn write_member(&self) -> Result<()> {
+        let session = self.session()?;
+        ops::put(
+            session,
+            &self.member_key(self.node),
+            self.member.encode(),
+            session.lease_id,
+        )
+    }
+
+    /// A member that started the round is gone or replaced: why, and the
+    /// time of the loss noted.
+    fn membership_change(&mut self) -> Option<String> {
+        let session = self.session.as_ref()?;
+        let changed = {
+            let view = session.view();
+            (0..self.rdzv.nnodes).find_map(|node| {
+                let before = *self.members_at_start.get(node as usize)?;
+                match view.keys.get(&format!("member/{node}")) {
+                    None => Some((node, true)),
+                    Some(e) if e.create_revision != before => Some((node, false)),
+                    Some(_) => None,
+                }
+            })
+        };
+        let (node, gone) = changed?;
+        if gone {
+            self.lost_at.get_or_insert_with(Instant::now);
+        }
+        Some(match gone {
+            true => format!("node {node} left the job (its lease ended)"),
+            false => format!("node {node} was replaced"),
+        })
+    }
+
+    /// Why this node must stop its ranks for want of etcd, if it must.
+    fn cut_off_reason(&self) -> Option<String> {
+        let session = self.session.as_ref()?;
+        let view = session.view();
+        if view.lease_lost {
+            return Some(format!(
+                "this launcher's lease has expired in etcd at {}",
+                session.endpoints
+            ));
+        }
+        let waited = view.last_ack.elapsed();
+        (waited > self.rdzv.ttl / 2).then(|| {
+            format!(
+                "no keepalive acknowledged by etcd at {} for {:.1} s (--rdzv-ttl {} s): this node may be cut off",
+                session.endpoints,
+                waited.as_secs_f64(),
+                self.rdzv.ttl.as_secs()
+            )
+        })
+    }
+
+    /// Fails when the lease is gone, or has gone unacknowledged for the
+    /// whole TTL: the others have taken this node for lost.
+    fn check_lease(&self) -> Result<()> {
+        let session = self.session()?;
+        let view = session.view();
+        let waited = view.last_ack.elapsed();
+        if view.lease_lost || waited >= self.rdzv.ttl {
+            return Err(backend(format!(
+                "lost etcd at {}: no keepalive acknowledged for {:.1} s (--rdzv-ttl {} s); this node's ranks are stopped",
+                session.endpoints,
+                waited.as_secs_f64(),
+                self.rdzv.ttl.as_secs()
+            )));
+        }
+        Ok(())
+    }
+
+    /// Stops keeping the job's lease alive: the final state stays until
+    /// it expires (`--rdzv-timeout`).
+    fn leave_job_lease(&self) {
+        if let Some(session) = &self.session {
+            session.let_expire(self.job_lease);
+        }
+    }
+
+    /// Leaves the job: our member key goes with our lease.
+    fn leave(&mut self) {
+        self.leave_job_lease();
+        if let Some(session) = &self.session {
+            let _ = session.revoke(session.lease_id);
+        }
+    }
+}
+
+/// How a final state ends every launcher.
+fn finished(state: &JobState) -> Begin {
+    match &state.status {
+        Status::Succeeded => Begin::Finished {
+            exit_code: 0,
+            summary: format!(
+                "every rank on every node exited 0 in round {} ({} failure rounds)",
+                state.round, state.failures
+            ),
+        },
+        Status::Failed { cause, code, .. } => Begin::Finished {
+            exit_code: *code,
+            summary: cause.clone(),
+        },
+        Status::Running => Begin::Wait,
+    }
+}
+
+/// Node 0's `MASTER_ADDR` (`--local-addr`, else its host name) and a
+/// `MASTER_PORT` free on it now: a new one each round.
+fn master(local_addr: Option<&str>) -> Result<(String, u16)> {
+    let bind_ip = local_addr
+        .and_then(|a| a.parse::<IpAddr>().ok())
+        .unwrap_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED));
+    let listener =
+        TcpListener::bind((bind_ip, 0)).map_err(|e| Error::io("bind for MASTER_PORT", e))?;
+    let port = listener
+        .local_addr()
+        .map_err(|e| Error::io("getsockname for MASTER_PORT", e))?
+        .port();
+    let addr = match local_addr {
+        Some(addr) => addr.to_owned(),
+        None => std::fs::read_to_string("/proc/sys/kernel/hostname")
+            .map(|h| h.trim().to_owned())
+            .ok()
+            .filter(|h| !h.is_empty())
+            .unwrap_or_else(|| Ipv4Addr::LOCALHOST.to_string()),
+    };
+    Ok((addr, port))
+}

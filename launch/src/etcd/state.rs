@@ -1,0 +1,274 @@
+//! What the launchers keep in etcd, as JSON: the job's one state key and
+//! one member key per node. Everything read back is checked: a value
+//! another process wrote is parsed, never trusted to be well formed.
+
+use serde::{Deserialize, Serialize};
+
+/// Longest value the launcher reads from a key of its job: bigger is not
+/// one of ours.
+pub(crate) const MAX_VALUE: usize = 16 * 1024;
+
+/// What every launcher of the job must agree on.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct JobConfig {
+    pub(crate) nnodes: u32,
+    pub(crate) nproc: u32,
+    pub(crate) max_restarts: u32,
+}
+
+impl JobConfig {
+    /// The first field where `theirs` (the job's) differs from ours, as
+    /// the refusal names it.
+    pub(crate) fn mismatch(&self, theirs: &JobConfig) -> Option<String> {
+        let fields = [
+            ("--nnodes", self.nnodes, theirs.nnodes),
+            ("--nproc", self.nproc, theirs.nproc),
+            ("--max-restarts", self.max_restarts, theirs.max_restarts),
+        ];
+        fields
+            .iter()
+            .find(|(_, ours, job)| ours != job)
+            .map(|(name, ours, job)| {
+                format!(
+                    "{name} {ours} differs from the job's {name} {job} (set by its first launcher)"
+                )
+            })
+    }
+}
+
+/// Where the job is.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "status", rename_all = "snake_case")]
+pub(crate) enum Status {
+    /// Round `round` runs (or is about to).
+    Running,
+    /// Every rank of every node exited 0 in `round`.
+    Succeeded,
+    /// The job is over without success.
+    Failed {
+        /// The node rank that failed (or was stopped).
+        node: u32,
+        /// The global rank that failed, when one did.
+        rank: Option<u32>,
+        /// Why, for people.
+        cause: String,
+        /// The exit status every launcher exits with.
+        code: i32,
+    },
+}
+
+/// The job's state key.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct JobState {
+    pub(crate) config: JobConfig,
+    /// The job's round: `NODEIPC_RESTART_COUNT`.
+    pub(crate) round: u32,
+    /// Rounds started because of a failure (counted against
+    /// `--max-restarts`; rounds for a change of members are not).
+    pub(crate) failures: u32,
+    /// Why the current round was started (empty for round 0).
+    pub(crate) reason: String,
+    #[serde(flatten)]
+    pub(crate) status: Status,
+}
+
+impl JobState {
+    pub(crate) fn first(config: JobConfig) -> JobState {
+        JobState {
+            config,
+            round: 0,
+            failures: 0,
+            reason: String::new(),
+            status: Status::Running,
+        }
+    }
+
+    pub(crate) fn is_final(&self) -> bool {
+        !matches!(self.status, Status::Running)
+    }
+
+    /// After a failure in `round` on `node`: the next round, or `failed`
+    /// when restarts are used up. `None` when the state has moved past
+    /// `round` already (the failure is dropped).
+    pub(crate) fn after_failure(
+        &self,
+        round: u32,
+        node: u32,
+        rank: Option<u32>,
+        cause: &str,
+        code: i32,
+    ) -> Option<JobState> {
+        if self.round != round || self.is_final() {
+            return None;
+        }
+        let mut next = self.clone();
+        if self.failures >= self.config.max_restarts {
+            next.status = Status::Failed {
+                node,
+                rank,
+                cause: format!(
+                    "restarts exhausted ({}/{}): node {node}: {cause}",
+                    self.failures, self.config.max_restarts
+                ),
+                code,
+            };
+        } else {
+            next.round = round.saturating_add(1);
+            next.failures = self.failures.saturating_add(1);
+            next.reason = format!("node {node}: {cause}");
+        }
+        Some(next)
+    }
+
+    /// A new round for a change of members (not counted).
+    pub(crate) fn after_membership_change(&self, round: u32, why: &str) -> Option<JobState> {
+        if self.round != round || self.is_final() {
+            return None;
+        }
+        let mut next = self.clone();
+        next.round = round.saturating_add(1);
+        next.reason = why.to_owned();
+        Some(next)
+    }
+
+    pub(crate) fn encode(&self) -> Vec<u8> {
+        serde_json::to_vec(self).unwrap_or_default()
+    }
+
+    pub(crate) fn decode(bytes: &[u8]) -> Result<JobState, String> {
+        decode(bytes, "the job's state key")
+    }
+}
+
+/// One node's member key (bound to its launcher's lease).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct Member {
+    /// The launcher (unique per process and start).
+    pub(crate) id: String,
+    /// Its rank was given (`--node-rank`) rather than taken in order.
+    #[serde(default)]
+    pub(crate) fixed: bool,
+    /// Ready (its ranks of earlier rounds all gone) to start this round.
+    pub(crate) ready: Option<u32>,
+    /// Its ranks run this round.
+    pub(crate) running: Option<u32>,
+    /// Its ranks all exited 0 in this round.
+    pub(crate) done: Option<u32>,
+    /// Node 0: `MASTER_ADDR` and `MASTER_PORT` of the round it is ready for.
+    pub(crate) master: Option<(String, u16)>,
+}
+
+impl Member {
+    pub(crate) fn encode(&self) -> Vec<u8> {
+        serde_json::to_vec(self).unwrap_or_default()
+    }
+
+    pub(crate) fn decode(bytes: &[u8]) -> Result<Member, String> {
+        let member: Member = decode(bytes, "a member key")?;
+        if let Some((addr, _)) = &member.master {
+            // It becomes every rank's MASTER_ADDR.
+            let bad = |c: char| c.is_whitespace() || c.is_control();
+            if addr.is_empty() || addr.len() > 253 || addr.chars().any(bad) {
+                return Err(format!(
+                    "a member key's master address {addr:?} is not a host name or address"
+                ));
+            }
+        }
+        Ok(member)
+    }
+}
+
+fn decode<T: for<'de> Deserialize<'de>>(bytes: &[u8], what: &str) -> Result<T, String> {
+    if bytes.len() > MAX_VALUE {
+        return Err(format!(
+            "{what} holds {} bytes, more than the {MAX_VALUE} a launcher writes",
+            bytes.len()
+        ));
+    }
+    serde_json::from_slice(bytes).map_err(|e| format!("{what} is not a launcher's: {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(max_restarts: u32) -> JobConfig {
+        JobConfig {
+            nnodes: 2,
+            nproc: 2,
+            max_restarts,
+        }
+    }
+
+    #[test]
+    fn a_mismatch_names_the_first_field_that_differs() {
+        let ours = config(3);
+        assert_eq!(ours.mismatch(&config(3)), None);
+        let why = ours.mismatch(&config(1)).unwrap();
+        assert!(why.contains("--max-restarts 3"), "{why}");
+        assert!(why.contains("--max-restarts 1"), "{why}");
+        let other = JobConfig {
+            nproc: 4,
+            ..config(3)
+        };
+        assert!(ours.mismatch(&other).unwrap().starts_with("--nproc 2"));
+    }
+
+    #[test]
+    fn a_failure_moves_to_the_next_round_until_restarts_run_out() {
+        let state = JobState::first(config(1));
+        let next = state.after_failure(0, 1, Some(3), "exit 7", 7).unwrap();
+        assert_eq!((next.round, next.failures), (1, 1));
+        assert_eq!(next.status, Status::Running);
+        let last = next.after_failure(1, 0, Some(0), "exit 9", 9).unwrap();
+        assert_eq!(last.round, 1);
+        match &last.status {
+            Status::Failed {
+                node, rank, code, ..
+            } => assert_eq!((*node, *rank, *code), (0, Some(0), 9)),
+            other => panic!("{other:?}"),
+        }
+        assert!(last.after_failure(1, 0, None, "again", 1).is_none());
+    }
+
+    #[test]
+    fn a_failure_in_a_round_already_left_is_dropped() {
+        let state = JobState::first(config(5))
+            .after_failure(0, 0, None, "x", 1)
+            .unwrap();
+        assert!(state.after_failure(0, 1, None, "late", 1).is_none());
+        assert!(state.after_membership_change(0, "late").is_none());
+    }
+
+    #[test]
+    fn a_change_of_members_is_not_counted() {
+        let state = JobState::first(config(0));
+        let next = state.after_membership_change(0, "node 1 left").unwrap();
+        assert_eq!((next.round, next.failures), (1, 0));
+        let encoded = next.encode();
+        assert_eq!(JobState::decode(&encoded).unwrap(), next);
+    }
+
+    #[test]
+    fn values_not_ours_are_refused_with_a_reason() {
+        assert!(JobState::decode(b"{").unwrap_err().contains("state key"));
+        let big = vec![b' '; MAX_VALUE + 1];
+        assert!(Member::decode(&big).unwrap_err().contains("more than"));
+        let member = Member {
+            id: "a".into(),
+            ready: Some(2),
+            master: Some(("127.0.0.2".into(), 4000)),
+            ..Member::default()
+        };
+        assert_eq!(Member::decode(&member.encode()).unwrap(), member);
+        let planted = Member {
+            master: Some(("a\nb".into(), 1)),
+            ..member
+        };
+        assert!(
+            Member::decode(&planted.encode())
+                .unwrap_err()
+                .contains("master address")
+        );
+    }
+}

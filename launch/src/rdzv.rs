@@ -1,0 +1,439 @@
+//! Who else takes part: `--nnodes`, `--rdzv-*`, `--node-rank`,
+//! `--standalone`, checked before anything starts. Built with or without
+//! the `etcd` feature, so that a bad flag is named the same either way.
+
+use std::time::Duration;
+
+use crate::{Error, Result};
+
+/// Most nodes one job may have.
+pub const MAX_NNODES: u32 = 4096;
+
+/// Most etcd endpoints one launcher is given.
+pub const MAX_ENDPOINTS: usize = 16;
+
+/// Longest `--rdzv-ttl`.
+pub const MAX_RDZV_TTL: Duration = Duration::from_secs(3600);
+
+/// Longest `--rdzv-timeout`.
+pub const MAX_RDZV_TIMEOUT: Duration = Duration::from_secs(7 * 24 * 3600);
+
+/// The rendezvous flags as given (strings from the command line or the
+/// `PET_*` environment), before [`RdzvOptions::resolve`] checks them.
+#[derive(Clone, Debug)]
+pub struct RdzvOptions {
+    /// `--nnodes N` or `N:M`.
+    pub nnodes: String,
+    /// `--rdzv-backend`: `etcd`, or none (this node alone).
+    pub backend: Option<String>,
+    /// `--rdzv-endpoint HOST:PORT[,HOST:PORT…]`.
+    pub endpoint: Option<String>,
+    /// `--rdzv-id`.
+    pub id: Option<String>,
+    /// `--node-rank`.
+    pub node_rank: Option<u32>,
+    /// `--rdzv-ttl`: the lease of each launcher.
+    pub ttl: Duration,
+    /// `--rdzv-timeout`: how long to wait for etcd and for the other
+    /// nodes, and how long a finished job's state is kept.
+    pub timeout: Duration,
+    /// `--local-addr`: what node 0 publishes as `MASTER_ADDR`.
+    pub local_addr: Option<String>,
+    /// `--standalone`: this node alone.
+    pub standalone: bool,
+}
+
+impl Default for RdzvOptions {
+    fn default() -> Self {
+        RdzvOptions {
+            nnodes: "1".to_owned(),
+            backend: None,
+            endpoint: None,
+            id: None,
+            node_rank: None,
+            ttl: Duration::from_secs(5),
+            timeout: Duration::from_secs(600),
+            local_addr: None,
+            standalone: false,
+        }
+    }
+}
+
+/// Where rounds are agreed on, once the flags are checked.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Rendezvous {
+    /// This node alone (today's launch).
+    Local,
+    /// Several nodes through etcd v3.
+    Etcd(EtcdRendezvous),
+}
+
+/// A checked etcd rendezvous.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EtcdRendezvous {
+    /// `host:port` of each endpoint.
+    pub endpoints: Vec<String>,
+    /// The job id (`[A-Za-z0-9._-]{1,64}`).
+    pub id: String,
+    /// Nodes in the job.
+    pub nnodes: u32,
+    /// This node's rank, when given.
+    pub node_rank: Option<u32>,
+    /// Lease time to live (whole seconds, at least 2).
+    pub ttl: Duration,
+    /// See [`RdzvOptions::timeout`].
+    pub timeout: Duration,
+    /// See [`RdzvOptions::local_addr`].
+    pub local_addr: Option<String>,
+}
+
+impl RdzvOptions {
+    /// Checks the flags together.
+    ///
+    /// # Errors
+    /// [`Error::Options`] naming the flag, its value and what is allowed.
+    pub fn resolve(&self) -> Result<Rendezvous> {
+        let (min, max) = parse_nnodes(&self.nnodes)?;
+        if min != max {
+            return Err(Error::options(format!(
+                "--nnodes {}: a range of nodes (elastic membership with spares) is not supported yet; give a fixed number",
+                self.nnodes
+            )));
+        }
+        if self.standalone {
+            for (flag, given) in [
+                ("--rdzv-backend", self.backend.is_some()),
+                ("--rdzv-endpoint", self.endpoint.is_some()),
+                ("--rdzv-id", self.id.is_some()),
+            ] {
+                if given {
+                    return Err(Error::options(format!(
+                        "--standalone runs this node alone: {flag} does not go with it"
+                    )));
+                }
+            }
+        }
+        let Some(backend) = self.backend.as_deref().filter(|_| !self.standalone) else {
+            if min > 1 {
+                return Err(Error::options(format!(
+                    "--nnodes {min} needs a rendezvous: give --rdzv-backend etcd, --rdzv-endpoint and --rdzv-id"
+                )));
+            }
+            if let Some(rank) = self.node_rank.filter(|&r| r != 0) {
+                return Err(Error::options(format!(
+                    "--node-rank {rank} is out of range for a single node: 0 only"
+                )));
+            }
+            return Ok(Rendezvous::Local);
+        };
+        if backend != "etcd" && backend != "etcd-v3" {
+            return Err(Error::options(format!(
+                "--rdzv-backend {backend:?} is not supported: only etcd (etcd v3)"
+            )));
+        }
+        let id = self.id.as_deref().ok_or_else(|| {
+            Error::options(
+                "--rdzv-backend etcd needs --rdzv-id (the job's name, [A-Za-z0-9._-]{1,64})",
+            )
+        })?;
+        check_id(id)?;
+        let endpoint = self.endpoint.as_deref().ok_or_else(|| {
+            Error::options("--rdzv-backend etcd needs --rdzv-endpoint HOST:PORT[,HOST:PORT...]")
+        })?;
+        let endpoints = parse_endpoints(endpoint)?;
+        if let Some(rank) = self.node_rank.filter(|&r| r >= min) {
+            return Err(Error::options(format!(
+                "--node-rank {rank} is out of range for --nnodes {min}: 0 to {}",
+                min - 1
+            )));
+        }
+        let ttl_secs = self.ttl.as_secs();
+        if self.ttl.subsec_nanos() != 0 || ttl_secs < 2 || self.ttl > MAX_RDZV_TTL {
+            return Err(Error::options(format!(
+                "--rdzv-ttl {:?} must be whole seconds from 2 to {} (etcd leases count in seconds)",
+                self.ttl,
+                MAX_RDZV_TTL.as_secs()
+            )));
+        }
+        if self.timeout < Duration::from_secs(1) || self.timeout > MAX_RDZV_TIMEOUT {
+            return Err(Error::options(format!(
+                "--rdzv-timeout {:?} must be between 1 s and {} s",
+                self.timeout,
+                MAX_RDZV_TIMEOUT.as_secs()
+            )));
+        }
+        if let Some(addr) = &self.local_addr {
+            check_host(addr, "--local-addr")?;
+        }
+        Ok(Rendezvous::Etcd(EtcdRendezvous {
+            endpoints,
+            id: id.to_owned(),
+            nnodes: min,
+            node_rank: self.node_rank,
+            ttl: self.ttl,
+            timeout: self.timeout,
+            local_addr: self.local_addr.clone(),
+        }))
+    }
+}
+
+/// `N` or `N:M`, each 1 to [`MAX_NNODES`], N ≤ M.
+fn parse_nnodes(text: &str) -> Result<(u32, u32)> {
+    let number = |part: &str| -> Result<u32> {
+        match part.trim().parse::<u32>() {
+            Ok(n) if (1..=MAX_NNODES).contains(&n) => Ok(n),
+            _ => Err(Error::options(format!(
+                "--nnodes {text:?}: {part:?} is not a number of nodes from 1 to {MAX_NNODES}"
+            ))),
+        }
+    };
+    let (min, max) = match text.split_once(':') {
+        Some((min, max)) => (number(min)?, number(max)?),
+        None => {
+            let n = number(text)?;
+            (n, n)
+        }
+    };
+    if min > max {
+        return Err(Error::options(format!(
+            "--nnodes {text}: the minimum {min} is more than the maximum {max}"
+        )));
+    }
+    Ok((min, max))
+}
+
+fn check_id(id: &str) -> Result<()> {
+    let allowed = |c: char| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-');
+    if id.is_empty() || id.len() > 64 || !id.chars().all(allowed) {
+        return Err(Error::options(format!(
+            "--rdzv-id {id:?} must be 1 to 64 of A-Z a-z 0-9 . _ -"
+        )));
+    }
+    if id == "." || id == ".." {
+        return Err(Error::options(format!(
+            "--rdzv-id {id:?} is not a name (a path component)"
+        )));
+    }
+    Ok(())
+}
+
+/// `HOST:PORT[,HOST:PORT…]`, an optional `http://` before each.
+fn parse_endpoints(text: &str) -> Result<Vec<String>> {
+    let mut endpoints = Vec::new();
+    for part in text.split(',') {
+        let bare = part.trim();
+        if bare.starts_with("https://") {
+            return Err(Error::options(format!(
+                "--rdzv-endpoint {bare:?}: TLS to etcd is not supported yet; give http:// or HOST:PORT"
+            )));
+        }
+        let bare = bare.strip_prefix("http://").unwrap_or(bare);
+        let bare = bare.strip_suffix('/').unwrap_or(bare);
+        let Some((host, port)) = bare.rsplit_once(':') else {
+            return Err(Error::options(format!(
+                "--rdzv-endpoint {part:?} is not HOST:PORT"
+            )));
+        };
+        check_host(host, "--rdzv-endpoint")?;
+        match port.parse::<u16>() {
+            Ok(p) if p > 0 => {}
+            _ => {
+                return Err(Error::options(format!(
+                    "--rdzv-endpoint {part:?}: port {port:?} is not 1 to 65535"
+                )));
+            }
+        }
+        endpoints.push(bare.to_owned());
+        if endpoints.len() > MAX_ENDPOINTS {
+            return Err(Error::options(format!(
+                "--rdzv-endpoint: more than {MAX_ENDPOINTS} endpoints"
+            )));
+        }
+    }
+    Ok(endpoints)
+}
+
+/// A host name or address: 1 to 253 characters, none of them spaces,
+/// controls, `/`, `,` or `@` (an `[ipv6]` keeps its colons).
+fn check_host(host: &str, flag: &str) -> Result<()> {
+    let bad = |c: char| c.is_whitespace() || c.is_control() || matches!(c, '/' | ',' | '@');
+    if host.is_empty() || host.len() > 253 || host.chars().any(bad) {
+        return Err(Error::options(format!(
+            "{flag}: {host:?} is not a host name or address"
+        )));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn etcd(nnodes: &str) -> RdzvOptions {
+        RdzvOptions {
+            nnodes: nnodes.into(),
+            backend: Some("etcd".into()),
+            endpoint: Some("127.0.0.1:2379".into()),
+            id: Some("job-1".into()),
+            ..RdzvOptions::default()
+        }
+    }
+
+    fn refused(options: &RdzvOptions) -> String {
+        options.resolve().unwrap_err().to_string()
+    }
+
+    #[test]
+    fn defaults_are_this_node_alone() {
+        assert_eq!(RdzvOptions::default().resolve().unwrap(), Rendezvous::Local);
+        let standalone = RdzvOptions {
+            standalone: true,
+            ..RdzvOptions::default()
+        };
+        assert_eq!(standalone.resolve().unwrap(), Rendezvous::Local);
+    }
+
+    #[test]
+    fn an_etcd_rendezvous_keeps_every_value() {
+        let options = RdzvOptions {
+            endpoint: Some("http://a:1, b:2/".into()),
+            node_rank: Some(2),
+            local_addr: Some("10.0.0.1".into()),
+            ..etcd("3")
+        };
+        let Rendezvous::Etcd(etcd) = options.resolve().unwrap() else {
+            panic!("local");
+        };
+        assert_eq!(etcd.endpoints, ["a:1", "b:2"]);
+        assert_eq!((etcd.nnodes, etcd.node_rank), (3, Some(2)));
+        assert_eq!(etcd.local_addr.as_deref(), Some("10.0.0.1"));
+        assert_eq!(etcd.ttl, Duration::from_secs(5));
+    }
+
+    #[test]
+    fn nnodes_out_of_range_or_not_a_number_is_refused() {
+        for bad in ["0", "x", "", "4097", "3:2", "1:", ":2", "-1"] {
+            assert!(refused(&etcd(bad)).contains("--nnodes"), "{bad}");
+        }
+    }
+
+    #[test]
+    fn a_range_of_nodes_is_refused_as_not_supported_yet() {
+        assert!(refused(&etcd("2:4")).contains("not supported yet"));
+    }
+
+    #[test]
+    fn several_nodes_without_a_backend_are_refused() {
+        let options = RdzvOptions {
+            nnodes: "2".into(),
+            ..RdzvOptions::default()
+        };
+        assert!(refused(&options).contains("--rdzv-backend etcd"));
+    }
+
+    #[test]
+    fn an_unknown_backend_is_refused() {
+        let options = RdzvOptions {
+            backend: Some("c10d".into()),
+            ..etcd("2")
+        };
+        assert!(refused(&options).contains("\"c10d\" is not supported"));
+    }
+
+    #[test]
+    fn a_backend_without_id_or_endpoint_is_refused() {
+        let no_id = RdzvOptions {
+            id: None,
+            ..etcd("2")
+        };
+        assert!(refused(&no_id).contains("needs --rdzv-id"));
+        let no_endpoint = RdzvOptions {
+            endpoint: None,
+            ..etcd("2")
+        };
+        assert!(refused(&no_endpoint).contains("needs --rdzv-endpoint"));
+    }
+
+    #[test]
+    fn a_bad_id_is_refused() {
+        let long = "a".repeat(65);
+        for bad in ["", "a/b", "a b", "é", "..", long.as_str()] {
+            let options = RdzvOptions {
+                id: Some(bad.into()),
+                ..etcd("2")
+            };
+            assert!(refused(&options).contains("--rdzv-id"), "{bad:?}");
+        }
+        let longest = RdzvOptions {
+            id: Some("A.z_0-".repeat(10) + "abcd"),
+            ..etcd("2")
+        };
+        assert!(longest.resolve().is_ok());
+    }
+
+    #[test]
+    fn a_bad_endpoint_is_refused() {
+        let many = vec!["h:1"; MAX_ENDPOINTS + 1].join(",");
+        for bad in [
+            "host",
+            "host:0",
+            "host:70000",
+            ":2379",
+            "a b:1",
+            "https://h:1",
+            "h:1,",
+            many.as_str(),
+        ] {
+            let options = RdzvOptions {
+                endpoint: Some(bad.into()),
+                ..etcd("2")
+            };
+            assert!(refused(&options).contains("--rdzv-endpoint"), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn a_node_rank_out_of_range_is_refused() {
+        let options = RdzvOptions {
+            node_rank: Some(2),
+            ..etcd("2")
+        };
+        assert!(refused(&options).contains("--node-rank 2 is out of range"));
+        let local = RdzvOptions {
+            node_rank: Some(1),
+            ..RdzvOptions::default()
+        };
+        assert!(refused(&local).contains("--node-rank 1"));
+    }
+
+    #[test]
+    fn a_ttl_or_timeout_out_of_range_is_refused() {
+        for ttl in [Duration::from_secs(1), Duration::from_millis(2500)] {
+            let options = RdzvOptions { ttl, ..etcd("2") };
+            assert!(refused(&options).contains("--rdzv-ttl"), "{ttl:?}");
+        }
+        let options = RdzvOptions {
+            timeout: Duration::from_millis(10),
+            ..etcd("2")
+        };
+        assert!(refused(&options).contains("--rdzv-timeout"));
+    }
+
+    #[test]
+    fn standalone_with_a_backend_is_refused() {
+        let options = RdzvOptions {
+            standalone: true,
+            ..etcd("1")
+        };
+        assert!(refused(&options).contains("--standalone"));
+    }
+
+    #[test]
+    fn a_bad_local_addr_is_refused() {
+        let options = RdzvOptions {
+            local_addr: Some("a b".into()),
+            ..etcd("2")
+        };
+        assert!(refused(&options).contains("--local-addr"));
+    }
+}

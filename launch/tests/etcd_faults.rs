@@ -1,0 +1,310 @@
+//! Lost launchers, partitions and a lost etcd, through a real etcd on
+//! loopback.
+
+mod etcd_kit;
+
+use std::time::Duration;
+
+use etcd_kit::etcd::Etcd;
+use etcd_kit::proxy::Proxy;
+use etcd_kit::{Launcher, Spec, job_id, records, rounds_of, wait_until};
+use nodeipc_testkit::{TempDir, Watchdog};
+
+fn main() {
+    etcd_kit::main(&[
+        (
+            "a_launcher_killed_is_replaced_and_the_change_of_members_is_not_counted",
+            a_launcher_killed_is_replaced,
+            false,
+        ),
+        (
+            "sigterm_to_one_launcher_stops_every_node_with_its_cause",
+            sigterm_to_one_launcher_stops_every_node,
+            false,
+        ),
+        (
+            "a_node_cut_off_by_the_proxy_stops_its_ranks_and_the_others_go_on",
+            a_node_cut_off_stops_its_ranks,
+            false,
+        ),
+        (
+            "etcd_restarted_within_the_ttl_the_job_carries_on",
+            etcd_restarted_within_the_ttl,
+            false,
+        ),
+        (
+            "etcd_gone_every_launcher_stops_its_ranks_and_names_the_endpoints",
+            etcd_gone_every_launcher_stops,
+            false,
+        ),
+        (
+            "sigterm_while_waiting_for_etcd_ends_the_launcher_at_once",
+            sigterm_while_waiting_for_etcd,
+            false,
+        ),
+    ]);
+}
+
+/// Two launchers (node ranks 0 and 1) of `mode`, node 1 through `via`.
+fn two(
+    etcd: &Etcd,
+    dir: &TempDir,
+    tag: &str,
+    mode: &str,
+    adjust: impl Fn(Spec) -> Spec,
+    via: Option<&str>,
+) -> (Vec<Launcher>, Spec) {
+    let id = job_id(tag);
+    let record = dir.join("record");
+    let base = adjust(Spec::new(&etcd.endpoint(), &id, 2, mode, &record));
+    let launchers = (0..2)
+        .map(|node| {
+            let mut spec = Spec {
+                node_rank: Some(node),
+                ..base.clone()
+            };
+            if let (1, Some(endpoint)) = (node, via) {
+                spec.endpoint = endpoint.to_owned();
+            }
+            Launcher::start(&spec, dir.path(), &format!("node{node}"))
+        })
+        .collect();
+    (launchers, base)
+}
+
+fn all_started(dir: &TempDir, round: u32, ranks: u32) -> bool {
+    let seen = records(&dir.join("record"));
+    (0..ranks).all(|r| seen.contains(&(r, round)))
+}
+
+fn a_launcher_killed_is_replaced() {
+    let test = "etcd launcher killed";
+    let _dog = Watchdog::new(test, Duration::from_secs(90));
+    let Some(etcd) = Etcd::start(test) else {
+        return;
+    };
+    let dir = TempDir::new("etcd-kill");
+    // No failure round allowed: the round after the loss must not count.
+    let (mut launchers, base) = two(
+        &etcd,
+        &dir,
+        "kill",
+        "run-long",
+        |s| Spec {
+            max_restarts: 0,
+            stop_timeout: Duration::from_secs(1),
+            ..s
+        },
+        None,
+    );
+    wait_until("round 0 on both nodes", Duration::from_secs(30), || {
+        all_started(&dir, 0, 4)
+    });
+    launchers[1].signal(libc::SIGKILL);
+    launchers[1].wait(Duration::from_secs(10));
+    wait_until("node 0 sees the loss", Duration::from_secs(30), || {
+        launchers[0].output().contains("restarting 1/0")
+    });
+    let loss_seen = std::time::Instant::now();
+    let replacement = Spec {
+        node_rank: Some(1),
+        ..base
+    };
+    let mut new = Launcher::start(&replacement, dir.path(), "replacement");
+    wait_until("round 1 on node 0", Duration::from_secs(30), || {
+        records(&dir.join("record")).contains(&(0, 1))
+    });
+    // The lost node's orphans get --stop-timeout (1 s) + 1 s after the
+    // loss is seen before the next round starts (less this test's polls).
+    let waited = loss_seen.elapsed();
+    assert!(waited >= Duration::from_millis(1800), "{waited:?}");
+    for launcher in [&mut launchers[0], &mut new] {
+        let status = launcher.wait(Duration::from_secs(40));
+        let out = launcher.output();
+        assert_eq!(status.code(), Some(0), "{out}");
+        assert!(out.contains("in round 1 (0 failure rounds)"), "{out}");
+    }
+    assert!(launchers[0].output().contains("node 1 left the job"));
+    let seen = records(&dir.join("record"));
+    for rank in 0..4 {
+        assert_eq!(rounds_of(&seen, rank), [0, 1], "rank {rank}: {seen:?}");
+    }
+}
+
+fn sigterm_to_one_launcher_stops_every_node() {
+    let test = "etcd launcher sigterm";
+    let _dog = Watchdog::new(test, Duration::from_secs(60));
+    let Some(etcd) = Etcd::start(test) else {
+        return;
+    };
+    let dir = TempDir::new("etcd-term");
+    let (mut launchers, _) = two(&etcd, &dir, "term", "run-long", |s| s, None);
+    wait_until("round 0 on both nodes", Duration::from_secs(30), || {
+        all_started(&dir, 0, 4)
+    });
+    launchers[1].signal(libc::SIGTERM);
+    for (node, launcher) in launchers.iter_mut().enumerate() {
+        let status = launcher.wait(Duration::from_secs(30));
+        let out = launcher.output();
+        assert_eq!(
+            status.code(),
+            Some(128 + libc::SIGTERM),
+            "node {node}: {out}"
+        );
+        assert!(
+            out.contains("stopped by signal 15 on node 1"),
+            "node {node}: {out}"
+        );
+    }
+    let seen = records(&dir.join("record"));
+    assert!(seen.iter().all(|(_, round)| *round == 0), "{seen:?}");
+}
+
+fn a_node_cut_off_stops_its_ranks() {
+    let test = "etcd partition";
+    let _dog = Watchdog::new(test, Duration::from_secs(90));
+    let Some(etcd) = Etcd::start(test) else {
+        return;
+    };
+    let dir = TempDir::new("etcd-cut");
+    let proxy = Proxy::start(etcd.client_port());
+    let adjust = |s| Spec {
+        ttl_s: 4,
+        stop_timeout: Duration::from_secs(1),
+        ..s
+    };
+    let (mut launchers, base) = two(
+        &etcd,
+        &dir,
+        "cut",
+        "run-long",
+        adjust,
+        Some(&proxy.endpoint()),
+    );
+    wait_until("round 0 on both nodes", Duration::from_secs(30), || {
+        all_started(&dir, 0, 4)
+    });
+    proxy.cut();
+    // The cut-off node stops its ranks and, without etcd for the whole
+    // TTL, exits naming the endpoint it was given.
+    let status = launchers[1].wait(Duration::from_secs(20));
+    let out = launchers[1].output();
+    assert_eq!(status.code(), Some(99), "{out}");
+    assert!(out.contains("round 0 stopped"), "{out}");
+    assert!(
+        out.contains(&format!("lost etcd at {}", proxy.endpoint())),
+        "{out}"
+    );
+    wait_until("node 0 sees the loss", Duration::from_secs(30), || {
+        launchers[0].output().contains("restarting 1/3")
+    });
+    let mut new = Launcher::start(
+        &Spec {
+            node_rank: Some(1),
+            ..base
+        },
+        dir.path(),
+        "replacement",
+    );
+    for launcher in [&mut launchers[0], &mut new] {
+        let status = launcher.wait(Duration::from_secs(40));
+        assert_eq!(status.code(), Some(0), "{}", launcher.output());
+    }
+    // Each rank ran round 0 once and round 1 once: nothing twice.
+    let seen = records(&dir.join("record"));
+    for rank in 0..4 {
+        assert_eq!(rounds_of(&seen, rank), [0, 1], "rank {rank}: {seen:?}");
+    }
+}
+
+fn etcd_restarted_within_the_ttl() {
+    let test = "etcd restarted";
+    let _dog = Watchdog::new(test, Duration::from_secs(60));
+    let Some(mut etcd) = Etcd::start(test) else {
+        return;
+    };
+    let dir = TempDir::new("etcd-restart");
+    let (mut launchers, _) = two(
+        &etcd,
+        &dir,
+        "restart",
+        "steady",
+        |s| Spec { ttl_s: 10, ..s },
+        None,
+    );
+    wait_until("round 0 on both nodes", Duration::from_secs(30), || {
+        all_started(&dir, 0, 4)
+    });
+    etcd.kill();
+    std::thread::sleep(Duration::from_millis(300));
+    etcd.run();
+    for (node, launcher) in launchers.iter_mut().enumerate() {
+        let status = launcher.wait(Duration::from_secs(30));
+        let out = launcher.output();
+        assert_eq!(status.code(), Some(0), "node {node}: {out}");
+        assert!(out.contains("exited 0 in round 0"), "node {node}: {out}");
+    }
+}
+
+fn etcd_gone_every_launcher_stops() {
+    let test = "etcd gone";
+    let _dog = Watchdog::new(test, Duration::from_secs(60));
+    let Some(mut etcd) = Etcd::start(test) else {
+        return;
+    };
+    let dir = TempDir::new("etcd-gone");
+    let (mut launchers, _) = two(&etcd, &dir, "gone", "run-long", |s| s, None);
+    wait_until("round 0 on both nodes", Duration::from_secs(30), || {
+        all_started(&dir, 0, 4)
+    });
+    etcd.kill();
+    for (node, launcher) in launchers.iter_mut().enumerate() {
+        let status = launcher.wait(Duration::from_secs(20));
+        let out = launcher.output();
+        assert_eq!(status.code(), Some(99), "node {node}: {out}");
+        assert!(out.contains("round 0 stopped"), "node {node}: {out}");
+        assert!(
+            out.contains(&format!("lost etcd at {}", etcd.endpoint())),
+            "node {node}: {out}"
+        );
+    }
+}
+
+fn sigterm_while_waiting_for_etcd() {
+    let _dog = Watchdog::new("etcd sigterm while joining", Duration::from_secs(60));
+    let dir = TempDir::new("etcd-join-term");
+    // Nothing listens there: the launcher keeps trying for --rdzv-timeout.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .unwrap();
+    let spec = Spec {
+        timeout_s: 600,
+        ..Spec::new(
+            &format!("127.0.0.1:{closed}"),
+            &job_id("join"),
+            2,
+            "quick",
+            &dir.join("record"),
+        )
+    };
+    let mut launcher = Launcher::start(&spec, dir.path(), "node");
+    wait_until("the launcher is up", Duration::from_secs(20), || {
+        launcher.output().contains("monitors as threads")
+    });
+    std::thread::sleep(Duration::from_millis(500));
+    let sent = std::time::Instant::now();
+    launcher.signal(libc::SIGTERM);
+    let status = launcher.wait(Duration::from_secs(10));
+    let out = launcher.output();
+    assert_eq!(status.code(), Some(128 + libc::SIGTERM), "{out}");
+    assert!(
+        out.contains("stopped by signal 15 while joining the job"),
+        "{out}"
+    );
+    assert!(
+        sent.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        sent.elapsed()
+    );
+}

@@ -1,0 +1,151 @@
+//! A real etcd (Debian's `etcd-server`) on loopback: free ports, a
+//! temporary data directory, killed and removed when dropped.
+
+use std::net::{Ipv4Addr, TcpListener, TcpStream};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use nodeipc_testkit::{ChildGuard, TempDir, spawn_child};
+
+pub struct Etcd {
+    child: Option<ChildGuard>,
+    dir: TempDir,
+    client_port: u16,
+    peer_port: u16,
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
+}
+
+/// The etcd binary, if installed.
+fn binary() -> Option<String> {
+    ["/usr/bin/etcd", "/usr/local/bin/etcd"]
+        .iter()
+        .find(|p| std::path::Path::new(p).exists())
+        .map(|p| (*p).to_owned())
+}
+
+impl Etcd {
+    /// Starts etcd, or says the test is skipped (`None`; under CI=true the
+    /// test fails instead).
+    pub fn start(test: &str) -> Option<Etcd> {
+        if binary().is_none() {
+            nodeipc_testkit::skip(test, "no etcd (apt-get install etcd-server)");
+            return None;
+        }
+        let mut etcd = Etcd {
+            child: None,
+            dir: TempDir::new("etcd"),
+            client_port: free_port(),
+            peer_port: free_port(),
+        };
+        etcd.run();
+        Some(etcd)
+    }
+
+    /// `127.0.0.1:PORT`.
+    pub fn endpoint(&self) -> String {
+        format!("127.0.0.1:{}", self.client_port)
+    }
+
+    pub fn client_port(&self) -> u16 {
+        self.client_port
+    }
+
+    /// Starts etcd (again, on the same data and ports) and waits until it
+    /// takes connections.
+    pub fn run(&mut self) {
+        let client = format!("http://127.0.0.1:{}", self.client_port);
+        let peer = format!("http://127.0.0.1:{}", self.peer_port);
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.dir.join("etcd.log"))
+            .expect("etcd log");
+        let mut command = Command::new(binary().expect("etcd"));
+        command
+            .arg("--name=test")
+            .arg(format!("--data-dir={}", self.dir.join("data").display()))
+            .arg(format!("--listen-client-urls={client}"))
+            .arg(format!("--advertise-client-urls={client}"))
+            .arg(format!("--listen-peer-urls={peer}"))
+            .arg(format!("--initial-advertise-peer-urls={peer}"))
+            .arg(format!("--initial-cluster=test={peer}"))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log);
+        self.child = Some(spawn_child(&mut command));
+        let began = Instant::now();
+        while TcpStream::connect((Ipv4Addr::LOCALHOST, self.client_port)).is_err() {
+            assert!(
+                began.elapsed() < Duration::from_secs(20),
+                "etcd did not listen within 20 s: {}",
+                self.log()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Kills etcd (SIGKILL), keeping its data.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            child.kill();
+        }
+    }
+
+    /// Whether `key` exists, read through etcd's JSON gateway
+    /// (`POST /v3/kv/range`): the test's own view, not a launcher's.
+    pub fn has_key(&self, key: &str) -> bool {
+        use std::io::{Read, Write};
+        let body = format!("{{\"key\":\"{}\"}}", base64(key.as_bytes()));
+        let Ok(mut stream) = TcpStream::connect((Ipv4Addr::LOCALHOST, self.client_port)) else {
+            return false;
+        };
+        let request = format!(
+            "POST /v3/kv/range HTTP/1.0\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+            body.len()
+        );
+        let _ = stream.set_read_timeout(Some(Duration::from_secs(5)));
+        if stream.write_all(request.as_bytes()).is_err() {
+            return false;
+        }
+        let mut answer = String::new();
+        let _ = stream.read_to_string(&mut answer);
+        answer.contains("\"kvs\"")
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.join("etcd.log")).unwrap_or_default()
+    }
+}
+
+impl Drop for Etcd {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+fn base64(bytes: &[u8]) -> String {
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::new();
+    for chunk in bytes.chunks(3) {
+        let b = [
+            chunk[0],
+            *chunk.get(1).unwrap_or(&0),
+            *chunk.get(2).unwrap_or(&0),
+        ];
+        let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
+        for i in 0..4 {
+            if i <= chunk.len() {
+                out.push(ALPHABET[(n >> (18 - 6 * i)) as usize & 63] as char);
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
+}
