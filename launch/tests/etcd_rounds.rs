@@ -74,24 +74,34 @@ fn a_hang_restarts_every_node_once(nnodes: u32) {
             Launcher::start(&spec, dir.path(), &format!("node{node}"))
         })
         .collect();
-    for (node, launcher) in launchers.iter_mut().enumerate() {
-        let status = launcher.wait(Duration::from_secs(60));
-        let out = launcher.output();
-        assert_eq!(status.code(), Some(0), "node {node}: {out}");
-        assert!(
-            out.contains("every rank on every node exited 0 in round 1"),
-            "node {node}: {out}"
-        );
-    }
+    every_node_exits_0_saying(
+        &mut launchers,
+        "every rank on every node exited 0 in round 1",
+    );
     let seen = records(&record);
-    for rank in 0..nnodes * 2 {
-        assert_eq!(rounds_of(&seen, rank), [0, 1], "rank {rank}: {seen:?}");
-    }
+    every_rank_ran_rounds_0_and_1(&seen, nnodes * 2);
     let last = launchers.last().unwrap().output();
     assert!(
         last.contains("initial heartbeat timeout"),
         "the last node's monitor fired: {last}"
     );
+}
+
+/// Waits for every launcher and checks each exited 0 with `says` in its output.
+fn every_node_exits_0_saying(launchers: &mut [Launcher], says: &str) {
+    for (node, launcher) in launchers.iter_mut().enumerate() {
+        let status = launcher.wait(Duration::from_secs(60));
+        let out = launcher.output();
+        assert_eq!(status.code(), Some(0), "node {node}: {out}");
+        assert!(out.contains(says), "node {node}: {out}");
+    }
+}
+
+/// Every one of the job's `ranks` saw `NODEIPC_RESTART_COUNT` 0, then 1.
+fn every_rank_ran_rounds_0_and_1(seen: &[(u32, u32)], ranks: u32) {
+    for rank in 0..ranks {
+        assert_eq!(rounds_of(seen, rank), [0, 1], "rank {rank}: {seen:?}");
+    }
 }
 
 fn two_nodes_a_hang_restarts_every_node_once() {
@@ -153,21 +163,11 @@ fn two_failures_at_once_make_one_round() {
             Launcher::start(&spec, dir.path(), &format!("node{node}"))
         })
         .collect();
-    for (node, launcher) in launchers.iter_mut().enumerate() {
-        let status = launcher.wait(Duration::from_secs(60));
-        let out = launcher.output();
-        // One failure round out of one allowed: a second would have
-        // exhausted the restarts.
-        assert_eq!(status.code(), Some(0), "node {node}: {out}");
-        assert!(
-            out.contains("in round 1 (1 failure rounds)"),
-            "node {node}: {out}"
-        );
-    }
+    // One failure round out of one allowed: a second would have exhausted
+    // the restarts.
+    every_node_exits_0_saying(&mut launchers, "in round 1 (1 failure rounds)");
     let seen = records(&record);
-    for rank in 0..4 {
-        assert_eq!(rounds_of(&seen, rank), [0, 1], "rank {rank}: {seen:?}");
-    }
+    every_rank_ran_rounds_0_and_1(&seen, 4);
 }
 
 fn a_launcher_whose_config_differs_is_refused_naming_the_field() {

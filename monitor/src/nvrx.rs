@@ -8,7 +8,6 @@ use std::path::Path;
 
 use serde_json::{Map, Value};
 
-use crate::limits::MAX_CONFIG_FILE;
 use crate::{Error, MonitorConfig, Result};
 
 /// Their name, ours, and whether the value is seconds (ours: milliseconds).
@@ -68,22 +67,12 @@ impl MonitorConfig {
     /// As `load`; [`Error::ConfigFile`] naming the file and the field.
     pub fn load_nvrx(path: impl AsRef<Path>) -> Result<NvrxConfig> {
         let path = path.as_ref();
-        let bytes = nodeipc_fs::read_capped(
-            path,
-            nodeipc_fs::ModeRule::NotWritableByOthers,
-            MAX_CONFIG_FILE,
-        )
-        .map_err(|source| Error::File {
-            what: "configuration file",
-            source,
-        })?;
-        let file_error = |reason: String| Error::ConfigFile {
-            path: path.to_owned(),
-            reason,
-        };
-        let text = String::from_utf8(bytes).map_err(|e| file_error(format!("not UTF-8: {e}")))?;
+        let text = crate::config::read_config_file(path)?;
         MonitorConfig::from_nvrx(&text).map_err(|e| match e {
-            Error::Config { reason } => file_error(reason),
+            Error::Config { reason } => Error::ConfigFile {
+                path: path.to_owned(),
+                reason,
+            },
             other => other,
         })
     }

@@ -107,19 +107,7 @@ impl MonitorConfig {
     /// [`Error::ConfigFile`] naming the file and what does not parse.
     pub fn load(path: impl AsRef<Path>) -> Result<MonitorConfig> {
         let path = path.as_ref();
-        let bytes = nodeipc_fs::read_capped(
-            path,
-            nodeipc_fs::ModeRule::NotWritableByOthers,
-            MAX_CONFIG_FILE,
-        )
-        .map_err(|source| Error::File {
-            what: "configuration file",
-            source,
-        })?;
-        let text = String::from_utf8(bytes).map_err(|e| Error::ConfigFile {
-            path: path.to_owned(),
-            reason: format!("not UTF-8: {e}"),
-        })?;
+        let text = read_config_file(path)?;
         MonitorConfig::from_json(&text).map_err(|e| Error::ConfigFile {
             path: path.to_owned(),
             reason: match e {
@@ -128,6 +116,25 @@ impl MonitorConfig {
             },
         })
     }
+}
+
+/// A configuration file's text, with the trust rules of
+/// [`MonitorConfig::load`]: ours (or root's), not writable by group or
+/// others, at most `MAX_CONFIG_FILE` bytes, UTF-8.
+pub(crate) fn read_config_file(path: &Path) -> Result<String> {
+    let bytes = nodeipc_fs::read_capped(
+        path,
+        nodeipc_fs::ModeRule::NotWritableByOthers,
+        MAX_CONFIG_FILE,
+    )
+    .map_err(|source| Error::File {
+        what: "configuration file",
+        source,
+    })?;
+    String::from_utf8(bytes).map_err(|e| Error::ConfigFile {
+        path: path.to_owned(),
+        reason: format!("not UTF-8: {e}"),
+    })
 }
 
 /// An interval in ms: absent is the default, 0 is refused.

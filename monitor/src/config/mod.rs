@@ -6,6 +6,8 @@
 mod bytes;
 #[cfg(feature = "json")]
 mod json;
+#[cfg(feature = "json")]
+pub(crate) use json::read_config_file;
 mod write;
 
 use std::collections::BTreeMap;
