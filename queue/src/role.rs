@@ -36,8 +36,18 @@ pub(crate) fn me() -> Result<(u32, u64)> {
 /// Whether the process `pid` with start time `start` (0: not yet recorded)
 /// still runs. Only the kernel saying "no such process" is a death.
 fn holder_alive(pid: u32, start: u64) -> Result<bool> {
-    match process_start_time(pid) {
-        Ok(found) => Ok(start == 0 || found == start),
+    if start == 0 {
+        // Still joining: its start time is not written yet.
+        return match process_start_time(pid) {
+            Ok(_) => Ok(true),
+            Err(nodeipc_fdpass::Error::ProcessGone { .. }) => Ok(false),
+            Err(e) => Err(e.into()),
+        };
+    }
+    // A zombie keeps its pid and start time but has exited: the pidfd
+    // says so, so its roles can be taken over before its parent reaps it.
+    match open_verified(pid, start) {
+        Ok(fd) => Ok(fd.is_alive()),
         Err(nodeipc_fdpass::Error::ProcessGone { .. }) => Ok(false),
         Err(e) => Err(e.into()),
     }
@@ -122,7 +132,9 @@ impl PeerWatch {
                     // Our own trouble (EMFILE, say) says nothing of the peer.
                     Err(_) => return PeerState::Alive(pid),
                 };
-                let alive = fd.is_some();
+                // A zombie's pidfd opens: it has exited all the same, so
+                // ask the pidfd, as every later look does.
+                let alive = fd.as_ref().is_some_and(|fd| fd.is_alive());
                 self.seen = Some((pid, start, fd));
                 if alive {
                     PeerState::Alive(pid)
