@@ -12,18 +12,13 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
+use common::sysfs::net;
 use common::{InProcess, Proc};
 use nodeipc_monitor::{
     GpuHealth, GpuId, GpuProbe, HealthConfig, MonitorClient, MonitorConfig, NicHealth, RankInfo,
     RankState,
 };
 use nodeipc_testkit::{TempDir, Watchdog};
-
-fn net(root: &Path, name: &str, state: &str) {
-    let dir = root.join("class/net").join(name);
-    std::fs::create_dir_all(&dir).unwrap();
-    std::fs::write(dir.join("operstate"), format!("{state}\n")).unwrap();
-}
 
 fn nic(root: &Path, devices: &[&str], interval_ms: u64) -> NicHealth {
     NicHealth {

@@ -5,12 +5,12 @@
 mod common;
 
 use std::os::unix::process::ExitStatusExt;
-use std::path::Path;
 use std::process::Command;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
+use common::sysfs::{ib_port, net};
 use common::{InProcess, Proc};
 use nodeipc_fdpass::Pidfd;
 use nodeipc_monitor::{
@@ -18,20 +18,6 @@ use nodeipc_monitor::{
     NicCheck, Nvml, RankContext, RankInfo, RankState, gpu_for_local_rank,
 };
 use nodeipc_testkit::{TempDir, Watchdog};
-
-/// `<root>/class/net/<name>/operstate` = `state`.
-fn net(root: &Path, name: &str, state: &str) {
-    let dir = root.join("class/net").join(name);
-    std::fs::create_dir_all(&dir).unwrap();
-    std::fs::write(dir.join("operstate"), format!("{state}\n")).unwrap();
-}
-
-/// `<root>/class/infiniband/<name>/ports/<port>/state` = `state`.
-fn ib_port(root: &Path, name: &str, port: u32, state: &str) {
-    let dir = root.join(format!("class/infiniband/{name}/ports/{port}"));
-    std::fs::create_dir_all(&dir).unwrap();
-    std::fs::write(dir.join("state"), format!("{state}\n")).unwrap();
-}
 
 #[test]
 fn the_nic_check_reads_operstate_and_infiniband_port_states() {

@@ -6,6 +6,7 @@
 pub mod flat;
 pub mod helper;
 pub mod raw;
+pub mod sysfs;
 
 use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
