@@ -11,9 +11,7 @@ use std::time::{Duration, Instant};
 
 use common::{InProcess, Proc};
 use nodeipc_fdpass::Pidfd;
-use nodeipc_monitor::{
-    HealthCheck, MonitorClient, MonitorConfig, ProcessAlive, RankContext, RankInfo, RankState,
-};
+use nodeipc_monitor::{HealthCheck, MonitorConfig, ProcessAlive, RankContext, RankInfo, RankState};
 use nodeipc_testkit::Watchdog;
 
 /// Fails once told to; counts how often it was asked.
@@ -54,14 +52,7 @@ fn a_failed_health_check_terminates_the_rank_like_a_timeout() {
         s.add_health_check(check);
         s.add_health_check(ProcessAlive);
     });
-    let mut rank = Proc::spawn(Command::new("sleep").arg("30"));
-    let mut client = MonitorClient::connect(&server.socket, Duration::from_secs(10)).unwrap();
-    client
-        .init(&RankInfo {
-            pid: rank.pid(),
-            ..RankInfo::this_process(0, 0)
-        })
-        .unwrap();
+    let (mut rank, _client) = common::sleeping_rank(&server, 0, 0);
     // Polled while healthy, and nothing happens.
     let start = Instant::now();
     while polls.load(Ordering::SeqCst) < 3 {

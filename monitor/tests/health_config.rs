@@ -151,14 +151,7 @@ fn the_gpu_is_the_local_ranks_entry_of_the_configured_or_inherited_device_list()
             }
         },
     );
-    let mut rank = Proc::spawn(Command::new("sleep").arg("30"));
-    let mut client = MonitorClient::connect(&server.socket, Duration::from_secs(10)).unwrap();
-    client
-        .init(&RankInfo {
-            pid: rank.pid(),
-            ..RankInfo::this_process(0, 1)
-        })
-        .unwrap();
+    let (mut rank, client) = common::sleeping_rank(&server, 0, 1);
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
     while asked.lock().unwrap().len() < 3 && std::time::Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(10));
@@ -223,14 +216,7 @@ fn a_gpu_that_cannot_be_checked_is_unavailable_at_start_and_never_fails_the_rank
             }
         },
     );
-    let mut rank = Proc::spawn(Command::new("sleep").arg("30"));
-    let mut client = MonitorClient::connect(&server.socket, Duration::from_secs(10)).unwrap();
-    client
-        .init(&RankInfo {
-            pid: rank.pid(),
-            ..RankInfo::this_process(0, 0)
-        })
-        .unwrap();
+    let (mut rank, client) = common::sleeping_rank(&server, 0, 0);
     std::thread::sleep(Duration::from_millis(400));
     assert!(rank.alive(), "terminated with no GPU check installed");
     let status = server.wait_status(Duration::from_secs(5), |s| {
@@ -261,14 +247,7 @@ fn a_nic_from_the_config_going_down_terminates_the_rank() {
             s.add_health_check(check);
         }
     });
-    let mut rank = Proc::spawn(Command::new("sleep").arg("30"));
-    let mut client = MonitorClient::connect(&server.socket, Duration::from_secs(10)).unwrap();
-    client
-        .init(&RankInfo {
-            pid: rank.pid(),
-            ..RankInfo::this_process(0, 0)
-        })
-        .unwrap();
+    let (mut rank, _client) = common::sleeping_rank(&server, 0, 0);
     std::thread::sleep(Duration::from_millis(200));
     assert!(rank.alive(), "terminated while the NIC was up");
     net(dir.path(), "eth0", "lowerlayerdown");
@@ -448,28 +427,14 @@ fn a_monitor_that_learns_its_rank_at_init_finds_the_gpu_then_or_leaves_it_unchec
         },
     );
     // Local rank 1: the list has no device for it. Unchecked, never failed.
-    let mut rank = Proc::spawn(Command::new("sleep").arg("30"));
-    let mut client = MonitorClient::connect(&server.socket, Duration::from_secs(10)).unwrap();
-    client
-        .init(&RankInfo {
-            pid: rank.pid(),
-            ..RankInfo::this_process(1, 1)
-        })
-        .unwrap();
+    let (mut rank, client) = common::sleeping_rank(&server, 1, 1);
     std::thread::sleep(Duration::from_millis(300));
     assert!(rank.alive(), "failed for a GPU it has not got");
     assert!(asked.lock().unwrap().is_empty());
     drop(client);
     drop(rank);
     // Local rank 0: device 7, whose error terminates it.
-    let mut rank = Proc::spawn(Command::new("sleep").arg("30"));
-    let mut client = MonitorClient::connect(&server.socket, Duration::from_secs(10)).unwrap();
-    client
-        .init(&RankInfo {
-            pid: rank.pid(),
-            ..RankInfo::this_process(0, 0)
-        })
-        .unwrap();
+    let (mut rank, _client) = common::sleeping_rank(&server, 0, 0);
     let status = rank.wait_exit(Duration::from_secs(10));
     assert_eq!(status.signal(), Some(libc::SIGKILL));
     assert_eq!(asked.lock().unwrap()[0], GpuId::Index(7));

@@ -5,13 +5,12 @@
 mod common;
 
 use std::os::unix::process::ExitStatusExt;
-use std::process::Command;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
+use common::InProcess;
 use common::sysfs::{ib_port, net};
-use common::{InProcess, Proc};
 use nodeipc_fdpass::Pidfd;
 use nodeipc_monitor::{
     Every, GpuCheck, GpuId, GpuProbe, HealthCheck, MonitorClient, MonitorConfig, NVML_LIBRARY,
@@ -77,14 +76,7 @@ fn a_nic_going_down_mid_run_terminates_the_rank() {
         ..MonitorConfig::default()
     };
     let server = InProcess::start_with("mon-nic", config, |s| s.add_health_check(check));
-    let mut rank = Proc::spawn(Command::new("sleep").arg("30"));
-    let mut client = MonitorClient::connect(&server.socket, Duration::from_secs(10)).unwrap();
-    client
-        .init(&RankInfo {
-            pid: rank.pid(),
-            ..RankInfo::this_process(0, 0)
-        })
-        .unwrap();
+    let (mut rank, _client) = common::sleeping_rank(&server, 0, 0);
     std::thread::sleep(Duration::from_millis(200));
     assert!(rank.alive(), "terminated while the NIC was up");
     net(dir.path(), "eth0", "down");
@@ -156,14 +148,7 @@ fn a_gpu_error_terminates_the_rank_naming_the_device() {
         ..MonitorConfig::default()
     };
     let server = InProcess::start_with("mon-gpu", config, |s| s.add_health_check(check));
-    let mut rank = Proc::spawn(Command::new("sleep").arg("30"));
-    let mut client = MonitorClient::connect(&server.socket, Duration::from_secs(10)).unwrap();
-    client
-        .init(&RankInfo {
-            pid: rank.pid(),
-            ..RankInfo::this_process(1, 1)
-        })
-        .unwrap();
+    let (mut rank, _client) = common::sleeping_rank(&server, 1, 1);
     let start = Instant::now();
     while asked.load(Ordering::SeqCst) < 2 {
         assert!(start.elapsed() < Duration::from_secs(10), "never asked");

@@ -15,8 +15,8 @@ use std::sync::mpsc::{Receiver, channel};
 use std::time::{Duration, Instant};
 
 use nodeipc_monitor::{
-    ControlClient, MonitorConfig, MonitorHandle, MonitorServer, MonitorStatus, SpawnOptions,
-    StopHandle,
+    ControlClient, MonitorClient, MonitorConfig, MonitorHandle, MonitorServer, MonitorStatus,
+    RankInfo, SpawnOptions, StopHandle,
 };
 use nodeipc_testkit::{ChildGuard, TempDir, spawn_child};
 
@@ -191,6 +191,21 @@ impl Drop for InProcess {
 }
 
 /// A child process whose standard output arrives line by line.
+/// A `sleep 30` process registered with `server` as global rank `rank`,
+/// local rank `local_rank`, through a client that stays connected: the
+/// rank a health check is to keep alive or terminate.
+pub fn sleeping_rank(server: &InProcess, rank: u32, local_rank: u32) -> (Proc, MonitorClient) {
+    let proc = Proc::spawn(Command::new("sleep").arg("30"));
+    let mut client = MonitorClient::connect(&server.socket, Duration::from_secs(10)).unwrap();
+    client
+        .init(&RankInfo {
+            pid: proc.pid(),
+            ..RankInfo::this_process(rank, local_rank)
+        })
+        .unwrap();
+    (proc, client)
+}
+
 pub struct Proc {
     pub guard: ChildGuard,
     lines: Receiver<String>,
