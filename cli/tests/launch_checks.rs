@@ -4,12 +4,12 @@
 
 mod launch_kit;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use launch_kit::*;
-use nodeipc_testkit::{TempDir, Watchdog, spawn_child};
+use nodeipc_testkit::{ChildGuard, TempDir, Watchdog, spawn_child};
 
 /// The rank program the tests below run (not a test of its own).
 #[test]
@@ -74,6 +74,42 @@ fn the_restart_check_leaves_alone_a_rank_that_never_spoke_the_protocol() {
     assert_no_run_dir(&dir);
 }
 
+/// Writes `<state>\n` to a fake sysfs file at once, as the kernel's change:
+/// a check polling while it is written in place could read it empty.
+fn set_operstate(operstate: &Path, state: &str) {
+    let staged = operstate.with_extension("staged");
+    std::fs::write(&staged, format!("{state}\n")).unwrap();
+    std::fs::rename(&staged, operstate).unwrap();
+}
+
+/// Once both ranks run, sets the NIC's state to `state`, and checks that
+/// the launch fired on it, restarted the round once and exited 0 after the
+/// second round, leaving no run directory.
+fn the_round_restarts_once_when_the_nic_goes(
+    dir: &TempDir,
+    operstate: &Path,
+    state: &str,
+    mut launch: ChildGuard,
+) {
+    rank_pids(dir, 2);
+    set_operstate(operstate, state);
+    let status = launch.wait_timeout(Duration::from_secs(20));
+    let events = events(dir);
+    assert_eq!(status.code(), Some(0), "{events:?}");
+    let fired: Vec<_> = events
+        .iter()
+        .filter(|e| e["event"] == "monitor_fired")
+        .collect();
+    assert!(!fired.is_empty(), "{events:?}");
+    let cause = format!("NIC eth0 is {state}");
+    assert!(
+        fired[0]["cause"].as_str().unwrap().contains(&cause),
+        "{fired:?}"
+    );
+    assert_eq!(count(&events, "restarting"), 1);
+    assert_no_run_dir(dir);
+}
+
 #[test]
 fn a_nic_that_goes_down_mid_run_restarts_the_round() {
     let _watchdog = Watchdog::new("launch nic", Duration::from_secs(60));
@@ -88,7 +124,7 @@ fn a_nic_that_goes_down_mid_run_restarts_the_round() {
         r#"{ "check_interval_ms": 50, "termination_signal": "SIGTERM" }"#,
     )
     .unwrap();
-    let mut launch = spawn_child(&mut launch_command(
+    let launch = spawn_child(&mut launch_command(
         &dir,
         "registered-until-restart",
         &[
@@ -108,25 +144,7 @@ fn a_nic_that_goes_down_mid_run_restarts_the_round() {
             "0.05",
         ],
     ));
-    rank_pids(&dir, 2);
-    std::fs::write(&operstate, "down\n").unwrap();
-    let status = launch.wait_timeout(Duration::from_secs(20));
-    let events = events(&dir);
-    assert_eq!(status.code(), Some(0), "{events:?}");
-    let fired: Vec<_> = events
-        .iter()
-        .filter(|e| e["event"] == "monitor_fired")
-        .collect();
-    assert!(!fired.is_empty(), "{events:?}");
-    assert!(
-        fired[0]["cause"]
-            .as_str()
-            .unwrap()
-            .contains("NIC eth0 is down"),
-        "{fired:?}"
-    );
-    assert_eq!(count(&events, "restarting"), 1);
-    assert_no_run_dir(&dir);
+    the_round_restarts_once_when_the_nic_goes(&dir, &operstate, "down", launch);
 }
 
 #[test]
@@ -148,7 +166,7 @@ fn the_monitor_config_turns_the_nic_check_on_and_a_failure_restarts_the_round() 
         ),
     )
     .unwrap();
-    let mut launch = spawn_child(&mut launch_command(
+    let launch = spawn_child(&mut launch_command(
         &dir,
         "registered-until-restart",
         &[
@@ -162,25 +180,7 @@ fn the_monitor_config_turns_the_nic_check_on_and_a_failure_restarts_the_round() 
             config.to_str().unwrap(),
         ],
     ));
-    rank_pids(&dir, 2);
-    std::fs::write(&operstate, "lowerlayerdown\n").unwrap();
-    let status = launch.wait_timeout(Duration::from_secs(20));
-    let events = events(&dir);
-    assert_eq!(status.code(), Some(0), "{events:?}");
-    let fired: Vec<_> = events
-        .iter()
-        .filter(|e| e["event"] == "monitor_fired")
-        .collect();
-    assert!(!fired.is_empty(), "{events:?}");
-    assert!(
-        fired[0]["cause"]
-            .as_str()
-            .unwrap()
-            .contains("NIC eth0 is lowerlayerdown"),
-        "{fired:?}"
-    );
-    assert_eq!(count(&events, "restarting"), 1);
-    assert_no_run_dir(&dir);
+    the_round_restarts_once_when_the_nic_goes(&dir, &operstate, "lowerlayerdown", launch);
 }
 
 #[test]
