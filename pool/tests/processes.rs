@@ -123,6 +123,17 @@ fn blocks_freed_in_another_process_return_to_their_owner() {
     assert!(shm_leftovers("pool-remote").is_empty());
 }
 
+/// The blocks a child reported still holding, on its `live ...` line.
+fn live_blocks(lines: &[String]) -> Vec<BlockRef> {
+    lines
+        .iter()
+        .find_map(|l| l.split_once("live ").map(|(_, refs)| refs))
+        .expect("the child's live blocks")
+        .split(' ')
+        .map(|b| BlockRef::from_bits(b.parse().unwrap()))
+        .collect()
+}
+
 #[test]
 fn a_killed_handles_slabs_are_adopted_and_its_live_blocks_kept() {
     let _dog = Watchdog::new(
@@ -134,13 +145,7 @@ fn a_killed_handles_slabs_are_adopted_and_its_live_blocks_kept() {
     let mut survivor = pool.handle().unwrap();
     let mut doomed = child(format!("alloc-then-hang {name}"));
     let lines = lines_until_ready(&mut doomed);
-    let live: Vec<BlockRef> = lines
-        .iter()
-        .find_map(|l| l.split_once("live ").map(|(_, refs)| refs))
-        .expect("the child's live blocks")
-        .split(' ')
-        .map(|b| BlockRef::from_bits(b.parse().unwrap()))
-        .collect();
+    let live = live_blocks(&lines);
     assert_eq!(live.len(), 15);
     let pid = doomed.id();
     let before = survivor.occupancy_all().unwrap();
@@ -184,13 +189,7 @@ fn a_dead_handles_empty_slabs_go_back_to_the_pool_keeping_their_class() {
     let mut survivor = pool.handle().unwrap();
     let mut doomed = child(format!("mixed-then-hang {name}"));
     let lines = lines_until_ready(&mut doomed);
-    let live: Vec<BlockRef> = lines
-        .iter()
-        .find_map(|l| l.split_once("live ").map(|(_, refs)| refs))
-        .expect("the child's live blocks")
-        .split(' ')
-        .map(|b| BlockRef::from_bits(b.parse().unwrap()))
-        .collect();
+    let live = live_blocks(&lines);
     let kept = lines
         .iter()
         .find_map(|l| {
