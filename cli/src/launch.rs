@@ -32,7 +32,8 @@ pub(crate) struct LaunchArgs {
         env = "PET_MAX_RESTARTS"
     )]
     max_restarts: u32,
-    /// Nodes in the job: N (a range N:M is not supported yet).
+    /// Nodes in the job: N, or a range N:M (a round runs on N to M nodes,
+    /// numbered anew each round; launchers beyond M wait as spares).
     #[arg(long, value_name = "N", default_value = "1", env = "PET_NNODES")]
     nnodes: String,
     /// Where nodes meet: etcd (etcd v3).
@@ -78,6 +79,17 @@ pub(crate) struct LaunchArgs {
     /// This node alone (the default without --rdzv-backend).
     #[arg(long, env = "PET_STANDALONE")]
     standalone: bool,
+    /// torchrun's rendezvous settings, KEY=VALUE[,KEY=VALUE...]: with a
+    /// range of nodes, last_call_timeout=SECS (default 30) is how long a
+    /// round waits for more nodes once it has N; other keys are ignored
+    /// with a warning.
+    #[arg(
+        long,
+        value_name = "KEY=VALUE,...",
+        alias = "rdzv_conf",
+        env = "PET_RDZV_CONF"
+    )]
+    rdzv_conf: Option<String>,
     /// The monitors' configuration: our JSON (see the nodeipc-monitor README),
     /// its `health_checks` section included; the health flags below add to
     /// it or override it.
@@ -146,9 +158,17 @@ pub(crate) fn run(args: LaunchArgs) -> CmdResult {
         timeout: args.rdzv_timeout,
         local_addr: args.local_addr,
         standalone: args.standalone,
+        conf: args.rdzv_conf,
     }
     .resolve()
     .map_err(|e| Failure::Usage(e.to_string()))?;
+    if let Rendezvous::Etcd(etcd) = &rdzv {
+        for key in &etcd.ignored_conf {
+            eprintln_safe(&format!(
+                "nodeipc launch: warning: --rdzv-conf {key}: not a setting of this launcher, ignored"
+            ));
+        }
+    }
     let options = LaunchOptions {
         max_restarts: args.max_restarts,
         monitor,

@@ -88,6 +88,8 @@ fn torchrun_spellings_reach_the_same_checks() {
             &[
                 "--nnodes",
                 "2:4",
+                "--node_rank",
+                "0",
                 "--rdzv-backend",
                 "etcd",
                 "--rdzv-endpoint",
@@ -95,7 +97,7 @@ fn torchrun_spellings_reach_the_same_checks() {
                 "--rdzv-id",
                 "j",
             ],
-            "not supported yet",
+            "numbered anew each round",
         ),
         (
             &[

@@ -105,6 +105,15 @@ pub enum Begin {
     Wait,
     /// Start it.
     Start(RoundPlan),
+    /// Not this node: round `restart` runs on `nodes` others and has no
+    /// room, so this node waits as a spare (said once per round; then
+    /// [`Begin::Wait`] until the job needs it or ends).
+    Spare {
+        /// The round that runs without us.
+        restart: u32,
+        /// Nodes it runs on.
+        nodes: u32,
+    },
     /// The job ended before it could start.
     Finished {
         /// The launcher's exit status.

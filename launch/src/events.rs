@@ -42,6 +42,14 @@ pub enum Event {
         /// `MASTER_PORT` of this round.
         master_port: u16,
     },
+    /// This node waits as a spare: the round runs on as many nodes as the
+    /// job may have (`--nnodes N:M`).
+    Spare {
+        /// The round that runs without this node.
+        restart: u32,
+        /// Nodes it runs on.
+        nodes: u32,
+    },
     /// A rank's process is running.
     RankStarted {
         /// Round.
@@ -154,6 +162,9 @@ impl Event {
                 group,
                 master_port,
             } => format!("round {restart} started: group {group}, MASTER_PORT {master_port}"),
+            Event::Spare { restart, nodes } => {
+                format!("waiting as a spare: round {restart} runs on {nodes} other nodes")
+            }
             Event::RankStarted { rank, pid, .. } => format!("rank {rank} started (pid {pid})"),
             Event::MonitorFired { rank, cause, .. } => {
                 format!("monitor of rank {rank} terminated it: {cause}")

@@ -132,7 +132,7 @@ fn rounds(ctx: &mut Ctx<'_>) -> Result<(i32, String, u32)> {
         let plan = match begin(ctx, restart)? {
             Begin::Start(plan) => plan,
             Begin::Finished { exit_code, summary } => return Ok((exit_code, summary, restart)),
-            Begin::Wait => unreachable!("begin() waits"),
+            Begin::Wait | Begin::Spare { .. } => unreachable!("begin() waits"),
         };
         restart = plan.restart;
         for monitor in ctx.monitors.iter() {
@@ -283,6 +283,7 @@ fn begin(ctx: &mut Ctx<'_>, restart: u32) -> Result<Begin> {
     loop {
         match ctx.backend.poll_begin(restart, ctx.options.nproc)? {
             Begin::Wait => {}
+            Begin::Spare { restart, nodes } => ctx.events.emit(Event::Spare { restart, nodes })?,
             done => return Ok(done),
         }
         if let Some(signal) = round::wait_signal(ctx.signals, POLL)? {

@@ -41,6 +41,10 @@ pub struct RdzvOptions {
     pub local_addr: Option<String>,
     /// `--standalone`: this node alone.
     pub standalone: bool,
+    /// `--rdzv-conf KEY=VALUE[,KEY=VALUE…]`: torchrun's rendezvous
+    /// settings; `last_call_timeout` (seconds) is read, other keys are
+    /// reported back as ignored.
+    pub conf: Option<String>,
 }
 
 impl Default for RdzvOptions {
@@ -55,6 +59,7 @@ impl Default for RdzvOptions {
             timeout: Duration::from_secs(600),
             local_addr: None,
             standalone: false,
+            conf: None,
         }
     }
 }
@@ -75,9 +80,11 @@ pub struct EtcdRendezvous {
     pub endpoints: Vec<String>,
     /// The job id (`[A-Za-z0-9._-]{1,64}`).
     pub id: String,
-    /// Nodes in the job.
-    pub nnodes: u32,
-    /// This node's rank, when given.
+    /// Fewest nodes a round runs with (`--nnodes N` or the N of `N:M`).
+    pub min_nodes: u32,
+    /// Most nodes a round runs with: launchers beyond wait as spares.
+    pub max_nodes: u32,
+    /// This node's rank, when given (fixed membership only).
     pub node_rank: Option<u32>,
     /// Lease time to live (whole seconds, at least 2).
     pub ttl: Duration,
@@ -85,7 +92,23 @@ pub struct EtcdRendezvous {
     pub timeout: Duration,
     /// See [`RdzvOptions::local_addr`].
     pub local_addr: Option<String>,
+    /// With a range of nodes: how long a round still waits for more nodes
+    /// once it has its fewest (torchrun's `last_call_timeout`, 30 s).
+    pub last_call: Duration,
+    /// `--rdzv-conf` keys this launcher does not read, for a warning.
+    pub ignored_conf: Vec<String>,
 }
+
+impl EtcdRendezvous {
+    /// A range of nodes (`--nnodes N:M`, N < M): nodes are numbered anew
+    /// each round and launchers beyond M wait as spares.
+    pub fn elastic(&self) -> bool {
+        self.min_nodes != self.max_nodes
+    }
+}
+
+/// torchrun's default `last_call_timeout`.
+pub const DEFAULT_LAST_CALL: Duration = Duration::from_secs(30);
 
 impl RdzvOptions {
     /// Checks the flags together.
@@ -94,12 +117,6 @@ impl RdzvOptions {
     /// [`Error::Options`] naming the flag, its value and what is allowed.
     pub fn resolve(&self) -> Result<Rendezvous> {
         let (min, max) = parse_nnodes(&self.nnodes)?;
-        if min != max {
-            return Err(Error::options(format!(
-                "--nnodes {}: a range of nodes (elastic membership with spares) is not supported yet; give a fixed number",
-                self.nnodes
-            )));
-        }
         if self.standalone {
             for (flag, given) in [
                 ("--rdzv-backend", self.backend.is_some()),
@@ -114,9 +131,10 @@ impl RdzvOptions {
             }
         }
         let Some(backend) = self.backend.as_deref().filter(|_| !self.standalone) else {
-            if min > 1 {
+            if max > 1 {
                 return Err(Error::options(format!(
-                    "--nnodes {min} needs a rendezvous: give --rdzv-backend etcd, --rdzv-endpoint and --rdzv-id"
+                    "--nnodes {} needs a rendezvous: give --rdzv-backend etcd, --rdzv-endpoint and --rdzv-id",
+                    self.nnodes.trim()
                 )));
             }
             if let Some(rank) = self.node_rank.filter(|&r| r != 0) {
@@ -141,6 +159,11 @@ impl RdzvOptions {
             Error::options("--rdzv-backend etcd needs --rdzv-endpoint HOST:PORT[,HOST:PORT...]")
         })?;
         let endpoints = parse_endpoints(endpoint)?;
+        if let (Some(rank), true) = (self.node_rank, min != max) {
+            return Err(Error::options(format!(
+                "--node-rank {rank} does not go with --nnodes {min}:{max}: with a range of nodes they are numbered anew each round"
+            )));
+        }
         if let Some(rank) = self.node_rank.filter(|&r| r >= min) {
             return Err(Error::options(format!(
                 "--node-rank {rank} is out of range for --nnodes {min}: 0 to {}",
@@ -165,14 +188,18 @@ impl RdzvOptions {
         if let Some(addr) = &self.local_addr {
             check_host(addr, "--local-addr")?;
         }
+        let (last_call, ignored_conf) = parse_conf(self.conf.as_deref().unwrap_or(""))?;
         Ok(Rendezvous::Etcd(EtcdRendezvous {
             endpoints,
             id: id.to_owned(),
-            nnodes: min,
+            min_nodes: min,
+            max_nodes: max,
             node_rank: self.node_rank,
             ttl: self.ttl,
             timeout: self.timeout,
             local_addr: self.local_addr.clone(),
+            last_call,
+            ignored_conf,
         }))
     }
 }
@@ -200,6 +227,37 @@ fn parse_nnodes(text: &str) -> Result<(u32, u32)> {
         )));
     }
     Ok((min, max))
+}
+
+/// `--rdzv-conf`: `last_call_timeout` read (whole or decimal seconds, at
+/// most [`MAX_RDZV_TIMEOUT`]); other keys returned, to be warned about.
+fn parse_conf(text: &str) -> Result<(Duration, Vec<String>)> {
+    let mut last_call = DEFAULT_LAST_CALL;
+    let mut ignored = Vec::new();
+    for pair in text.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let Some((key, value)) = pair.split_once('=') else {
+            return Err(Error::options(format!(
+                "--rdzv-conf {pair:?} is not KEY=VALUE"
+            )));
+        };
+        let (key, value) = (key.trim(), value.trim());
+        if key != "last_call_timeout" {
+            ignored.push(key.to_owned());
+            continue;
+        }
+        last_call = value
+            .parse::<f64>()
+            .ok()
+            .and_then(|s| Duration::try_from_secs_f64(s).ok())
+            .filter(|d| *d <= MAX_RDZV_TIMEOUT)
+            .ok_or_else(|| {
+                Error::options(format!(
+                    "--rdzv-conf last_call_timeout={value:?} is not seconds from 0 to {}",
+                    MAX_RDZV_TIMEOUT.as_secs()
+                ))
+            })?;
+    }
+    Ok((last_call, ignored))
 }
 
 fn check_id(id: &str) -> Result<()> {
@@ -305,7 +363,11 @@ mod tests {
             panic!("local");
         };
         assert_eq!(etcd.endpoints, ["a:1", "b:2"]);
-        assert_eq!((etcd.nnodes, etcd.node_rank), (3, Some(2)));
+        assert_eq!(
+            (etcd.min_nodes, etcd.max_nodes, etcd.node_rank),
+            (3, 3, Some(2))
+        );
+        assert!(!etcd.elastic());
         assert_eq!(etcd.local_addr.as_deref(), Some("10.0.0.1"));
         assert_eq!(etcd.ttl, Duration::from_secs(5));
     }
@@ -318,8 +380,43 @@ mod tests {
     }
 
     #[test]
-    fn a_range_of_nodes_is_refused_as_not_supported_yet() {
-        assert!(refused(&etcd("2:4")).contains("not supported yet"));
+    fn a_range_of_nodes_is_elastic_and_refuses_a_node_rank() {
+        let Rendezvous::Etcd(range) = etcd("2:4").resolve().unwrap() else {
+            panic!("local");
+        };
+        assert_eq!((range.min_nodes, range.max_nodes), (2, 4));
+        assert!(range.elastic());
+        assert_eq!(range.last_call, DEFAULT_LAST_CALL);
+        let ranked = RdzvOptions {
+            node_rank: Some(0),
+            ..etcd("2:4")
+        };
+        assert!(refused(&ranked).contains("numbered anew each round"));
+        let local = RdzvOptions {
+            nnodes: "1:2".into(),
+            ..RdzvOptions::default()
+        };
+        assert!(refused(&local).contains("--nnodes 1:2 needs a rendezvous"));
+    }
+
+    #[test]
+    fn rdzv_conf_sets_the_last_call_and_names_what_it_ignores() {
+        let options = RdzvOptions {
+            conf: Some("last_call_timeout=1.5, join_timeout=900".into()),
+            ..etcd("1:3")
+        };
+        let Rendezvous::Etcd(etcd_rdzv) = options.resolve().unwrap() else {
+            panic!("local");
+        };
+        assert_eq!(etcd_rdzv.last_call, Duration::from_millis(1500));
+        assert_eq!(etcd_rdzv.ignored_conf, ["join_timeout"]);
+        for bad in ["last_call_timeout=-1", "last_call_timeout=x", "oops"] {
+            let options = RdzvOptions {
+                conf: Some(bad.into()),
+                ..etcd("1:3")
+            };
+            assert!(refused(&options).contains("--rdzv-conf"), "{bad}");
+        }
     }
 
     #[test]

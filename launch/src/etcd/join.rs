@@ -13,14 +13,9 @@ impl EtcdBackend {
     /// written, `self.round` the job's. `false`: a stop signal came while
     /// waiting for etcd (the launcher reads it next).
     pub(super) fn join(&mut self) -> Result<bool> {
-        let nnodes = self.rdzv.nnodes;
-        let filter: KeyFilter = Box::new(move |key: &str| {
-            key == "state"
-                || key
-                    .strip_prefix("member/")
-                    .and_then(|n| n.parse::<u32>().ok())
-                    .is_some_and(|n| n < nnodes && key.len() < 32)
-        });
+        let slots = self.slots();
+        let filter: KeyFilter =
+            Box::new(move |key: &str| key == "state" || slot_of(key).is_some_and(|n| n < slots));
         let session = Session::start(
             &self.rdzv.endpoints,
             Self::prefix(&self.rdzv.id),
@@ -48,16 +43,19 @@ impl EtcdBackend {
         self.session = Some(session);
         self.take_rank()?;
         self.round = state.round;
-        // A round already under way without us: it must start again with
-        // us in it (a change of members, not counted).
-        let underway = (0..nnodes)
-            .filter(|&n| n != self.node)
-            .filter_map(|n| self.member_of(n))
-            .any(|m| m.running == Some(state.round));
+        self.group_rank = self.node;
+        // A round already under way without us (we replace a lost node):
+        // it must start again with us in it (a change of members, not
+        // counted). With a range of nodes the round forming decides.
+        let underway = !self.rdzv.elastic()
+            && self
+                .members()
+                .iter()
+                .any(|(n, _, m)| *n != self.node && m.running == Some(state.round));
         if underway {
             let why = format!("node {} joined", self.node);
             let round = state.round;
-            self.cas_state(|s| s.after_membership_change(round, &why))?;
+            self.cas_state(|s| s.after_membership_change(round, &why, false))?;
         }
         Ok(true)
     }
@@ -111,7 +109,7 @@ impl EtcdBackend {
         Ok(state)
     }
 
-    /// Takes `--node-rank`, or the first free rank.
+    /// Takes `--node-rank`, or the first free member key.
     fn take_rank(&mut self) -> Result<()> {
         let fixed = self.rdzv.node_rank.is_some();
         self.member = Member {
@@ -119,9 +117,12 @@ impl EtcdBackend {
             fixed,
             ..Member::default()
         };
+        let taken: Vec<u32> = self.members().iter().map(|(n, _, _)| *n).collect();
         let candidates: Vec<u32> = match self.rdzv.node_rank {
             Some(rank) => vec![rank],
-            None => (0..self.rdzv.nnodes).collect(),
+            // Free as far as we know; one taken meanwhile fails its
+            // transaction and the next is tried.
+            None => (0..self.slots()).filter(|n| !taken.contains(n)).collect(),
         };
         let mut holder = None;
         for node in candidates {
@@ -150,8 +151,10 @@ impl EtcdBackend {
                     format!("job {:?}: --node-rank {rank} is taken", self.rdzv.id)
                 }
                 (None, _) => format!(
-                    "job {:?} has its {} nodes already (--nnodes {})",
-                    self.rdzv.id, self.rdzv.nnodes, self.rdzv.nnodes
+                    "job {:?} has {} launchers already (--nnodes {})",
+                    self.rdzv.id,
+                    self.slots(),
+                    self.config.nnodes()
                 ),
             },
         })
@@ -160,9 +163,11 @@ impl EtcdBackend {
     /// `--node-rank` on every launcher or on none.
     fn check_rank_mode(&mut self) -> Result<()> {
         let fixed = self.member.fixed;
-        let other = (0..self.rdzv.nnodes)
-            .filter(|&n| n != self.node)
-            .find(|&n| self.member_of(n).is_some_and(|m| m.fixed != fixed));
+        let other = self
+            .members()
+            .into_iter()
+            .find(|(n, _, m)| *n != self.node && m.fixed != fixed)
+            .map(|(n, _, _)| n);
         let Some(other) = other else {
             return Ok(());
         };
@@ -193,6 +198,36 @@ impl EtcdBackend {
         let entry = view.keys.get(&format!("member/{node}"))?;
         Member::decode(&entry.value).ok()
     }
+
+    /// Every member key as last seen that holds a launcher's value: its
+    /// number, create revision and value, in order of number.
+    pub(super) fn members(&self) -> Vec<(u32, i64, Member)> {
+        let Some(session) = self.session.as_ref() else {
+            return Vec::new();
+        };
+        let view = session.view();
+        let mut members: Vec<(u32, i64, Member)> = view
+            .keys
+            .iter()
+            .filter_map(|(key, entry)| {
+                let member = Member::decode(&entry.value).ok()?;
+                Some((slot_of(key)?, entry.create_revision, member))
+            })
+            .collect();
+        members.sort_by_key(|(n, _, _)| *n);
+        members
+    }
+}
+
+/// The number of a member key (`member/<n>`, decimal, no sign or zeros
+/// in front), relative to the job's prefix.
+fn slot_of(key: &str) -> Option<u32> {
+    let digits = key.strip_prefix("member/")?;
+    let canonical = !digits.is_empty()
+        && digits.len() <= 10
+        && digits.bytes().all(|b| b.is_ascii_digit())
+        && (digits == "0" || !digits.starts_with('0'));
+    canonical.then(|| digits.parse().ok()).flatten()
 }
 
 pub(super) fn backend(reason: impl Into<String>) -> Error {

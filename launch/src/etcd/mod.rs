@@ -7,7 +7,13 @@
 //! `member/<node rank>`, one per launcher, bound to the launcher's own
 //! lease (`--rdzv-ttl`), saying which round it is ready for, runs, or has
 //! finished.
+//!
+//! With `--nnodes N` the member keys are the node ranks `0..N`. With a
+//! range `N:M` a member key's number is only a slot taken in order of
+//! arrival: the state key lists the slots that run each round (node ranks
+//! in that order), and launchers left out wait as spares.
 
+mod form;
 mod join;
 mod ops;
 mod pb;
@@ -33,17 +39,25 @@ pub struct EtcdBackend {
     session: Option<Session>,
     /// The job's lease (the state key's).
     job_lease: i64,
-    /// This node's rank, once joined.
+    /// Our member key's number: the node rank with a fixed number of
+    /// nodes, a slot with a range.
     node: u32,
+    /// This node's rank in the round it runs (or last ran).
+    group_rank: u32,
     /// Our member key's value as last written.
     member: Member,
     /// The round this node is in.
     round: u32,
     /// When this node began waiting for the others in `round`.
     barrier_since: Option<Instant>,
-    /// Each node's member key (create revision) when the round started:
-    /// another one later is a change of members.
-    members_at_start: Vec<i64>,
+    /// The round's nodes in rank order (member key and its create
+    /// revision): one gone or replaced later is a change of members.
+    members_at_start: Vec<(u32, i64)>,
+    /// With a range of nodes: when the round first had its fewest nodes
+    /// ready (the last call runs from there).
+    min_reached: Option<Instant>,
+    /// Waiting as a spare in round `Some(r)` (said once per round).
+    spare_in: Option<u32>,
     /// When a member was seen gone: its orphaned ranks get the stop
     /// timeout and a second more before the next round starts.
     lost_at: Option<Instant>,
@@ -64,7 +78,8 @@ impl EtcdBackend {
         stop_timeout: Duration,
     ) -> EtcdBackend {
         let config = JobConfig {
-            nnodes: rdzv.nnodes,
+            min_nodes: rdzv.min_nodes,
+            max_nodes: rdzv.max_nodes,
             nproc,
             max_restarts,
         };
@@ -76,10 +91,13 @@ impl EtcdBackend {
             session: None,
             job_lease: 0,
             node: 0,
+            group_rank: 0,
             member: Member::default(),
             round: 0,
             barrier_since: None,
             members_at_start: Vec::new(),
+            min_reached: None,
+            spare_in: None,
             lost_at: None,
             cut_off: false,
             rounds_started: 0,
@@ -93,9 +111,20 @@ impl EtcdBackend {
         (requests, self.rounds_started)
     }
 
-    /// This node's rank, once joined.
+    /// This node's rank in the round it ran last, once joined.
     pub fn node_rank(&self) -> Option<u32> {
-        self.session.as_ref().map(|_| self.node)
+        self.session.as_ref().map(|_| self.group_rank)
+    }
+
+    /// How many member keys the job may have: its node ranks, or with a
+    /// range of nodes every launcher (spares too) up to [`MAX_NNODES`].
+    ///
+    /// [`MAX_NNODES`]: crate::rdzv::MAX_NNODES
+    fn slots(&self) -> u32 {
+        match self.rdzv.elastic() {
+            true => crate::rdzv::MAX_NNODES,
+            false => self.rdzv.min_nodes,
+        }
     }
 
     fn prefix(id: &str) -> String {

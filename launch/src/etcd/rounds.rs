@@ -12,7 +12,7 @@ use crate::backend::{Begin, Decision, RoundBackend, RoundPlan, RoundReport};
 use crate::{Error, Result};
 
 /// How long one poll waits for the view to change.
-const POLL: Duration = Duration::from_millis(100);
+pub(super) const POLL: Duration = Duration::from_millis(100);
 
 /// Attempts at a compare-and-swap before giving up (each loses only to
 /// another launcher's change, so a few are plenty).
@@ -23,7 +23,7 @@ impl RoundBackend for EtcdBackend {
         loop {
             match self.poll_begin(restart, nproc)? {
                 Begin::Start(plan) => return Ok(plan),
-                Begin::Wait => {}
+                Begin::Wait | Begin::Spare { .. } => {}
                 Begin::Finished { summary, .. } => return Err(backend(summary)),
             }
         }
@@ -39,6 +39,9 @@ impl RoundBackend for EtcdBackend {
             return Ok(finished(&state));
         }
         if self.member.ready != Some(state.round) {
+            if state.after_loss {
+                self.lost_at.get_or_insert_with(Instant::now);
+            }
             if let Some(lost) = self.lost_at {
                 if lost.elapsed() < self.stop_timeout + Duration::from_secs(1) {
                     self.session()?.wait_change(POLL);
@@ -46,66 +49,44 @@ impl RoundBackend for EtcdBackend {
                 }
                 self.lost_at = None;
             }
-            self.round = state.round;
-            self.member.ready = Some(state.round);
-            self.member.running = None;
-            self.member.done = None;
-            self.member.master = match self.node {
-                0 => Some(master(self.rdzv.local_addr.as_deref())?),
-                _ => None,
-            };
-            self.write_member()?;
-            self.barrier_since = Some(Instant::now());
+            self.get_ready(state.round)?;
         }
-        let mut revisions = Vec::new();
-        let mut missing = Vec::new();
-        {
-            let session = self.session()?;
-            let view = session.view();
-            for node in 0..self.rdzv.nnodes {
-                let entry = view.keys.get(&format!("member/{node}"));
-                let member = entry.and_then(|e| super::state::Member::decode(&e.value).ok());
-                match (entry, member) {
-                    (Some(entry), Some(m)) if m.ready == Some(self.round) => {
-                        revisions.push(entry.create_revision);
-                    }
-                    _ => missing.push(node),
-                }
-            }
-        }
-        if !missing.is_empty() {
-            let waited = self.barrier_since.map_or(Duration::ZERO, |t| t.elapsed());
-            if waited > self.rdzv.timeout {
-                return Err(backend(format!(
-                    "round {}: node ranks {missing:?} of {} were not ready within --rdzv-timeout ({:.0} s)",
-                    self.round,
-                    self.rdzv.nnodes,
-                    self.rdzv.timeout.as_secs_f64()
-                )));
-            }
+        let Some(nodes) = self.round_nodes(&state)? else {
             self.session()?.wait_change(POLL);
             return Ok(Begin::Wait);
+        };
+        let Some(group_rank) = self.rank_among(&nodes) else {
+            return self.wait_as_spare(&state, &nodes);
+        };
+        self.spare_in = None;
+        if let Some((why, loss)) = self.listed_but_gone(&nodes) {
+            let round = self.round;
+            let _ = self.cas_state(|s| s.after_membership_change(round, &why, loss));
+            return Ok(Begin::Wait);
         }
-        let Some((master_addr, master_port)) = self.member_of(0).and_then(|m| m.master) else {
+        let first = nodes.first().map_or(0, |(n, _)| *n);
+        let Some((master_addr, master_port)) = self.member_of(first).and_then(|m| m.master) else {
             return Err(backend(format!(
                 "round {}: node 0 published no master address",
                 self.round
             )));
         };
-        self.members_at_start = revisions;
+        let group_world_size = u32::try_from(nodes.len()).unwrap_or(u32::MAX);
+        self.group_rank = group_rank;
+        self.members_at_start = nodes;
         self.member.running = Some(self.round);
         self.write_member()?;
         self.rounds_started = self.rounds_started.saturating_add(1);
         let nproc = self.config.nproc;
         Ok(Begin::Start(RoundPlan {
             restart: self.round,
-            world_size: self.rdzv.nnodes.saturating_mul(nproc),
-            rank_offset: self.node.saturating_mul(nproc),
+            world_size: group_world_size.saturating_mul(nproc),
+            rank_offset: group_rank.saturating_mul(nproc),
             master_addr,
             master_port,
-            group: format!("nodeipc-{}-n{}-r{}", self.rdzv.id, self.node, self.round),
-            group_rank: self.node,
-            group_world_size: self.rdzv.nnodes,
+            group: format!("nodeipc-{}-n{group_rank}-r{}", self.rdzv.id, self.round),
+            group_rank,
+            group_world_size,
             run_id: self.rdzv.id.clone(),
         }))
     }
@@ -130,19 +111,29 @@ impl RoundBackend for EtcdBackend {
         let round = self.round;
         // Whoever wins this starts the round; the others' attempts find
         // the state moved and drop theirs.
-        let _ = self.cas_state(|s| s.after_membership_change(round, &why));
-        Some(why)
+        let _ = self.cas_state(|s| s.after_membership_change(round, &why.0, why.1));
+        Some(why.0)
     }
 
     fn decide(&mut self, restart: u32, report: &RoundReport) -> Result<Decision> {
         match report {
             RoundReport::Interrupted { signal } => {
+                let code = 128 + signal;
+                if self.spare_in.is_some() {
+                    // A spare leaving takes nothing from the job.
+                    self.leave();
+                    return Ok(Decision::Finished {
+                        exit_code: code,
+                        summary: format!(
+                            "stopped by signal {signal} while waiting as a spare (the job goes on)"
+                        ),
+                    });
+                }
                 let cause = match self.session {
-                    Some(_) => format!("stopped by signal {signal} on node {}", self.node),
+                    Some(_) => format!("stopped by signal {signal} on node {}", self.group_rank),
                     None => format!("stopped by signal {signal} while joining the job"),
                 };
-                let node = self.node;
-                let code = 128 + signal;
+                let node = self.group_rank;
                 // Best effort: etcd may be why we are stopping.
                 let _ = self.cas_state(|s| {
                     (!s.is_final()).then(|| JobState {
@@ -162,7 +153,7 @@ impl RoundBackend for EtcdBackend {
                 })
             }
             RoundReport::Failed { rank, cause, code } => {
-                let (node, round) = (self.node, restart);
+                let (node, round) = (self.group_rank, restart);
                 // Losing means another node moved the round first: our
                 // failure is dropped, its round is ours.
                 self.cas_state_patiently(|s| {
@@ -178,7 +169,7 @@ impl RoundBackend for EtcdBackend {
                     exit_code: 1,
                     summary: format!(
                         "{processes} processes of round {restart} still alive after SIGKILL: node {} leaves the job (its lease revoked)",
-                        self.node
+                        self.group_rank
                     ),
                 })
             }
@@ -202,9 +193,9 @@ impl RoundBackend for EtcdBackend {
             self.cut_off = false;
             let (round, why) = (
                 self.round,
-                format!("node {} was cut off from etcd", self.node),
+                format!("node {} was cut off from etcd", self.group_rank),
             );
-            self.cas_state(|s| s.after_membership_change(round, &why))?;
+            self.cas_state(|s| s.after_membership_change(round, &why, false))?;
         }
         let state = self.state()?;
         if state.is_final() {
@@ -221,8 +212,10 @@ impl RoundBackend for EtcdBackend {
         }
         if self.member.done == Some(self.round) {
             let round = self.round;
-            let all_done = (0..self.rdzv.nnodes)
-                .all(|n| self.member_of(n).is_some_and(|m| m.done == Some(round)));
+            let all_done = self
+                .members_at_start
+                .iter()
+                .all(|(n, _)| self.member_of(*n).is_some_and(|m| m.done == Some(round)));
             if all_done {
                 self.cas_state(|s| {
                     (s.round == round && !s.is_final()).then(|| JobState {
@@ -230,8 +223,8 @@ impl RoundBackend for EtcdBackend {
                         ..s.clone()
                     })
                 })?;
-            } else if let Some(why) = self.membership_change() {
-                let _ = self.cas_state(|s| s.after_membership_change(round, &why));
+            } else if let Some((why, loss)) = self.membership_change() {
+                let _ = self.cas_state(|s| s.after_membership_change(round, &why, loss));
             }
         }
         self.session()?.wait_change(POLL);
@@ -241,7 +234,7 @@ impl RoundBackend for EtcdBackend {
 
 impl EtcdBackend {
     /// The job's state as last seen.
-    fn state(&self) -> Result<JobState> {
+    pub(super) fn state(&self) -> Result<JobState> {
         let session = self.session()?;
         let view = session.view();
         let entry = view.keys.get("state").ok_or_else(|| {
@@ -315,7 +308,7 @@ impl EtcdBackend {
         }
     }
 
-    fn write_member(&self) -> Result<()> {
+    pub(super) fn write_member(&self) -> Result<()> {
         let session = self.session()?;
         ops::put(
             session,
@@ -325,29 +318,14 @@ impl EtcdBackend {
         )
     }
 
-    /// A member that started the round is gone or replaced: why, and the
-    /// time of the loss noted.
-    fn membership_change(&mut self) -> Option<String> {
-        let session = self.session.as_ref()?;
-        let changed = {
-            let view = session.view();
-            (0..self.rdzv.nnodes).find_map(|node| {
-                let before = *self.members_at_start.get(node as usize)?;
-                match view.keys.get(&format!("member/{node}")) {
-                    None => Some((node, true)),
-                    Some(e) if e.create_revision != before => Some((node, false)),
-                    Some(_) => None,
-                }
-            })
-        };
-        let (node, gone) = changed?;
+    /// A member that started the round is gone or replaced: why, whether
+    /// it is gone (the time of the loss noted).
+    fn membership_change(&mut self) -> Option<(String, bool)> {
+        let (why, gone) = self.listed_but_gone(&self.members_at_start)?;
         if gone {
             self.lost_at.get_or_insert_with(Instant::now);
         }
-        Some(match gone {
-            true => format!("node {node} left the job (its lease ended)"),
-            false => format!("node {node} was replaced"),
-        })
+        Some((why, gone))
     }
 
     /// Why this node must stop its ranks for want of etcd, if it must.
@@ -425,7 +403,7 @@ fn finished(state: &JobState) -> Begin {
 
 /// Node 0's `MASTER_ADDR` (`--local-addr`, else its host name) and a
 /// `MASTER_PORT` free on it now: a new one each round.
-fn master(local_addr: Option<&str>) -> Result<(String, u16)> {
+pub(super) fn master(local_addr: Option<&str>) -> Result<(String, u16)> {
     let bind_ip = local_addr
         .and_then(|a| a.parse::<IpAddr>().ok())
         .unwrap_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED));

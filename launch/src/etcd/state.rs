@@ -11,7 +11,8 @@ pub(crate) const MAX_VALUE: usize = 16 * 1024;
 /// What every launcher of the job must agree on.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) struct JobConfig {
-    pub(crate) nnodes: u32,
+    pub(crate) min_nodes: u32,
+    pub(crate) max_nodes: u32,
     pub(crate) nproc: u32,
     pub(crate) max_restarts: u32,
 }
@@ -21,9 +22,13 @@ impl JobConfig {
     /// the refusal names it.
     pub(crate) fn mismatch(&self, theirs: &JobConfig) -> Option<String> {
         let fields = [
-            ("--nnodes", self.nnodes, theirs.nnodes),
-            ("--nproc", self.nproc, theirs.nproc),
-            ("--max-restarts", self.max_restarts, theirs.max_restarts),
+            ("--nnodes", self.nnodes(), theirs.nnodes()),
+            ("--nproc", self.nproc.to_string(), theirs.nproc.to_string()),
+            (
+                "--max-restarts",
+                self.max_restarts.to_string(),
+                theirs.max_restarts.to_string(),
+            ),
         ];
         fields
             .iter()
@@ -33,6 +38,14 @@ impl JobConfig {
                     "{name} {ours} differs from the job's {name} {job} (set by its first launcher)"
                 )
             })
+    }
+
+    /// `--nnodes` as given: `N` or `N:M`.
+    pub(crate) fn nnodes(&self) -> String {
+        match self.min_nodes == self.max_nodes {
+            true => self.min_nodes.to_string(),
+            false => format!("{}:{}", self.min_nodes, self.max_nodes),
+        }
     }
 }
 
@@ -68,6 +81,16 @@ pub(crate) struct JobState {
     pub(crate) failures: u32,
     /// Why the current round was started (empty for round 0).
     pub(crate) reason: String,
+    /// The round was started because a member was lost: its orphaned
+    /// ranks get the stop timeout and a second before the round starts.
+    #[serde(default)]
+    pub(crate) after_loss: bool,
+    /// With a range of nodes: who runs this round, once one launcher has
+    /// settled it: each member key's slot and create revision (a launcher
+    /// that later takes a freed slot is not the one listed), in node-rank
+    /// order.
+    #[serde(default)]
+    pub(crate) nodes: Option<Vec<(u32, i64)>>,
     #[serde(flatten)]
     pub(crate) status: Status,
 }
@@ -79,6 +102,8 @@ impl JobState {
             round: 0,
             failures: 0,
             reason: String::new(),
+            after_loss: false,
+            nodes: None,
             status: Status::Running,
         }
     }
@@ -113,22 +138,46 @@ impl JobState {
                 code,
             };
         } else {
-            next.round = round.saturating_add(1);
+            next = next.next_round(format!("node {node}: {cause}"), false);
             next.failures = self.failures.saturating_add(1);
-            next.reason = format!("node {node}: {cause}");
         }
         Some(next)
     }
 
-    /// A new round for a change of members (not counted).
-    pub(crate) fn after_membership_change(&self, round: u32, why: &str) -> Option<JobState> {
+    /// A new round for a change of members (not counted); `loss`: a
+    /// member is gone, and its orphans must be given time to die.
+    pub(crate) fn after_membership_change(
+        &self,
+        round: u32,
+        why: &str,
+        loss: bool,
+    ) -> Option<JobState> {
         if self.round != round || self.is_final() {
             return None;
         }
-        let mut next = self.clone();
-        next.round = round.saturating_add(1);
-        next.reason = why.to_owned();
-        Some(next)
+        Some(self.next_round(why.to_owned(), loss))
+    }
+
+    /// With a range of nodes: `nodes` run round `round`, unless another
+    /// launcher has settled it first.
+    pub(crate) fn with_nodes(&self, round: u32, nodes: &[(u32, i64)]) -> Option<JobState> {
+        if self.round != round || self.is_final() || self.nodes.is_some() {
+            return None;
+        }
+        Some(JobState {
+            nodes: Some(nodes.to_vec()),
+            ..self.clone()
+        })
+    }
+
+    fn next_round(&self, reason: String, after_loss: bool) -> JobState {
+        JobState {
+            round: self.round.saturating_add(1),
+            reason,
+            after_loss,
+            nodes: None,
+            ..self.clone()
+        }
     }
 
     pub(crate) fn encode(&self) -> Vec<u8> {
@@ -136,7 +185,28 @@ impl JobState {
     }
 
     pub(crate) fn decode(bytes: &[u8]) -> Result<JobState, String> {
-        decode(bytes, "the job's state key")
+        let state: JobState = decode(bytes, "the job's state key")?;
+        let config = &state.config;
+        if config.min_nodes == 0 || config.min_nodes > config.max_nodes {
+            return Err(format!(
+                "the job's state key says --nnodes {}: not a launcher's",
+                config.nnodes()
+            ));
+        }
+        if let Some(nodes) = &state.nodes {
+            let ordered = nodes.windows(2).all(|w| w[0].0 < w[1].0);
+            let fits =
+                (config.min_nodes as usize..=config.max_nodes as usize).contains(&nodes.len());
+            if !ordered || !fits {
+                return Err(format!(
+                    "the job's state key lists {} nodes for round {} (--nnodes {}), or not in order: not a launcher's",
+                    nodes.len(),
+                    state.round,
+                    config.nnodes()
+                ));
+            }
+        }
+        Ok(state)
     }
 }
 
@@ -194,7 +264,8 @@ mod tests {
 
     fn config(max_restarts: u32) -> JobConfig {
         JobConfig {
-            nnodes: 2,
+            min_nodes: 2,
+            max_nodes: 2,
             nproc: 2,
             max_restarts,
         }
@@ -212,6 +283,15 @@ mod tests {
             ..config(3)
         };
         assert!(ours.mismatch(&other).unwrap().starts_with("--nproc 2"));
+        let range = JobConfig {
+            max_nodes: 4,
+            ..config(3)
+        };
+        let why = ours.mismatch(&range).unwrap();
+        assert!(
+            why.starts_with("--nnodes 2 differs from the job's --nnodes 2:4"),
+            "{why}"
+        );
     }
 
     #[test]
@@ -237,16 +317,48 @@ mod tests {
             .after_failure(0, 0, None, "x", 1)
             .unwrap();
         assert!(state.after_failure(0, 1, None, "late", 1).is_none());
-        assert!(state.after_membership_change(0, "late").is_none());
+        assert!(state.after_membership_change(0, "late", false).is_none());
     }
 
     #[test]
     fn a_change_of_members_is_not_counted() {
         let state = JobState::first(config(0));
-        let next = state.after_membership_change(0, "node 1 left").unwrap();
-        assert_eq!((next.round, next.failures), (1, 0));
+        let next = state
+            .after_membership_change(0, "node 1 left", true)
+            .unwrap();
+        assert_eq!((next.round, next.failures, next.after_loss), (1, 0, true));
         let encoded = next.encode();
         assert_eq!(JobState::decode(&encoded).unwrap(), next);
+    }
+
+    #[test]
+    fn a_rounds_nodes_are_settled_once_and_dropped_by_the_next_round() {
+        let elastic = JobConfig {
+            min_nodes: 1,
+            max_nodes: 3,
+            ..config(2)
+        };
+        assert_eq!(elastic.nnodes(), "1:3");
+        let state = JobState::first(elastic);
+        let settled = state.with_nodes(0, &[(0, 7), (2, 9)]).unwrap();
+        assert!(settled.with_nodes(0, &[(1, 8)]).is_none());
+        assert_eq!(JobState::decode(&settled.encode()).unwrap(), settled);
+        let next = settled.after_failure(0, 1, None, "x", 1).unwrap();
+        assert_eq!((next.round, next.nodes.clone()), (1, None));
+        let reordered = JobState {
+            nodes: Some(vec![(2, 9), (0, 7)]),
+            ..settled.clone()
+        };
+        assert!(JobState::decode(&reordered.encode()).is_err());
+        let too_many = JobState {
+            nodes: Some(vec![(0, 1), (1, 2), (2, 3), (3, 4)]),
+            ..settled
+        };
+        assert!(
+            JobState::decode(&too_many.encode())
+                .unwrap_err()
+                .contains("4 nodes")
+        );
     }
 
     #[test]

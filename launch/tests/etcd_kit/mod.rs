@@ -121,6 +121,10 @@ pub struct Spec {
     pub endpoint: String,
     pub id: String,
     pub nnodes: u32,
+    /// The M of `--nnodes N:M` (equal to `nnodes`: a fixed number).
+    pub max_nodes: u32,
+    /// `--rdzv-conf`.
+    pub conf: Option<String>,
     pub node_rank: Option<u32>,
     pub nproc: u32,
     pub max_restarts: u32,
@@ -145,6 +149,8 @@ impl Spec {
             endpoint: endpoint.to_owned(),
             id: id.to_owned(),
             nnodes,
+            max_nodes: nnodes,
+            conf: None,
             node_rank: None,
             nproc: 2,
             max_restarts: 3,
@@ -162,6 +168,7 @@ impl Spec {
     fn to_json(&self) -> String {
         json!({
             "endpoint": self.endpoint, "id": self.id, "nnodes": self.nnodes,
+            "max_nodes": self.max_nodes, "conf": self.conf,
             "node_rank": self.node_rank, "nproc": self.nproc,
             "max_restarts": self.max_restarts,
             "stop_timeout_ms": self.stop_timeout.as_millis() as u64,
@@ -237,8 +244,12 @@ fn run_launcher(spec: &str) -> ! {
     let spec: Value = serde_json::from_str(spec).expect("launcher spec");
     let s = |k: &str| spec[k].as_str().map(str::to_owned);
     let n = |k: &str| spec[k].as_u64().unwrap_or(0);
+    let nnodes = match (n("nnodes"), n("max_nodes")) {
+        (min, max) if min == max => min.to_string(),
+        (min, max) => format!("{min}:{max}"),
+    };
     let rdzv = RdzvOptions {
-        nnodes: n("nnodes").to_string(),
+        nnodes,
         backend: Some("etcd".into()),
         endpoint: s("endpoint"),
         id: s("id"),
@@ -247,6 +258,7 @@ fn run_launcher(spec: &str) -> ! {
         timeout: Duration::from_secs(n("timeout_s")),
         local_addr: s("local_addr"),
         standalone: false,
+        conf: s("conf"),
     };
     let Rendezvous::Etcd(etcd) = rdzv.resolve().expect("rendezvous options") else {
         panic!("not an etcd rendezvous");

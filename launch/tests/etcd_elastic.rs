@@ -1,0 +1,244 @@
+//! A range of nodes (`--nnodes N:M`) through a real etcd on loopback:
+//! launchers beyond M wait as spares and take a lost node's place, nodes
+//! are numbered anew each round, a late launcher with room gets a round
+//! of its own (not counted), and too few nodes end with a clear error.
+
+mod etcd_kit;
+
+use std::time::Duration;
+
+use etcd_kit::etcd::Etcd;
+use etcd_kit::{Launcher, Spec, job_id, records, rounds_of, wait_until};
+use nodeipc_testkit::{TempDir, Watchdog};
+
+fn main() {
+    etcd_kit::main(&[
+        (
+            "spares_wait_and_one_takes_a_lost_nodes_place_with_nodes_renumbered",
+            spares_wait_and_one_takes_a_lost_nodes_place,
+            false,
+        ),
+        (
+            "a_late_launcher_with_room_gets_a_round_that_is_not_counted",
+            a_late_launcher_with_room_gets_a_round,
+            false,
+        ),
+        (
+            "a_lost_node_without_a_spare_leaves_the_others_to_run_on_fewer",
+            a_lost_node_without_a_spare_leaves_the_others_to_run_on_fewer,
+            false,
+        ),
+        (
+            "too_few_nodes_within_the_rdzv_timeout_end_with_how_many_were_ready",
+            too_few_nodes_end_with_how_many_were_ready,
+            false,
+        ),
+    ]);
+}
+
+/// `--nnodes min:max` with a last call of 1 s, no failure round allowed.
+fn range(etcd: &Etcd, id: &str, min: u32, max: u32, mode: &str, dir: &TempDir) -> Spec {
+    Spec {
+        max_nodes: max,
+        conf: Some("last_call_timeout=1".into()),
+        max_restarts: 0,
+        stop_timeout: Duration::from_secs(1),
+        ..Spec::new(&etcd.endpoint(), id, min, mode, &dir.join("record"))
+    }
+}
+
+/// The launchers whose output says `text`.
+fn saying(launchers: &[Launcher], text: &str) -> Vec<usize> {
+    (0..launchers.len())
+        .filter(|&i| launchers[i].output().contains(text))
+        .collect()
+}
+
+fn spares_wait_and_one_takes_a_lost_nodes_place() {
+    let test = "etcd spares";
+    let _dog = Watchdog::new(test, Duration::from_secs(120));
+    let Some(etcd) = Etcd::start(test) else {
+        return;
+    };
+    let dir = TempDir::new("etcd-spares");
+    let id = job_id("spares");
+    let spec = range(&etcd, &id, 1, 2, "run-long", &dir);
+    let mut launchers: Vec<Launcher> = (0..4)
+        .map(|i| Launcher::start(&spec, dir.path(), &format!("launcher{i}")))
+        .collect();
+    wait_until(
+        "round 0 on 2 nodes, 2 spares",
+        Duration::from_secs(30),
+        || {
+            saying(
+                &launchers,
+                "waiting as a spare: round 0 runs on 2 other nodes",
+            )
+            .len()
+                == 2
+                && (0..4).all(|r| records(&dir.join("record")).contains(&(r, 0)))
+        },
+    );
+    let spares = saying(&launchers, "waiting as a spare");
+    let first = saying(&launchers, &format!("group nodeipc-{id}-n0-r0"));
+    let second = saying(&launchers, &format!("group nodeipc-{id}-n1-r0"));
+    assert_eq!(
+        (first.len(), second.len()),
+        (1, 1),
+        "one node 0, one node 1"
+    );
+    let (first, second) = (first[0], second[0]);
+
+    // A spare stopped by SIGTERM leaves; the job does not notice.
+    let (gone, promoted) = (spares[0], spares[1]);
+    launchers[gone].signal(libc::SIGTERM);
+    let status = launchers[gone].wait(Duration::from_secs(20));
+    let out = launchers[gone].output();
+    assert_eq!(status.code(), Some(143), "{out}");
+    assert!(
+        out.contains("while waiting as a spare (the job goes on)"),
+        "{out}"
+    );
+    assert!(
+        !out.contains("rank 0 started"),
+        "a spare started ranks: {out}"
+    );
+
+    // Node 0 is lost: the other node and the spare run round 1, renumbered.
+    launchers[first].signal(libc::SIGKILL);
+    launchers[first].wait(Duration::from_secs(10));
+    wait_until("the loss seen", Duration::from_secs(30), || {
+        launchers[second].output().contains("node 0 left the job")
+    });
+    let loss_seen = std::time::Instant::now();
+    wait_until("round 1 started", Duration::from_secs(30), || {
+        records(&dir.join("record"))
+            .iter()
+            .any(|&(_, round)| round == 1)
+    });
+    // The lost node's orphans get --stop-timeout (1 s) + 1 s, the spare
+    // waiting as long as the node that saw the loss (else it could start
+    // round 1 alone after its last call).
+    let waited = loss_seen.elapsed();
+    assert!(waited >= Duration::from_millis(1800), "{waited:?}");
+    for i in [second, promoted] {
+        let status = launchers[i].wait(Duration::from_secs(60));
+        let out = launchers[i].output();
+        assert_eq!(status.code(), Some(0), "launcher {i}: {out}");
+        assert!(
+            out.contains("in round 1 (0 failure rounds)"),
+            "launcher {i}: {out}"
+        );
+    }
+    let renumbered = launchers[second].output();
+    assert!(
+        renumbered.contains(&format!("group nodeipc-{id}-n0-r1")),
+        "node 1 of round 0 is node 0 of round 1: {renumbered}"
+    );
+    assert!(
+        launchers[promoted]
+            .output()
+            .contains(&format!("group nodeipc-{id}-n1-r1")),
+        "{}",
+        launchers[promoted].output()
+    );
+    let seen = records(&dir.join("record"));
+    for rank in 0..4 {
+        assert_eq!(rounds_of(&seen, rank), [0, 1], "rank {rank}: {seen:?}");
+    }
+}
+
+fn a_late_launcher_with_room_gets_a_round() {
+    let test = "etcd late launcher";
+    let _dog = Watchdog::new(test, Duration::from_secs(90));
+    let Some(etcd) = Etcd::start(test) else {
+        return;
+    };
+    let dir = TempDir::new("etcd-late");
+    let id = job_id("late");
+    let spec = range(&etcd, &id, 1, 2, "run-long", &dir);
+    let mut first = Launcher::start(&spec, dir.path(), "first");
+    wait_until("round 0 on one node", Duration::from_secs(30), || {
+        let seen = records(&dir.join("record"));
+        seen.contains(&(0, 0)) && seen.contains(&(1, 0))
+    });
+    let mut late = Launcher::start(&spec, dir.path(), "late");
+    for launcher in [&mut first, &mut late] {
+        let status = launcher.wait(Duration::from_secs(60));
+        let out = launcher.output();
+        // --max-restarts 0: the round for the newcomer was not a failure.
+        assert_eq!(status.code(), Some(0), "{out}");
+        assert!(out.contains("in round 1 (0 failure rounds)"), "{out}");
+    }
+    assert!(
+        first
+            .output()
+            .contains("a node joined (1 of at most 2 running)"),
+        "{}",
+        first.output()
+    );
+    let seen = records(&dir.join("record"));
+    assert_eq!(rounds_of(&seen, 0), [0, 1], "{seen:?}");
+    assert_eq!(rounds_of(&seen, 1), [0, 1], "{seen:?}");
+    // World size 4 in round 1 only.
+    assert_eq!(rounds_of(&seen, 2), [1], "{seen:?}");
+    assert_eq!(rounds_of(&seen, 3), [1], "{seen:?}");
+}
+
+fn a_lost_node_without_a_spare_leaves_the_others_to_run_on_fewer() {
+    let test = "etcd scale down";
+    let _dog = Watchdog::new(test, Duration::from_secs(90));
+    let Some(etcd) = Etcd::start(test) else {
+        return;
+    };
+    let dir = TempDir::new("etcd-down");
+    let id = job_id("down");
+    let spec = range(&etcd, &id, 1, 3, "run-long", &dir);
+    let mut launchers: Vec<Launcher> = (0..2)
+        .map(|i| Launcher::start(&spec, dir.path(), &format!("launcher{i}")))
+        .collect();
+    wait_until("round 0 on 2 nodes", Duration::from_secs(30), || {
+        (0..4).all(|r| records(&dir.join("record")).contains(&(r, 0)))
+    });
+    let lost = saying(&launchers, &format!("group nodeipc-{id}-n1-r0"));
+    assert_eq!(lost.len(), 1);
+    let (lost, kept) = (lost[0], 1 - lost[0]);
+    launchers[lost].signal(libc::SIGKILL);
+    launchers[lost].wait(Duration::from_secs(10));
+    let status = launchers[kept].wait(Duration::from_secs(60));
+    let out = launchers[kept].output();
+    assert_eq!(status.code(), Some(0), "{out}");
+    assert!(out.contains("node 1 left the job"), "{out}");
+    assert!(out.contains("in round 1 (0 failure rounds)"), "{out}");
+    let seen = records(&dir.join("record"));
+    // Round 1 runs on one node: world size 2.
+    assert_eq!(rounds_of(&seen, 0), [0, 1], "{seen:?}");
+    assert_eq!(rounds_of(&seen, 1), [0, 1], "{seen:?}");
+    assert_eq!(rounds_of(&seen, 2), [0], "{seen:?}");
+    assert_eq!(rounds_of(&seen, 3), [0], "{seen:?}");
+}
+
+fn too_few_nodes_end_with_how_many_were_ready() {
+    let test = "etcd too few nodes";
+    let _dog = Watchdog::new(test, Duration::from_secs(60));
+    let Some(etcd) = Etcd::start(test) else {
+        return;
+    };
+    let dir = TempDir::new("etcd-few");
+    let id = job_id("few");
+    let spec = Spec {
+        timeout_s: 3,
+        ..range(&etcd, &id, 2, 3, "quick", &dir)
+    };
+    let mut alone = Launcher::start(&spec, dir.path(), "alone");
+    let status = alone.wait(Duration::from_secs(30));
+    let out = alone.output();
+    assert_eq!(status.code(), Some(99), "{out}");
+    assert!(
+        out.contains(
+            "round 0: 1 of the 2 nodes it needs (--nnodes 2:3) were ready within --rdzv-timeout"
+        ),
+        "{out}"
+    );
+    assert!(records(&dir.join("record")).is_empty(), "no rank ran");
+}
