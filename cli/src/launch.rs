@@ -216,10 +216,10 @@ fn across_nodes(
     let (requests, rounds) = backend.stats();
     let node = backend
         .node_rank()
-        .map_or("?".to_owned(), |n| n.to_string());
+        .map_or("without a node rank".to_owned(), |n| format!("node {n}"));
     drop(backend);
     eprintln_safe(&format!(
-        "nodeipc launch: node {node}: {requests} etcd requests over {rounds} rounds"
+        "nodeipc launch: {node}: {requests} etcd requests over {rounds} rounds"
     ));
     Ok(outcome?)
 }

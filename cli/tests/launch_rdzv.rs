@@ -44,7 +44,7 @@ fn several_nodes_without_a_backend_are_refused_by_flag_or_by_pet_variable() {
 #[test]
 fn torchrun_spellings_reach_the_same_checks() {
     let _dog = Watchdog::new("launch rdzv spellings", Duration::from_secs(60));
-    let cases: [(&[&str], &str); 5] = [
+    let cases: [(&[&str], &str); 6] = [
         (
             &[
                 "--nnodes",
@@ -98,6 +98,21 @@ fn torchrun_spellings_reach_the_same_checks() {
                 "j",
             ],
             "numbered anew each round",
+        ),
+        (
+            &[
+                "--nnodes",
+                "1:2",
+                "--rdzv_conf",
+                "last_call_timeout=soon",
+                "--rdzv-backend",
+                "etcd",
+                "--rdzv-endpoint",
+                "h:1",
+                "--rdzv-id",
+                "j",
+            ],
+            "--rdzv-conf last_call_timeout=\"soon\" is not seconds",
         ),
         (
             &[

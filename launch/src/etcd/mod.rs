@@ -111,9 +111,14 @@ impl EtcdBackend {
         (requests, self.rounds_started)
     }
 
-    /// This node's rank in the round it ran last, once joined.
+    /// This node's rank in the round it ran last: `None` before it joined,
+    /// or with a range of nodes before it ran a round (a spare).
     pub fn node_rank(&self) -> Option<u32> {
-        self.session.as_ref().map(|_| self.group_rank)
+        let ran = self.rounds_started > 0 || !self.rdzv.elastic();
+        self.session
+            .as_ref()
+            .filter(|_| ran)
+            .map(|_| self.group_rank)
     }
 
     /// How many member keys the job may have: its node ranks, or with a
