@@ -235,3 +235,27 @@ pub(super) fn backend(reason: impl Into<String>) -> Error {
         reason: reason.into(),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::slot_of;
+
+    #[test]
+    fn only_canonical_member_keys_name_a_slot() {
+        assert_eq!(slot_of("member/0"), Some(0));
+        assert_eq!(slot_of("member/4095"), Some(4095));
+        for planted in [
+            "member/",
+            "member/007",
+            "member/+1",
+            "member/-1",
+            "member/1 ",
+            "member/99999999999",
+            "member/4294967296",
+            "state",
+            "members/1",
+        ] {
+            assert_eq!(slot_of(planted), None, "{planted:?}");
+        }
+    }
+}
