@@ -18,5 +18,5 @@ fi
 etcd --version | head -1
 echo "etcd: installed in $(( $(date +%s) - started ))s"
 tests_started=$(date +%s)
-cargo test --workspace --locked --test etcd_rounds --test etcd_faults
+cargo test --workspace --locked --test etcd_rounds --test etcd_faults --test etcd_elastic
 echo "etcd: multi-node tests passed in $(( $(date +%s) - tests_started ))s (total $(( $(date +%s) - started ))s)"
