@@ -226,9 +226,16 @@ fn clean_removes_what_a_demo_killed_whole_left_and_nothing_while_it_runs() {
             let _ =
                 rustix::process::waitpid(Some(pid(member)), rustix::process::WaitOptions::empty());
         }
+        // SIGKILL is delivered at once but a process takes a moment to
+        // exit, one forked after the list above included: wait, bounded.
+        let killed = Instant::now();
+        while !group_members(demo_pid).is_empty() && killed.elapsed() < Duration::from_secs(10) {
+            std::thread::sleep(Duration::from_millis(10));
+        }
         assert!(
             group_members(demo_pid).is_empty(),
-            "a process of the demo survived"
+            "a process of the demo survived SIGKILL for 10 s: {:?}",
+            group_members(demo_pid)
         );
         assert!(
             dir.exists(),

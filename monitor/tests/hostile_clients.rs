@@ -163,7 +163,10 @@ fn regression_running_out_of_descriptors_pauses_accepting_and_the_rank_is_still_
     // The timeout still fires: the rank is killed (SIGKILL, the default).
     let status = rank.wait_exit(Duration::from_secs(10));
     assert_eq!(status.signal(), Some(libc::SIGKILL), "{status:?}");
-    assert!(hung.elapsed() >= Duration::from_millis(1500));
+    // Not killed early. The last beat came before the "hung" line was
+    // read, by as much as the machine's load delayed the read: the bound
+    // leaves room for that.
+    assert!(hung.elapsed() >= Duration::from_millis(1000));
     assert!(
         monitor.child().try_wait().unwrap().is_none(),
         "the monitor exited:\n{}",
