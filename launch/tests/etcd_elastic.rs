@@ -36,6 +36,40 @@ fn main() {
     ]);
 }
 
+/// What every test here starts with.
+struct Job {
+    _dog: Watchdog,
+    etcd: Etcd,
+    dir: TempDir,
+    id: String,
+}
+
+impl Job {
+    /// A watchdog of `limit_s`, an etcd, a directory and a job id;
+    /// `None` when etcd is missing here (skipped, and said why).
+    fn start(test: &str, tag: &str, limit_s: u64) -> Option<Job> {
+        let dog = Watchdog::new(test, Duration::from_secs(limit_s));
+        Some(Job {
+            etcd: Etcd::start(test)?,
+            dir: TempDir::new(&format!("etcd-{tag}")),
+            id: job_id(tag),
+            _dog: dog,
+        })
+    }
+}
+
+/// Each rank saw exactly the rounds given for it.
+fn ranks_ran(dir: &TempDir, rounds: &[&[u32]]) {
+    let seen = records(&dir.join("record"));
+    for (rank, expected) in rounds.iter().enumerate() {
+        assert_eq!(
+            rounds_of(&seen, rank as u32),
+            *expected,
+            "rank {rank}: {seen:?}"
+        );
+    }
+}
+
 /// `--nnodes min:max` with a last call of 1 s, no failure round allowed.
 fn range(etcd: &Etcd, id: &str, min: u32, max: u32, mode: &str, dir: &TempDir) -> Spec {
     Spec {
@@ -55,13 +89,15 @@ fn saying(launchers: &[Launcher], text: &str) -> Vec<usize> {
 }
 
 fn spares_wait_and_one_takes_a_lost_nodes_place() {
-    let test = "etcd spares";
-    let _dog = Watchdog::new(test, Duration::from_secs(120));
-    let Some(etcd) = Etcd::start(test) else {
+    let Some(Job {
+        etcd,
+        dir,
+        id,
+        _dog,
+    }) = Job::start("etcd spares", "spares", 120)
+    else {
         return;
     };
-    let dir = TempDir::new("etcd-spares");
-    let id = job_id("spares");
     let spec = range(&etcd, &id, 1, 2, "run-long", &dir);
     let mut launchers: Vec<Launcher> = (0..4)
         .map(|i| Launcher::start(&spec, dir.path(), &format!("launcher{i}")))
@@ -142,20 +178,19 @@ fn spares_wait_and_one_takes_a_lost_nodes_place() {
         "{}",
         launchers[promoted].output()
     );
-    let seen = records(&dir.join("record"));
-    for rank in 0..4 {
-        assert_eq!(rounds_of(&seen, rank), [0, 1], "rank {rank}: {seen:?}");
-    }
+    ranks_ran(&dir, &[&[0, 1], &[0, 1], &[0, 1], &[0, 1]]);
 }
 
 fn a_late_launcher_with_room_gets_a_round() {
-    let test = "etcd late launcher";
-    let _dog = Watchdog::new(test, Duration::from_secs(90));
-    let Some(etcd) = Etcd::start(test) else {
+    let Some(Job {
+        etcd,
+        dir,
+        id,
+        _dog,
+    }) = Job::start("etcd late launcher", "late", 90)
+    else {
         return;
     };
-    let dir = TempDir::new("etcd-late");
-    let id = job_id("late");
     let spec = range(&etcd, &id, 1, 2, "run-long", &dir);
     let mut first = Launcher::start(&spec, dir.path(), "first");
     wait_until("round 0 on one node", Duration::from_secs(30), || {
@@ -177,22 +212,20 @@ fn a_late_launcher_with_room_gets_a_round() {
         "{}",
         first.output()
     );
-    let seen = records(&dir.join("record"));
-    assert_eq!(rounds_of(&seen, 0), [0, 1], "{seen:?}");
-    assert_eq!(rounds_of(&seen, 1), [0, 1], "{seen:?}");
     // World size 4 in round 1 only.
-    assert_eq!(rounds_of(&seen, 2), [1], "{seen:?}");
-    assert_eq!(rounds_of(&seen, 3), [1], "{seen:?}");
+    ranks_ran(&dir, &[&[0, 1], &[0, 1], &[1], &[1]]);
 }
 
 fn a_lost_node_without_a_spare_leaves_the_others_to_run_on_fewer() {
-    let test = "etcd scale down";
-    let _dog = Watchdog::new(test, Duration::from_secs(90));
-    let Some(etcd) = Etcd::start(test) else {
+    let Some(Job {
+        etcd,
+        dir,
+        id,
+        _dog,
+    }) = Job::start("etcd scale down", "down", 90)
+    else {
         return;
     };
-    let dir = TempDir::new("etcd-down");
-    let id = job_id("down");
     let spec = range(&etcd, &id, 1, 3, "run-long", &dir);
     let mut launchers: Vec<Launcher> = (0..2)
         .map(|i| Launcher::start(&spec, dir.path(), &format!("launcher{i}")))
@@ -210,22 +243,20 @@ fn a_lost_node_without_a_spare_leaves_the_others_to_run_on_fewer() {
     assert_eq!(status.code(), Some(0), "{out}");
     assert!(out.contains("node 1 left the job"), "{out}");
     assert!(out.contains("in round 1 (0 failure rounds)"), "{out}");
-    let seen = records(&dir.join("record"));
     // Round 1 runs on one node: world size 2.
-    assert_eq!(rounds_of(&seen, 0), [0, 1], "{seen:?}");
-    assert_eq!(rounds_of(&seen, 1), [0, 1], "{seen:?}");
-    assert_eq!(rounds_of(&seen, 2), [0], "{seen:?}");
-    assert_eq!(rounds_of(&seen, 3), [0], "{seen:?}");
+    ranks_ran(&dir, &[&[0, 1], &[0, 1], &[0], &[0]]);
 }
 
 fn too_few_nodes_end_with_how_many_were_ready() {
-    let test = "etcd too few nodes";
-    let _dog = Watchdog::new(test, Duration::from_secs(60));
-    let Some(etcd) = Etcd::start(test) else {
+    let Some(Job {
+        etcd,
+        dir,
+        id,
+        _dog,
+    }) = Job::start("etcd too few nodes", "few", 60)
+    else {
         return;
     };
-    let dir = TempDir::new("etcd-few");
-    let id = job_id("few");
     let spec = Spec {
         timeout_s: 3,
         ..range(&etcd, &id, 2, 3, "quick", &dir)
