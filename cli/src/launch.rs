@@ -44,7 +44,8 @@ pub(crate) struct LaunchArgs {
         env = "PET_RDZV_BACKEND"
     )]
     rdzv_backend: Option<String>,
-    /// The etcd endpoints: HOST:PORT[,HOST:PORT...].
+    /// The etcd endpoints: HOST:PORT[,HOST:PORT...], each with http:// or
+    /// https:// (TLS: see --rdzv-conf) before it if wanted.
     #[arg(
         long,
         value_name = "HOST:PORT",
@@ -81,8 +82,9 @@ pub(crate) struct LaunchArgs {
     standalone: bool,
     /// torchrun's rendezvous settings, KEY=VALUE[,KEY=VALUE...]: with a
     /// range of nodes, last_call_timeout=SECS (default 30) is how long a
-    /// round waits for more nodes once it has N; other keys are ignored
-    /// with a warning.
+    /// round waits for more nodes once it has N; for TLS to etcd
+    /// protocol=https, cacert=FILE (required), cert=FILE and key=FILE
+    /// (PEM); other keys are ignored with a warning.
     #[arg(
         long,
         value_name = "KEY=VALUE,...",

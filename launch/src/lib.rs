@@ -27,6 +27,6 @@ pub use events::Event;
 pub use launcher::{HealthChecks, Outcome, launch, launch_id, launch_with};
 pub use options::{HealthOptions, LaunchOptions, MAX_NPROC, MAX_RESTARTS, MAX_STOP_TIMEOUT};
 pub use rdzv::{
-    DEFAULT_LAST_CALL, EtcdRendezvous, MAX_ENDPOINTS, MAX_NNODES, MAX_RDZV_TIMEOUT, MAX_RDZV_TTL,
-    RdzvOptions, Rendezvous,
+    DEFAULT_LAST_CALL, EtcdRendezvous, EtcdTls, MAX_ENDPOINTS, MAX_NNODES, MAX_RDZV_TIMEOUT,
+    MAX_RDZV_TTL, RdzvOptions, Rendezvous,
 };

@@ -2,6 +2,7 @@
 //! `--standalone`, checked before anything starts. Built with or without
 //! the `etcd` feature, so that a bad flag is named the same either way.
 
+use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::{Error, Result};
@@ -42,8 +43,9 @@ pub struct RdzvOptions {
     /// `--standalone`: this node alone.
     pub standalone: bool,
     /// `--rdzv-conf KEY=VALUE[,KEY=VALUE…]`: torchrun's rendezvous
-    /// settings; `last_call_timeout` (seconds) is read, other keys are
-    /// reported back as ignored.
+    /// settings; `last_call_timeout` (seconds) and, for TLS to etcd,
+    /// `protocol` (`http` or `https`), `cacert`, `cert` and `key` (PEM
+    /// files) are read, other keys are reported back as ignored.
     pub conf: Option<String>,
 }
 
@@ -66,6 +68,8 @@ impl Default for RdzvOptions {
 
 /// Where rounds are agreed on, once the flags are checked.
 #[derive(Clone, Debug, PartialEq, Eq)]
+// Made once per launch and matched at once: a box would buy nothing.
+#[expect(clippy::large_enum_variant)]
 pub enum Rendezvous {
     /// This node alone (today's launch).
     Local,
@@ -97,6 +101,19 @@ pub struct EtcdRendezvous {
     pub last_call: Duration,
     /// `--rdzv-conf` keys this launcher does not read, for a warning.
     pub ignored_conf: Vec<String>,
+    /// TLS to etcd (`https://` endpoints or `--rdzv-conf protocol=https`).
+    pub tls: Option<EtcdTls>,
+}
+
+/// TLS to etcd: the PEM files `--rdzv-conf` names (read when the launcher
+/// connects).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EtcdTls {
+    /// `cacert`: the CA certificate(s) etcd's certificate must chain to.
+    pub ca: PathBuf,
+    /// `cert` and `key`: this launcher's certificate and private key, for
+    /// an etcd that authenticates its clients (`--client-cert-auth`).
+    pub identity: Option<(PathBuf, PathBuf)>,
 }
 
 impl EtcdRendezvous {
@@ -158,7 +175,7 @@ impl RdzvOptions {
         let endpoint = self.endpoint.as_deref().ok_or_else(|| {
             Error::options("--rdzv-backend etcd needs --rdzv-endpoint HOST:PORT[,HOST:PORT...]")
         })?;
-        let endpoints = parse_endpoints(endpoint)?;
+        let (endpoints, https) = parse_endpoints(endpoint)?;
         if let (Some(rank), true) = (self.node_rank, min != max) {
             return Err(Error::options(format!(
                 "--node-rank {rank} does not go with --nnodes {min}:{max}: with a range of nodes they are numbered anew each round"
@@ -188,7 +205,8 @@ impl RdzvOptions {
         if let Some(addr) = &self.local_addr {
             check_host(addr, "--local-addr")?;
         }
-        let (last_call, ignored_conf) = parse_conf(self.conf.as_deref().unwrap_or(""))?;
+        let conf = parse_conf(self.conf.as_deref().unwrap_or(""))?;
+        let tls = conf.tls(https)?;
         Ok(Rendezvous::Etcd(EtcdRendezvous {
             endpoints,
             id: id.to_owned(),
@@ -198,8 +216,9 @@ impl RdzvOptions {
             ttl: self.ttl,
             timeout: self.timeout,
             local_addr: self.local_addr.clone(),
-            last_call,
-            ignored_conf,
+            last_call: conf.last_call,
+            ignored_conf: conf.ignored,
+            tls,
         }))
     }
 }
@@ -229,11 +248,25 @@ fn parse_nnodes(text: &str) -> Result<(u32, u32)> {
     Ok((min, max))
 }
 
-/// `--rdzv-conf`: `last_call_timeout` read (whole or decimal seconds, at
-/// most [`MAX_RDZV_TIMEOUT`]); other keys returned, to be warned about.
-fn parse_conf(text: &str) -> Result<(Duration, Vec<String>)> {
-    let mut last_call = DEFAULT_LAST_CALL;
-    let mut ignored = Vec::new();
+/// `--rdzv-conf` as read.
+#[derive(Default)]
+struct Conf {
+    last_call: Duration,
+    protocol: Option<String>,
+    cacert: Option<PathBuf>,
+    cert: Option<PathBuf>,
+    key: Option<PathBuf>,
+    ignored: Vec<String>,
+}
+
+/// `--rdzv-conf`: `last_call_timeout` (whole or decimal seconds, at most
+/// [`MAX_RDZV_TIMEOUT`]) and the TLS keys read; other keys returned, to be
+/// warned about.
+fn parse_conf(text: &str) -> Result<Conf> {
+    let mut conf = Conf {
+        last_call: DEFAULT_LAST_CALL,
+        ..Conf::default()
+    };
     for pair in text.split(',').map(str::trim).filter(|p| !p.is_empty()) {
         let Some((key, value)) = pair.split_once('=') else {
             return Err(Error::options(format!(
@@ -241,23 +274,80 @@ fn parse_conf(text: &str) -> Result<(Duration, Vec<String>)> {
             )));
         };
         let (key, value) = (key.trim(), value.trim());
-        if key != "last_call_timeout" {
-            ignored.push(key.to_owned());
-            continue;
+        let path = || -> Result<Option<PathBuf>> {
+            match value.is_empty() {
+                true => Err(Error::options(format!("--rdzv-conf {key}= names no file"))),
+                false => Ok(Some(PathBuf::from(value))),
+            }
+        };
+        match key {
+            "last_call_timeout" => {
+                conf.last_call = value
+                    .parse::<f64>()
+                    .ok()
+                    .and_then(|s| Duration::try_from_secs_f64(s).ok())
+                    .filter(|d| *d <= MAX_RDZV_TIMEOUT)
+                    .ok_or_else(|| {
+                        Error::options(format!(
+                            "--rdzv-conf last_call_timeout={value:?} is not seconds from 0 to {}",
+                            MAX_RDZV_TIMEOUT.as_secs()
+                        ))
+                    })?;
+            }
+            "protocol" => match value {
+                "http" | "https" => conf.protocol = Some(value.to_owned()),
+                _ => {
+                    return Err(Error::options(format!(
+                        "--rdzv-conf protocol={value:?}: http or https"
+                    )));
+                }
+            },
+            "cacert" => conf.cacert = path()?,
+            "cert" => conf.cert = path()?,
+            "key" => conf.key = path()?,
+            _ => conf.ignored.push(key.to_owned()),
         }
-        last_call = value
-            .parse::<f64>()
-            .ok()
-            .and_then(|s| Duration::try_from_secs_f64(s).ok())
-            .filter(|d| *d <= MAX_RDZV_TIMEOUT)
-            .ok_or_else(|| {
-                Error::options(format!(
-                    "--rdzv-conf last_call_timeout={value:?} is not seconds from 0 to {}",
-                    MAX_RDZV_TIMEOUT.as_secs()
-                ))
-            })?;
     }
-    Ok((last_call, ignored))
+    Ok(conf)
+}
+
+impl Conf {
+    /// TLS or not, from `protocol` and the endpoints' scheme, with the
+    /// files it needs: a CA always, a certificate and its key together.
+    fn tls(&self, https_endpoints: bool) -> Result<Option<EtcdTls>> {
+        let https = match (self.protocol.as_deref(), https_endpoints) {
+            (Some("http"), true) => {
+                return Err(Error::options(
+                    "--rdzv-conf protocol=http but --rdzv-endpoint says https://",
+                ));
+            }
+            (Some("https"), _) | (_, true) => true,
+            _ => false,
+        };
+        if !https {
+            if self.cacert.is_some() || self.cert.is_some() || self.key.is_some() {
+                return Err(Error::options(
+                    "--rdzv-conf cacert, cert and key are for TLS: give protocol=https or https:// endpoints",
+                ));
+            }
+            return Ok(None);
+        }
+        let ca = self.cacert.clone().ok_or_else(|| {
+            Error::options(
+                "TLS to etcd needs --rdzv-conf cacert=FILE (the CA that signed etcd's certificate, PEM)",
+            )
+        })?;
+        let identity = match (&self.cert, &self.key) {
+            (Some(cert), Some(key)) => Some((cert.clone(), key.clone())),
+            (None, None) => None,
+            _ => {
+                return Err(Error::options(
+                    "--rdzv-conf cert and key go together (this launcher's certificate and its private key, PEM)",
+                ));
+            }
+        };
+        Ok(Some(EtcdTls { ca, identity }))
+    }
 }
 
 fn check_id(id: &str) -> Result<()> {
@@ -275,17 +365,19 @@ fn check_id(id: &str) -> Result<()> {
     Ok(())
 }
 
-/// `HOST:PORT[,HOST:PORT…]`, an optional `http://` before each.
-fn parse_endpoints(text: &str) -> Result<Vec<String>> {
+/// `HOST:PORT[,HOST:PORT…]`, an optional `http://` or `https://` before
+/// each (the same for all); whether they said `https://`.
+fn parse_endpoints(text: &str) -> Result<(Vec<String>, bool)> {
     let mut endpoints = Vec::new();
+    let mut schemes = Vec::new();
     for part in text.split(',') {
         let bare = part.trim();
-        if bare.starts_with("https://") {
-            return Err(Error::options(format!(
-                "--rdzv-endpoint {bare:?}: TLS to etcd is not supported yet; give http:// or HOST:PORT"
-            )));
-        }
-        let bare = bare.strip_prefix("http://").unwrap_or(bare);
+        let (scheme, bare) = match (bare.strip_prefix("https://"), bare.strip_prefix("http://")) {
+            (Some(rest), _) => (Some(true), rest),
+            (None, Some(rest)) => (Some(false), rest),
+            (None, None) => (None, bare),
+        };
+        schemes.push(scheme);
         let bare = bare.strip_suffix('/').unwrap_or(bare);
         let Some((host, port)) = bare.rsplit_once(':') else {
             return Err(Error::options(format!(
@@ -308,7 +400,13 @@ fn parse_endpoints(text: &str) -> Result<Vec<String>> {
             )));
         }
     }
-    Ok(endpoints)
+    let https = schemes.contains(&Some(true));
+    if https && schemes.iter().any(|s| *s != Some(true)) {
+        return Err(Error::options(format!(
+            "--rdzv-endpoint {text:?}: https:// on some endpoints and not on others"
+        )));
+    }
+    Ok((endpoints, https))
 }
 
 /// A host name or address: 1 to 253 characters, none of them spaces,
@@ -370,6 +468,58 @@ mod tests {
         assert!(!etcd.elastic());
         assert_eq!(etcd.local_addr.as_deref(), Some("10.0.0.1"));
         assert_eq!(etcd.ttl, Duration::from_secs(5));
+    }
+
+    #[test]
+    fn tls_needs_a_ca_and_takes_a_certificate_with_its_key() {
+        let tls = |endpoint: &str, conf: &str| RdzvOptions {
+            endpoint: Some(endpoint.into()),
+            conf: Some(conf.into()),
+            ..etcd("2")
+        };
+        let Rendezvous::Etcd(plain) = tls("h:1", "").resolve().unwrap() else {
+            panic!("local");
+        };
+        assert_eq!(plain.tls, None);
+        let Rendezvous::Etcd(secure) = tls("https://h:1", "cacert=/ca.pem,cert=/c.pem,key=/k.pem")
+            .resolve()
+            .unwrap()
+        else {
+            panic!("local");
+        };
+        assert_eq!(secure.endpoints, ["h:1"]);
+        let expected = EtcdTls {
+            ca: "/ca.pem".into(),
+            identity: Some(("/c.pem".into(), "/k.pem".into())),
+        };
+        assert_eq!(secure.tls, Some(expected));
+        let Rendezvous::Etcd(by_protocol) = tls("h:1", "protocol=https,cacert=/ca.pem")
+            .resolve()
+            .unwrap()
+        else {
+            panic!("local");
+        };
+        assert_eq!(by_protocol.tls.unwrap().identity, None);
+        for (endpoint, conf, says) in [
+            ("https://h:1", "", "needs --rdzv-conf cacert"),
+            ("h:1", "protocol=https", "needs --rdzv-conf cacert"),
+            (
+                "https://h:1",
+                "cacert=/a,cert=/c",
+                "cert and key go together",
+            ),
+            ("h:1", "cacert=/a", "are for TLS"),
+            (
+                "https://h:1",
+                "protocol=http,cacert=/a",
+                "protocol=http but",
+            ),
+            ("h:1", "protocol=ftp", "http or https"),
+            ("h:1", "cacert=", "names no file"),
+        ] {
+            let why = refused(&tls(endpoint, conf));
+            assert!(why.contains(says), "{endpoint} {conf}: {why}");
+        }
     }
 
     #[test]
@@ -477,7 +627,7 @@ mod tests {
             "host:70000",
             ":2379",
             "a b:1",
-            "https://h:1",
+            "https://h:1,http://h:2",
             "h:1,",
             many.as_str(),
         ] {

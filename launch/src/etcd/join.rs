@@ -18,6 +18,7 @@ impl EtcdBackend {
             Box::new(move |key: &str| key == "state" || slot_of(key).is_some_and(|n| n < slots));
         let session = Session::start(
             &self.rdzv.endpoints,
+            self.rdzv.tls.as_ref(),
             Self::prefix(&self.rdzv.id),
             self.rdzv.ttl,
             self.rdzv.timeout,

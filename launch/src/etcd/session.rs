@@ -11,14 +11,19 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::{mpsc, oneshot};
 use tokio_stream::wrappers::ReceiverStream;
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
 
 use super::pb::etcdserverpb::{
     LeaseGrantRequest, LeaseKeepAliveRequest, LeaseRevokeRequest, RangeRequest, WatchCreateRequest,
     WatchRequest, kv_client::KvClient, lease_client::LeaseClient, watch_client::WatchClient,
     watch_request::RequestUnion,
 };
+use crate::rdzv::EtcdTls;
 use crate::{Error, Result};
+
+/// Largest PEM file read for TLS: certificates chains and keys are a few
+/// KiB.
+const MAX_PEM: u64 = 1024 * 1024;
 
 /// How long one request to etcd may take.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(2);
@@ -104,11 +109,13 @@ impl Session {
     /// signal came first.
     pub(crate) fn start(
         endpoints: &[String],
+        tls: Option<&EtcdTls>,
         prefix: String,
         ttl: Duration,
         timeout: Duration,
         filter: KeyFilter,
     ) -> Result<Option<Session>> {
+        let tls = tls.map(tls_config).transpose()?;
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
@@ -127,17 +134,28 @@ impl Session {
                 runtime.shutdown_timeout(Duration::from_secs(1));
             })
             .map_err(|e| Error::io("starting the etcd client's thread", e))?;
+        let scheme = match tls {
+            Some(_) => "https",
+            None => "http",
+        };
+        let mut list = Vec::new();
+        for e in endpoints {
+            let endpoint = Endpoint::from_shared(format!("{scheme}://{e}"))
+                .map_err(|err| backend_error(format!("--rdzv-endpoint {e:?}: {err}")))?
+                .connect_timeout(Duration::from_secs(1))
+                .http2_keep_alive_interval(Duration::from_secs(1))
+                .keep_alive_timeout(Duration::from_secs(1))
+                .keep_alive_while_idle(true);
+            list.push(match &tls {
+                Some(config) => endpoint
+                    .tls_config(config.clone())
+                    .map_err(|err| backend_error(format!("TLS to etcd at {e}: {err}")))?,
+                None => endpoint,
+            });
+        }
         let channel = {
             let _entered = handle.enter();
-            let list = endpoints.iter().filter_map(|e| {
-                Endpoint::from_shared(format!("http://{e}")).ok().map(|e| {
-                    e.connect_timeout(Duration::from_secs(1))
-                        .http2_keep_alive_interval(Duration::from_secs(1))
-                        .keep_alive_timeout(Duration::from_secs(1))
-                        .keep_alive_while_idle(true)
-                })
-            });
-            Channel::balance_list(list)
+            Channel::balance_list(list.into_iter())
         };
         let shared = Arc::new(Shared {
             view: Mutex::new(View {
@@ -403,6 +421,40 @@ async fn keepalive(mut lease: LeaseClient<Channel>, shared: Arc<Shared>, ttl: Du
         }
         tokio::time::sleep(RECONNECT_PAUSE).await;
     }
+}
+
+fn backend_error(reason: String) -> Error {
+    Error::Backend { reason }
+}
+
+/// The client's TLS settings from the PEM files `tls` names.
+fn tls_config(tls: &EtcdTls) -> Result<ClientTlsConfig> {
+    let ca = read_pem(&tls.ca, "cacert")?;
+    let mut config = ClientTlsConfig::new().ca_certificate(Certificate::from_pem(ca));
+    if let Some((cert, key)) = &tls.identity {
+        let identity = Identity::from_pem(read_pem(cert, "cert")?, read_pem(key, "key")?);
+        config = config.identity(identity);
+    }
+    Ok(config)
+}
+
+/// A PEM file `--rdzv-conf KEY=` names, at most [`MAX_PEM`] bytes.
+fn read_pem(path: &std::path::Path, key: &str) -> Result<Vec<u8>> {
+    use std::io::Read;
+    let what = format!("--rdzv-conf {key}={}", path.display());
+    let failed = |e: std::io::Error| backend_error(format!("{what}: {e}"));
+    let file = std::fs::File::open(path).map_err(failed)?;
+    let mut bytes = Vec::new();
+    file.take(MAX_PEM + 1)
+        .read_to_end(&mut bytes)
+        .map_err(failed)?;
+    let pem = bytes.starts_with(b"-----BEGIN ") || bytes.windows(11).any(|w| w == b"-----BEGIN ");
+    if bytes.len() as u64 > MAX_PEM || !pem {
+        return Err(backend_error(format!(
+            "{what}: not a PEM file of at most {MAX_PEM} bytes"
+        )));
+    }
+    Ok(bytes)
 }
 
 /// The end of the range of keys that start with `prefix`.

@@ -2,6 +2,7 @@
 //! temporary data directory, killed and removed when dropped.
 
 use std::net::{Ipv4Addr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -12,6 +13,19 @@ pub struct Etcd {
     dir: TempDir,
     client_port: u16,
     peer_port: u16,
+    /// Serving TLS only, to clients with a certificate of its CA.
+    tls: bool,
+}
+
+/// The PEM files of a TLS etcd and its clients, made by `openssl`.
+pub struct Pki {
+    pub ca: PathBuf,
+    pub cert: PathBuf,
+    pub key: PathBuf,
+    /// A CA that signed nothing here.
+    pub other_ca: PathBuf,
+    server_cert: PathBuf,
+    server_key: PathBuf,
 }
 
 fn free_port() -> u16 {
@@ -42,9 +56,60 @@ impl Etcd {
             dir: TempDir::new("etcd"),
             client_port: free_port(),
             peer_port: free_port(),
+            tls: false,
         };
         etcd.run();
         Some(etcd)
+    }
+
+    /// As [`start`](Etcd::start), serving TLS only and asking every client
+    /// for a certificate of its CA (`--client-cert-auth`).
+    pub fn start_tls(test: &str) -> Option<Etcd> {
+        if binary().is_none() {
+            nodeipc_testkit::skip(test, "no etcd (apt-get install etcd-server)");
+            return None;
+        }
+        if !Path::new("/usr/bin/openssl").exists() {
+            nodeipc_testkit::skip(
+                test,
+                "no openssl to make certificates (apt-get install openssl)",
+            );
+            return None;
+        }
+        let mut etcd = Etcd {
+            child: None,
+            dir: TempDir::new("etcd-tls"),
+            client_port: free_port(),
+            peer_port: free_port(),
+            tls: true,
+        };
+        etcd.pki();
+        etcd.run();
+        Some(etcd)
+    }
+
+    /// The certificates (for a TLS etcd).
+    pub fn pki(&self) -> Pki {
+        let pki = Pki {
+            ca: self.dir.join("ca.pem"),
+            cert: self.dir.join("client.pem"),
+            key: self.dir.join("client.key"),
+            other_ca: self.dir.join("other-ca.pem"),
+            server_cert: self.dir.join("server.pem"),
+            server_key: self.dir.join("server.key"),
+        };
+        if !pki.ca.exists() {
+            let dir = self.dir.path();
+            make_ca(dir, "ca");
+            make_ca(dir, "other-ca");
+            make_signed(
+                dir,
+                "server",
+                "subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth\n",
+            );
+            make_signed(dir, "client", "extendedKeyUsage=clientAuth\n");
+        }
+        pki
     }
 
     /// `127.0.0.1:PORT`.
@@ -59,7 +124,8 @@ impl Etcd {
     /// Starts etcd (again, on the same data and ports) and waits until it
     /// takes connections.
     pub fn run(&mut self) {
-        let client = format!("http://127.0.0.1:{}", self.client_port);
+        let scheme = if self.tls { "https" } else { "http" };
+        let client = format!("{scheme}://127.0.0.1:{}", self.client_port);
         let peer = format!("http://127.0.0.1:{}", self.peer_port);
         let log = std::fs::OpenOptions::new()
             .create(true)
@@ -74,7 +140,16 @@ impl Etcd {
             .arg(format!("--advertise-client-urls={client}"))
             .arg(format!("--listen-peer-urls={peer}"))
             .arg(format!("--initial-advertise-peer-urls={peer}"))
-            .arg(format!("--initial-cluster=test={peer}"))
+            .arg(format!("--initial-cluster=test={peer}"));
+        if self.tls {
+            let pki = self.pki();
+            command
+                .arg(format!("--cert-file={}", pki.server_cert.display()))
+                .arg(format!("--key-file={}", pki.server_key.display()))
+                .arg(format!("--trusted-ca-file={}", pki.ca.display()))
+                .arg("--client-cert-auth");
+        }
+        command
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(log);
@@ -127,6 +202,93 @@ impl Drop for Etcd {
     fn drop(&mut self) {
         self.kill();
     }
+}
+
+/// Runs `openssl` with `args` in `dir`; the test fails if it does.
+fn openssl(dir: &Path, args: &[&str]) {
+    let out = Command::new("/usr/bin/openssl")
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .expect("openssl");
+    assert!(
+        out.status.success(),
+        "openssl {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// `NAME.pem` and `NAME.key`: a self-signed CA (P-256, two days).
+fn make_ca(dir: &Path, name: &str) {
+    let (key, pem) = (format!("{name}.key"), format!("{name}.pem"));
+    openssl(
+        dir,
+        &[
+            "req",
+            "-x509",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+            "-nodes",
+            "-keyout",
+            &key,
+            "-out",
+            &pem,
+            "-days",
+            "2",
+            "-subj",
+            &format!("/CN=nodeipc test {name}"),
+        ],
+    );
+}
+
+/// `NAME.pem` and `NAME.key` signed by `ca`, with the extensions `ext`.
+fn make_signed(dir: &Path, name: &str, ext: &str) {
+    let (key, csr, pem, extfile) = (
+        format!("{name}.key"),
+        format!("{name}.csr"),
+        format!("{name}.pem"),
+        format!("{name}.ext"),
+    );
+    std::fs::write(dir.join(&extfile), ext).expect("extensions file");
+    openssl(
+        dir,
+        &[
+            "req",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+            "-nodes",
+            "-keyout",
+            &key,
+            "-out",
+            &csr,
+            "-subj",
+            &format!("/CN={name}"),
+        ],
+    );
+    openssl(
+        dir,
+        &[
+            "x509",
+            "-req",
+            "-in",
+            &csr,
+            "-CA",
+            "ca.pem",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-out",
+            &pem,
+            "-days",
+            "2",
+            "-extfile",
+            &extfile,
+        ],
+    );
 }
 
 fn base64(bytes: &[u8]) -> String {
