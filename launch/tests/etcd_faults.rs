@@ -372,6 +372,10 @@ fn a_node_with_an_unkillable_process_leaves() {
         out.contains("node 1 leaves the job (its lease revoked)"),
         "{out}"
     );
+    assert!(
+        out.contains("1 still alive after SIGKILL: left behind"),
+        "{out}"
+    );
     let stop_seen = stop_seen.expect("node 1 said it stopped round 0");
     let stop_to_exit = exited - stop_seen;
     // --stop-timeout (1 s) + the bound after SIGKILL (5 s), loosely.
