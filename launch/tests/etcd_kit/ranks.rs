@@ -140,10 +140,14 @@ pub fn run() -> ! {
                 sleep_ms(300);
                 0
             } else if last {
-                std::process::Command::new(std::env::current_exe().expect("test binary"))
-                    .env(STUCK_READ_ENV, format!("{dir}/{}", super::fuse::STUCK_NAME))
-                    .spawn()
-                    .expect("spawn the stuck child");
+                // Never waited for: the stop's SIGTERM ends this rank, and
+                // the launcher (a subreaper) adopts the child.
+                #[allow(clippy::zombie_processes)]
+                let _child =
+                    std::process::Command::new(std::env::current_exe().expect("test binary"))
+                        .env(STUCK_READ_ENV, format!("{dir}/{}", super::fuse::STUCK_NAME))
+                        .spawn()
+                        .expect("spawn the stuck child");
                 sleep_ms(30_000);
                 0
             } else if rank == 0 {
