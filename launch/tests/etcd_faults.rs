@@ -48,6 +48,11 @@ fn main() {
             a_node_with_an_unkillable_process_leaves,
             false,
         ),
+        (
+            "a_rank_failure_on_a_node_that_then_leaves_still_counts_for_the_job",
+            a_failure_on_a_node_that_leaves_still_counts,
+            false,
+        ),
     ]);
 }
 
@@ -446,4 +451,52 @@ fn a_node_with_an_unkillable_process_leaves() {
             .as_secs_f64(),
         replaced.as_secs_f64()
     );
+}
+
+fn a_failure_on_a_node_that_leaves_still_counts() {
+    let test = "etcd failure on a node that leaves";
+    let _dog = Watchdog::new(test, Duration::from_secs(60));
+    let Some(etcd) = Etcd::start(test) else {
+        return;
+    };
+    let Some(mount) = StuckMount::new(test) else {
+        return;
+    };
+    let dir = TempDir::new("etcd-stuck-fail");
+    // Rank 3 (node 1) leaves a child hung on the mount, then fails; no
+    // restart is allowed.
+    let mode = format!("stuck-fail:{}", mount.dir().display());
+    let adjust = |s| Spec {
+        stop_timeout: Duration::from_secs(1),
+        max_restarts: 0,
+        ..s
+    };
+    let (mut launchers, _) = two(&etcd, &dir, "stuck-fail", &mode, adjust, None);
+    wait_until("round 0 on both nodes", Duration::from_secs(30), || {
+        all_started(&dir, 0, 4)
+    });
+    let stuck = mount
+        .wait_for_stuck(Duration::from_secs(20))
+        .expect("rank 3's child hangs on the FUSE mount");
+    std::fs::write(dir.join("record.go"), b"").expect("go file");
+    let status = launchers[1].wait(Duration::from_secs(20));
+    let out = launchers[1].output();
+    assert_eq!(status.code(), Some(1), "{out}");
+    assert!(out.contains("node 1 leaves the job"), "{out}");
+    // The failure is the job's, though its node left: with no restart
+    // left, node 0 ends with rank 3's status and cause at once, rather
+    // than take the loss for a change of nodes and wait for a replacement.
+    let status = launchers[0].wait(Duration::from_secs(10));
+    let out = launchers[0].output();
+    assert_eq!(status.code(), Some(5), "{out}");
+    assert!(
+        out.contains("restarts exhausted (0/0): node 1: rank 3 (local 1) exited with 5"),
+        "{out}"
+    );
+    let seen = records(&dir.join("record"));
+    assert!(seen.iter().all(|(_, round)| *round == 0), "{seen:?}");
+    drop(mount);
+    wait_until("the stuck child gone", Duration::from_secs(10), || {
+        !fuse::alive(stuck)
+    });
 }

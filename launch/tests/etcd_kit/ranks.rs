@@ -132,10 +132,12 @@ pub fn run() -> ! {
             }
         }
         // Round 0: the last rank starts a child that hangs on the FUSE
-        // mount at DIR (see `fuse`); rank 0 fails once the test has seen
-        // it hang (the file `<record>.go`). Later rounds end soon.
-        stuck if stuck.starts_with("stuck:") => {
-            let dir = &stuck["stuck:".len()..];
+        // mount at DIR (see `fuse`); once the test has seen it hang (the
+        // file `<record>.go`), rank 0 fails (`stuck:DIR`) or the last rank
+        // itself does (`stuck-fail:DIR`). Later rounds end soon.
+        stuck if stuck.starts_with("stuck:") || stuck.starts_with("stuck-fail:") => {
+            let (who, dir) = stuck.split_once(':').expect("a colon");
+            let last_fails = who == "stuck-fail";
             if restart > 0 {
                 sleep_ms(300);
                 0
@@ -148,16 +150,15 @@ pub fn run() -> ! {
                         .env(STUCK_READ_ENV, format!("{dir}/{}", super::fuse::STUCK_NAME))
                         .spawn()
                         .expect("spawn the stuck child");
-                sleep_ms(30_000);
-                0
-            } else if rank == 0 {
-                let go = format!("{record}.go");
-                for _ in 0..400 {
-                    if std::path::Path::new(&go).exists() {
-                        break;
-                    }
-                    sleep_ms(50);
+                if last_fails {
+                    wait_for_go(&record);
+                    5
+                } else {
+                    sleep_ms(30_000);
+                    0
                 }
+            } else if rank == 0 && !last_fails {
+                wait_for_go(&record);
                 4
             } else {
                 sleep_ms(20_000);
@@ -171,6 +172,17 @@ pub fn run() -> ! {
         other => panic!("rank: unknown mode {other:?}"),
     };
     std::process::exit(code);
+}
+
+/// Waits (up to 20 s) for the test's word: the file `<record>.go`.
+fn wait_for_go(record: &str) {
+    let go = format!("{record}.go");
+    for _ in 0..400 {
+        if std::path::Path::new(&go).exists() {
+            return;
+        }
+        sleep_ms(50);
+    }
 }
 
 /// The stuck child: looks `path` up (which hangs), and should it ever
