@@ -62,7 +62,9 @@ pub enum RoundReport {
     },
     /// Processes of the round (ranks or what they left) still alive after
     /// SIGKILL and a bound: a multi-node backend leaves the job rather than
-    /// hold the others' next round. Reported before the round's own end.
+    /// hold the others' next round. Reported before the round's own end,
+    /// except a local failure, reported just before it (its decision not
+    /// waited for) so that it counts for the job.
     Stuck {
         /// How many.
         processes: u32,

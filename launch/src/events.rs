@@ -112,7 +112,7 @@ pub enum Event {
         /// The backend's words.
         reason: String,
     },
-    /// Every rank of the round is gone.
+    /// The round's stop is over: every rank gone, or given up on.
     RoundStopped {
         /// Round.
         restart: u32,
@@ -120,6 +120,9 @@ pub enum Event {
         stop_ms: f64,
         /// Processes that needed SIGKILL after the stop timeout.
         killed: u32,
+        /// Processes still alive a bound after SIGKILL (stuck in the
+        /// kernel): not waited for, left behind.
+        stuck: u32,
     },
     /// A new round is about to start.
     Restarting {
@@ -196,7 +199,16 @@ impl Event {
                 restart,
                 stop_ms,
                 killed,
+                stuck: 0,
             } => format!("round {restart} stopped in {stop_ms:.1} ms ({killed} needed SIGKILL)"),
+            Event::RoundStopped {
+                restart,
+                stop_ms,
+                killed,
+                stuck,
+            } => format!(
+                "round {restart} stopped in {stop_ms:.1} ms ({killed} needed SIGKILL, {stuck} still alive after SIGKILL: left behind)"
+            ),
             Event::Restarting {
                 restart,
                 max_restarts,

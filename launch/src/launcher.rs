@@ -174,6 +174,22 @@ fn rounds(ctx: &mut Ctx<'_>) -> Result<(i32, String, u32)> {
             .map(|m| m.take_heard().registered)
             .collect();
         if stopped.stuck > 0 {
+            // A local failure is the job's news before this node leaves:
+            // the other nodes would take the leaving alone for a change of
+            // nodes, which does not count against --max-restarts. Best
+            // effort, as the leaving is; its decision is not waited for.
+            if let Ok(RoundEnd::Failed {
+                index,
+                cause,
+                after,
+                code,
+            }) = &end
+            {
+                let since_launch = launch_started.elapsed();
+                let (_, _, report) =
+                    failure(&ranks[*index], cause, *after, *code, restart, since_launch);
+                let _ = ctx.backend.decide(restart, &report);
+            }
             let stuck = RoundReport::Stuck {
                 processes: stopped.stuck,
             };
@@ -205,26 +221,14 @@ fn rounds(ctx: &mut Ctx<'_>) -> Result<(i32, String, u32)> {
                 cause,
                 after,
                 code,
-            } => {
-                let rank = &ranks[index];
-                let code = match code.or(rank.status.map(|s| s.exit_code())) {
-                    Some(0) | None => 1,
-                    Some(code) => code,
-                };
-                let summary = format!(
-                    "rank {} (local {}) {cause}, {:.1} s into round {restart} ({:.1} s since launch)",
-                    rank.global_rank,
-                    rank.local_rank,
-                    after.as_secs_f64(),
-                    launch_started.elapsed().as_secs_f64(),
-                );
-                let report = RoundReport::Failed {
-                    rank: rank.global_rank,
-                    cause: summary.clone(),
-                    code,
-                };
-                (code, summary, report)
-            }
+            } => failure(
+                &ranks[index],
+                &cause,
+                after,
+                code,
+                restart,
+                launch_started.elapsed(),
+            ),
             RoundEnd::Requested { reason } => (
                 1,
                 format!("restart requested: {reason}"),
@@ -274,6 +278,35 @@ fn rounds(ctx: &mut Ctx<'_>) -> Result<(i32, String, u32)> {
             max_restarts: options.max_restarts,
         })?;
     }
+}
+
+/// A local rank's failure: the exit status it earns the launcher, the
+/// summary naming it, and the report for the backend.
+fn failure(
+    rank: &Rank,
+    cause: &str,
+    after: Duration,
+    code: Option<i32>,
+    restart: u32,
+    since_launch: Duration,
+) -> (i32, String, RoundReport) {
+    let code = match code.or(rank.status.map(|s| s.exit_code())) {
+        Some(0) | None => 1,
+        Some(code) => code,
+    };
+    let summary = format!(
+        "rank {} (local {}) {cause}, {:.1} s into round {restart} ({:.1} s since launch)",
+        rank.global_rank,
+        rank.local_rank,
+        after.as_secs_f64(),
+        since_launch.as_secs_f64(),
+    );
+    let report = RoundReport::Failed {
+        rank: rank.global_rank,
+        cause: summary.clone(),
+        code,
+    };
+    (code, summary, report)
 }
 
 /// Asks the backend for the round's plan until it gives one, reading stop

@@ -353,6 +353,7 @@ pub(crate) fn stop(ctx: &mut Ctx<'_>, plan: &RoundPlan, ranks: &mut [Rank]) -> R
         restart: plan.restart,
         stop_ms: began.elapsed().as_secs_f64() * 1000.0,
         killed,
+        stuck,
     })?;
     Ok(Stopped { signal, stuck })
 }

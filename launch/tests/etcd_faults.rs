@@ -6,6 +6,7 @@ mod etcd_kit;
 use std::time::Duration;
 
 use etcd_kit::etcd::Etcd;
+use etcd_kit::fuse::{self, StuckMount};
 use etcd_kit::proxy::Proxy;
 use etcd_kit::{Launcher, Spec, job_id, records, rounds_of, wait_until};
 use nodeipc_testkit::{TempDir, Watchdog};
@@ -40,6 +41,16 @@ fn main() {
         (
             "sigterm_while_waiting_for_etcd_ends_the_launcher_at_once",
             sigterm_while_waiting_for_etcd,
+            false,
+        ),
+        (
+            "a_node_whose_process_outlives_sigkill_leaves_the_job_and_is_replaced",
+            a_node_with_an_unkillable_process_leaves,
+            false,
+        ),
+        (
+            "a_rank_failure_on_a_node_that_then_leaves_still_counts_for_the_job",
+            a_failure_on_a_node_that_leaves_still_counts,
             false,
         ),
     ]);
@@ -307,4 +318,185 @@ fn sigterm_while_waiting_for_etcd() {
         "{:?}",
         sent.elapsed()
     );
+}
+
+fn a_node_with_an_unkillable_process_leaves() {
+    let test = "etcd node with an unkillable process";
+    let _dog = Watchdog::new(test, Duration::from_secs(90));
+    let Some(etcd) = Etcd::start(test) else {
+        return;
+    };
+    let Some(mount) = StuckMount::new(test) else {
+        return;
+    };
+    let dir = TempDir::new("etcd-stuck");
+    let mode = format!("stuck:{}", mount.dir().display());
+    let adjust = |s| Spec {
+        stop_timeout: Duration::from_secs(1),
+        ..s
+    };
+    let (mut launchers, base) = two(&etcd, &dir, "stuck", &mode, adjust, None);
+    wait_until("round 0 on both nodes", Duration::from_secs(30), || {
+        all_started(&dir, 0, 4)
+    });
+    // Rank 3's child hangs on the mount; then rank 0 (node 0) fails.
+    let stuck = mount
+        .wait_for_stuck(Duration::from_secs(20))
+        .expect("rank 3's child hangs on the FUSE mount");
+    std::fs::write(dir.join("record.go"), b"").expect("go file");
+    // Node 1 stops its ranks (SIGTERM, SIGKILL after 1 s), waits the
+    // launcher's bound after SIGKILL for the child, then leaves.
+    let mut stop_seen = None;
+    let mut node0_stopped = None;
+    let began = std::time::Instant::now();
+    let status = loop {
+        if let Some(status) = launchers[1].child.child().try_wait().expect("try_wait") {
+            break status;
+        }
+        if stop_seen.is_none() && launchers[1].output().contains("round 0 stopping") {
+            stop_seen = Some(std::time::Instant::now());
+        }
+        if node0_stopped.is_none() && launchers[0].output().contains("restarting 1/3") {
+            node0_stopped = Some(std::time::Instant::now());
+        }
+        assert!(
+            began.elapsed() < Duration::from_secs(30),
+            "node 1 still running after 30 s:\n{}",
+            launchers[1].output()
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    let exited = std::time::Instant::now();
+    let out = launchers[1].output();
+    assert_eq!(status.code(), Some(1), "{out}");
+    assert!(
+        out.contains("1 processes of round 0 still alive after SIGKILL"),
+        "{out}"
+    );
+    assert!(
+        out.contains("node 1 leaves the job (its lease revoked)"),
+        "{out}"
+    );
+    assert!(
+        out.contains("1 still alive after SIGKILL: left behind"),
+        "{out}"
+    );
+    let stop_seen = stop_seen.expect("node 1 said it stopped round 0");
+    let stop_to_exit = exited - stop_seen;
+    // --stop-timeout (1 s) + the bound after SIGKILL (5 s), loosely.
+    assert!(
+        stop_to_exit > Duration::from_secs(5) && stop_to_exit < Duration::from_secs(15),
+        "{stop_to_exit:?}"
+    );
+    // The child is still there, in uninterruptible sleep, SIGKILL and all:
+    // a real unkillable process, not one that merely took its time.
+    assert_eq!(fuse::state(stuck), Some('D'), "pid {stuck}");
+    // Its lease revoked before it exited, node 1's member key is gone now,
+    // not a TTL (3 s) later; node 0 is still waiting for a node 1, not
+    // exited nor wedged on the old one.
+    let member = |node: u32| format!("/nodeipc/{}/member/{node}", base.id);
+    assert!(etcd.has_key(&member(0)), "etcd's gateway answers");
+    assert!(!etcd.has_key(&member(1)), "{} still in etcd", member(1));
+    assert!(
+        launchers[0]
+            .child
+            .child()
+            .try_wait()
+            .expect("try_wait")
+            .is_none(),
+        "{}",
+        launchers[0].output()
+    );
+    let node0_stopped = node0_stopped.expect("node 0 stopped round 0");
+    let replaced = exited.elapsed();
+    let mut new = Launcher::start(
+        &Spec {
+            node_rank: Some(1),
+            ..base
+        },
+        dir.path(),
+        "replacement",
+    );
+    wait_until("round 1 on node 0", Duration::from_secs(30), || {
+        records(&dir.join("record")).contains(&(0, 1))
+    });
+    let node0_waited = node0_stopped.elapsed();
+    for launcher in [&mut launchers[0], &mut new] {
+        let status = launcher.wait(Duration::from_secs(40));
+        let out = launcher.output();
+        assert_eq!(status.code(), Some(0), "{out}");
+        assert!(out.contains("in round 1 (1 failure rounds)"), "{out}");
+    }
+    // Each rank ran round 0 once and round 1 once; the stuck child, still
+    // hung in round 1, never ran again.
+    assert!(fuse::alive(stuck), "pid {stuck}");
+    let seen = records(&dir.join("record"));
+    for rank in 0..4 {
+        assert_eq!(rounds_of(&seen, rank), [0, 1], "rank {rank}: {seen:?}");
+    }
+    // The connection ends with the mount: the child dies of its pending
+    // SIGKILL without coming back to user space (no `woke` line).
+    drop(mount);
+    wait_until("the stuck child gone", Duration::from_secs(10), || {
+        !fuse::alive(stuck)
+    });
+    let record = std::fs::read_to_string(dir.join("record")).unwrap_or_default();
+    assert!(!record.contains("woke"), "{record}");
+    eprintln!(
+        "figures: node 1 exited {:.2} s after its round-0 stop began; node 0 waited {:.2} s from its stop to round 1 (node 1 gone {:.2} s into it; the replacement started {:.2} s after that)",
+        stop_to_exit.as_secs_f64(),
+        node0_waited.as_secs_f64(),
+        exited
+            .saturating_duration_since(node0_stopped)
+            .as_secs_f64(),
+        replaced.as_secs_f64()
+    );
+}
+
+fn a_failure_on_a_node_that_leaves_still_counts() {
+    let test = "etcd failure on a node that leaves";
+    let _dog = Watchdog::new(test, Duration::from_secs(60));
+    let Some(etcd) = Etcd::start(test) else {
+        return;
+    };
+    let Some(mount) = StuckMount::new(test) else {
+        return;
+    };
+    let dir = TempDir::new("etcd-stuck-fail");
+    // Rank 3 (node 1) leaves a child hung on the mount, then fails; no
+    // restart is allowed.
+    let mode = format!("stuck-fail:{}", mount.dir().display());
+    let adjust = |s| Spec {
+        stop_timeout: Duration::from_secs(1),
+        max_restarts: 0,
+        ..s
+    };
+    let (mut launchers, _) = two(&etcd, &dir, "stuck-fail", &mode, adjust, None);
+    wait_until("round 0 on both nodes", Duration::from_secs(30), || {
+        all_started(&dir, 0, 4)
+    });
+    let stuck = mount
+        .wait_for_stuck(Duration::from_secs(20))
+        .expect("rank 3's child hangs on the FUSE mount");
+    std::fs::write(dir.join("record.go"), b"").expect("go file");
+    let status = launchers[1].wait(Duration::from_secs(20));
+    let out = launchers[1].output();
+    assert_eq!(status.code(), Some(1), "{out}");
+    assert!(out.contains("node 1 leaves the job"), "{out}");
+    // The failure is the job's, though its node left: with no restart
+    // left, node 0 ends with rank 3's status and cause at once, rather
+    // than take the loss for a change of nodes and wait for a replacement.
+    let status = launchers[0].wait(Duration::from_secs(10));
+    let out = launchers[0].output();
+    assert_eq!(status.code(), Some(5), "{out}");
+    assert!(
+        out.contains("restarts exhausted (0/0): node 1: rank 3 (local 1) exited with 5"),
+        "{out}"
+    );
+    let seen = records(&dir.join("record"));
+    assert!(seen.iter().all(|(_, round)| *round == 0), "{seen:?}");
+    drop(mount);
+    wait_until("the stuck child gone", Duration::from_secs(10), || {
+        !fuse::alive(stuck)
+    });
 }

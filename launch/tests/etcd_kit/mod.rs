@@ -7,6 +7,7 @@
 #![allow(dead_code, unreachable_pub, missing_docs)]
 
 pub mod etcd;
+pub mod fuse;
 pub mod proxy;
 pub mod ranks;
 

@@ -10,6 +10,8 @@ use nodeipc_monitor::{MonitorClient, RankInfo};
 
 pub const MODE_ENV: &str = "NODEIPC_ETCD_TEST_RANK";
 pub const RECORD_ENV: &str = "NODEIPC_ETCD_TEST_RECORD";
+/// Set for the child a `stuck:` rank starts: the path it looks up.
+const STUCK_READ_ENV: &str = "NODEIPC_ETCD_TEST_STUCK_READ";
 
 /// Whether this process is a rank started by a test launcher.
 pub fn is_rank() -> bool {
@@ -29,6 +31,9 @@ fn sleep_ms(ms: u64) {
 
 /// Runs the rank and exits.
 pub fn run() -> ! {
+    if let Some(path) = std::env::var_os(STUCK_READ_ENV) {
+        look_up_and_note(&path);
+    }
     let mode = std::env::var(MODE_ENV).unwrap_or_default();
     let rank = var("RANK");
     let local = var("LOCAL_RANK");
@@ -126,6 +131,40 @@ pub fn run() -> ! {
                 143
             }
         }
+        // Round 0: the last rank starts a child that hangs on the FUSE
+        // mount at DIR (see `fuse`); once the test has seen it hang (the
+        // file `<record>.go`), rank 0 fails (`stuck:DIR`) or the last rank
+        // itself does (`stuck-fail:DIR`). Later rounds end soon.
+        stuck if stuck.starts_with("stuck:") || stuck.starts_with("stuck-fail:") => {
+            let (who, dir) = stuck.split_once(':').expect("a colon");
+            let last_fails = who == "stuck-fail";
+            if restart > 0 {
+                sleep_ms(300);
+                0
+            } else if last {
+                // Never waited for: the stop's SIGTERM ends this rank, and
+                // the launcher (a subreaper) adopts the child.
+                #[allow(clippy::zombie_processes)]
+                let _child =
+                    std::process::Command::new(std::env::current_exe().expect("test binary"))
+                        .env(STUCK_READ_ENV, format!("{dir}/{}", super::fuse::STUCK_NAME))
+                        .spawn()
+                        .expect("spawn the stuck child");
+                if last_fails {
+                    wait_for_go(&record);
+                    5
+                } else {
+                    sleep_ms(30_000);
+                    0
+                }
+            } else if rank == 0 && !last_fails {
+                wait_for_go(&record);
+                4
+            } else {
+                sleep_ms(20_000);
+                0
+            }
+        }
         "quick" => {
             sleep_ms(200);
             0
@@ -133,6 +172,33 @@ pub fn run() -> ! {
         other => panic!("rank: unknown mode {other:?}"),
     };
     std::process::exit(code);
+}
+
+/// Waits (up to 20 s) for the test's word: the file `<record>.go`.
+fn wait_for_go(record: &str) {
+    let go = format!("{record}.go");
+    for _ in 0..400 {
+        if std::path::Path::new(&go).exists() {
+            return;
+        }
+        sleep_ms(50);
+    }
+}
+
+/// The stuck child: looks `path` up (which hangs), and should it ever
+/// come back, says so in the record file (`woke PID`): a process killed
+/// while it hung must never get there.
+fn look_up_and_note(path: &std::ffi::OsStr) -> ! {
+    let _ = std::fs::metadata(path);
+    let record = std::env::var(RECORD_ENV).expect("record file");
+    let mut file = std::fs::OpenOptions::new()
+        .append(true)
+        .create(true)
+        .open(record)
+        .expect("record file");
+    file.write_all(format!("woke {}\n", std::process::id()).as_bytes())
+        .expect("record");
+    std::process::exit(0);
 }
 
 /// Appends `KIND RANK RESTART NANOS` (wall clock: every process of the
