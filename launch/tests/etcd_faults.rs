@@ -370,7 +370,7 @@ fn a_node_with_an_unkillable_process_leaves() {
     let out = launchers[1].output();
     assert_eq!(status.code(), Some(1), "{out}");
     assert!(
-        out.contains("1 processes of round 0 still alive after SIGKILL"),
+        out.contains("1 process of round 0 still alive after SIGKILL"),
         "{out}"
     );
     assert!(

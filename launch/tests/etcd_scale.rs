@@ -4,7 +4,7 @@
 //! every other rank stopped and to every rank of round 1 started, and the
 //! etcd requests per launcher per round.
 //!
-//! `cargo test -p nodeipc-launch --features etcd --test etcd_scale -- --ignored`
+//! `cargo test --release -p nodeipc-launch --features etcd --test etcd_scale -- --ignored`
 //! (`NODEIPC_SCALE=16,32` for other sizes).
 
 mod etcd_kit;

@@ -168,7 +168,12 @@ impl RoundBackend for EtcdBackend {
                 Ok(Decision::Finished {
                     exit_code: 1,
                     summary: format!(
-                        "{processes} processes of round {restart} still alive after SIGKILL: node {} leaves the job (its lease revoked)",
+                        "{processes} {} of round {restart} still alive after SIGKILL: node {} leaves the job (its lease revoked)",
+                        if *processes == 1 {
+                            "process"
+                        } else {
+                            "processes"
+                        },
                         self.group_rank
                     ),
                 })
