@@ -73,6 +73,8 @@ const NOT_NUMERIC: &[&str] = &[
     "--nic",
     "--sysfs-root",
     "--rdzv-backend",
+    // KEY=VALUE pairs; its one number is checked in nodeipc-launch (rdzv).
+    "--rdzv-conf",
     "--rdzv-endpoint",
     "--rdzv-id",
     "--local-addr",

@@ -560,7 +560,15 @@ mod tests {
         };
         assert_eq!(etcd_rdzv.last_call, Duration::from_millis(1500));
         assert_eq!(etcd_rdzv.ignored_conf, ["join_timeout"]);
-        for bad in ["last_call_timeout=-1", "last_call_timeout=x", "oops"] {
+        for bad in [
+            "last_call_timeout=-1",
+            "last_call_timeout=x",
+            "last_call_timeout=1e308",
+            "last_call_timeout=inf",
+            "last_call_timeout=NaN",
+            "last_call_timeout=604801",
+            "oops",
+        ] {
             let options = RdzvOptions {
                 conf: Some(bad.into()),
                 ..etcd("1:3")
