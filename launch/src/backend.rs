@@ -150,6 +150,15 @@ pub trait RoundBackend {
         None
     }
 
+    /// Called the moment a local failure ends the round, before this
+    /// node's ranks are stopped: a multi-node backend tells the other
+    /// nodes now, so that every node stops in parallel rather than after
+    /// this node's stop (up to `--stop-timeout` when ranks ignore
+    /// SIGTERM). Best effort, bounded in time; [`decide`] follows.
+    ///
+    /// [`decide`]: RoundBackend::decide
+    fn failure_seen(&mut self, _restart: u32, _report: &RoundReport) {}
+
     /// Called once the round's local ranks are all gone.
     ///
     /// # Errors

@@ -167,6 +167,18 @@ fn rounds(ctx: &mut Ctx<'_>) -> Result<(i32, String, u32)> {
             Some(error) => error,
             None => round::supervise(ctx, &plan, &mut ranks),
         };
+        if let Ok(RoundEnd::Failed {
+            index,
+            cause,
+            after,
+            code,
+        }) = &end
+        {
+            let since_launch = launch_started.elapsed();
+            let (_, _, report) =
+                failure(&ranks[*index], cause, *after, *code, restart, since_launch);
+            ctx.backend.failure_seen(restart, &report);
+        }
         let stopped = round::stop(ctx, &plan, &mut ranks)?;
         ctx.registered_before = ctx
             .monitors

@@ -34,6 +34,11 @@ fn main() {
             false,
         ),
         (
+            "a_failure_reaches_the_other_nodes_before_its_node_has_stopped",
+            a_failure_reaches_the_other_nodes_before_its_node_has_stopped,
+            false,
+        ),
+        (
             "a_launcher_whose_config_differs_is_refused_naming_the_field",
             a_launcher_whose_config_differs_is_refused_naming_the_field,
             false,
@@ -102,6 +107,43 @@ fn every_rank_ran_rounds_0_and_1(seen: &[(u32, u32)], ranks: u32) {
     for rank in 0..ranks {
         assert_eq!(rounds_of(seen, rank), [0, 1], "rank {rank}: {seen:?}");
     }
+}
+
+fn a_failure_reaches_the_other_nodes_before_its_node_has_stopped() {
+    let test = "etcd failure before the stop";
+    let _dog = Watchdog::new(test, Duration::from_secs(90));
+    let Some(etcd) = Etcd::start(test) else {
+        return;
+    };
+    let dir = TempDir::new("etcd-early");
+    let record = dir.join("record");
+    let id = job_id("early");
+    let mut launchers: Vec<Launcher> = (0..2)
+        .map(|node| {
+            let spec = Spec {
+                node_rank: Some(node),
+                stop_timeout: Duration::from_secs(4),
+                ..Spec::new(&etcd.endpoint(), &id, 2, "fail-stubborn", &record)
+            };
+            Launcher::start(&spec, dir.path(), &format!("node{node}"))
+        })
+        .collect();
+    // Node 1's stop lasts the stop timeout (4 s: a rank ignores SIGTERM);
+    // node 0 must be told of the failure before that stop is over.
+    etcd_kit::wait_until("node 0 stopping", Duration::from_secs(30), || {
+        launchers[0].output().contains("round 0 stopping")
+    });
+    let failing = launchers[1].output();
+    assert!(
+        !failing.contains("round 0 stopped"),
+        "node 0 heard of the failure only after node 1's stop: {failing}"
+    );
+    every_node_exits_0_saying(
+        &mut launchers,
+        "every rank on every node exited 0 in round 1 (1 failure rounds)",
+    );
+    let last = launchers[1].output();
+    assert!(last.contains("1 needed SIGKILL"), "{last}");
 }
 
 fn two_nodes_a_hang_restarts_every_node_once() {

@@ -115,6 +115,20 @@ impl RoundBackend for EtcdBackend {
         Some(why.0)
     }
 
+    fn failure_seen(&mut self, restart: u32, report: &RoundReport) {
+        let RoundReport::Failed { rank, cause, code } = report else {
+            return;
+        };
+        let (node, round) = (self.group_rank, restart);
+        // A new round only: when restarts are used up the job's end waits
+        // for decide() after the stop, which knows the rank's exit status
+        // (a hung rank's is its termination signal's).
+        let _ = self.cas_state(|s| {
+            s.after_failure(round, node, Some(*rank), cause, *code)
+                .filter(|next| !next.is_final())
+        });
+    }
+
     fn decide(&mut self, restart: u32, report: &RoundReport) -> Result<Decision> {
         match report {
             RoundReport::Interrupted { signal } => {

@@ -110,6 +110,28 @@ pub fn run() -> ! {
                 0
             }
         }
+        // Round 0: the last rank fails at once and the one before it
+        // ignores SIGTERM (its node's stop takes the whole stop timeout);
+        // the others run on. Later rounds end soon.
+        "fail-stubborn" => {
+            if restart > 0 {
+                sleep_ms(300);
+                0
+            } else if last {
+                sleep_ms(300);
+                6
+            } else {
+                if rank + 2 == world {
+                    // SAFETY: sets this single-threaded rank's own SIGTERM
+                    // disposition; no handler, no memory shared.
+                    unsafe {
+                        libc::signal(libc::SIGTERM, libc::SIG_IGN);
+                    }
+                }
+                sleep_ms(20_000);
+                0
+            }
+        }
         // Every round lasts a few seconds and ends well.
         "steady" => {
             sleep_ms(4_000);
