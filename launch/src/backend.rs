@@ -116,6 +116,16 @@ pub enum Begin {
         /// Nodes it runs on.
         nodes: u32,
     },
+    /// Not yet, and it has been a while: round `restart` waits for nodes
+    /// (said now and then; [`Begin::Wait`] in between).
+    WaitingForNodes {
+        /// The round.
+        restart: u32,
+        /// Nodes ready for it.
+        ready: u32,
+        /// Nodes it needs at least.
+        needed: u32,
+    },
     /// The job ended before it could start.
     Finished {
         /// The launcher's exit status.

@@ -50,6 +50,16 @@ pub enum Event {
         /// Nodes it runs on.
         nodes: u32,
     },
+    /// The round has waited a while for the other nodes (said now and
+    /// then until it starts or `--rdzv-timeout` ends the wait).
+    WaitingForNodes {
+        /// The round.
+        restart: u32,
+        /// Nodes ready for it.
+        ready: u32,
+        /// Nodes it needs at least.
+        needed: u32,
+    },
     /// A rank's process is running.
     RankStarted {
         /// Round.
@@ -168,6 +178,13 @@ impl Event {
             Event::Spare { restart, nodes } => {
                 format!("waiting as a spare: round {restart} runs on {nodes} other nodes")
             }
+            Event::WaitingForNodes {
+                restart,
+                ready,
+                needed,
+            } => format!(
+                "round {restart} waits for nodes: {ready} of {needed} ready (up to --rdzv-timeout)"
+            ),
             Event::RankStarted { rank, pid, .. } => format!("rank {rank} started (pid {pid})"),
             Event::MonitorFired { rank, cause, .. } => {
                 format!("monitor of rank {rank} terminated it: {cause}")

@@ -271,5 +271,10 @@ fn too_few_nodes_end_with_how_many_were_ready() {
         ),
         "{out}"
     );
+    // Said while it waited (half the 3 s timeout in).
+    assert!(
+        out.contains("round 0 waits for nodes: 1 of 2 ready"),
+        "{out}"
+    );
     assert!(records(&dir.join("record")).is_empty(), "no rank ran");
 }

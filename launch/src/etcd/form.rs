@@ -6,7 +6,7 @@
 //! wait as spares; one that finds room in a running round (fewer than M
 //! nodes) starts a new round for itself, as torchrun's waiting nodes do.
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use super::EtcdBackend;
 use super::join::backend;
@@ -14,6 +14,10 @@ use super::rounds::{POLL, master};
 use super::state::JobState;
 use crate::Result;
 use crate::backend::Begin;
+
+/// When a round waiting for nodes first says so, and then how often.
+const FIRST_NOTICE: Duration = Duration::from_secs(5);
+const NOTICE_EVERY: Duration = Duration::from_secs(30);
 
 impl EtcdBackend {
     /// Says on our member key that we are ready for `round` (our ranks
@@ -32,7 +36,23 @@ impl EtcdBackend {
         self.write_member()?;
         self.barrier_since = Some(Instant::now());
         self.min_reached = None;
+        // The first word after 5 s (or half the timeout, if shorter).
+        self.next_notice = FIRST_NOTICE.min(self.rdzv.timeout / 2);
         Ok(())
+    }
+
+    /// While the round waits for nodes: now and then a word of it.
+    pub(super) fn waiting_notice(&mut self, round: u32) -> Begin {
+        let waited = self.barrier_since.map_or(Duration::ZERO, |t| t.elapsed());
+        if waited < self.next_notice {
+            return Begin::Wait;
+        }
+        self.next_notice = waited + NOTICE_EVERY;
+        Begin::WaitingForNodes {
+            restart: round,
+            ready: self.ready_seen,
+            needed: self.rdzv.min_nodes,
+        }
     }
 
     /// The round's nodes (member key and create revision, in rank order),
@@ -51,6 +71,7 @@ impl EtcdBackend {
             .collect();
         let (min, max) = (self.rdzv.min_nodes, self.rdzv.max_nodes);
         let count = u32::try_from(ready.len()).unwrap_or(u32::MAX);
+        self.ready_seen = count;
         if count >= min {
             let since = *self.min_reached.get_or_insert_with(Instant::now);
             let settled = count >= max || since.elapsed() >= self.rdzv.last_call;
@@ -66,9 +87,7 @@ impl EtcdBackend {
             }
             return Ok(None);
         }
-        let waited = self
-            .barrier_since
-            .map_or(Default::default(), |t| t.elapsed());
+        let waited = self.barrier_since.map_or(Duration::ZERO, |t| t.elapsed());
         if waited > self.rdzv.timeout {
             let missing: Vec<u32> = match self.rdzv.elastic() {
                 true => Vec::new(),

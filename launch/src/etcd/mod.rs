@@ -58,6 +58,10 @@ pub struct EtcdBackend {
     min_reached: Option<Instant>,
     /// Waiting as a spare in round `Some(r)` (said once per round).
     spare_in: Option<u32>,
+    /// Nodes ready for the round as last counted, and how long into the
+    /// wait the next "waiting for nodes" is said.
+    ready_seen: u32,
+    next_notice: std::time::Duration,
     /// When a member was seen gone: its orphaned ranks get the stop
     /// timeout and a second more before the next round starts.
     lost_at: Option<Instant>,
@@ -98,6 +102,8 @@ impl EtcdBackend {
             members_at_start: Vec::new(),
             min_reached: None,
             spare_in: None,
+            ready_seen: 0,
+            next_notice: std::time::Duration::ZERO,
             lost_at: None,
             cut_off: false,
             rounds_started: 0,

@@ -23,7 +23,7 @@ impl RoundBackend for EtcdBackend {
         loop {
             match self.poll_begin(restart, nproc)? {
                 Begin::Start(plan) => return Ok(plan),
-                Begin::Wait | Begin::Spare { .. } => {}
+                Begin::Wait | Begin::Spare { .. } | Begin::WaitingForNodes { .. } => {}
                 Begin::Finished { summary, .. } => return Err(backend(summary)),
             }
         }
@@ -53,7 +53,7 @@ impl RoundBackend for EtcdBackend {
         }
         let Some(nodes) = self.round_nodes(&state)? else {
             self.session()?.wait_change(POLL);
-            return Ok(Begin::Wait);
+            return Ok(self.waiting_notice(state.round));
         };
         let Some(group_rank) = self.rank_among(&nodes) else {
             return self.wait_as_spare(&state, &nodes);
