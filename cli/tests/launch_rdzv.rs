@@ -2,6 +2,7 @@
 //! spellings and `PET_*` defaults reach the same checks, and each refusal
 //! names the flag (exit 2, before anything starts).
 
+use std::os::unix::process::CommandExt;
 use std::process::Command;
 use std::time::Duration;
 
@@ -171,4 +172,84 @@ fn standalone_is_the_single_node_launch() {
     );
     assert_eq!(code, Some(2), "{err}");
     assert!(err.contains("--standalone runs this node alone"), "{err}");
+}
+
+/// The README's two-node run, as printed there, with only its ports and
+/// its directory made this test's own: both launchers exit 0 after round 1.
+#[test]
+fn the_readmes_two_node_run_works_as_printed() {
+    let test = "launch README two nodes";
+    let _dog = Watchdog::new(test, Duration::from_secs(120));
+    let Some(etcd) = ["/usr/bin/etcd", "/usr/local/bin/etcd"]
+        .into_iter()
+        .find(|p| std::path::Path::new(p).exists())
+    else {
+        nodeipc_testkit::skip(test, "no etcd (apt-get install etcd-server)");
+        return;
+    };
+    let readme = include_str!("../../README.md");
+    let start = readme
+        .find("```sh\netcd --data-dir /tmp/etcd-two")
+        .expect("the README's two-node run")
+        + "```sh\n".len();
+    let end = start + readme[start..].find("```").expect("its end");
+    let dir = nodeipc_testkit::TempDir::new("readme-two");
+    let (client, peer) = (free_port(), free_port());
+    let peer_url = format!("http://127.0.0.1:{peer}");
+    let script = readme[start..end]
+        .replace("2379", &client.to_string())
+        .replace("/tmp/etcd-two", &dir.join("etcd-two").display().to_string())
+        .replacen(
+            "etcd --data-dir",
+            &format!(
+                "{etcd} --listen-peer-urls {peer_url} --initial-advertise-peer-urls {peer_url} --initial-cluster default={peer_url} --data-dir"
+            ),
+            1,
+        );
+    let bin_dir = std::path::Path::new(env!("CARGO_BIN_EXE_nodeipc"))
+        .parent()
+        .expect("the binary's directory");
+    let path = format!(
+        "{}:{}",
+        bin_dir.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let mut command = Command::new("bash");
+    command
+        .args(["-c", &script])
+        .env("PATH", path)
+        .current_dir(dir.path())
+        .process_group(0)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    let child = spawn_child(&mut command);
+    // etcd and the launchers are in the script's process group: a test
+    // that fails takes them all.
+    let _group = KillGroup(child.id());
+    let out = child.output_timeout(Duration::from_secs(90));
+    let text =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{text}");
+    let done = "exit 0: every rank on every node exited 0 in round 1 (1 failure rounds)";
+    assert_eq!(text.matches(done).count(), 2, "{text}");
+    assert!(text.contains("rank 3/4 round 1"), "{text}");
+    assert!(!dir.join("etcd-two").exists(), "the script's clean-up ran");
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind(("127.0.0.1", 0))
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
+}
+
+/// Kills a process group when dropped.
+struct KillGroup(u32);
+
+impl Drop for KillGroup {
+    fn drop(&mut self) {
+        if let Some(pid) = rustix::process::Pid::from_raw(self.0 as i32) {
+            let _ = rustix::process::kill_process_group(pid, rustix::process::Signal::KILL);
+        }
+    }
 }
