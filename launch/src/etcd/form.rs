@@ -41,10 +41,12 @@ impl EtcdBackend {
         Ok(())
     }
 
-    /// While the round waits for nodes: now and then a word of it.
+    /// While the round waits for nodes it needs: now and then a word of it
+    /// (not while a range of nodes has its fewest and waits out the last
+    /// call, which ends on its own).
     pub(super) fn waiting_notice(&mut self, round: u32) -> Begin {
         let waited = self.barrier_since.map_or(Duration::ZERO, |t| t.elapsed());
-        if waited < self.next_notice {
+        if waited < self.next_notice || self.ready_seen >= self.rdzv.min_nodes {
             return Begin::Wait;
         }
         self.next_notice = waited + NOTICE_EVERY;
@@ -87,6 +89,8 @@ impl EtcdBackend {
             }
             return Ok(None);
         }
+        // Fewer again (a node left): the last call starts anew at N.
+        self.min_reached = None;
         let waited = self.barrier_since.map_or(Duration::ZERO, |t| t.elapsed());
         if waited > self.rdzv.timeout {
             let missing: Vec<u32> = match self.rdzv.elastic() {
