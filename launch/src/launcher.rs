@@ -169,17 +169,22 @@ fn rounds(ctx: &mut Ctx<'_>) -> Result<(i32, String, u32)> {
             Some(error) => error,
             None => round::supervise(ctx, &plan, &mut ranks),
         };
-        if let Ok(RoundEnd::Failed {
-            index,
-            cause,
-            after,
-            code,
-        }) = &end
-        {
-            let since_launch = launch_started.elapsed();
-            let (_, _, report) =
-                failure(&ranks[*index], cause, *after, *code, restart, since_launch);
-            ctx.backend.failure_seen(restart, &report);
+        // A local failure, as the other nodes are told of it: now, before
+        // the stop, and again if this node must leave.
+        let failed = match &end {
+            Ok(RoundEnd::Failed {
+                index,
+                cause,
+                after,
+                code,
+            }) => {
+                let since_launch = launch_started.elapsed();
+                Some(failure(&ranks[*index], cause, *after, *code, restart, since_launch).2)
+            }
+            _ => None,
+        };
+        if let Some(report) = &failed {
+            ctx.backend.failure_seen(restart, report);
         }
         let stopped = round::stop(ctx, &plan, &mut ranks)?;
         ctx.registered_before = ctx
@@ -192,17 +197,8 @@ fn rounds(ctx: &mut Ctx<'_>) -> Result<(i32, String, u32)> {
             // the other nodes would take the leaving alone for a change of
             // nodes, which does not count against --max-restarts. Best
             // effort, as the leaving is; its decision is not waited for.
-            if let Ok(RoundEnd::Failed {
-                index,
-                cause,
-                after,
-                code,
-            }) = &end
-            {
-                let since_launch = launch_started.elapsed();
-                let (_, _, report) =
-                    failure(&ranks[*index], cause, *after, *code, restart, since_launch);
-                let _ = ctx.backend.decide(restart, &report);
+            if let Some(report) = &failed {
+                let _ = ctx.backend.decide(restart, report);
             }
             let stuck = RoundReport::Stuck {
                 processes: stopped.stuck,
