@@ -218,57 +218,51 @@ fn openssl(dir: &Path, args: &[&str]) {
     );
 }
 
+/// `NAME.key`, a new P-256 key, and `out`: a certificate for it signed by
+/// itself (`self_signed`, two days) or a signing request, for `cn`.
+fn new_key(dir: &Path, name: &str, out: &str, cn: &str, self_signed: bool) {
+    let key = format!("{name}.key");
+    let subject = format!("/CN={cn}");
+    let mut args = vec!["req"];
+    if self_signed {
+        args.extend(["-x509", "-days", "2"]);
+    }
+    args.extend([
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        "ec_paramgen_curve:prime256v1",
+        "-nodes",
+        "-keyout",
+        &key,
+        "-out",
+        out,
+        "-subj",
+        &subject,
+    ]);
+    openssl(dir, &args);
+}
+
 /// `NAME.pem` and `NAME.key`: a self-signed CA (P-256, two days).
 fn make_ca(dir: &Path, name: &str) {
-    let (key, pem) = (format!("{name}.key"), format!("{name}.pem"));
-    openssl(
+    new_key(
         dir,
-        &[
-            "req",
-            "-x509",
-            "-newkey",
-            "ec",
-            "-pkeyopt",
-            "ec_paramgen_curve:prime256v1",
-            "-nodes",
-            "-keyout",
-            &key,
-            "-out",
-            &pem,
-            "-days",
-            "2",
-            "-subj",
-            &format!("/CN=nodeipc test {name}"),
-        ],
+        name,
+        &format!("{name}.pem"),
+        &format!("nodeipc test {name}"),
+        true,
     );
 }
 
 /// `NAME.pem` and `NAME.key` signed by `ca`, with the extensions `ext`.
 fn make_signed(dir: &Path, name: &str, ext: &str) {
-    let (key, csr, pem, extfile) = (
-        format!("{name}.key"),
+    let (csr, pem, extfile) = (
         format!("{name}.csr"),
         format!("{name}.pem"),
         format!("{name}.ext"),
     );
     std::fs::write(dir.join(&extfile), ext).expect("extensions file");
-    openssl(
-        dir,
-        &[
-            "req",
-            "-newkey",
-            "ec",
-            "-pkeyopt",
-            "ec_paramgen_curve:prime256v1",
-            "-nodes",
-            "-keyout",
-            &key,
-            "-out",
-            &csr,
-            "-subj",
-            &format!("/CN={name}"),
-        ],
-    );
+    new_key(dir, name, &csr, name, false);
     openssl(
         dir,
         &[
