@@ -320,30 +320,74 @@ fn sigterm_while_waiting_for_etcd() {
     );
 }
 
+/// Two launchers (`--stop-timeout 1`, `max_restarts`) whose ranks run
+/// `MODE:<mount>` on a FUSE mount of the test's: once round 0 runs on both
+/// nodes and rank 3's child hangs on the mount, the ranks are told to go
+/// on (`record.go`).
+struct StuckJob {
+    etcd: Etcd,
+    mount: StuckMount,
+    dir: TempDir,
+    launchers: Vec<Launcher>,
+    base: Spec,
+    /// The hung child's pid.
+    stuck: u32,
+}
+
+impl StuckJob {
+    fn start(test: &str, tag: &str, mode: &str, max_restarts: u32) -> Option<StuckJob> {
+        let etcd = Etcd::start(test)?;
+        let mount = StuckMount::new(test)?;
+        let dir = TempDir::new(&format!("etcd-{tag}"));
+        let mode = format!("{mode}:{}", mount.dir().display());
+        let adjust = |s| Spec {
+            stop_timeout: Duration::from_secs(1),
+            max_restarts,
+            ..s
+        };
+        let (launchers, base) = two(&etcd, &dir, tag, &mode, adjust, None);
+        wait_until("round 0 on both nodes", Duration::from_secs(30), || {
+            all_started(&dir, 0, 4)
+        });
+        let stuck = mount
+            .wait_for_stuck(Duration::from_secs(20))
+            .expect("rank 3's child hangs on the FUSE mount");
+        std::fs::write(dir.join("record.go"), b"").expect("go file");
+        Some(StuckJob {
+            etcd,
+            mount,
+            dir,
+            launchers,
+            base,
+            stuck,
+        })
+    }
+}
+
+/// Ends the mount's connection and waits for the hung child `stuck` to be
+/// gone (it dies of its pending SIGKILL).
+fn release(mount: StuckMount, stuck: u32) {
+    drop(mount);
+    wait_until("the stuck child gone", Duration::from_secs(10), || {
+        !fuse::alive(stuck)
+    });
+}
+
 fn a_node_with_an_unkillable_process_leaves() {
     let test = "etcd node with an unkillable process";
     let _dog = Watchdog::new(test, Duration::from_secs(90));
-    let Some(etcd) = Etcd::start(test) else {
-        return;
-    };
-    let Some(mount) = StuckMount::new(test) else {
-        return;
-    };
-    let dir = TempDir::new("etcd-stuck");
-    let mode = format!("stuck:{}", mount.dir().display());
-    let adjust = |s| Spec {
-        stop_timeout: Duration::from_secs(1),
-        ..s
-    };
-    let (mut launchers, base) = two(&etcd, &dir, "stuck", &mode, adjust, None);
-    wait_until("round 0 on both nodes", Duration::from_secs(30), || {
-        all_started(&dir, 0, 4)
-    });
     // Rank 3's child hangs on the mount; then rank 0 (node 0) fails.
-    let stuck = mount
-        .wait_for_stuck(Duration::from_secs(20))
-        .expect("rank 3's child hangs on the FUSE mount");
-    std::fs::write(dir.join("record.go"), b"").expect("go file");
+    let Some(StuckJob {
+        etcd,
+        mount,
+        dir,
+        mut launchers,
+        base,
+        stuck,
+    }) = StuckJob::start(test, "stuck", "stuck", 3)
+    else {
+        return;
+    };
     // Node 1 stops its ranks (SIGTERM, SIGKILL after 1 s), waits the
     // launcher's bound after SIGKILL for the child, then leaves.
     let mut stop_seen = None;
@@ -436,10 +480,7 @@ fn a_node_with_an_unkillable_process_leaves() {
     }
     // The connection ends with the mount: the child dies of its pending
     // SIGKILL without coming back to user space (no `woke` line).
-    drop(mount);
-    wait_until("the stuck child gone", Duration::from_secs(10), || {
-        !fuse::alive(stuck)
-    });
+    release(mount, stuck);
     let record = std::fs::read_to_string(dir.join("record")).unwrap_or_default();
     assert!(!record.contains("woke"), "{record}");
     eprintln!(
@@ -456,29 +497,19 @@ fn a_node_with_an_unkillable_process_leaves() {
 fn a_failure_on_a_node_that_leaves_still_counts() {
     let test = "etcd failure on a node that leaves";
     let _dog = Watchdog::new(test, Duration::from_secs(60));
-    let Some(etcd) = Etcd::start(test) else {
-        return;
-    };
-    let Some(mount) = StuckMount::new(test) else {
-        return;
-    };
-    let dir = TempDir::new("etcd-stuck-fail");
     // Rank 3 (node 1) leaves a child hung on the mount, then fails; no
     // restart is allowed.
-    let mode = format!("stuck-fail:{}", mount.dir().display());
-    let adjust = |s| Spec {
-        stop_timeout: Duration::from_secs(1),
-        max_restarts: 0,
-        ..s
+    let Some(StuckJob {
+        etcd: _etcd,
+        mount,
+        dir,
+        mut launchers,
+        stuck,
+        ..
+    }) = StuckJob::start(test, "stuck-fail", "stuck-fail", 0)
+    else {
+        return;
     };
-    let (mut launchers, _) = two(&etcd, &dir, "stuck-fail", &mode, adjust, None);
-    wait_until("round 0 on both nodes", Duration::from_secs(30), || {
-        all_started(&dir, 0, 4)
-    });
-    let stuck = mount
-        .wait_for_stuck(Duration::from_secs(20))
-        .expect("rank 3's child hangs on the FUSE mount");
-    std::fs::write(dir.join("record.go"), b"").expect("go file");
     let status = launchers[1].wait(Duration::from_secs(20));
     let out = launchers[1].output();
     assert_eq!(status.code(), Some(1), "{out}");
@@ -495,8 +526,5 @@ fn a_failure_on_a_node_that_leaves_still_counts() {
     );
     let seen = records(&dir.join("record"));
     assert!(seen.iter().all(|(_, round)| *round == 0), "{seen:?}");
-    drop(mount);
-    wait_until("the stuck child gone", Duration::from_secs(10), || {
-        !fuse::alive(stuck)
-    });
+    release(mount, stuck);
 }
