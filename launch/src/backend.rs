@@ -100,32 +100,17 @@ pub enum Decision {
     },
 }
 
-/// Whether a round may start.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// Whether a round may start. (Not `Eq`: a notice's event may hold
+/// seconds as `f64`.)
+#[derive(Clone, Debug, PartialEq)]
 pub enum Begin {
     /// Not yet: ask again in about 100 ms.
     Wait,
     /// Start it.
     Start(RoundPlan),
-    /// Not this node: round `restart` runs on `nodes` others and has no
-    /// room, so this node waits as a spare (said once per round; then
-    /// [`Begin::Wait`] until the job needs it or ends).
-    Spare {
-        /// The round that runs without us.
-        restart: u32,
-        /// Nodes it runs on.
-        nodes: u32,
-    },
-    /// Not yet, and it has been a while: round `restart` waits for nodes
-    /// (said now and then; [`Begin::Wait`] in between).
-    WaitingForNodes {
-        /// The round.
-        restart: u32,
-        /// Nodes ready for it.
-        ready: u32,
-        /// Nodes it needs at least.
-        needed: u32,
-    },
+    /// Not yet, and the launcher says why: this event (a spare's wait, a
+    /// round waiting for nodes); ask again in about 100 ms.
+    Notice(crate::Event),
     /// The job ended before it could start.
     Finished {
         /// The launcher's exit status.

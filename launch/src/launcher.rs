@@ -132,9 +132,7 @@ fn rounds(ctx: &mut Ctx<'_>) -> Result<(i32, String, u32)> {
         let plan = match begin(ctx, restart)? {
             Begin::Start(plan) => plan,
             Begin::Finished { exit_code, summary } => return Ok((exit_code, summary, restart)),
-            Begin::Wait | Begin::Spare { .. } | Begin::WaitingForNodes { .. } => {
-                unreachable!("begin() waits")
-            }
+            Begin::Wait | Begin::Notice(_) => unreachable!("begin() waits"),
         };
         restart = plan.restart;
         for monitor in ctx.monitors.iter() {
@@ -326,16 +324,7 @@ fn begin(ctx: &mut Ctx<'_>, restart: u32) -> Result<Begin> {
     loop {
         match ctx.backend.poll_begin(restart, ctx.options.nproc)? {
             Begin::Wait => {}
-            Begin::Spare { restart, nodes } => ctx.events.emit(Event::Spare { restart, nodes })?,
-            Begin::WaitingForNodes {
-                restart,
-                ready,
-                needed,
-            } => ctx.events.emit(Event::WaitingForNodes {
-                restart,
-                ready,
-                needed,
-            })?,
+            Begin::Notice(event) => ctx.events.emit(event)?,
             done => return Ok(done),
         }
         if let Some(signal) = round::wait_signal(ctx.signals, POLL)? {

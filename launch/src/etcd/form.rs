@@ -12,8 +12,8 @@ use super::EtcdBackend;
 use super::join::backend;
 use super::rounds::{POLL, master};
 use super::state::JobState;
-use crate::Result;
 use crate::backend::Begin;
+use crate::{Event, Result};
 
 /// When a round waiting for nodes first says so, and then how often.
 const FIRST_NOTICE: Duration = Duration::from_secs(5);
@@ -50,11 +50,11 @@ impl EtcdBackend {
             return Begin::Wait;
         }
         self.next_notice = waited + NOTICE_EVERY;
-        Begin::WaitingForNodes {
+        Begin::Notice(Event::WaitingForNodes {
             restart: round,
             ready: self.ready_seen,
             needed: self.rdzv.min_nodes,
-        }
+        })
     }
 
     /// The round's nodes (member key and create revision, in rank order),
@@ -147,10 +147,10 @@ impl EtcdBackend {
         self.spare_in = Some(round);
         self.session()?.wait_change(POLL);
         Ok(match first {
-            true => Begin::Spare {
+            true => Begin::Notice(Event::Spare {
                 restart: round,
                 nodes: u32::try_from(nodes.len()).unwrap_or(u32::MAX),
-            },
+            }),
             false => Begin::Wait,
         })
     }

@@ -23,7 +23,7 @@ impl RoundBackend for EtcdBackend {
         loop {
             match self.poll_begin(restart, nproc)? {
                 Begin::Start(plan) => return Ok(plan),
-                Begin::Wait | Begin::Spare { .. } | Begin::WaitingForNodes { .. } => {}
+                Begin::Wait | Begin::Notice(_) => {}
                 Begin::Finished { summary, .. } => return Err(backend(summary)),
             }
         }
