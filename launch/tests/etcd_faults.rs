@@ -83,6 +83,15 @@ fn two(
     (launchers, base)
 }
 
+/// A launcher for node rank 1 of `base`'s job, in place of a lost one.
+fn replacement(base: Spec, dir: &TempDir) -> Launcher {
+    let spec = Spec {
+        node_rank: Some(1),
+        ..base
+    };
+    Launcher::start(&spec, dir.path(), "replacement")
+}
+
 fn all_started(dir: &TempDir, round: u32, ranks: u32) -> bool {
     let seen = records(&dir.join("record"));
     (0..ranks).all(|r| seen.contains(&(r, round)))
@@ -117,11 +126,7 @@ fn a_launcher_killed_is_replaced() {
         launchers[0].output().contains("restarting 1/0")
     });
     let loss_seen = std::time::Instant::now();
-    let replacement = Spec {
-        node_rank: Some(1),
-        ..base
-    };
-    let mut new = Launcher::start(&replacement, dir.path(), "replacement");
+    let mut new = replacement(base, &dir);
     wait_until("round 1 on node 0", Duration::from_secs(30), || {
         records(&dir.join("record")).contains(&(0, 1))
     });
@@ -209,14 +214,7 @@ fn a_node_cut_off_stops_its_ranks() {
     wait_until("node 0 sees the loss", Duration::from_secs(30), || {
         launchers[0].output().contains("restarting 1/3")
     });
-    let mut new = Launcher::start(
-        &Spec {
-            node_rank: Some(1),
-            ..base
-        },
-        dir.path(),
-        "replacement",
-    );
+    let mut new = replacement(base, &dir);
     for launcher in [&mut launchers[0], &mut new] {
         let status = launcher.wait(Duration::from_secs(40));
         assert_eq!(status.code(), Some(0), "{}", launcher.output());
@@ -453,14 +451,7 @@ fn a_node_with_an_unkillable_process_leaves() {
     );
     let node0_stopped = node0_stopped.expect("node 0 stopped round 0");
     let replaced = exited.elapsed();
-    let mut new = Launcher::start(
-        &Spec {
-            node_rank: Some(1),
-            ..base
-        },
-        dir.path(),
-        "replacement",
-    );
+    let mut new = replacement(base, &dir);
     wait_until("round 1 on node 0", Duration::from_secs(30), || {
         records(&dir.join("record")).contains(&(0, 1))
     });

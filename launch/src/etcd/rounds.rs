@@ -107,12 +107,12 @@ impl RoundBackend for EtcdBackend {
                 Status::Running => state.reason.clone(),
             });
         }
-        let why = self.membership_change()?;
+        let (why, loss) = self.membership_change()?;
         let round = self.round;
         // Whoever wins this starts the round; the others' attempts find
         // the state moved and drop theirs.
-        let _ = self.cas_state(|s| s.after_membership_change(round, &why.0, why.1));
-        Some(why.0)
+        let _ = self.cas_state(|s| s.after_membership_change(round, &why, loss));
+        Some(why)
     }
 
     fn failure_seen(&mut self, restart: u32, report: &RoundReport) {
