@@ -57,6 +57,12 @@ pub struct HandshakeStats {
     pub rejected: u64,
     /// Connections dropped: silent, garbage, or gone before the answer.
     pub dropped: u64,
+    /// Connections the server holds right now: taken from the socket's
+    /// backlog and not yet answered and closed (or handed on as a session).
+    /// Once the three counts above
+    /// cover every connection made and this is 0, the server holds no
+    /// descriptor of any of them.
+    pub in_progress: usize,
 }
 
 #[derive(Default)]
@@ -200,6 +206,9 @@ impl HandshakeServer {
             accepted: self.counters.accepted.load(Ordering::Acquire),
             rejected: self.counters.rejected.load(Ordering::Acquire),
             dropped: self.counters.dropped.load(Ordering::Acquire),
+            // Read after the counts: a connection is open here before it is
+            // counted, and closed before it leaves this one.
+            in_progress: self.counters.active.load(Ordering::Acquire),
         }
     }
 }
@@ -242,18 +251,22 @@ fn accept_loop(listener: Listener, shared: Arc<Shared>, stop: Arc<AtomicBool>) {
         let Ok(Some((stream, peer))) = listener.accept() else {
             continue;
         };
+        // Counted from here until the stream is closed, whichever way it
+        // goes: `in_progress` says when no connection is held any more.
+        counters.active.fetch_add(1, Ordering::AcqRel);
         let mut handlers = handlers.lock().unwrap_or_else(|e| e.into_inner());
         handlers.retain(|h| !h.is_finished());
-        if counters.active.load(Ordering::Acquire) >= shared.options.max_clients {
+        if counters.active.load(Ordering::Acquire) > shared.options.max_clients {
             let reason = format!(
                 "the server handles {} logons at once already",
                 shared.options.max_clients
             );
             counters.rejected.fetch_add(1, Ordering::AcqRel);
             answer(&stream, &rejection(RejectCode::TooManyClients, reason), &[]);
+            drop(stream);
+            counters.active.fetch_sub(1, Ordering::AcqRel);
             continue;
         }
-        counters.active.fetch_add(1, Ordering::AcqRel);
         let shared2 = Arc::clone(&shared);
         let spawned = thread::Builder::new()
             .name("nodeipc-logon".to_owned())
@@ -263,9 +276,10 @@ fn accept_loop(listener: Listener, shared: Arc<Shared>, stop: Arc<AtomicBool>) {
             });
         match spawned {
             Ok(handle) => handlers.push(handle),
+            // The closure, and the stream in it, is gone with the error.
             Err(_) => {
-                counters.active.fetch_sub(1, Ordering::AcqRel);
                 counters.dropped.fetch_add(1, Ordering::AcqRel);
+                counters.active.fetch_sub(1, Ordering::AcqRel);
             }
         }
     }
