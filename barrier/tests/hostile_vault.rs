@@ -266,9 +266,10 @@ fn a_header_never_published_times_out_the_join_naming_that_wait() {
         }) => assert!(waited >= Duration::from_millis(300), "{waited:?}"),
         other => panic!("expected the header wait to time out, got {other:?}"),
     }
-    // The pauses stop at the timeout: no sleep runs far past it.
+    // The pauses stop at the timeout: no sleep runs far past it (a 300 ms
+    // timeout; the bound only leaves room for a loaded machine).
     assert!(
-        started.elapsed() < Duration::from_secs(2),
+        started.elapsed() < Duration::from_secs(5),
         "{:?}",
         started.elapsed()
     );

@@ -41,8 +41,9 @@ fn an_interrupted_barrier_ends_at_once_and_poisons_the_group() {
         Err(Error::Interrupted { rank: 0, op, .. }) => assert_eq!(op, "barrier"),
         other => panic!("expected Interrupted, got {other:?}"),
     }
+    // At once, not at the 20 s timeout (room left for a loaded machine).
     assert!(
-        waited < Duration::from_secs(2),
+        waited < Duration::from_secs(10),
         "interrupted after {waited:?}"
     );
     let (theirs, their_wait) = peer.join().unwrap();
@@ -52,7 +53,7 @@ fn an_interrupted_barrier_ends_at_once_and_poisons_the_group() {
         }
         other => panic!("expected Poisoned by rank 0, got {other:?}"),
     }
-    assert!(their_wait < Duration::from_secs(2), "{their_wait:?}");
+    assert!(their_wait < Duration::from_secs(10), "{their_wait:?}");
     // Later calls keep failing: the group is unusable.
     assert!(matches!(group.barrier(), Err(Error::Poisoned { .. })));
     assert!(shm_leftovers(&name).is_empty());
@@ -69,7 +70,7 @@ fn an_interrupted_join_leaves_nothing_behind() {
         Err(Error::Interrupted { rank: 0, op, .. }) => assert_eq!(op, "join"),
         other => panic!("expected Interrupted, got {other:?}"),
     }
-    assert!(start.elapsed() < Duration::from_secs(2));
+    assert!(start.elapsed() < Duration::from_secs(10));
     assert!(
         shm_leftovers(&name).is_empty(),
         "{:?}",

@@ -326,12 +326,14 @@ fn a_missing_rank_times_out_the_join_and_the_barrier_says_how_many_came() {
         3,
         move |r| opts(&n, r, 3),
         |group| {
+            // Late by far more than the others wait, so that even on a
+            // loaded machine they time out before it comes.
             if group.rank() == 2 {
-                thread::sleep(Duration::from_millis(800));
+                thread::sleep(Duration::from_secs(4));
                 return group.barrier().map(|_| 0);
             }
             let start = Instant::now();
-            match group.barrier_timeout(Duration::from_millis(200)) {
+            match group.barrier_timeout(Duration::from_millis(1000)) {
                 Err(Error::Timeout {
                     arrived,
                     expected: 3,
@@ -339,8 +341,8 @@ fn a_missing_rank_times_out_the_join_and_the_barrier_says_how_many_came() {
                     ..
                 }) => {
                     assert!(
-                        waited >= Duration::from_millis(200)
-                            && start.elapsed() < Duration::from_secs(5)
+                        waited >= Duration::from_millis(1000)
+                            && start.elapsed() < Duration::from_secs(4)
                     );
                     Ok(arrived)
                 }
@@ -375,8 +377,9 @@ fn a_rank_that_drops_its_group_is_reported_as_left() {
             }
             let start = Instant::now();
             let err = group.barrier().unwrap_err();
+            // Told at once, not at the 20 s timeout.
             assert!(
-                start.elapsed() < Duration::from_secs(2),
+                start.elapsed() < Duration::from_secs(10),
                 "took {:?}",
                 start.elapsed()
             );

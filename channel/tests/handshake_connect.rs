@@ -42,7 +42,7 @@ fn regression_a_server_with_a_full_backlog_costs_the_timeout_not_forever() {
     let error = connect(&path, &worker_logon(0), Duration::from_millis(300)).unwrap_err();
     let waited = start.elapsed();
     assert!(
-        waited >= Duration::from_millis(290) && waited < Duration::from_secs(1),
+        waited >= Duration::from_millis(290) && waited < Duration::from_secs(5),
         "gave up after {waited:?}"
     );
     assert_words(&error, &path, "backlog is full");
@@ -67,7 +67,7 @@ fn regression_a_reply_cut_off_half_way_is_a_timeout_in_words() {
     let start = Instant::now();
     let error = connect(&path, &worker_logon(0), Duration::from_millis(300)).unwrap_err();
     assert!(
-        start.elapsed() < Duration::from_secs(2),
+        start.elapsed() < Duration::from_secs(5),
         "{:?}",
         start.elapsed()
     );

@@ -254,8 +254,9 @@ fn a_worker_claiming_another_process_gets_it_left_alone_and_the_wait_bounded() {
         Err(Error::Timeout { .. }) => {}
         other => panic!("expected Timeout, got {other:?}"),
     }
+    // The 500 ms timeout, and no hang.
     assert!(
-        waited.elapsed() < Duration::from_secs(2),
+        waited.elapsed() < Duration::from_secs(5),
         "{:?}",
         waited.elapsed()
     );

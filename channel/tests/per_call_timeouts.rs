@@ -81,7 +81,8 @@ fn try_recv_never_waits_and_recv_timeout_takes_nothing_when_it_times_out() {
         let mut worker = Worker::join(config, 0).unwrap();
         let started = Instant::now();
         assert!(worker.try_recv().unwrap().is_none());
-        assert!(started.elapsed() < Duration::from_millis(100));
+        // No wait at all, not the 30 s timeout (room for a loaded machine).
+        assert!(started.elapsed() < Duration::from_secs(5));
         let started = Instant::now();
         let err = worker.recv_timeout(Duration::from_millis(150)).unwrap_err();
         let took = started.elapsed();

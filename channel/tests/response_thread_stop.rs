@@ -68,7 +68,7 @@ fn stopping_the_thread_mid_gather_is_prompt_and_loses_no_response() {
     coordinator.stop_response_thread().unwrap();
     let took = start.elapsed();
     assert!(
-        took < Duration::from_secs(2),
+        took < Duration::from_secs(10),
         "stopping took {took:?} (the channel's timeout is {timeout:?})"
     );
     assert!(

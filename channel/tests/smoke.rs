@@ -240,8 +240,9 @@ fn regression_an_answer_after_the_coordinator_closed_fails_at_once() {
     let start = std::time::Instant::now();
     let err = worker.respond(&answer(&request, 0)).unwrap_err();
     assert!(matches!(err, Error::Closed { .. }), "{err}");
+    // At once, not at the 30 s timeout.
     assert!(
-        start.elapsed() < Duration::from_secs(2),
+        start.elapsed() < Duration::from_secs(10),
         "waited {:?} for a closed coordinator",
         start.elapsed()
     );
@@ -300,8 +301,9 @@ fn response_thread_hands_every_response_to_the_handler_and_stops_promptly() {
     }
     let start = std::time::Instant::now();
     coordinator.stop_response_thread().unwrap();
+    // A wait slice, not the 10 s timeout.
     assert!(
-        start.elapsed() < Duration::from_millis(500),
+        start.elapsed() < Duration::from_secs(5),
         "stop took {:?}",
         start.elapsed()
     );

@@ -217,8 +217,10 @@ fn regression_serve_where_a_live_server_has_a_full_backlog_exits_at_once() {
     let out = nodeipc(&["monitor", "serve", "--socket", socket.to_str().unwrap()]);
     let stderr = one_line(&out);
     assert_eq!(out.status.code(), Some(1), "{stderr}");
+    // At once, not blocked on the live server's backlog (room for a debug
+    // binary's start on a loaded machine).
     assert!(
-        start.elapsed() < Duration::from_secs(3),
+        start.elapsed() < Duration::from_secs(10),
         "{:?}",
         start.elapsed()
     );
@@ -245,7 +247,7 @@ fn regression_sigterm_during_serve_set_up_ends_it_promptly() {
     let start = Instant::now();
     let out = server.output_timeout(Duration::from_secs(20));
     assert!(
-        start.elapsed() < Duration::from_secs(2),
+        start.elapsed() < Duration::from_secs(10),
         "still running {:?} after SIGTERM",
         start.elapsed()
     );

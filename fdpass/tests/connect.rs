@@ -26,7 +26,7 @@ fn regression_a_full_backlog_times_out_in_words_instead_of_blocking() {
     let error = connect_unix(&path, Duration::from_millis(300)).unwrap_err();
     let waited = start.elapsed();
     assert!(
-        waited >= Duration::from_millis(290) && waited < Duration::from_secs(1),
+        waited >= Duration::from_millis(290) && waited < Duration::from_secs(5),
         "gave up after {waited:?}"
     );
     match &error {
@@ -44,13 +44,15 @@ fn regression_a_full_backlog_times_out_in_words_instead_of_blocking() {
         std::io::Error::from(error).kind(),
         std::io::ErrorKind::TimedOut
     );
-    // Zero tries once and does not wait.
+    // Zero tries once and does not wait (the bound leaves room for a loaded
+    // machine).
     let start = Instant::now();
     assert!(matches!(
         connect_unix(&path, Duration::ZERO),
         Err(Error::ConnectTimeout { .. })
     ));
-    assert!(start.elapsed() < Duration::from_millis(100));
+    let zero = start.elapsed();
+    assert!(zero < Duration::from_secs(2), "{zero:?}");
 }
 
 #[test]
@@ -90,9 +92,9 @@ fn no_socket_and_a_stale_socket_are_errors_naming_the_path() {
     let stale = dir.join("stale");
     drop(UnixListener::bind(&stale).unwrap());
     let start = Instant::now();
-    let error = connect_unix(&stale, Duration::from_secs(5)).unwrap_err();
+    let error = connect_unix(&stale, Duration::from_secs(30)).unwrap_err();
     assert!(
-        start.elapsed() < Duration::from_secs(1),
+        start.elapsed() < Duration::from_secs(10),
         "a refusal is not waited on"
     );
     match &error {
@@ -128,7 +130,7 @@ fn when_up_waits_for_the_server_to_appear_within_the_timeout() {
     let missing = dir.join("never");
     let start = Instant::now();
     let error = connect_unix_when_up(&missing, Duration::from_millis(200)).unwrap_err();
-    assert!(start.elapsed() < Duration::from_secs(1));
+    assert!(start.elapsed() < Duration::from_secs(5));
     match &error {
         Error::ConnectTimeout { last, .. } => assert_eq!(last.raw_os_error(), Some(libc::ENOENT)),
         other => panic!("expected ConnectTimeout, got {other:?}"),
@@ -160,7 +162,7 @@ fn regression_binding_over_a_live_server_with_a_full_backlog_refuses_at_once() {
     let start = Instant::now();
     let error = Listener::bind(&path).unwrap_err();
     assert!(
-        start.elapsed() < Duration::from_secs(1),
+        start.elapsed() < Duration::from_secs(5),
         "{:?}",
         start.elapsed()
     );

@@ -162,10 +162,11 @@ fn several_clients_hold_sessions_at_once_and_each_side_sees_the_other_end() {
     let start = Instant::now();
     drop(gone);
     assert_eq!(
-        on_server[1].link.wait_gone(Duration::from_secs(1)),
+        on_server[1].link.wait_gone(Duration::from_secs(10)),
         Some(PeerGone::Closed)
     );
-    assert!(start.elapsed() < Duration::from_secs(1));
+    // At once: an end of file, no timeout involved (room for a loaded machine).
+    assert!(start.elapsed() < Duration::from_secs(5));
     assert!(on_server[0].link.is_alive() && on_server[2].link.is_alive());
     // The server ends a session: that client sees it, the others not.
     let ended = on_server.remove(2); // the client with 2 workers, now clients[1]

@@ -540,8 +540,9 @@ impl Iteration {
         let Iteration { procs, events, .. } = self;
         drop(events);
         drop(procs);
-        // The reader threads go with their pipes; give them a moment.
-        let deadline = Instant::now() + Duration::from_secs(2);
+        // The reader threads go with their pipes; give them a moment (a
+        // loaded machine may take its time to run them).
+        let deadline = Instant::now() + Duration::from_secs(10);
         while fd_count() > baseline_fds && Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(2));
         }

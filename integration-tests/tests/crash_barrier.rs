@@ -43,8 +43,9 @@ fn regression_a_vault_whose_creator_was_killed_mid_join_is_removed_by_the_joiner
         Err(Error::PeerDied { rank: 0, .. }) => {}
         other => panic!("expected PeerDied of rank 0, got {other:?}"),
     }
+    // Seen dead, not waited on for the 10 s timeout.
     assert!(
-        started.elapsed() < Duration::from_secs(2),
+        started.elapsed() < Duration::from_secs(5),
         "{:?}",
         started.elapsed()
     );

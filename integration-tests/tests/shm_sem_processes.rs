@@ -105,7 +105,7 @@ fn a_waiter_whose_poster_died_times_out_within_its_deadline() {
     let waited = start.elapsed();
     assert!(err.is_timeout(), "{err}");
     assert!(
-        waited >= Duration::from_millis(300) && waited < Duration::from_secs(2),
+        waited >= Duration::from_millis(300) && waited < Duration::from_secs(5),
         "{waited:?}"
     );
     // The dead waiter's count only costs a needless wake; posts still work.

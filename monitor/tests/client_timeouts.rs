@@ -65,7 +65,7 @@ fn regression_a_stopped_monitor_with_a_full_backlog_costs_the_timeout() {
         let error = connect().unwrap_err();
         let waited = start.elapsed();
         assert!(
-            waited >= Duration::from_millis(290) && waited < Duration::from_secs(1),
+            waited >= Duration::from_millis(290) && waited < Duration::from_secs(5),
             "gave up after {waited:?}"
         );
         assert!(matches!(error, Error::ConnectTimeout { .. }), "{error}");
@@ -117,7 +117,7 @@ fn regression_a_rank_held_out_by_another_client_is_told_so_in_words() {
     let start = Instant::now();
     let error = second.init(&RankInfo::this_process(5, 1)).unwrap_err();
     assert!(
-        start.elapsed() < Duration::from_secs(2),
+        start.elapsed() < Duration::from_secs(5),
         "{:?}",
         start.elapsed()
     );

@@ -166,9 +166,11 @@ fn a_crashed_rank_is_seen_at_once_not_at_the_next_check() {
     served.wait_status(T, |s| s.state == RankState::Running);
     let killed = Instant::now();
     rank.guard.kill();
-    let status = served.wait_status(Duration::from_secs(5), |s| s.state == RankState::Restarting);
+    let status = served.wait_status(Duration::from_secs(10), |s| {
+        s.state == RankState::Restarting
+    });
     assert!(
-        killed.elapsed() < Duration::from_secs(2),
+        killed.elapsed() < Duration::from_secs(5),
         "{:?}",
         killed.elapsed()
     );
@@ -198,9 +200,11 @@ fn a_rank_that_dies_while_its_parent_stays_connected_is_seen_through_its_pidfd()
     let killed = Instant::now();
     child.guard.kill();
     // This connection stays open: only the pidfd tells.
-    server.wait_status(Duration::from_secs(5), |s| s.state == RankState::Restarting);
+    server.wait_status(Duration::from_secs(10), |s| {
+        s.state == RankState::Restarting
+    });
     assert!(
-        killed.elapsed() < Duration::from_secs(2),
+        killed.elapsed() < Duration::from_secs(5),
         "{:?}",
         killed.elapsed()
     );

@@ -64,7 +64,8 @@ fn a_failed_health_check_terminates_the_rank_like_a_timeout() {
     let failed = Instant::now();
     let status = rank.wait_exit(Duration::from_secs(10));
     assert_eq!(status.signal(), Some(libc::SIGKILL));
-    assert!(failed.elapsed() < Duration::from_millis(100) + Duration::from_secs(1));
+    // At the next poll (100 ms), not at the 10 s wait; room for a loaded machine.
+    assert!(failed.elapsed() < Duration::from_secs(5));
     let status = server.wait_status(Duration::from_secs(5), |s| s.state == RankState::Terminated);
     let last = status.last_timeout.unwrap();
     assert_eq!(

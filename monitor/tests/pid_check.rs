@@ -75,7 +75,7 @@ fn a_descendant_of_the_client_may_be_the_rank_and_is_the_one_killed() {
     // The child, not this process (the connection's owner), gets the signal.
     let status = child.wait_exit(Duration::from_secs(10));
     assert_eq!(status.signal(), Some(libc::SIGKILL));
-    assert!(started.elapsed() <= Duration::from_millis(300 + 100 + 1000));
+    assert!(started.elapsed() <= Duration::from_millis(300 + 100 + 3000));
     served.wait_status(Duration::from_secs(5), |s| s.state == RankState::Terminated);
     // Its registration went with it; the connection was dropped.
     match client.heartbeat() {

@@ -436,7 +436,7 @@ fn a_client_that_never_reads_its_replies_does_not_block_the_server() {
         .status()
         .unwrap();
     assert!(
-        asked.elapsed() < Duration::from_secs(2),
+        asked.elapsed() < Duration::from_secs(5),
         "{:?}",
         asked.elapsed()
     );

@@ -171,7 +171,7 @@ fn sigterm_escalates_to_sigkill_on_a_rank_that_ignores_it() {
         "SIGKILL came {:?} after SIGTERM; grace is 400 ms",
         elapsed - got_sigterm
     );
-    assert!(elapsed <= Duration::from_millis(200 + 400) + CHECK + Duration::from_secs(1));
+    assert!(elapsed <= Duration::from_millis(200 + 400) + CHECK + Duration::from_secs(3));
     terminated(&served, "heartbeat timeout");
     assert!(served.log().contains("SIGKILL sent"), "{}", served.log());
 }

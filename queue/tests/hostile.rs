@@ -35,10 +35,10 @@ fn a_tail_past_head_plus_capacity_is_an_error_not_a_read() {
     // A timed pop does not wait on it either.
     let started = Instant::now();
     assert!(matches!(
-        rx.pop_timeout(Duration::from_secs(10)),
+        rx.pop_timeout(Duration::from_secs(30)),
         Err(Error::Corrupt { .. })
     ));
-    assert!(started.elapsed() < Duration::from_secs(1));
+    assert!(started.elapsed() < Duration::from_secs(10));
     // A tail moved behind the head (a re-read of consumed slots) is refused too.
     tail.store(u32::MAX, Ordering::Release);
     assert!(matches!(

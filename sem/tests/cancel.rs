@@ -32,8 +32,9 @@ fn a_named_wait_ends_interrupted_soon_after_the_hook_says_stop() {
         }
         other => panic!("expected Interrupted, got {other:?}"),
     }
+    // Within a slice, and what a loaded machine adds before we run again.
     let late = ended.saturating_duration_since(said);
-    assert!(late < Duration::from_millis(200), "noticed {late:?} late");
+    assert!(late < Duration::from_millis(1200), "noticed {late:?} late");
     // The token count is untouched, and the semaphore still works.
     assert_eq!(sem.value().unwrap(), 0);
     sem.post().unwrap();
@@ -52,7 +53,7 @@ fn a_shm_semaphore_wait_ends_interrupted() {
         matches!(waited, Err(Error::Interrupted { .. })),
         "{waited:?}"
     );
-    assert!(start.elapsed() < Duration::from_secs(2));
+    assert!(start.elapsed() < Duration::from_secs(10));
 }
 
 #[test]
@@ -65,7 +66,7 @@ fn a_sliced_named_wait_keeps_its_deadline_and_sees_a_late_post() {
     assert!(matches!(waited, Err(Error::Timeout { .. })), "{waited:?}");
     let took = start.elapsed();
     assert!(
-        took >= Duration::from_millis(300) && took < Duration::from_secs(3),
+        took >= Duration::from_millis(300) && took < Duration::from_secs(5),
         "{took:?}"
     );
     // A post after several slices ends the wait.

@@ -56,7 +56,7 @@ fn regression_a_fifo_at_the_name_is_refused_at_once_naming_it() {
         ("open", NamedSemaphore::open(&name)),
         (
             "open_wait",
-            NamedSemaphore::open_wait(&name, Duration::from_secs(5)),
+            NamedSemaphore::open_wait(&name, Duration::from_secs(30)),
         ),
     ] {
         match result {
@@ -75,7 +75,7 @@ fn regression_a_fifo_at_the_name_is_refused_at_once_naming_it() {
         "{message}"
     );
     assert!(
-        start.elapsed() < Duration::from_secs(2),
+        start.elapsed() < Duration::from_secs(10),
         "a refusal waited {:?}",
         start.elapsed()
     );
@@ -169,7 +169,7 @@ fn regression_corrupt_words_are_refused_by_every_operation_not_an_abort() {
         let results = [
             ("post", sem.post()),
             ("wait", sem.wait()),
-            ("wait_timeout", sem.wait_timeout(Duration::from_secs(5))),
+            ("wait_timeout", sem.wait_timeout(Duration::from_secs(30))),
             ("try_wait", sem.try_wait().map(drop)),
             ("value", sem.value().map(drop)),
             ("peer post", peer.post()),
@@ -182,7 +182,10 @@ fn regression_corrupt_words_are_refused_by_every_operation_not_an_abort() {
                 other => panic!("{op} on {fragment}: expected Corrupt, got {other:?}"),
             }
         }
-        assert!(start.elapsed() < Duration::from_secs(1), "a refusal waited");
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "a refusal waited"
+        );
         let message = sem.post().unwrap_err().to_string();
         assert!(
             message.contains(&name) && message.contains("corrupt"),

@@ -98,7 +98,7 @@ fn another_users_semaphore_is_refused_naming_owner_and_mode() {
         }
         report("open", result);
         let start = Instant::now();
-        let result = NamedSemaphore::open_wait(&name, Duration::from_secs(5));
+        let result = NamedSemaphore::open_wait(&name, Duration::from_secs(30));
         println!("child open_wait took {} ms", start.elapsed().as_millis());
         report("open_wait", result);
         return;
@@ -155,7 +155,8 @@ fn another_users_semaphore_is_refused_naming_owner_and_mode() {
         .find_map(|l| l.strip_prefix("child open_wait took ")?.strip_suffix(" ms"))
         .and_then(|ms| ms.parse().ok())
         .unwrap_or_else(|| panic!("no open_wait time from the child: {context}"));
-    assert!(waited < 2000, "open_wait waited {waited} ms on a refusal");
+    // Refused at once, not after its 30 s wait.
+    assert!(waited < 10_000, "open_wait waited {waited} ms on a refusal");
     drop(sem);
     assert!(shm_leftovers(&name).is_empty());
 }
@@ -214,10 +215,10 @@ fn open_refuses_a_loose_mode_and_a_missing_name() {
     // Waiting does not turn a refusal into a wait.
     let start = Instant::now();
     assert!(matches!(
-        NamedSemaphore::open_wait(&name, Duration::from_secs(5)),
+        NamedSemaphore::open_wait(&name, Duration::from_secs(30)),
         Err(Error::Untrusted { .. })
     ));
-    assert!(start.elapsed() < Duration::from_secs(1));
+    assert!(start.elapsed() < Duration::from_secs(10));
     drop(sem);
 }
 

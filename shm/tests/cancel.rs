@@ -41,10 +41,12 @@ fn a_parked_wait_ends_within_a_slice_of_the_hook_saying_stop() {
         }
         other => panic!("expected Interrupted, got {other:?}"),
     }
-    // Asked at least every slice: noticed within one (and some scheduling).
+    // Asked at least every slice: noticed within one, and whatever a loaded
+    // machine adds before this thread runs again (the exact slicing is
+    // wait.rs's `the_check_runs_every_slice_and_can_stop_the_wait`).
     let late = ended.saturating_duration_since(set_at);
     assert!(
-        late <= SLICE + Duration::from_millis(100),
+        late <= SLICE + Duration::from_secs(1),
         "noticed {late:?} late"
     );
     assert_eq!(
@@ -107,7 +109,8 @@ fn the_pacer_asks_the_hook_and_a_region_open_ends_interrupted() {
         },
     );
     assert!(matches!(stopped, WaitError::Interrupted(_)), "{stopped:?}");
-    assert!(start.elapsed() < Duration::from_secs(1));
+    // At the first pause, not at the 10 s limit.
+    assert!(start.elapsed() < Duration::from_secs(5));
 
     let name = unique_name("cancel-open");
     let start = Instant::now();
@@ -122,5 +125,5 @@ fn the_pacer_asks_the_hook_and_a_region_open_ends_interrupted() {
         }
         other => panic!("expected Interrupted, got {other:?}"),
     }
-    assert!(start.elapsed() < Duration::from_secs(1));
+    assert!(start.elapsed() < Duration::from_secs(5));
 }

@@ -62,7 +62,7 @@ fn zero_and_oversized_sizes_are_refused_and_leave_nothing() {
     let err = Region::anonymous(usize::MAX / 2).unwrap_err();
     assert!(matches!(err, Error::NoSpace { .. }), "{err}");
     assert!(
-        start.elapsed() < Duration::from_secs(2),
+        start.elapsed() < Duration::from_secs(10),
         "refusing an impossible size took {:?}: it allocated first",
         start.elapsed()
     );
@@ -178,7 +178,7 @@ fn regression_a_fifo_socket_or_directory_at_a_name_is_refused_at_once_naming_it(
     let mut results = Vec::new();
     for (name, _) in planted {
         let start = Instant::now();
-        let result = Region::open(name, OpenOptions::wait(1, Duration::from_secs(5)));
+        let result = Region::open(name, OpenOptions::wait(1, Duration::from_secs(30)));
         results.push((result, start.elapsed()));
     }
     std::fs::remove_file(format!("/dev/shm{fifo}")).unwrap();
@@ -186,8 +186,9 @@ fn regression_a_fifo_socket_or_directory_at_a_name_is_refused_at_once_naming_it(
     std::fs::remove_dir(format!("/dev/shm{dir}")).unwrap();
     for ((name, found), (result, took)) in planted.into_iter().zip(results) {
         let err = result.unwrap_err();
+        // Refused at once, not after the 30 s wait.
         assert!(
-            took < Duration::from_secs(1),
+            took < Duration::from_secs(10),
             "{name}: refused after {took:?}"
         );
         match &err {
@@ -240,7 +241,7 @@ fn open_of_a_missing_name_fails_at_once_or_after_the_wait() {
         "{err}"
     );
     assert!(
-        waited >= Duration::from_millis(150) && waited < Duration::from_secs(2),
+        waited >= Duration::from_millis(150) && waited < Duration::from_secs(5),
         "{waited:?}"
     );
 }
@@ -312,9 +313,9 @@ fn a_loose_mode_is_refused_at_once_even_when_waiting() {
     )
     .unwrap();
     let start = Instant::now();
-    let err = Region::open(&name, OpenOptions::wait(1, Duration::from_secs(5))).unwrap_err();
+    let err = Region::open(&name, OpenOptions::wait(1, Duration::from_secs(30))).unwrap_err();
     assert!(
-        start.elapsed() < Duration::from_secs(1),
+        start.elapsed() < Duration::from_secs(10),
         "refusal waited for the timeout"
     );
     match err {

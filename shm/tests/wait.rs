@@ -108,7 +108,7 @@ fn a_pacer_stops_at_its_limit_and_never_sleeps_past_it() {
     };
     assert!(waited >= Duration::from_millis(30));
     assert!(
-        start.elapsed() < Duration::from_millis(500),
+        start.elapsed() < Duration::from_secs(5),
         "a 10 s ceiling was cut to the limit"
     );
 }
