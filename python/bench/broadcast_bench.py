@@ -23,7 +23,9 @@ for each, the implementations in an order rotating from round to round. Rows:
 * CPU of an idle reader (``/proc/<pid>/stat`` utime + stime, all its
   threads, as a % of one core) over the 5 s after its last message, and
   over the 5 s after that; then the wake-up of the first ``dequeue`` after
-  10 s idle (``enqueue`` time to the reader's return).
+  10 s idle (``enqueue`` time to the reader's return). A reader that spins
+  with ``sched_yield`` gets only its share of a busy machine, so its 0-5 s
+  figure is lower there than on an idle one: compare within one run.
 
 Every row prints the median of its rounds, the min–max and the IQR. The
 objects are tuples holding random ``bytes`` (pickled in band by both).
@@ -389,6 +391,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     )
     print("implementations: " + ", ".join(impls))
 
+    load_at_start = os.getloadavg()[0]
     figures: Dict[str, Dict[str, List[float]]] = {}
     units: Dict[str, str] = {}
     started = time.monotonic()
@@ -444,6 +447,7 @@ def main(argv: Optional[List[str]] = None) -> int:
             "implementations": impls,
             "python": platform.python_version(),
             "cpus": os.cpu_count(),
+            "load_average": {"start": load_at_start, "end": os.getloadavg()[0]},
             "rows": rows,
         }
         pathlib.Path(args.json).write_text(json.dumps(report, indent=2) + "\n")
