@@ -172,6 +172,31 @@ impl ChildGuard {
         }
     }
 
+    /// Sends SIGKILL and waits (up to `limit`) until the child is a zombie:
+    /// exited, not reaped, its pid and `/proc/<pid>/stat` start time still
+    /// there. The guard reaps it when it drops.
+    pub fn kill_unreaped(&mut self, limit: Duration) {
+        let pid = self.id();
+        self.child().kill().expect("SIGKILL the child");
+        let deadline = Instant::now() + limit;
+        loop {
+            let stat =
+                std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("unreaped child");
+            // The state follows the command name's closing parenthesis.
+            let state = stat[stat.rfind(')').expect("stat has a comm") + 2..]
+                .chars()
+                .next();
+            if state == Some('Z') {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "child {pid} not a zombie after {limit:?}"
+            );
+            thread::sleep(Duration::from_millis(2));
+        }
+    }
+
     /// Sends SIGKILL and reaps the child.
     pub fn kill(&mut self) {
         if let Some(child) = self.child.as_mut() {
