@@ -6,12 +6,13 @@ use std::ptr::NonNull;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 
+use nodeipc_fdpass::{Identity, Taken};
 use nodeipc_shm::Region;
 
 use crate::block_ref::BlockRef;
 use crate::layout::{Geometry, SLAB_SIZE};
 use crate::occupancy::{Occupancy, occupancy_of};
-use crate::pool::{entry, holder_alive, read_geometry};
+use crate::pool::{entry, read_geometry};
 use crate::slab::{self, BITMAP_WORDS, MAX_BLOCKS, Refused, Slab};
 use crate::slab_table::{SlabMeta, shifts, views};
 use crate::{Error, Result};
@@ -38,7 +39,8 @@ pub struct Handle {
     geo: Geometry,
     /// Our handle index, or `None` for a free-only handle.
     me: Option<u32>,
-    ident: (u32, u64),
+    /// Our pid and start time, as our handle's record holds them.
+    ident: Identity,
     /// Per class, the free blocks of our slabs as `slab × 256 + index`:
     /// private memory, rebuilt from the descriptors on adoption.
     free: Vec<Vec<u32>>,
@@ -66,8 +68,7 @@ impl Handle {
     /// [`Error::BadHeader`]; [`Error::NoHandleFree`] naming the holders.
     pub fn join(region: Arc<Region>) -> Result<Handle> {
         let geo = read_geometry(&region)?;
-        let pid = std::process::id();
-        let ident = (pid, nodeipc_fdpass::process_start_time(pid)?);
+        let ident = Identity::current()?;
         let (metas, descriptors) = views(&region, &geo)?;
         let mut handle = Handle {
             free: vec![Vec::new(); geo.classes.len()],
@@ -79,33 +80,19 @@ impl Handle {
             me: None,
             ident,
         };
+        // A vacant handle first; only then one whose holder is dead.
         let mut holders = Vec::new();
-        for pass in 0..2 {
+        for take_over in [false, true] {
             for h in 0..handle.geo.handles {
                 let region = handle.region.clone();
-                let e = entry(&region, &handle.geo, h)?;
-                let current = e.pid.load(Ordering::Acquire);
-                let takeable = match (pass, current) {
-                    (0, 0) => true,
-                    (1, 0) => true,
-                    (1, pid) => !holder_alive(pid, e.start.load(Ordering::Acquire))?,
-                    _ => false,
-                };
-                if !takeable {
-                    if pass == 1 {
-                        holders.push(current);
+                match entry(&region, &handle.geo, h)?.take(ident, take_over)? {
+                    Taken::Vacant | Taken::FromDead(_) => {
+                        handle.me = Some(h);
+                        handle.adopt_slabs_of(h, false)?;
+                        return Ok(handle);
                     }
-                    continue;
-                }
-                if e.pid
-                    .compare_exchange(current, ident.0, Ordering::AcqRel, Ordering::Acquire)
-                    .is_ok()
-                {
-                    e.start.store(ident.1, Ordering::Release);
-                    e.joins.fetch_add(1, Ordering::AcqRel);
-                    handle.me = Some(h);
-                    handle.adopt_slabs_of(h, false)?;
-                    return Ok(handle);
+                    Taken::Refused(pid) if take_over => holders.push(pid),
+                    Taken::Refused(_) => {}
                 }
             }
         }
@@ -149,7 +136,10 @@ impl Handle {
             region,
             geo,
             me: None,
-            ident: (std::process::id(), 0),
+            ident: Identity {
+                pid: std::process::id(),
+                start_time: 0,
+            },
         })
     }
 
@@ -535,13 +525,9 @@ impl Drop for Handle {
         // The slot goes back; our slabs stay ours until the next holder of
         // this slot (or a reclaim) adopts them, blocks still live included.
         if let Some(h) = self.me
-            && let Ok(e) = entry(&self.region, &self.geo, h)
-            && e.pid.load(Ordering::Acquire) == self.ident.0
+            && let Ok(record) = entry(&self.region, &self.geo, h)
         {
-            e.start.store(0, Ordering::Release);
-            let _ = e
-                .pid
-                .compare_exchange(self.ident.0, 0, Ordering::AcqRel, Ordering::Relaxed);
+            record.leave(self.ident);
         }
     }
 }

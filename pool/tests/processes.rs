@@ -224,3 +224,45 @@ fn a_dead_handles_empty_slabs_go_back_to_the_pool_keeping_their_class() {
     }
     assert_eq!(survivor.occupancy().unwrap(), 0);
 }
+
+/// A handle's holder killed and not yet reaped (a zombie: its pid and
+/// start time unchanged) is dead on the first look: a joiner takes its
+/// slot over and `reclaim_dead` releases it before its parent reaps it
+/// (the pool once took it for alive until then, so a replacement found no
+/// handle free and nothing was reclaimed).
+#[test]
+fn regression_a_killed_holder_not_yet_reaped_is_dead_on_the_first_look() {
+    let _dog = Watchdog::new(
+        "regression_a_killed_holder_not_yet_reaped_is_dead_on_the_first_look",
+        Duration::from_secs(60),
+    );
+    let name = unique_name("pool-zombie");
+    let pool = Pool::create(&name, &PoolConfig::new(8, 3)).unwrap();
+    let mut survivor = pool.handle().unwrap();
+    let mut doomed: Vec<ChildGuard> = (0..2)
+        .map(|_| {
+            let mut doomed = child(format!("alloc-then-hang {name}"));
+            lines_until_ready(&mut doomed);
+            doomed
+        })
+        .collect();
+    let pids: Vec<u32> = doomed.iter().map(ChildGuard::id).collect();
+    let held =
+        |h: &Handle| -> Vec<u32> { h.occupancy_all().unwrap().iter().map(|o| o.pid).collect() };
+    assert_eq!(held(&survivor)[1..], pids[..]);
+    for zombie in &mut doomed {
+        zombie.kill_unreaped(T);
+    }
+    // A replacement takes a zombie's slot, adopting its 15 live blocks.
+    let replacement = Handle::open(&name, T).unwrap();
+    let taken = replacement.index().unwrap();
+    assert!(taken >= 1);
+    assert_eq!(replacement.occupancy().unwrap(), 15);
+    // The reclaim releases the other one.
+    let reclaimed = survivor.reclaim_dead().unwrap();
+    assert_eq!(reclaimed.handles, 1, "{reclaimed:?}");
+    assert_eq!(held(&survivor)[(3 - taken) as usize], 0);
+    drop(doomed);
+    drop((replacement, survivor, pool));
+    assert!(shm_leftovers(&name).is_empty());
+}

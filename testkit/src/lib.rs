@@ -173,22 +173,22 @@ impl ChildGuard {
     }
 
     /// Sends SIGKILL and waits (up to `limit`) until the child is a zombie:
-    /// exited, not reaped, its pid and `/proc/<pid>/stat` start time still
-    /// there. The guard reaps it when it drops.
+    /// exited, every thread of it gone, not reaped (`waitid` with `WNOWAIT`
+    /// says so), its pid and `/proc/<pid>/stat` start time still there. The
+    /// guard reaps it when it drops.
     pub fn kill_unreaped(&mut self, limit: Duration) {
+        use rustix::process::{Pid, WaitId, WaitIdOptions, waitid};
         let pid = self.id();
         self.child().kill().expect("SIGKILL the child");
+        let id = Pid::from_raw(pid as i32).expect("a child's pid");
         let deadline = Instant::now() + limit;
-        loop {
-            let stat =
-                std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("unreaped child");
-            // The state follows the command name's closing parenthesis.
-            let state = stat[stat.rfind(')').expect("stat has a comm") + 2..]
-                .chars()
-                .next();
-            if state == Some('Z') {
-                return;
-            }
+        // A group leader shows state Z while its other threads still exit;
+        // the parent is told (and its pidfd turns readable) only once all did.
+        let options = WaitIdOptions::EXITED | WaitIdOptions::NOHANG | WaitIdOptions::NOWAIT;
+        while waitid(WaitId::Pid(id), options)
+            .expect("waitid(WNOWAIT)")
+            .is_none()
+        {
             assert!(
                 Instant::now() < deadline,
                 "child {pid} not a zombie after {limit:?}"

@@ -7,7 +7,7 @@ use std::sync::atomic::Ordering;
 
 use super::Handle;
 use crate::layout::Geometry;
-use crate::pool::{entry, holder_alive};
+use crate::pool::entry;
 use crate::slab::MAX_BLOCKS;
 use crate::{Error, Result};
 
@@ -98,17 +98,15 @@ impl Handle {
                 continue;
             }
             let region = self.region.clone();
-            let e = entry(&region, &self.geo, h)?;
-            let pid = e.pid.load(Ordering::Acquire);
-            if pid == 0 || holder_alive(pid, e.start.load(Ordering::Acquire))? {
+            let record = entry(&region, &self.geo, h)?;
+            let Some(holder) = record.holder() else {
+                continue;
+            };
+            if nodeipc_fdpass::peer_alive(holder.pid, holder.start_time)? {
                 continue;
             }
             let (slabs, blocks, released) = self.adopt_slabs_of(h, true)?;
-            if e.pid
-                .compare_exchange(pid, 0, Ordering::AcqRel, Ordering::Acquire)
-                .is_ok()
-            {
-                e.start.store(0, Ordering::Release);
+            if record.vacate(holder) {
                 done.handles += 1;
             }
             done.slabs += slabs;
