@@ -19,6 +19,9 @@
 
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
+use rustix::event::{PollFd, PollFlags, Timespec};
+use rustix::io::Errno;
+
 use crate::procstat::start_time;
 use crate::{Error, Pidfd, Result, open_verified};
 
@@ -76,9 +79,24 @@ impl Identity {
 #[doc(alias = "pidfd_open")]
 #[doc(alias = "zombie")]
 pub fn peer_alive(pid: u32, start_time: u64) -> Result<bool> {
+    Ok(open_if_alive(pid, start_time)?.is_some())
+}
+
+/// A pidfd for the process recorded as `pid`, started at `start_time`, if
+/// [`peer_alive`] would say it runs; `None` if it is gone (exited, a
+/// zombie, or its pid now names a later process). For a layer that keeps
+/// the pidfd to ask [`Pidfd::has_exited`] (or [`first_exited`]) later.
+///
+/// # Errors
+/// As [`peer_alive`].
+///
+/// # References
+/// - [Linux `pidfd_open(2)`](https://man7.org/linux/man-pages/man2/pidfd_open.2.html)
+#[doc(alias = "pidfd_open")]
+pub fn open_if_alive(pid: u32, start_time: u64) -> Result<Option<Pidfd>> {
     match open(pid, start_time)? {
-        Some(pidfd) => Ok(!pidfd.has_exited()?),
-        None => Ok(false),
+        Some(pidfd) if !pidfd.has_exited()? => Ok(Some(pidfd)),
+        _ => Ok(None),
     }
 }
 
@@ -95,6 +113,40 @@ fn open(pid: u32, start_time: u64) -> Result<Option<Pidfd>> {
         Err(Error::ProcessGone { .. }) => Ok(None),
         Err(e) => Err(e),
     }
+}
+
+/// Which of `pidfds` names a process that has exited (a zombie has), by
+/// one `poll` that does not wait: the index of the first, or `None`.
+///
+/// # Errors
+/// [`Error::Io`] from `poll` (`ENOMEM`, say): never reported as a death.
+///
+/// # References
+/// - [Linux `pidfd_open(2)`](https://man7.org/linux/man-pages/man2/pidfd_open.2.html), "Use cases for PID file descriptors"
+/// - [Linux `poll(2)`](https://man7.org/linux/man-pages/man2/poll.2.html)
+#[doc(alias = "poll")]
+pub fn first_exited(pidfds: &[&Pidfd]) -> Result<Option<usize>> {
+    let mut polls: Vec<PollFd<'_>> = pidfds
+        .iter()
+        .map(|p| PollFd::new(*p, PollFlags::IN))
+        .collect();
+    let ready = loop {
+        match rustix::event::poll(&mut polls, Some(&Timespec::default())) {
+            Err(Errno::INTR) => continue,
+            other => break other.map_err(|e| Error::io("poll(pidfds)", e))?,
+        }
+    };
+    Ok(if ready == 0 {
+        None
+    } else {
+        polls.iter().position(|p| exited(p.revents()))
+    })
+}
+
+/// What a pidfd's `poll` events say: readable (exited) or hung up (exited
+/// and reaped) is an exit; any other event is no news about the process.
+pub(crate) fn exited(revents: PollFlags) -> bool {
+    revents.intersects(PollFlags::IN | PollFlags::HUP)
 }
 
 /// A watch on one place's holder that keeps the pidfd it opened: asked
