@@ -388,19 +388,22 @@ impl Handle {
     /// word rather than once per block. Every block is tried; the first
     /// refusal is returned after the others are freed.
     ///
+    /// The bits of the whole batch are set before any block is marked (as
+    /// [`free`](Handle::free) does for one block): killed midway, this
+    /// process leaves blocks freed (bit and mark) or still allocated (a
+    /// stray bit the owner keeps), none marked freed with no bit to find it.
+    ///
     /// # Errors
     /// As [`free`](Handle::free), for the first refused block.
     pub fn free_batch(&mut self, blocks: &[BlockRef]) -> Result<()> {
         let mut first_error = None;
         let mut pending: Vec<(u32, [u64; BITMAP_WORDS])> = Vec::new();
+        let mut remote: Vec<(Located, BlockRef)> = Vec::new();
         for &block in blocks {
             let result = self.locate(block).and_then(|at| {
                 if Some(at.owner) == self.me {
                     return self.free(block);
                 }
-                self.slab(at.slab)?
-                    .mark_remote(at.index, block.generation())
-                    .map_err(|r| self.refused(block, r))?;
                 let bits = match pending.iter_mut().find(|(s, _)| *s == at.slab) {
                     Some((_, bits)) => bits,
                     None => {
@@ -409,6 +412,7 @@ impl Handle {
                     }
                 };
                 bits[at.index / 64] |= 1 << (at.index % 64);
+                remote.push((at, block));
                 Ok(())
             });
             if let Err(e) = result {
@@ -417,6 +421,14 @@ impl Handle {
         }
         for (s, bits) in &pending {
             self.slab(*s)?.set_bits(bits);
+        }
+        for (at, block) in remote {
+            if let Err(refused) = self
+                .slab(at.slab)?
+                .mark_remote(at.index, block.generation())
+            {
+                first_error.get_or_insert(self.refused(block, refused));
+            }
         }
         first_error.map_or(Ok(()), Err)
     }

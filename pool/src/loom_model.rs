@@ -1,6 +1,6 @@
 //! Loom models of the slab's transitions, on loom's atomics: a remote free
 //! racing the owner's clean-up, an adoption racing a late free, two frees
-//! of one block at once. Run with
+//! of one block at once, a freer killed between its bit and its mark. Run with
 //! `RUSTFLAGS="--cfg loom" LOOM_MAX_PREEMPTIONS=3 cargo test -p nodeipc-pool --lib --release`.
 
 use loom::sync::Arc;
@@ -95,6 +95,34 @@ fn two_frees_of_one_block_at_once() {
         let mut back = Vec::new();
         shared.slab().collect_remote(1, |i| back.push(i));
         assert_eq!(back.len(), usize::from(remote));
+        assert_eq!(state(shared.descriptors[0].load(Ordering::Relaxed)), FREE);
+    });
+}
+
+/// A freer killed between its bit and its mark (the bit alone, here)
+/// racing the owner's clean-ups: the block stays allocated and its bit is
+/// kept, so when its holder frees it again the owner takes it back once.
+#[test]
+fn a_freer_killed_between_its_bit_and_its_mark_strands_nothing() {
+    loom::model(|| {
+        let shared = Shared::new(1);
+        let killed = {
+            let shared = shared.clone();
+            thread::spawn(move || shared.remote[0].fetch_or(1, Ordering::AcqRel))
+        };
+        let mut back = Vec::new();
+        shared.slab().collect_remote(1, |i| back.push(i));
+        killed.join().unwrap();
+        shared.slab().collect_remote(1, |i| back.push(i));
+        assert!(back.is_empty());
+        assert_eq!(
+            state(shared.descriptors[0].load(Ordering::Relaxed)),
+            ALLOCATED
+        );
+        assert_eq!(shared.remote[0].load(Ordering::Relaxed), 1, "bit kept");
+        shared.slab().free_remote(0, 1).unwrap();
+        shared.slab().collect_remote(1, |i| back.push(i));
+        assert_eq!(back, vec![0]);
         assert_eq!(state(shared.descriptors[0].load(Ordering::Relaxed)), FREE);
     });
 }
