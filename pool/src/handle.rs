@@ -21,6 +21,10 @@ mod reclaim;
 
 pub use reclaim::Reclaimed;
 
+/// What our books say of a block the region calls allocated or freed.
+const NEVER_HANDED_OUT: &str =
+    "its owner (this handle) never handed it out: it is in its free list";
+
 /// A located, checked block.
 struct Located {
     slab: u32,
@@ -47,6 +51,11 @@ pub struct Handle {
     /// Per class, log2 of its size when a power of two (a shift, not a
     /// division, on every free).
     shifts: Vec<Option<u32>>,
+    /// Our own books, per slab: `None` for a slab we do not hold, else one
+    /// bit per block we handed out (or adopted allocated) and have not had
+    /// back. Private memory: every state read from the region is checked
+    /// against it (empty for a free-only handle).
+    books: Vec<Option<[u64; BITMAP_WORDS]>>,
     /// The slab table and the descriptors, viewed (bounds and alignment
     /// checked) once at join.
     metas: NonNull<SlabMeta>,
@@ -73,6 +82,7 @@ impl Handle {
         let mut handle = Handle {
             free: vec![Vec::new(); geo.classes.len()],
             shifts: shifts(&geo),
+            books: vec![None; geo.slabs as usize],
             metas,
             descriptors,
             region,
@@ -131,6 +141,7 @@ impl Handle {
         Ok(Handle {
             free: vec![Vec::new(); geo.classes.len()],
             shifts: shifts(&geo),
+            books: Vec::new(),
             metas,
             descriptors,
             region,
@@ -207,11 +218,52 @@ impl Handle {
         Ok((class < self.geo.classes.len()).then_some(class))
     }
 
+    /// Whether slab `slab` is ours in our books.
+    #[inline]
+    fn holds(&self, slab: u32) -> bool {
+        self.books.get(slab as usize).is_some_and(Option::is_some)
+    }
+
+    /// Whether we handed block `index` of slab `slab` out (and have not had
+    /// it back), in our books.
+    #[inline]
+    fn handed_out(&self, slab: u32, index: usize) -> bool {
+        self.books
+            .get(slab as usize)
+            .and_then(Option::as_ref)
+            .is_some_and(|out| out[index / 64] >> (index % 64) & 1 == 1)
+    }
+
+    /// Records block `index` of our slab `slab` as handed out or back.
+    #[inline]
+    fn book(&mut self, slab: u32, index: usize, out: bool) {
+        if let Some(Some(books)) = self.books.get_mut(slab as usize) {
+            let bit = 1 << (index % 64);
+            if out {
+                books[index / 64] |= bit;
+            } else {
+                books[index / 64] &= !bit;
+            }
+        }
+    }
+
+    /// A word of the region that contradicts our books.
+    fn forged(&self, offset: u64, found: String, known: &'static str) -> Error {
+        Error::Forged {
+            pool: self.label(),
+            offset,
+            found,
+            known,
+        }
+    }
+
     /// Allocates a block of at least `size` bytes.
     ///
     /// # Errors
     /// [`Error::TooLarge`]; [`Error::Full`] when no slab is left;
-    /// [`Error::InvalidArgument`] from a free-only handle.
+    /// [`Error::InvalidArgument`] from a free-only handle; [`Error::Forged`]
+    /// when the clean-up it runs met a forged state (it finished: the next
+    /// call goes on).
     pub fn alloc(&mut self, size: usize) -> Result<BlockRef> {
         let Some(me) = self.me else {
             return Err(Error::InvalidArgument {
@@ -237,6 +289,7 @@ impl Handle {
                     (packed % MAX_BLOCKS as u32) as usize,
                 );
                 if let Some(generation) = self.slab(s)?.allocate(i) {
+                    self.book(s, i, true);
                     let offset = self.geo.slab_data(s) + i * self.geo.classes[class] as usize;
                     return Ok(BlockRef::new(offset as u64, generation));
                 }
@@ -276,8 +329,10 @@ impl Handle {
             self.class_word(s)?.store(class as u32, Ordering::Release);
             let n = Geometry::blocks(self.geo.classes[class]);
             let mut found = Vec::new();
-            self.slab(s)?
+            let out = self
+                .slab(s)?
                 .adopt(n, |i| found.push(s * MAX_BLOCKS as u32 + i as u32));
+            self.books[s as usize] = Some(out);
             // Lowest offsets first out.
             found.reverse();
             self.free[class].extend(found);
@@ -314,6 +369,19 @@ impl Handle {
         let class = self
             .class_of(slab)?
             .ok_or_else(|| not_block(format!("its slab {slab} has an impossible class")))?;
+        // The owner word read against our books: a slab is ours exactly
+        // when we took it (claimed or adopted) and hold it still.
+        if (Some(owner - 1) == self.me) != self.holds(slab) {
+            return Err(self.forged(
+                offset,
+                format!("in slab {slab} owned by handle {}", owner - 1),
+                if self.holds(slab) {
+                    "this handle took that slab and holds it still"
+                } else {
+                    "this handle never took that slab"
+                },
+            ));
+        }
         let size = self.geo.classes[class];
         let within = data % u64::from(SLAB_SIZE);
         let (index, rest) = match self.shifts[class] {
@@ -369,13 +437,27 @@ impl Handle {
     ///
     /// # Errors
     /// [`Error::NotABlock`], [`Error::Stale`], [`Error::NotAllocated`] (a
-    /// double free): nothing changes then.
+    /// double free), [`Error::Forged`] (a block of ours marked allocated
+    /// that we never handed out, a slab's owner word that contradicts our
+    /// books): nothing changes then.
     pub fn free(&mut self, block: BlockRef) -> Result<()> {
         let at = self.locate(block)?;
         let slab = self.slab(at.slab)?;
         if Some(at.owner) == self.me {
+            if !self.handed_out(at.slab, at.index) {
+                // In our list: "allocated" there is forged; anything else
+                // is the usual refusal (a double free, a stale reference).
+                let found = slab.descriptors[at.index].load(Ordering::Acquire);
+                return Err(match slab::check(found, block.generation()) {
+                    Refused::NotAllocated {
+                        state: slab::ALLOCATED,
+                    } => self.forged(block.offset(), "allocated".to_owned(), NEVER_HANDED_OUT),
+                    refused => self.refused(block, refused),
+                });
+            }
             slab.free_local(at.index, block.generation())
                 .map_err(|r| self.refused(block, r))?;
+            self.book(at.slab, at.index, false);
             self.free[at.class_index].push(at.slab * MAX_BLOCKS as u32 + at.index as u32);
         } else {
             slab.free_remote(at.index, block.generation())
@@ -436,26 +518,72 @@ impl Handle {
     /// Takes back the blocks other processes freed in our slabs; returns how
     /// many. Bounded: one swap per bitmap word of each slab we own.
     ///
+    /// Only a block we handed out is taken back; every state read is checked
+    /// against our books (see [`Error::Forged`]). A forged one is put right
+    /// where it can be (a block of our list marked freed or allocated is
+    /// free again, never listed twice) and the clean-up goes on.
+    ///
     /// # Errors
-    /// Only from the region's own checks.
+    /// [`Error::Forged`] naming the first contradiction met, after the
+    /// clean-up finished; those of the region's own checks.
     pub fn clean_remote_frees(&mut self) -> Result<usize> {
         let Some(me) = self.me else { return Ok(0) };
         let mut taken = 0;
+        let mut first_forged = None;
         for s in 0..self.geo.slabs {
-            if self.owner_word(s)?.load(Ordering::Acquire) != me + 1 {
+            let Some(mut out) = self.books[s as usize] else {
+                continue;
+            };
+            let owner = self.owner_word(s)?.load(Ordering::Acquire);
+            if owner != me + 1 {
+                first_forged.get_or_insert_with(|| {
+                    self.forged(
+                        self.geo.slab_data(s) as u64,
+                        format!("in slab {s} owned by handle {}", owner.wrapping_sub(1)),
+                        "this handle took that slab and holds it still",
+                    )
+                });
                 continue;
             }
             let Some(class) = self.class_of(s)? else {
                 continue;
             };
+            let size = self.geo.classes[class] as usize;
             let n = Geometry::blocks(self.geo.classes[class]);
             let mut found = Vec::new();
-            self.slab(s)?
-                .collect_remote(n, |i| found.push(s * MAX_BLOCKS as u32 + i as u32));
+            let mut forged = None;
+            self.slab(s)?.collect_remote(
+                n,
+                &mut out,
+                |i| found.push(s * MAX_BLOCKS as u32 + i as u32),
+                |i, word| {
+                    forged.get_or_insert((i, word));
+                },
+            );
+            self.books[s as usize] = Some(out);
+            if let Some((i, word)) = forged {
+                let handed_out = out[i / 64] >> (i % 64) & 1 == 1;
+                first_forged.get_or_insert_with(|| {
+                    self.forged(
+                        (self.geo.slab_data(s) + i * size) as u64,
+                        match slab::state(word) {
+                            slab::FREE => "free".to_owned(),
+                            slab::ALLOCATED => "allocated".to_owned(),
+                            slab::REMOTE_FREED => "freed remotely".to_owned(),
+                            other => format!("in state {other}, which no process writes"),
+                        },
+                        if handed_out {
+                            "its owner (this handle) handed it out and has not had it back"
+                        } else {
+                            NEVER_HANDED_OUT
+                        },
+                    )
+                });
+            }
             taken += found.len();
             self.free[class].extend(found);
         }
-        Ok(taken)
+        first_forged.map_or(Ok(taken), Err)
     }
 
     /// Checks `block` is live and `at..at + len` lies in it; returns the
@@ -478,6 +606,9 @@ impl Handle {
                     }
                 },
             ));
+        }
+        if Some(loc.owner) == self.me && !self.handed_out(loc.slab, loc.index) {
+            return Err(self.forged(block.offset(), "allocated".to_owned(), NEVER_HANDED_OUT));
         }
         match at.checked_add(len) {
             Some(end) if end <= loc.class as usize => Ok(block.offset() as usize + at),

@@ -29,7 +29,21 @@ impl Shared {
             remote: &self.remote,
         }
     }
+
+    /// The owner's clean-up, with `out` its record of blocks handed out:
+    /// nothing here is forged.
+    fn clean(&self, blocks: usize, out: &mut [u64; BITMAP_WORDS], back: &mut Vec<usize>) {
+        self.slab().collect_remote(
+            blocks,
+            out,
+            |i| back.push(i),
+            |i, found| panic!("block {i} taken for forged ({found:#x})"),
+        );
+    }
 }
+
+/// Every block handed out.
+const ALL_OUT: [u64; BITMAP_WORDS] = [u64::MAX; BITMAP_WORDS];
 
 /// A block freed remotely while its owner cleans up (twice) comes back to
 /// the owner exactly once, whichever clean-up sees it, and ends free.
@@ -41,11 +55,11 @@ fn remote_free_racing_the_owners_clean_up() {
             let shared = shared.clone();
             thread::spawn(move || shared.slab().free_remote(1, 1).unwrap())
         };
-        let mut back = Vec::new();
-        shared.slab().collect_remote(2, |i| back.push(i));
-        shared.slab().collect_remote(2, |i| back.push(i));
+        let (mut back, mut out) = (Vec::new(), ALL_OUT);
+        shared.clean(2, &mut out, &mut back);
+        shared.clean(2, &mut out, &mut back);
         freer.join().unwrap();
-        shared.slab().collect_remote(2, |i| back.push(i));
+        shared.clean(2, &mut out, &mut back);
         assert_eq!(back, vec![1]);
         assert_eq!(state(shared.descriptors[1].load(Ordering::Relaxed)), FREE);
         assert_eq!(
@@ -67,10 +81,10 @@ fn adoption_racing_a_late_free() {
             thread::spawn(move || shared.slab().free_remote(0, 1).unwrap())
         };
         let mut back = Vec::new();
-        shared.slab().adopt(2, |i| back.push(i));
-        shared.slab().collect_remote(2, |i| back.push(i));
+        let mut out = shared.slab().adopt(2, |i| back.push(i));
+        shared.clean(2, &mut out, &mut back);
         freer.join().unwrap();
-        shared.slab().collect_remote(2, |i| back.push(i));
+        shared.clean(2, &mut out, &mut back);
         assert_eq!(back, vec![0]);
         assert_eq!(
             state(shared.descriptors[1].load(Ordering::Relaxed)),
@@ -90,10 +104,15 @@ fn two_frees_of_one_block_at_once() {
             thread::spawn(move || shared.slab().free_remote(0, 1).is_ok())
         };
         let local = shared.slab().free_local(0, 1).is_ok();
+        // The owner's record: a block it freed itself is no longer out.
+        let mut out = ALL_OUT;
+        if local {
+            out[0] &= !1;
+        }
         let remote = remote.join().unwrap();
         assert!(local ^ remote, "exactly one free succeeds");
         let mut back = Vec::new();
-        shared.slab().collect_remote(1, |i| back.push(i));
+        shared.clean(1, &mut out, &mut back);
         assert_eq!(back.len(), usize::from(remote));
         assert_eq!(state(shared.descriptors[0].load(Ordering::Relaxed)), FREE);
     });
@@ -110,10 +129,10 @@ fn a_freer_killed_between_its_bit_and_its_mark_strands_nothing() {
             let shared = shared.clone();
             thread::spawn(move || shared.remote[0].fetch_or(1, Ordering::AcqRel))
         };
-        let mut back = Vec::new();
-        shared.slab().collect_remote(1, |i| back.push(i));
+        let (mut back, mut out) = (Vec::new(), ALL_OUT);
+        shared.clean(1, &mut out, &mut back);
         killed.join().unwrap();
-        shared.slab().collect_remote(1, |i| back.push(i));
+        shared.clean(1, &mut out, &mut back);
         assert!(back.is_empty());
         assert_eq!(
             state(shared.descriptors[0].load(Ordering::Relaxed)),
@@ -121,7 +140,7 @@ fn a_freer_killed_between_its_bit_and_its_mark_strands_nothing() {
         );
         assert_eq!(shared.remote[0].load(Ordering::Relaxed), 1, "bit kept");
         shared.slab().free_remote(0, 1).unwrap();
-        shared.slab().collect_remote(1, |i| back.push(i));
+        shared.clean(1, &mut out, &mut back);
         assert_eq!(back, vec![0]);
         assert_eq!(state(shared.descriptors[0].load(Ordering::Relaxed)), FREE);
     });

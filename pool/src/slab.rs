@@ -50,7 +50,7 @@ pub(crate) enum Refused {
     NotAllocated { state: u32 },
 }
 
-fn check(found: u32, generation: u32) -> Refused {
+pub(crate) fn check(found: u32, generation: u32) -> Refused {
     if self::generation(found) != generation & GEN_MASK {
         Refused::Stale {
             found: self::generation(found),
@@ -150,14 +150,28 @@ impl Slab<'_> {
     }
 
     /// The owner's clean-up: takes every remotely freed block back, calling
-    /// `freed` once per block now free. A bit on a block still allocated is
-    /// kept for the next clean-up (its freer may be between its bit and its
-    /// mark); any other bit is dropped. Bounded: one swap per bitmap word,
-    /// one compare-and-swap per bit, one more read-modify-write per word
-    /// whose bits are kept.
-    pub(crate) fn collect_remote(&self, blocks: usize, mut freed: impl FnMut(usize)) {
-        for (w, word) in self.remote.iter().enumerate() {
-            let mut bits = word.swap(0, Ordering::AcqRel);
+    /// `freed` once per block now free. `out` is the owner's own record of
+    /// the slab's blocks it handed out (one bit a block): a block is taken
+    /// back only if it was handed out, and its bit in `out` cleared then.
+    ///
+    /// Every state read is checked against `out`: a bit on a block still
+    /// allocated and handed out is kept for the next clean-up (its freer
+    /// may be between its bit and its mark); a stale bit on a free block
+    /// not handed out is dropped; anything else only another writer makes
+    /// (a block "freed" or "allocated" that the owner never handed out: it
+    /// is in the owner's list, and is put back to free; a handed-out block
+    /// "free"; a state no process writes) is passed to `forged` with the
+    /// word found. Bounded: one swap per bitmap word, one compare-and-swap
+    /// per bit, one more read-modify-write per word whose bits are kept.
+    pub(crate) fn collect_remote(
+        &self,
+        blocks: usize,
+        out: &mut [u64; BITMAP_WORDS],
+        mut freed: impl FnMut(usize),
+        mut forged: impl FnMut(usize, u32),
+    ) {
+        for (w, bitmap) in self.remote.iter().enumerate() {
+            let mut bits = bitmap.swap(0, Ordering::AcqRel);
             let mut kept = 0;
             while bits != 0 {
                 let bit = bits & bits.wrapping_neg();
@@ -166,14 +180,33 @@ impl Slab<'_> {
                 if index >= blocks {
                     continue;
                 }
-                match self.reclaim_marked(index) {
-                    Marked::Reclaimed => freed(index),
-                    Marked::Allocated => kept |= bit,
-                    Marked::Other => {}
+                let handed_out = out[w] & bit != 0;
+                let desc = &self.descriptors[index];
+                let found = desc.load(Ordering::Acquire);
+                match (state(found), handed_out) {
+                    (REMOTE_FREED, true) => {
+                        if self.reclaim_marked(index) == Marked::Reclaimed {
+                            out[w] &= !bit;
+                            freed(index);
+                        }
+                    }
+                    (ALLOCATED, true) => kept |= bit,
+                    (FREE, false) => {}
+                    (REMOTE_FREED | ALLOCATED, false) => {
+                        // In the owner's list: free it is.
+                        let _ = desc.compare_exchange(
+                            found,
+                            word(generation(found), FREE),
+                            Ordering::AcqRel,
+                            Ordering::Acquire,
+                        );
+                        forged(index, found);
+                    }
+                    _ => forged(index, found),
                 }
             }
             if kept != 0 {
-                word.fetch_or(kept, Ordering::AcqRel);
+                bitmap.fetch_or(kept, Ordering::AcqRel);
             }
         }
     }
@@ -202,16 +235,20 @@ impl Slab<'_> {
 
     /// Adoption of a dead owner's slab: every free or remotely freed block
     /// becomes the adopter's (`freed` once each); allocated ones stay live
-    /// until their holder frees them. Bounded by `blocks`.
-    pub(crate) fn adopt(&self, blocks: usize, mut freed: impl FnMut(usize)) {
+    /// until their holder frees them: the adopter counts them as handed out
+    /// (a bit each in the returned record). Bounded by `blocks`.
+    pub(crate) fn adopt(&self, blocks: usize, mut freed: impl FnMut(usize)) -> [u64; BITMAP_WORDS] {
+        let mut out = [0; BITMAP_WORDS];
         for index in 0..blocks.min(self.descriptors.len()) {
             let found = self.descriptors[index].load(Ordering::Acquire);
             match state(found) {
                 FREE => freed(index),
                 REMOTE_FREED if self.reclaim_marked(index) == Marked::Reclaimed => freed(index),
+                ALLOCATED => out[index / 64] |= 1 << (index % 64),
                 _ => {}
             }
         }
+        out
     }
 
     /// Whether no block of the slab was ever allocated (every descriptor
