@@ -219,8 +219,11 @@ impl PeerWatch {
 /// - **Leave** ([`leave`](PeerRecord::leave)): the start time set to 0,
 ///   then the pid swapped from ours to 0. `joins` stays, so a vacant place
 ///   with `joins` > 0 was left (a queue reports `PeerLeft`).
-/// - **Vacate a dead holder** ([`vacate`](PeerRecord::vacate)): its start
-///   time swapped to 0, then its pid to 0.
+/// - **Vacate a dead holder** ([`vacate`](PeerRecord::vacate)): take the
+///   place over (as above, so `joins` counts it), then leave it. Never by
+///   writing its words directly: two processes may start within one clock
+///   tick, so a start time alone does not tell the dead holder from a
+///   process that took its place meanwhile.
 /// - **Read**: pid (acquire), then start time (acquire). Pid 0: vacant.
 ///   Start time 0: the holder is joining; it is alive while its pid is.
 #[repr(C)]
@@ -283,6 +286,11 @@ impl PeerRecord {
                 if peer_alive(pid, start)? {
                     return Ok(Taken::Refused(pid));
                 }
+                // Its start time to 0 first (see the protocol). Should a
+                // process that took the place meanwhile have the same start
+                // time (started in the same clock tick), this zeroes its
+                // start time instead: it then reads as joining, judged by
+                // its pid alone: alive while it runs, never taken over.
                 if start != 0
                     && self
                         .start
@@ -320,19 +328,17 @@ impl PeerRecord {
     }
 
     /// Makes the place of `dead` (a holder [`peer_alive`] said is dead)
-    /// vacant; `false` when someone took it over meanwhile.
-    pub fn vacate(&self, dead: Identity) -> bool {
-        if dead.start_time != 0
-            && self
-                .start
-                .compare_exchange(dead.start_time, 0, Ordering::AcqRel, Ordering::Acquire)
-                .is_err()
-        {
-            return false;
+    /// vacant, by taking it over as `me` and leaving it; `false` when it
+    /// held someone else by then (taken over, or left, meanwhile).
+    ///
+    /// # Errors
+    /// As [`peer_alive`].
+    pub fn vacate(&self, dead: Identity, me: Identity) -> Result<bool> {
+        let taken = self.take(me, true)?;
+        if matches!(taken, Taken::Vacant | Taken::FromDead(_)) {
+            self.leave(me);
         }
-        self.pid
-            .compare_exchange(dead.pid, 0, Ordering::AcqRel, Ordering::Acquire)
-            .is_ok()
+        Ok(taken == Taken::FromDead(dead.pid))
     }
 }
 
@@ -395,12 +401,16 @@ mod tests {
         });
         assert_eq!(record.holder(), Some(me));
         record.leave(me);
-        // Vacating a dead holder; not one that was taken over meanwhile.
+        // Vacating a dead holder; not a live one that took its place
+        // meanwhile, even with the same start time (a child started within
+        // the clock tick this test started in has it: a start time alone
+        // never tells them apart).
         assert_eq!(record.take(gone, false).unwrap(), Taken::Vacant);
-        assert!(record.vacate(gone));
+        assert!(record.vacate(gone, me).unwrap());
         assert_eq!(record.holder(), None);
         assert_eq!(record.take(me, false).unwrap(), Taken::Vacant);
-        assert!(!record.vacate(gone));
+        assert!(!record.vacate(gone, me).unwrap());
         assert_eq!(record.holder(), Some(me));
+        assert_eq!(record.joins.load(super::Ordering::Relaxed), 6);
     }
 }

@@ -111,7 +111,7 @@ impl Handle {
                 continue;
             }
             let (slabs, blocks, released) = self.adopt_slabs_of(h, true)?;
-            if record.vacate(holder) {
+            if record.vacate(holder, self.ident)? {
                 done.handles += 1;
             }
             done.slabs += slabs;
