@@ -42,6 +42,10 @@ impl Identity {
     ///
     /// # Errors
     /// [`Error::ProcessIo`] when the stat file cannot be read (`EMFILE`, say).
+    ///
+    /// # References
+    /// - [Linux `proc_pid_stat(5)`](https://man7.org/linux/man-pages/man5/proc_pid_stat.5.html), field 22 `starttime`
+    #[doc(alias = "starttime")]
     pub fn current() -> Result<Identity> {
         let pid = std::process::id();
         Ok(Identity {
@@ -170,6 +174,10 @@ impl PeerWatch {
     ///
     /// # Errors
     /// As [`peer_alive`]; a failure is not remembered, the next look asks again.
+    ///
+    /// # References
+    /// - [Linux `pidfd_open(2)`](https://man7.org/linux/man-pages/man2/pidfd_open.2.html)
+    /// - [Linux `poll(2)`](https://man7.org/linux/man-pages/man2/poll.2.html)
     #[doc(alias = "pidfd_open")]
     #[doc(alias = "poll")]
     pub fn alive(&mut self, holder: Identity) -> Result<bool> {
