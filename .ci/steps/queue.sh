@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The queue and pool layers' extra CI: their loom models (the ring's
 # park/wake race and wrap-around, on loom's atomics and a mock futex; the
-# pool's remote free racing the owner's clean-up and an adoption, and two
-# frees of one block). Their unit, multi-process, hostile and proptest tests
+# pool's remote free racing the owner's clean-up and an adoption, two frees
+# of one block, a freer killed between its bit and its mark). Their unit, multi-process, hostile and proptest tests
 # run with `cargo test --workspace`.
 # Needs nothing beyond the Rust toolchain (loom comes from crates.io).
 set -euo pipefail

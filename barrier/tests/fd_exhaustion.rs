@@ -1,7 +1,7 @@
 //! A rank out of descriptors while it waits for the others to join cannot
-//! read `/proc/<pid>/stat` of the ranks already there: it fails with that
-//! error (naming the pid, the file and the errno), and never reports a live
-//! rank as dead ("rank 0 died").
+//! open a pidfd for, or read `/proc/<pid>/stat` of, the ranks already there:
+//! it fails with that error (naming the pid, the call and the errno), and
+//! never reports a live rank as dead ("rank 0 died").
 //!
 //! Runs in a child (this test binary again) whose descriptor table is
 //! filled while two ranks, threads of it, wait for a third that never comes.
@@ -64,7 +64,9 @@ fn regression_a_rank_out_of_descriptors_reports_that_not_a_dead_peer() {
             "a live rank was called dead: {line}"
         );
         assert!(
-            (line.contains("read /proc/<pid>/stat failed for process") && line.contains(&emfile))
+            ((line.contains("read /proc/<pid>/stat failed for process")
+                || line.contains("pidfd_open failed for process"))
+                && line.contains(&emfile))
                 || line.contains("timed out"),
             "{line}"
         );

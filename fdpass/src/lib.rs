@@ -6,6 +6,7 @@ mod cred;
 mod error;
 mod handle;
 mod listener;
+mod liveness;
 mod pidfd;
 mod procstat;
 mod scm;
@@ -19,6 +20,9 @@ pub use handle::{
     process_start_time,
 };
 pub use listener::Listener;
+pub use liveness::{
+    Identity, PeerRecord, PeerWatch, Taken, first_exited, open_if_alive, peer_alive,
+};
 pub use pidfd::{Pidfd, Signal};
 pub use procstat::{ProcStat, process_stat};
 pub use scm::{Received, SCM_MAX_FD, recv_fds, recv_fds_exact, send_fds, send_fds_to};

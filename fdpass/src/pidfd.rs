@@ -107,8 +107,7 @@ impl Pidfd {
             let mut fds = [PollFd::new(&self.fd, PollFlags::IN)];
             match rustix::event::poll(&mut fds, timespec.as_ref()) {
                 Ok(0) => return Ok(false),
-                // Readable (exited) or hung up (exited and reaped).
-                Ok(_) if fds[0].revents().intersects(PollFlags::IN | PollFlags::HUP) => {
+                Ok(_) if crate::liveness::exited(fds[0].revents()) => {
                     return Ok(true);
                 }
                 Ok(_) => {

@@ -8,7 +8,10 @@
 use std::process::Command;
 use std::time::Duration;
 
-use nodeipc_fdpass::{Error, FdHandle, Pidfd, open_verified, process_start_time, process_stat};
+use nodeipc_fdpass::{
+    Error, FdHandle, Identity, PeerWatch, Pidfd, open_verified, peer_alive, process_start_time,
+    process_stat,
+};
 use nodeipc_testkit::{FullFdTable, Watchdog, spawn_child};
 use rustix::io::Errno;
 
@@ -35,15 +38,25 @@ fn child(target: u32) {
     let read = process_start_time(target);
     // The monitor's parent check reads the same file through the same reader.
     let stat = process_stat(target);
+    // The liveness policy: no pidfd, so no answer; never "dead".
+    let joining = peer_alive(target, 0);
     drop(table);
     // One free slot: the pidfd opens, reading the start time finds none.
     let table = FullFdTable::fill(1);
     let verified = open_verified(target, start).map(drop);
+    let alive = peer_alive(target, start);
+    let watched = PeerWatch::new().alive(Identity {
+        pid: target,
+        start_time: start,
+    });
     drop(table);
     println!("export: {}", describe(export));
     println!("start time: {}", describe(read));
     println!("verified: {}", describe(verified));
     println!("stat: {}", describe(stat));
+    println!("joining: {}", describe(joining));
+    println!("alive: {}", describe(alive));
+    println!("watched: {}", describe(watched));
     // With descriptors back, the target is found alive and the same.
     let pidfd = open_verified(target, start).unwrap();
     println!("alive after: {}", !pidfd.has_exited().unwrap());
@@ -74,6 +87,9 @@ fn regression_a_failed_proc_read_is_an_error_not_a_death() {
         format!("start time: io: read /proc/<pid>/stat failed for process {target}: {emfile}"),
         format!("verified: io: read /proc/<pid>/stat failed for process {target}: {emfile}"),
         format!("stat: io: read /proc/<pid>/stat failed for process {target}: {emfile}"),
+        format!("joining: io: pidfd_open failed for process {target}: {emfile}"),
+        format!("alive: io: read /proc/<pid>/stat failed for process {target}: {emfile}"),
+        format!("watched: io: read /proc/<pid>/stat failed for process {target}: {emfile}"),
         "alive after: true".to_owned(),
         format!("parent after: {}", std::process::id()),
     ] {

@@ -139,3 +139,55 @@ fn regression_a_vault_whose_creator_died_before_sizing_it_is_removed_after_the_t
         shm_leftovers(&name)
     );
 }
+
+/// A registered rank killed and not yet reaped (a zombie: its pid and start
+/// time unchanged) is dead on the first look of a rank still joining: its
+/// join ends with `PeerDied` at once (it once took the zombie for alive and
+/// waited out its whole timeout for the missing rank).
+#[test]
+fn regression_a_registered_rank_killed_and_not_yet_reaped_is_dead_at_once() {
+    let _dog = Watchdog::new("registered rank, zombie", Duration::from_secs(60));
+    let name = unique_name("vault-zombie");
+    // Rank 0 of three creates the vault, registers, and waits for ranks 1 and 2.
+    let mut rank0 = spawn_child(
+        Command::new(env!("CARGO_BIN_EXE_rank"))
+            .args(["hang-after", &name, "0", "3", "pidfd", "0"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null()),
+    );
+    let pid = rank0.id();
+    let probe = name.clone();
+    wait_until(
+        Duration::from_secs(20),
+        "rank 0 never created the vault",
+        || !shm_leftovers(&probe).is_empty(),
+    );
+    // Its registration: rank 0's entry (`barrier/src/vault.rs`: entries at
+    // 768, the pid at +8) names it.
+    let vault = Region::open(
+        &name,
+        nodeipc_shm::OpenOptions::wait(1024, Duration::from_secs(10)),
+    )
+    .unwrap();
+    let registered = vault.view::<std::sync::atomic::AtomicU32>(768 + 8).unwrap();
+    wait_until(Duration::from_secs(20), "rank 0 never registered", || {
+        registered.load(std::sync::atomic::Ordering::Acquire) == pid
+    });
+    drop(vault);
+    rank0.kill_unreaped(Duration::from_secs(10));
+    let started = Instant::now();
+    let joined = Group::join(GroupOptions::new(&name, 1, 3).timeout(Duration::from_secs(10)));
+    let waited = started.elapsed();
+    match joined {
+        Err(Error::PeerDied { rank: 0, .. }) => {}
+        other => panic!("expected PeerDied of rank 0 after {waited:?}, got {other:?}"),
+    }
+    // Far below the join's 10 s: the zombie was not waited for.
+    assert!(waited < Duration::from_secs(5), "{waited:?}");
+    drop(rank0);
+    assert!(
+        shm_leftovers(&name).is_empty(),
+        "{:?}",
+        shm_leftovers(&name)
+    );
+}

@@ -189,9 +189,8 @@ fn the_scheduler_session_survives_a_killed_scheduler_and_a_killed_worker() {
         "the server saw the scheduler's death after {scheduler_seen:?}"
     );
     let pushed_at_death = watch.pushed.load(Ordering::Relaxed);
-    // Reaped, as a parent does on SIGCHLD: a zombie still holds its queue
-    // roles (its pid and start time still match), so the next scheduler
-    // could not take them over.
+    // Reaped, as a parent does on SIGCHLD (not needed: a zombie's roles
+    // and handles are taken over at once, as fdpass's liveness policy says).
     first.guard.wait_timeout(Duration::from_secs(5));
     drop(first_session);
     server.scheduler_gone();
@@ -206,7 +205,7 @@ fn the_scheduler_session_survives_a_killed_scheduler_and_a_killed_worker() {
     reach(6, "before the worker's kill");
     let victim = 3usize;
     let (_, killed_ns) = workers[victim].kill9();
-    // Its parent reaps it at once (a zombie's roles look alive).
+    // Its parent reaps it at once, as a parent does on SIGCHLD.
     workers[victim].guard.wait_timeout(Duration::from_secs(5));
     let died = second.wait_line(&format!("WORKER-DIED {victim} "), Duration::from_secs(10));
     let worker_seen =

@@ -94,6 +94,21 @@ pub enum Error {
         /// Its state.
         state: &'static str,
     },
+    /// A word in shared memory contradicts what this handle knows of its
+    /// own slabs (which blocks it handed out, which slabs it holds): only
+    /// another process's write makes that. Refused where it was read;
+    /// a clean-up that meets one finishes first, then names the first.
+    #[error("pool {pool}: block at {offset} is {found}, but {known}: another process wrote it")]
+    Forged {
+        /// The pool.
+        pool: String,
+        /// The block's offset (a slab's first block, for a slab's owner word).
+        offset: u64,
+        /// What shared memory says.
+        found: String,
+        /// What the handle knows.
+        known: &'static str,
+    },
     /// A read or write past the end of a block.
     #[error("pool {pool}: {len} bytes at {at} do not fit a block of {size} at {offset}")]
     OutOfBlock {

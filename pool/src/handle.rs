@@ -6,12 +6,13 @@ use std::ptr::NonNull;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 
+use nodeipc_fdpass::{Identity, Taken};
 use nodeipc_shm::Region;
 
 use crate::block_ref::BlockRef;
 use crate::layout::{Geometry, SLAB_SIZE};
 use crate::occupancy::{Occupancy, occupancy_of};
-use crate::pool::{entry, holder_alive, read_geometry};
+use crate::pool::{entry, read_geometry};
 use crate::slab::{self, BITMAP_WORDS, MAX_BLOCKS, Refused, Slab};
 use crate::slab_table::{SlabMeta, shifts, views};
 use crate::{Error, Result};
@@ -19,6 +20,10 @@ use crate::{Error, Result};
 mod reclaim;
 
 pub use reclaim::Reclaimed;
+
+/// What our books say of a block the region calls allocated or freed.
+const NEVER_HANDED_OUT: &str =
+    "its owner (this handle) never handed it out: it is in its free list";
 
 /// A located, checked block.
 struct Located {
@@ -38,13 +43,19 @@ pub struct Handle {
     geo: Geometry,
     /// Our handle index, or `None` for a free-only handle.
     me: Option<u32>,
-    ident: (u32, u64),
+    /// Our pid and start time, as our handle's record holds them.
+    ident: Identity,
     /// Per class, the free blocks of our slabs as `slab × 256 + index`:
     /// private memory, rebuilt from the descriptors on adoption.
     free: Vec<Vec<u32>>,
     /// Per class, log2 of its size when a power of two (a shift, not a
     /// division, on every free).
     shifts: Vec<Option<u32>>,
+    /// Our own books, per slab: `None` for a slab we do not hold, else one
+    /// bit per block we handed out (or adopted allocated) and have not had
+    /// back. Private memory: every state read from the region is checked
+    /// against it (empty for a free-only handle).
+    books: Vec<Option<[u64; BITMAP_WORDS]>>,
     /// The slab table and the descriptors, viewed (bounds and alignment
     /// checked) once at join.
     metas: NonNull<SlabMeta>,
@@ -66,12 +77,12 @@ impl Handle {
     /// [`Error::BadHeader`]; [`Error::NoHandleFree`] naming the holders.
     pub fn join(region: Arc<Region>) -> Result<Handle> {
         let geo = read_geometry(&region)?;
-        let pid = std::process::id();
-        let ident = (pid, nodeipc_fdpass::process_start_time(pid)?);
+        let ident = Identity::current()?;
         let (metas, descriptors) = views(&region, &geo)?;
         let mut handle = Handle {
             free: vec![Vec::new(); geo.classes.len()],
             shifts: shifts(&geo),
+            books: vec![None; geo.slabs as usize],
             metas,
             descriptors,
             region,
@@ -79,33 +90,19 @@ impl Handle {
             me: None,
             ident,
         };
+        // A vacant handle first; only then one whose holder is dead.
         let mut holders = Vec::new();
-        for pass in 0..2 {
+        for take_over in [false, true] {
             for h in 0..handle.geo.handles {
                 let region = handle.region.clone();
-                let e = entry(&region, &handle.geo, h)?;
-                let current = e.pid.load(Ordering::Acquire);
-                let takeable = match (pass, current) {
-                    (0, 0) => true,
-                    (1, 0) => true,
-                    (1, pid) => !holder_alive(pid, e.start.load(Ordering::Acquire))?,
-                    _ => false,
-                };
-                if !takeable {
-                    if pass == 1 {
-                        holders.push(current);
+                match entry(&region, &handle.geo, h)?.take(ident, take_over)? {
+                    Taken::Vacant | Taken::FromDead(_) => {
+                        handle.me = Some(h);
+                        handle.adopt_slabs_of(h, false)?;
+                        return Ok(handle);
                     }
-                    continue;
-                }
-                if e.pid
-                    .compare_exchange(current, ident.0, Ordering::AcqRel, Ordering::Acquire)
-                    .is_ok()
-                {
-                    e.start.store(ident.1, Ordering::Release);
-                    e.joins.fetch_add(1, Ordering::AcqRel);
-                    handle.me = Some(h);
-                    handle.adopt_slabs_of(h, false)?;
-                    return Ok(handle);
+                    Taken::Refused(pid) if take_over => holders.push(pid),
+                    Taken::Refused(_) => {}
                 }
             }
         }
@@ -144,12 +141,16 @@ impl Handle {
         Ok(Handle {
             free: vec![Vec::new(); geo.classes.len()],
             shifts: shifts(&geo),
+            books: Vec::new(),
             metas,
             descriptors,
             region,
             geo,
             me: None,
-            ident: (std::process::id(), 0),
+            ident: Identity {
+                pid: std::process::id(),
+                start_time: 0,
+            },
         })
     }
 
@@ -217,11 +218,52 @@ impl Handle {
         Ok((class < self.geo.classes.len()).then_some(class))
     }
 
+    /// Whether slab `slab` is ours in our books.
+    #[inline]
+    fn holds(&self, slab: u32) -> bool {
+        self.books.get(slab as usize).is_some_and(Option::is_some)
+    }
+
+    /// Whether we handed block `index` of slab `slab` out (and have not had
+    /// it back), in our books.
+    #[inline]
+    fn handed_out(&self, slab: u32, index: usize) -> bool {
+        self.books
+            .get(slab as usize)
+            .and_then(Option::as_ref)
+            .is_some_and(|out| out[index / 64] >> (index % 64) & 1 == 1)
+    }
+
+    /// Records block `index` of our slab `slab` as handed out or back.
+    #[inline]
+    fn book(&mut self, slab: u32, index: usize, out: bool) {
+        if let Some(Some(books)) = self.books.get_mut(slab as usize) {
+            let bit = 1 << (index % 64);
+            if out {
+                books[index / 64] |= bit;
+            } else {
+                books[index / 64] &= !bit;
+            }
+        }
+    }
+
+    /// A word of the region that contradicts our books.
+    fn forged(&self, offset: u64, found: String, known: &'static str) -> Error {
+        Error::Forged {
+            pool: self.label(),
+            offset,
+            found,
+            known,
+        }
+    }
+
     /// Allocates a block of at least `size` bytes.
     ///
     /// # Errors
     /// [`Error::TooLarge`]; [`Error::Full`] when no slab is left;
-    /// [`Error::InvalidArgument`] from a free-only handle.
+    /// [`Error::InvalidArgument`] from a free-only handle; [`Error::Forged`]
+    /// when the clean-up it runs met a forged state (it finished: the next
+    /// call goes on).
     pub fn alloc(&mut self, size: usize) -> Result<BlockRef> {
         let Some(me) = self.me else {
             return Err(Error::InvalidArgument {
@@ -247,6 +289,7 @@ impl Handle {
                     (packed % MAX_BLOCKS as u32) as usize,
                 );
                 if let Some(generation) = self.slab(s)?.allocate(i) {
+                    self.book(s, i, true);
                     let offset = self.geo.slab_data(s) + i * self.geo.classes[class] as usize;
                     return Ok(BlockRef::new(offset as u64, generation));
                 }
@@ -286,8 +329,10 @@ impl Handle {
             self.class_word(s)?.store(class as u32, Ordering::Release);
             let n = Geometry::blocks(self.geo.classes[class]);
             let mut found = Vec::new();
-            self.slab(s)?
+            let out = self
+                .slab(s)?
                 .adopt(n, |i| found.push(s * MAX_BLOCKS as u32 + i as u32));
+            self.books[s as usize] = Some(out);
             // Lowest offsets first out.
             found.reverse();
             self.free[class].extend(found);
@@ -324,6 +369,19 @@ impl Handle {
         let class = self
             .class_of(slab)?
             .ok_or_else(|| not_block(format!("its slab {slab} has an impossible class")))?;
+        // The owner word read against our books: a slab is ours exactly
+        // when we took it (claimed or adopted) and hold it still.
+        if (Some(owner - 1) == self.me) != self.holds(slab) {
+            return Err(self.forged(
+                offset,
+                format!("in slab {slab} owned by handle {}", owner - 1),
+                if self.holds(slab) {
+                    "this handle took that slab and holds it still"
+                } else {
+                    "this handle never took that slab"
+                },
+            ));
+        }
         let size = self.geo.classes[class];
         let within = data % u64::from(SLAB_SIZE);
         let (index, rest) = match self.shifts[class] {
@@ -379,13 +437,27 @@ impl Handle {
     ///
     /// # Errors
     /// [`Error::NotABlock`], [`Error::Stale`], [`Error::NotAllocated`] (a
-    /// double free): nothing changes then.
+    /// double free), [`Error::Forged`] (a block of ours marked allocated
+    /// that we never handed out, a slab's owner word that contradicts our
+    /// books): nothing changes then.
     pub fn free(&mut self, block: BlockRef) -> Result<()> {
         let at = self.locate(block)?;
         let slab = self.slab(at.slab)?;
         if Some(at.owner) == self.me {
+            if !self.handed_out(at.slab, at.index) {
+                // In our list: "allocated" there is forged; anything else
+                // is the usual refusal (a double free, a stale reference).
+                let found = slab.descriptors[at.index].load(Ordering::Acquire);
+                return Err(match slab::check(found, block.generation()) {
+                    Refused::NotAllocated {
+                        state: slab::ALLOCATED,
+                    } => self.forged(block.offset(), "allocated".to_owned(), NEVER_HANDED_OUT),
+                    refused => self.refused(block, refused),
+                });
+            }
             slab.free_local(at.index, block.generation())
                 .map_err(|r| self.refused(block, r))?;
+            self.book(at.slab, at.index, false);
             self.free[at.class_index].push(at.slab * MAX_BLOCKS as u32 + at.index as u32);
         } else {
             slab.free_remote(at.index, block.generation())
@@ -398,19 +470,22 @@ impl Handle {
     /// word rather than once per block. Every block is tried; the first
     /// refusal is returned after the others are freed.
     ///
+    /// The bits of the whole batch are set before any block is marked (as
+    /// [`free`](Handle::free) does for one block): killed midway, this
+    /// process leaves blocks freed (bit and mark) or still allocated (a
+    /// stray bit the owner keeps), none marked freed with no bit to find it.
+    ///
     /// # Errors
     /// As [`free`](Handle::free), for the first refused block.
     pub fn free_batch(&mut self, blocks: &[BlockRef]) -> Result<()> {
         let mut first_error = None;
         let mut pending: Vec<(u32, [u64; BITMAP_WORDS])> = Vec::new();
+        let mut remote: Vec<(Located, BlockRef)> = Vec::new();
         for &block in blocks {
             let result = self.locate(block).and_then(|at| {
                 if Some(at.owner) == self.me {
                     return self.free(block);
                 }
-                self.slab(at.slab)?
-                    .mark_remote(at.index, block.generation())
-                    .map_err(|r| self.refused(block, r))?;
                 let bits = match pending.iter_mut().find(|(s, _)| *s == at.slab) {
                     Some((_, bits)) => bits,
                     None => {
@@ -419,6 +494,7 @@ impl Handle {
                     }
                 };
                 bits[at.index / 64] |= 1 << (at.index % 64);
+                remote.push((at, block));
                 Ok(())
             });
             if let Err(e) = result {
@@ -428,32 +504,86 @@ impl Handle {
         for (s, bits) in &pending {
             self.slab(*s)?.set_bits(bits);
         }
+        for (at, block) in remote {
+            if let Err(refused) = self
+                .slab(at.slab)?
+                .mark_remote(at.index, block.generation())
+            {
+                first_error.get_or_insert(self.refused(block, refused));
+            }
+        }
         first_error.map_or(Ok(()), Err)
     }
 
     /// Takes back the blocks other processes freed in our slabs; returns how
     /// many. Bounded: one swap per bitmap word of each slab we own.
     ///
+    /// Only a block we handed out is taken back; every state read is checked
+    /// against our books (see [`Error::Forged`]). A forged one is put right
+    /// where it can be (a block of our list marked freed or allocated is
+    /// free again, never listed twice) and the clean-up goes on.
+    ///
     /// # Errors
-    /// Only from the region's own checks.
+    /// [`Error::Forged`] naming the first contradiction met, after the
+    /// clean-up finished; those of the region's own checks.
     pub fn clean_remote_frees(&mut self) -> Result<usize> {
         let Some(me) = self.me else { return Ok(0) };
         let mut taken = 0;
+        let mut first_forged = None;
         for s in 0..self.geo.slabs {
-            if self.owner_word(s)?.load(Ordering::Acquire) != me + 1 {
+            let Some(mut out) = self.books[s as usize] else {
+                continue;
+            };
+            let owner = self.owner_word(s)?.load(Ordering::Acquire);
+            if owner != me + 1 {
+                first_forged.get_or_insert_with(|| {
+                    self.forged(
+                        self.geo.slab_data(s) as u64,
+                        format!("in slab {s} owned by handle {}", owner.wrapping_sub(1)),
+                        "this handle took that slab and holds it still",
+                    )
+                });
                 continue;
             }
             let Some(class) = self.class_of(s)? else {
                 continue;
             };
+            let size = self.geo.classes[class] as usize;
             let n = Geometry::blocks(self.geo.classes[class]);
             let mut found = Vec::new();
-            self.slab(s)?
-                .collect_remote(n, |i| found.push(s * MAX_BLOCKS as u32 + i as u32));
+            let mut forged = None;
+            self.slab(s)?.collect_remote(
+                n,
+                &mut out,
+                |i| found.push(s * MAX_BLOCKS as u32 + i as u32),
+                |i, word| {
+                    forged.get_or_insert((i, word));
+                },
+            );
+            self.books[s as usize] = Some(out);
+            if let Some((i, word)) = forged {
+                let handed_out = out[i / 64] >> (i % 64) & 1 == 1;
+                first_forged.get_or_insert_with(|| {
+                    self.forged(
+                        (self.geo.slab_data(s) + i * size) as u64,
+                        match slab::state(word) {
+                            slab::FREE => "free".to_owned(),
+                            slab::ALLOCATED => "allocated".to_owned(),
+                            slab::REMOTE_FREED => "freed remotely".to_owned(),
+                            other => format!("in state {other}, which no process writes"),
+                        },
+                        if handed_out {
+                            "its owner (this handle) handed it out and has not had it back"
+                        } else {
+                            NEVER_HANDED_OUT
+                        },
+                    )
+                });
+            }
             taken += found.len();
             self.free[class].extend(found);
         }
-        Ok(taken)
+        first_forged.map_or(Ok(taken), Err)
     }
 
     /// Checks `block` is live and `at..at + len` lies in it; returns the
@@ -476,6 +606,9 @@ impl Handle {
                     }
                 },
             ));
+        }
+        if Some(loc.owner) == self.me && !self.handed_out(loc.slab, loc.index) {
+            return Err(self.forged(block.offset(), "allocated".to_owned(), NEVER_HANDED_OUT));
         }
         match at.checked_add(len) {
             Some(end) if end <= loc.class as usize => Ok(block.offset() as usize + at),
@@ -535,13 +668,9 @@ impl Drop for Handle {
         // The slot goes back; our slabs stay ours until the next holder of
         // this slot (or a reclaim) adopts them, blocks still live included.
         if let Some(h) = self.me
-            && let Ok(e) = entry(&self.region, &self.geo, h)
-            && e.pid.load(Ordering::Acquire) == self.ident.0
+            && let Ok(record) = entry(&self.region, &self.geo, h)
         {
-            e.start.store(0, Ordering::Release);
-            let _ = e
-                .pid
-                .compare_exchange(self.ident.0, 0, Ordering::AcqRel, Ordering::Relaxed);
+            record.leave(self.ident);
         }
     }
 }

@@ -3,9 +3,10 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
+use nodeipc_fdpass::PeerRecord;
 use nodeipc_shm::Region;
 
-use crate::layout::{Geometry, MAGIC, MAX_CLASSES, PoolConfig, SLAB_SIZE, VERSION};
+use crate::layout::{Geometry, HANDLE_LEN, MAGIC, MAX_CLASSES, PoolConfig, SLAB_SIZE, VERSION};
 use crate::{Error, Handle, Result};
 
 /// A pool its creator made: owns the region (a named one loses its name
@@ -169,28 +170,23 @@ pub(crate) fn read_geometry(region: &Region) -> Result<Geometry> {
     Ok(geo)
 }
 
-/// One handle's entry: its holder's pid and start time.
-pub(crate) struct Entry<'a> {
-    pub(crate) pid: &'a AtomicU32,
-    pub(crate) joins: &'a AtomicU32,
-    pub(crate) start: &'a AtomicU64,
+/// A handle's entry in the handle table: who holds it (fdpass's
+/// [`PeerRecord`]: pid, joins, start time at +0, +4, +8), then reserved
+/// bytes nobody writes.
+#[repr(C)]
+#[derive(Debug)]
+pub(crate) struct HandleEntry {
+    pub(crate) holder: PeerRecord,
+    _reserved: [AtomicU64; 6],
 }
 
-pub(crate) fn entry<'a>(region: &'a Region, geo: &Geometry, h: u32) -> Result<Entry<'a>> {
-    let at = geo.handle_at(h);
-    Ok(Entry {
-        pid: region.view(at)?,
-        joins: region.view(at + 4)?,
-        start: region.view(at + 8)?,
-    })
-}
+const _: () = assert!(size_of::<HandleEntry>() == HANDLE_LEN);
 
-/// Whether `pid` (recorded with `start`, 0 while joining) still runs. Only
-/// the kernel saying there is no such process is a death.
-pub(crate) fn holder_alive(pid: u32, start: u64) -> Result<bool> {
-    match nodeipc_fdpass::process_start_time(pid) {
-        Ok(found) => Ok(start == 0 || found == start),
-        Err(nodeipc_fdpass::Error::ProcessGone { .. }) => Ok(false),
-        Err(e) => Err(e.into()),
-    }
+// SAFETY: `#[repr(C)]`, atomics only (a `PeerRecord` is made of atomics with
+// no pointer, as nodeipc-fdpass documents it), any bit pattern valid.
+unsafe impl nodeipc_shm::ShmSafe for HandleEntry {}
+
+/// Handle `h`'s record of who holds it (bounds and alignment checked).
+pub(crate) fn entry<'a>(region: &'a Region, geo: &Geometry, h: u32) -> Result<&'a PeerRecord> {
+    Ok(&region.view::<HandleEntry>(geo.handle_at(h))?.holder)
 }

@@ -4,9 +4,10 @@
 //! Each block has a descriptor word outside the block: a 24-bit generation
 //! and an 8-bit state (free, allocated, remotely freed). Remote frees are
 //! never linked through the freed blocks (a write after free could then
-//! send a walk anywhere): a remote freer marks the descriptor and sets the
-//! block's bit in the slab's remote bitmap; the owner's clean-up swaps the
-//! bitmap words to zero and turns each marked descriptor back to free. Every
+//! send a walk anywhere): a remote freer sets the block's bit in the slab's
+//! remote bitmap, then marks the descriptor; the owner's clean-up swaps the
+//! bitmap words to zero, turns each marked descriptor back to free and
+//! keeps the bits of blocks not marked yet. Every
 //! transition is a compare-and-swap from the exact word expected, so a
 //! double free, a stale generation or a block freed twice at once is
 //! refused, and a clean-up racing an adoption frees each block once.
@@ -49,7 +50,7 @@ pub(crate) enum Refused {
     NotAllocated { state: u32 },
 }
 
-fn check(found: u32, generation: u32) -> Refused {
+pub(crate) fn check(found: u32, generation: u32) -> Refused {
     if self::generation(found) != generation & GEN_MASK {
         Refused::Stale {
             found: self::generation(found),
@@ -59,6 +60,18 @@ fn check(found: u32, generation: u32) -> Refused {
             state: state(found),
         }
     }
+}
+
+/// What a clean-up found at a remote bit.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Marked {
+    /// Freed remotely: now free, the owner's again.
+    Reclaimed,
+    /// Still allocated: its freer may not have marked it yet.
+    Allocated,
+    /// Free already (taken back by an adoption, or a refused free's stray
+    /// bit), or a state only a hostile writer makes.
+    Other,
 }
 
 /// A slab's descriptors and remote bitmap.
@@ -103,17 +116,19 @@ impl Slab<'_> {
         .map_err(|found| check(found, generation))
     }
 
-    /// Another process frees the block: marks it, then sets its bit for the
-    /// owner's clean-up (after the mark, so a clean-up that sees the bit
-    /// sees the mark).
+    /// Another process frees the block: sets its bit for the owner's
+    /// clean-up, then marks it. Bit first: a freer killed between the two
+    /// leaves a stray bit on a block still allocated (its free not done;
+    /// whoever holds the block may free it again), never a block marked
+    /// freed that no bit points the owner to (stranded for good). A
+    /// clean-up that meets the bit before the mark keeps the bit.
     pub(crate) fn free_remote(&self, index: usize, generation: u32) -> Result<(), Refused> {
-        self.mark_remote(index, generation)?;
         self.remote[index / 64].fetch_or(1 << (index % 64), Ordering::AcqRel);
-        Ok(())
+        self.mark_remote(index, generation)
     }
 
-    /// The mark of a remote free alone; [`set_bits`](Slab::set_bits) sets
-    /// the bits of a batch with one read-modify-write per bitmap word.
+    /// The mark of a remote free alone, after its bit: [`set_bits`](Slab::set_bits)
+    /// sets the bits of a batch with one read-modify-write per bitmap word.
     pub(crate) fn mark_remote(&self, index: usize, generation: u32) -> Result<(), Refused> {
         self.descriptors[index]
             .compare_exchange(
@@ -135,49 +150,105 @@ impl Slab<'_> {
     }
 
     /// The owner's clean-up: takes every remotely freed block back, calling
-    /// `freed` once per block now free. Bounded: one swap per bitmap word,
-    /// one compare-and-swap per bit.
-    pub(crate) fn collect_remote(&self, blocks: usize, mut freed: impl FnMut(usize)) {
-        for (w, word) in self.remote.iter().enumerate() {
-            let mut bits = word.swap(0, Ordering::AcqRel);
+    /// `freed` once per block now free. `out` is the owner's own record of
+    /// the slab's blocks it handed out (one bit a block): a block is taken
+    /// back only if it was handed out, and its bit in `out` cleared then.
+    ///
+    /// Every state read is checked against `out`: a bit on a block still
+    /// allocated and handed out is kept for the next clean-up (its freer
+    /// may be between its bit and its mark); a stale bit on a free block
+    /// not handed out is dropped; anything else only another writer makes
+    /// (a block "freed" or "allocated" that the owner never handed out: it
+    /// is in the owner's list, and is put back to free; a handed-out block
+    /// "free"; a state no process writes) is passed to `forged` with the
+    /// word found. Bounded: one swap per bitmap word, one compare-and-swap
+    /// per bit, one more read-modify-write per word whose bits are kept.
+    pub(crate) fn collect_remote(
+        &self,
+        blocks: usize,
+        out: &mut [u64; BITMAP_WORDS],
+        mut freed: impl FnMut(usize),
+        mut forged: impl FnMut(usize, u32),
+    ) {
+        for (w, bitmap) in self.remote.iter().enumerate() {
+            let mut bits = bitmap.swap(0, Ordering::AcqRel);
+            let mut kept = 0;
             while bits != 0 {
-                let index = w * 64 + bits.trailing_zeros() as usize;
+                let bit = bits & bits.wrapping_neg();
                 bits &= bits - 1;
-                if index < blocks && self.reclaim_marked(index) {
-                    freed(index);
+                let index = w * 64 + bit.trailing_zeros() as usize;
+                if index >= blocks {
+                    continue;
                 }
+                let handed_out = out[w] & bit != 0;
+                let desc = &self.descriptors[index];
+                let found = desc.load(Ordering::Acquire);
+                match (state(found), handed_out) {
+                    (REMOTE_FREED, true) => {
+                        if self.reclaim_marked(index) == Marked::Reclaimed {
+                            out[w] &= !bit;
+                            freed(index);
+                        }
+                    }
+                    (ALLOCATED, true) => kept |= bit,
+                    (FREE, false) => {}
+                    (REMOTE_FREED | ALLOCATED, false) => {
+                        // In the owner's list: free it is.
+                        let _ = desc.compare_exchange(
+                            found,
+                            word(generation(found), FREE),
+                            Ordering::AcqRel,
+                            Ordering::Acquire,
+                        );
+                        forged(index, found);
+                    }
+                    _ => forged(index, found),
+                }
+            }
+            if kept != 0 {
+                bitmap.fetch_or(kept, Ordering::AcqRel);
             }
         }
     }
 
-    /// Turns a remotely freed block back to free; `false` if it was not
-    /// marked (already taken back by an adoption, or a stray bit).
-    fn reclaim_marked(&self, index: usize) -> bool {
+    /// Turns a remotely freed block back to free.
+    fn reclaim_marked(&self, index: usize) -> Marked {
         let desc = &self.descriptors[index];
         let found = desc.load(Ordering::Acquire);
-        state(found) == REMOTE_FREED
-            && desc
-                .compare_exchange(
-                    found,
-                    word(generation(found), FREE),
-                    Ordering::AcqRel,
-                    Ordering::Acquire,
-                )
-                .is_ok()
+        match state(found) {
+            REMOTE_FREED
+                if desc
+                    .compare_exchange(
+                        found,
+                        word(generation(found), FREE),
+                        Ordering::AcqRel,
+                        Ordering::Acquire,
+                    )
+                    .is_ok() =>
+            {
+                Marked::Reclaimed
+            }
+            ALLOCATED => Marked::Allocated,
+            _ => Marked::Other,
+        }
     }
 
     /// Adoption of a dead owner's slab: every free or remotely freed block
     /// becomes the adopter's (`freed` once each); allocated ones stay live
-    /// until their holder frees them. Bounded by `blocks`.
-    pub(crate) fn adopt(&self, blocks: usize, mut freed: impl FnMut(usize)) {
+    /// until their holder frees them: the adopter counts them as handed out
+    /// (a bit each in the returned record). Bounded by `blocks`.
+    pub(crate) fn adopt(&self, blocks: usize, mut freed: impl FnMut(usize)) -> [u64; BITMAP_WORDS] {
+        let mut out = [0; BITMAP_WORDS];
         for index in 0..blocks.min(self.descriptors.len()) {
             let found = self.descriptors[index].load(Ordering::Acquire);
             match state(found) {
                 FREE => freed(index),
-                REMOTE_FREED if self.reclaim_marked(index) => freed(index),
+                REMOTE_FREED if self.reclaim_marked(index) == Marked::Reclaimed => freed(index),
+                ALLOCATED => out[index / 64] |= 1 << (index % 64),
                 _ => {}
             }
         }
+        out
     }
 
     /// Whether no block of the slab was ever allocated (every descriptor

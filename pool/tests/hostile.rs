@@ -198,3 +198,124 @@ fn regression_an_offset_in_a_slabs_uncovered_tail_is_not_a_block() {
     h.write_at(first, 0, &[7; 320]).unwrap();
     h.free(first).unwrap();
 }
+
+/// Where things are in a pool of `handles` handles and `slabs` slabs (the
+/// README's layout): slab `s`'s owner word and remote bitmap, and the
+/// descriptor of its block `i`.
+struct At {
+    handles: usize,
+    slabs: usize,
+}
+
+impl At {
+    fn owner(&self, s: usize) -> usize {
+        128 + 64 * self.handles + 64 * s
+    }
+    fn remote(&self, s: usize) -> usize {
+        self.owner(s) + 8
+    }
+    fn descriptor(&self, s: usize, i: usize) -> usize {
+        128 + 64 * self.handles + 64 * self.slabs + 1024 * s + 4 * i
+    }
+}
+
+/// An error saying another process wrote what `what` describes.
+fn forged_error<T>(result: &nodeipc_pool::Result<T>, what: &str) -> bool {
+    matches!(result, Err(e) if e.to_string().contains(what) && e.to_string().contains("another process wrote it"))
+}
+
+fn write_u32(pool: &Pool, at: usize, value: u32) {
+    pool.region().write_at(at, &value.to_ne_bytes()).unwrap();
+}
+
+/// A writer marks a block that is free (in its owner's list) "freed
+/// remotely" and sets its bit: the owner's clean-up must not take it back
+/// a second time (it once counted it as one more block returned and put it
+/// in its free list twice); it names the block, puts it back to free, and
+/// every other block is still handed out once.
+#[test]
+fn regression_a_forged_remote_free_of_a_free_block_is_refused_at_the_clean_up() {
+    let pool = Pool::anonymous(&PoolConfig::new(2, 2)).unwrap();
+    let mut owner = pool.handle().unwrap();
+    let first = owner.alloc(256).unwrap();
+    let at = At {
+        handles: 2,
+        slabs: 2,
+    };
+    // Block 1 of slab 0: free, in the owner's list, generation 0.
+    write_u32(&pool, at.descriptor(0, 1), 2);
+    pool.region()
+        .write_at(at.remote(0), &2u64.to_ne_bytes())
+        .unwrap();
+    let forged = first.offset() + 256;
+    match owner.clean_remote_frees() {
+        Err(e) => {
+            let said = e.to_string();
+            assert!(
+                said.contains(&format!("block at {forged} is freed remotely"))
+                    && said.contains("another process wrote it"),
+                "{said}"
+            );
+        }
+        Ok(n) => panic!("a forged remote free was accepted: {n} blocks taken back"),
+    }
+    // Nothing more to take back, and the slab's 256 blocks are each handed
+    // out once (the forged one among them, free again).
+    assert_eq!(owner.clean_remote_frees().unwrap(), 0);
+    let mut offsets: Vec<u64> = (1..256)
+        .map(|_| owner.alloc(256).unwrap().offset())
+        .collect();
+    offsets.push(first.offset());
+    offsets.sort_unstable();
+    offsets.dedup();
+    assert_eq!(offsets.len(), 256);
+    assert!(offsets.contains(&forged));
+    assert_eq!(owner.occupancy().unwrap(), 256);
+}
+
+/// The sweep's siblings: every state the owner reads is checked against
+/// what it knows. A free block forged "allocated" is not freed into the
+/// list a second time, nor read or written; a slab whose owner word is
+/// forged to name us is not ours to free into; our own slab's owner word
+/// forged away is refused at the clean-up.
+#[test]
+fn forged_states_the_owner_reads_are_refused_where_it_reads_them() {
+    let pool = Pool::anonymous(&PoolConfig::new(2, 2)).unwrap();
+    let mut owner = pool.handle().unwrap();
+    let mut other = pool.handle().unwrap();
+    let first = owner.alloc(256).unwrap();
+    let at = At {
+        handles: 2,
+        slabs: 2,
+    };
+    // Block 2 of slab 0, free in the owner's list, forged allocated (gen 5).
+    write_u32(&pool, at.descriptor(0, 2), 5 << 8 | 1);
+    let forged = BlockRef::from_bits(5 << 40 | (first.offset() + 512));
+    for result in [
+        owner.free(forged),
+        owner.read_at(forged, 0, &mut [0; 8]),
+        owner.write_at(forged, 0, &[0; 8]),
+    ] {
+        assert!(forged_error(&result, "is allocated"), "{result:?}");
+    }
+    // Another handle's slab (slab 1), its owner word forged to name us: a
+    // free there is refused by name, the block left as it is.
+    let theirs = other.alloc(256).unwrap();
+    assert!(theirs.offset() >= first.offset() + 65536);
+    write_u32(&pool, at.owner(1), 1);
+    let result = owner.free(theirs);
+    assert!(
+        forged_error(&result, "owned by handle 0"),
+        "a slab we never took was freed into: {result:?}"
+    );
+    write_u32(&pool, at.owner(1), 2);
+    other.free(theirs).unwrap();
+    // Our own slab's owner word forged to another handle: our clean-up
+    // says so rather than skip the slab without a word.
+    write_u32(&pool, at.owner(0), 2);
+    let result = owner.clean_remote_frees();
+    assert!(forged_error(&result, "owned by handle 1"), "{result:?}");
+    write_u32(&pool, at.owner(0), 1);
+    assert_eq!(owner.clean_remote_frees().unwrap(), 0);
+    owner.free(first).unwrap();
+}

@@ -3,6 +3,7 @@
 //! its live blocks kept until freed.
 
 use std::io::{BufRead, BufReader};
+use std::process::Command;
 use std::thread;
 use std::time::Duration;
 
@@ -72,6 +73,20 @@ fn child_main() {
             // Handed to the parent, which frees it after our death.
             println!("kept {}", kept.to_bits());
             println!("ready");
+            thread::sleep(Duration::from_secs(60));
+        }
+        "free-batch" => {
+            // One batch, at once: the parent kills us while it is marking.
+            // The parent's blocks: COUNT fresh 256-byte blocks from DATA_AT
+            // (generation 1), as the README's layout and reference say.
+            let mut h = Handle::open_free_only(name, T).unwrap();
+            let (data_at, count): (u64, u64) =
+                (parts[2].parse().unwrap(), parts[3].parse().unwrap());
+            let blocks: Vec<BlockRef> = (0..count)
+                .map(|i| BlockRef::from_bits(1 << 40 | (data_at + 256 * i)))
+                .collect();
+            h.free_batch(&blocks).unwrap();
+            println!("freed");
             thread::sleep(Duration::from_secs(60));
         }
         other => panic!("unknown child action {other}"),
@@ -223,4 +238,141 @@ fn a_dead_handles_empty_slabs_go_back_to_the_pool_keeping_their_class() {
         survivor.free(b).unwrap();
     }
     assert_eq!(survivor.occupancy().unwrap(), 0);
+}
+
+/// A handle's holder killed and not yet reaped (a zombie: its pid and
+/// start time unchanged) is dead on the first look: a joiner takes its
+/// slot over and `reclaim_dead` releases it before its parent reaps it
+/// (the pool once took it for alive until then, so a replacement found no
+/// handle free and nothing was reclaimed).
+#[test]
+fn regression_a_killed_holder_not_yet_reaped_is_dead_on_the_first_look() {
+    let _dog = Watchdog::new(
+        "regression_a_killed_holder_not_yet_reaped_is_dead_on_the_first_look",
+        Duration::from_secs(60),
+    );
+    let name = unique_name("pool-zombie");
+    let pool = Pool::create(&name, &PoolConfig::new(8, 3)).unwrap();
+    let mut survivor = pool.handle().unwrap();
+    let mut doomed: Vec<ChildGuard> = (0..2)
+        .map(|_| {
+            let mut doomed = child(format!("alloc-then-hang {name}"));
+            lines_until_ready(&mut doomed);
+            doomed
+        })
+        .collect();
+    let pids: Vec<u32> = doomed.iter().map(ChildGuard::id).collect();
+    let held =
+        |h: &Handle| -> Vec<u32> { h.occupancy_all().unwrap().iter().map(|o| o.pid).collect() };
+    assert_eq!(held(&survivor)[1..], pids[..]);
+    for zombie in &mut doomed {
+        zombie.kill_unreaped(T);
+    }
+    // A replacement takes a zombie's slot, adopting its 15 live blocks.
+    let replacement = Handle::open(&name, T).unwrap();
+    let taken = replacement.index().unwrap();
+    assert!(taken >= 1);
+    assert_eq!(replacement.occupancy().unwrap(), 15);
+    // The reclaim releases the other one.
+    let reclaimed = survivor.reclaim_dead().unwrap();
+    assert_eq!(reclaimed.handles, 1, "{reclaimed:?}");
+    assert_eq!(held(&survivor)[(3 - taken) as usize], 0);
+    drop(doomed);
+    drop((replacement, survivor, pool));
+    assert!(shm_leftovers(&name).is_empty());
+}
+
+/// A freer SIGKILLed in the middle of a batch of remote frees leaves no
+/// block that the owner's clean-up cannot find: each block is either freed
+/// (its bit set, the owner takes it back) or still allocated (the holder,
+/// or the owner, can free it again). The bits once came after the marks:
+/// a kill in between left blocks marked freed that no bit pointed to, held
+/// for good, as the scheduler session's TPU handle once found ("blocks
+/// still held", its own handle, after a scheduler was killed mid-batch).
+#[test]
+fn regression_a_freer_killed_mid_batch_leaves_no_block_stranded() {
+    let _dog = Watchdog::new(
+        "regression_a_freer_killed_mid_batch_leaves_no_block_stranded",
+        Duration::from_secs(120),
+    );
+    // Slabs × 256 blocks of 256 bytes, all allocated by the owner (handle
+    // 0 of 1), freed by the child in one batch in allocation order.
+    const SLABS: u32 = 256;
+    let descriptors_at = 128 + 64 + 64 * SLABS as usize;
+    for attempt in 1..=20 {
+        let name = unique_name("pool-midbatch");
+        let pool = Pool::create(&name, &PoolConfig::new(SLABS, 1)).unwrap();
+        let mut owner = pool.handle().unwrap();
+        let blocks: Vec<BlockRef> = (0..SLABS * 256)
+            .map(|_| owner.alloc(256).unwrap())
+            .collect();
+        let state = |i: usize| {
+            pool.region()
+                .view::<std::sync::atomic::AtomicU32>(descriptors_at + 4 * i)
+                .unwrap()
+                .load(std::sync::atomic::Ordering::Acquire)
+                & 0xff
+        };
+        let data_at = blocks[0].offset();
+        for (i, b) in blocks.iter().enumerate() {
+            assert_eq!(b.to_bits(), 1 << 40 | (data_at + 256 * i as u64));
+        }
+        // At the lowest priority, so this process's SIGKILL lands while
+        // the batch is still marking, even on a loaded machine.
+        let mut freer = spawn_child(
+            Command::new("nice")
+                .args(["-n", "19"])
+                .arg(std::env::current_exe().unwrap())
+                .args(["--exact", "child_main", "--nocapture", "--test-threads=1"])
+                .env(
+                    CHILD,
+                    format!("free-batch {name} {data_at} {}", blocks.len()),
+                )
+                .stdout(std::process::Stdio::null()),
+        );
+        // The first block marked: the batch is under way; kill it now.
+        let deadline = std::time::Instant::now() + T;
+        while state(0) == 1 {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the child never freed"
+            );
+            std::hint::spin_loop();
+        }
+        freer.kill();
+        let marked = (0..blocks.len()).filter(|&i| state(i) == 2).count();
+        if marked == blocks.len() {
+            eprintln!("attempt {attempt}: the batch finished before the kill; again");
+            continue;
+        }
+        // What the owner does after a holder's death: take back what was
+        // freed, free again what was not (refused if it was), take back again.
+        owner.clean_remote_frees().unwrap();
+        let mut freed_again = 0;
+        for &b in &blocks {
+            match owner.free(b) {
+                Ok(()) => freed_again += 1,
+                Err(Error::NotAllocated { .. }) => {}
+                Err(e) => panic!("{e}"),
+            }
+        }
+        owner.clean_remote_frees().unwrap();
+        let held = owner.occupancy().unwrap();
+        assert_eq!(
+            held,
+            0,
+            "killed after marking {marked} of {} blocks: {held} blocks stranded, \
+             marked freed with no bit for the owner's clean-up ({freed_again} freed again)",
+            blocks.len()
+        );
+        // All of them can be allocated again.
+        for _ in 0..blocks.len() {
+            owner.alloc(256).unwrap();
+        }
+        eprintln!("attempt {attempt}: killed after {marked} marks, nothing stranded");
+        drop((owner, pool));
+        assert!(shm_leftovers(&name).is_empty());
+        return;
+    }
+    panic!("20 batches of 65536 frees each finished before a SIGKILL sent at their first mark");
 }

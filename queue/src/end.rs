@@ -8,13 +8,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytemuck::Pod;
+use nodeipc_fdpass::{Identity, PeerRecord};
 use nodeipc_shm::wait::Pacer;
 use nodeipc_shm::{OpenOptions, Region};
 use rustix::fs::SealFlags;
 use rustix::io::Errno;
 
 use crate::error::Role;
-use crate::layout::{self, Geometry, Header, RoleWord, SLOTS_OFFSET};
+use crate::layout::{self, Geometry, Header, SLOTS_OFFSET};
 use crate::ring::{BadIndex, Ring};
 use crate::role::{self, PeerState, PeerWatch};
 use crate::sync::{AtomicU64, Ordering};
@@ -30,7 +31,7 @@ pub(crate) struct End {
     pub(crate) geo: Geometry,
     pub(crate) label: String,
     role: Role,
-    me: (u32, u64),
+    me: Identity,
     pub(crate) watch: PeerWatch,
 }
 
@@ -178,7 +179,7 @@ impl End {
         &self.region
     }
 
-    fn peer_word(&self) -> &RoleWord {
+    fn peer_word(&self) -> &PeerRecord {
         match self.role {
             Role::Producer => &self.header().roles.consumer,
             Role::Consumer => &self.header().roles.producer,
@@ -230,7 +231,7 @@ impl Drop for End {
             Role::Producer => (&header.roles.producer, &header.tail),
             Role::Consumer => (&header.roles.consumer, &header.head),
         };
-        role::release(word, self.me);
+        word.leave(self.me);
         // A parked peer checks our role at its next slice; wake it now.
         let _ = nodeipc_shm::wait::unpark(peer_wakes, u32::MAX);
     }

@@ -5,6 +5,7 @@
 //! two parked counts; each index alone on its line so a push and a pop do
 //! not invalidate each other's line more than the protocol needs.
 
+use nodeipc_fdpass::PeerRecord;
 use nodeipc_shm::Padded;
 
 use crate::sync::{AtomicU32, AtomicU64, Ordering};
@@ -35,22 +36,12 @@ pub(crate) struct Config {
     pub(crate) slots_offset: AtomicU64,
 }
 
-/// Who holds a role: a pid with its start time (which, together, name one
-/// process for good), and how many times the role was taken.
-#[repr(C)]
-#[derive(Debug, Default)]
-pub(crate) struct RoleWord {
-    pub(crate) pid: AtomicU32,
-    pub(crate) joins: AtomicU32,
-    pub(crate) start: AtomicU64,
-}
-
-/// Both roles, on one line (written only when a role changes hands).
+/// Both roles, on one line, each a [`PeerRecord`] (pid, joins, start time) (written only when a role changes hands).
 #[repr(C)]
 #[derive(Debug, Default)]
 pub(crate) struct Roles {
-    pub(crate) producer: RoleWord,
-    pub(crate) consumer: RoleWord,
+    pub(crate) producer: PeerRecord,
+    pub(crate) consumer: PeerRecord,
 }
 
 /// The header at offset 0 of a queue's region.
@@ -80,6 +71,8 @@ const _: () = {
     assert!(std::mem::offset_of!(Header, tail) == 128);
     assert!(std::mem::offset_of!(Header, head) == 256);
     assert!(std::mem::offset_of!(Header, roles) == 384);
+    assert!(std::mem::offset_of!(Roles, producer) == 0);
+    assert!(std::mem::offset_of!(Roles, consumer) == 16);
     assert!(std::mem::offset_of!(Header, tail_parked) == 512);
     assert!(std::mem::offset_of!(Header, head_parked) == 640);
 };
@@ -88,10 +81,8 @@ const _: () = {
 // any bit pattern is a valid value, and it holds no pointer.
 #[cfg(not(loom))]
 unsafe impl nodeipc_shm::ShmSafe for Config {}
-// SAFETY: as for `Config`.
-#[cfg(not(loom))]
-unsafe impl nodeipc_shm::ShmSafe for RoleWord {}
-// SAFETY: as for `Config`.
+// SAFETY: as for `Config`: two `PeerRecord`s, which are `#[repr(C)]`
+// atomics with no pointer (as nodeipc-fdpass documents them).
 #[cfg(not(loom))]
 unsafe impl nodeipc_shm::ShmSafe for Roles {}
 // SAFETY: as for `Config`.

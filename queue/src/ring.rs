@@ -155,11 +155,19 @@ impl<'a> Ring<'a> {
         }
         let tail = self.header.tail.load(Ordering::Acquire);
         let ready = tail.wrapping_sub(c.head);
-        // The tail only moves forward, and never more than a ring ahead.
+        // The tail never runs more than a ring ahead of the head…
         if ready > self.geo.capacity {
             return Err(BadIndex(format!(
                 "tail {tail} is {ready} past head {} in a ring of {}",
                 c.head, self.geo.capacity
+            )));
+        }
+        // …and only moves forward: fewer ready than last seen is a tail
+        // moved back (by both checks, a tail lies in [tail seen, head + capacity]).
+        if ready < c.tail_seen.wrapping_sub(c.head) {
+            return Err(BadIndex(format!(
+                "tail {tail} is not between the last tail seen ({}) and head {} + capacity {}",
+                c.tail_seen, c.head, self.geo.capacity
             )));
         }
         c.tail_seen = tail;

@@ -183,3 +183,80 @@ fn a_thread_flipping_bytes_causes_errors_at_worst() {
     // The queue is still ours to inspect: its magic word may be flipped, nothing more.
     let _: &AtomicU64 = region.view(0).unwrap();
 }
+
+/// The producer keeps a cached copy of the consumer's head and reloads it
+/// only when that copy shows too little room (no extra load per push): a
+/// bad head written by a hostile consumer goes unseen while the cache
+/// suffices, and is reported (`Corrupt`, naming it) at the first reload,
+/// before any slot the consumer has not released is written.
+#[test]
+fn a_bad_head_from_a_hostile_consumer_is_reported_at_the_next_reload() {
+    let queue = Queue::<u64>::anonymous(8, SCHEMA).unwrap();
+    let mut tx = queue.producer().unwrap();
+    let mut rx = queue.consumer().unwrap();
+    for i in 0..4 {
+        assert!(tx.try_push(&i).unwrap());
+    }
+    // The consumer writes a head past the tail (4) without popping.
+    let head: &AtomicU32 = queue.region().view(HEAD).unwrap();
+    head.store(1000, Ordering::Release);
+    // Four more fit in the producer's cached view (head 0): no reload.
+    for i in 4..8 {
+        assert!(tx.try_push(&i).unwrap(), "no reload needed for {i}");
+    }
+    // The ninth needs room the cache does not show: the reload reports it.
+    let err = tx.try_push(&8).unwrap_err();
+    assert!(matches!(err, Error::Corrupt { .. }), "{err:?}");
+    assert!(
+        err.to_string()
+            .contains("head 1000 is not between the last head seen (0) and the tail (8)"),
+        "{err}"
+    );
+    // Every later attempt that reloads says so too; none writes a slot.
+    assert!(matches!(
+        tx.try_push_slice(&[9, 10]),
+        Err(Error::Corrupt { .. })
+    ));
+    assert!(matches!(tx.reserve(1), Err(Error::Corrupt { .. })));
+    assert!(matches!(
+        tx.push_timeout(&9, Duration::from_secs(5)),
+        Err(Error::Corrupt { .. })
+    ));
+    // The eight messages published are intact for an honest consumer.
+    head.store(0, Ordering::Release);
+    let mut out = [0u64; 8];
+    assert_eq!(rx.try_pop_into(&mut out).unwrap(), 8);
+    assert_eq!(out, [0, 1, 2, 3, 4, 5, 6, 7]);
+}
+
+/// The consumer's side of the same rule: the tail only moves forward.
+/// A hostile producer that moves it back (not behind the head, so the
+/// distance still fits the ring) is `Corrupt` at the consumer's next
+/// reload (it was once accepted: the consumer's view of what was published
+/// silently shrank, and slots it had seen published could be rewritten
+/// before it read them).
+#[test]
+fn regression_a_tail_moved_backwards_is_an_error_at_the_next_reload() {
+    let queue = Queue::<u64>::anonymous(8, SCHEMA).unwrap();
+    let mut tx = queue.producer().unwrap();
+    let mut rx = queue.consumer().unwrap();
+    for i in 0..6 {
+        assert!(tx.try_push(&i).unwrap());
+    }
+    assert_eq!(rx.try_pop().unwrap(), Some(0)); // the consumer has seen tail 6
+    let tail: &AtomicU32 = queue.region().view(TAIL).unwrap();
+    tail.store(4, Ordering::Release);
+    // Asking for more than the five it knows of makes it reload: tail 4 is
+    // behind the 6 it saw, though still ahead of its head (1).
+    let result = rx.try_pop_into(&mut [0u64; 8]);
+    let err = match result {
+        Err(err) => err,
+        Ok(n) => panic!("a tail moved back from 6 to 4 was accepted: {n} popped"),
+    };
+    assert!(matches!(err, Error::Corrupt { .. }), "{err:?}");
+    assert!(
+        err.to_string()
+            .contains("tail 4 is not between the last tail seen (6) and head 1 + capacity 8"),
+        "{err}"
+    );
+}

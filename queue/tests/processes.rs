@@ -333,26 +333,6 @@ fn a_takeover_resets_the_dead_holders_parked_count() {
     assert_eq!(rx.try_pop().unwrap(), Some(msg(1)));
 }
 
-/// Waits until `pid` is a zombie: killed, not yet reaped.
-fn wait_for_zombie(pid: u32) {
-    let deadline = Instant::now() + T;
-    loop {
-        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("unreaped child");
-        // The state follows the command name's closing parenthesis.
-        let state = stat[stat.rfind(')').expect("stat has a comm") + 2..]
-            .chars()
-            .next();
-        if state == Some('Z') {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "child {pid} never became a zombie"
-        );
-        thread::sleep(Duration::from_millis(5));
-    }
-}
-
 #[test]
 fn regression_a_killed_peer_not_yet_reaped_is_dead_on_the_first_look_and_its_role_free() {
     let _dog = Watchdog::new(
@@ -366,8 +346,7 @@ fn regression_a_killed_peer_not_yet_reaped_is_dead_on_the_first_look_and_its_rol
     let pid = doomed.child().id();
     // SIGKILL without a wait: the child stays a zombie, its pid and start
     // time unchanged, until the guard reaps it at the end.
-    doomed.child().kill().unwrap();
-    wait_for_zombie(pid);
+    doomed.kill_unreaped(T);
     // The first look opens a pidfd: it must say the process has exited
     // (a fresh pidfd was once taken as alive).
     let mut rx = Consumer::<Msg>::open(&name, SCHEMA, T).unwrap();

@@ -172,6 +172,31 @@ impl ChildGuard {
         }
     }
 
+    /// Sends SIGKILL and waits (up to `limit`) until the child is a zombie:
+    /// exited, every thread of it gone, not reaped (`waitid` with `WNOWAIT`
+    /// says so), its pid and `/proc/<pid>/stat` start time still there. The
+    /// guard reaps it when it drops.
+    pub fn kill_unreaped(&mut self, limit: Duration) {
+        use rustix::process::{Pid, WaitId, WaitIdOptions, waitid};
+        let pid = self.id();
+        self.child().kill().expect("SIGKILL the child");
+        let id = Pid::from_raw(pid as i32).expect("a child's pid");
+        let deadline = Instant::now() + limit;
+        // A group leader shows state Z while its other threads still exit;
+        // the parent is told (and its pidfd turns readable) only once all did.
+        let options = WaitIdOptions::EXITED | WaitIdOptions::NOHANG | WaitIdOptions::NOWAIT;
+        while waitid(WaitId::Pid(id), options)
+            .expect("waitid(WNOWAIT)")
+            .is_none()
+        {
+            assert!(
+                Instant::now() < deadline,
+                "child {pid} not a zombie after {limit:?}"
+            );
+            thread::sleep(Duration::from_millis(2));
+        }
+    }
+
     /// Sends SIGKILL and reaps the child.
     pub fn kill(&mut self) {
         if let Some(child) = self.child.as_mut() {

@@ -4,7 +4,7 @@ use std::sync::atomic::Ordering;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use nodeipc_fdpass::{Transport, open_verified, process_start_time};
+use nodeipc_fdpass::{Transport, open_if_alive, peer_alive, process_start_time};
 use nodeipc_shm::wait::{Pacer, WaitError};
 use nodeipc_shm::{OpenOptions, Region};
 
@@ -210,28 +210,26 @@ impl Group {
             }
             let entry = self.layout.rank(&self.region, rank);
             let pid = entry.pid.load(Ordering::Relaxed);
-            let pidfd = open_verified(pid, entry.start_time.load(Ordering::Relaxed)).map_err(
-                |e| match e {
-                    nodeipc_fdpass::Error::ProcessGone { .. } => self.died(rank, pid),
-                    source => Error::FdPass {
-                        group: self.name.clone(),
-                        source,
-                    },
-                },
-            )?;
+            let pidfd = open_if_alive(pid, entry.start_time.load(Ordering::Relaxed))
+                .map_err(|source| Error::FdPass {
+                    group: self.name.clone(),
+                    source,
+                })?
+                .ok_or_else(|| self.died(rank, pid))?;
             self.peers.push(Some(pidfd));
         }
         Ok(())
     }
 
-    /// Fails with [`Error::PeerDied`] when registered rank `rank` is gone:
-    /// the kernel has no process `pid` (`ENOENT`, `ESRCH`) or it started at
-    /// another time than the rank recorded. Failing to look (out of
-    /// descriptors, say) is that failure, [`Error::FdPass`], not a death.
+    /// Fails with [`Error::PeerDied`] when registered rank `rank` is gone,
+    /// as fdpass's one liveness policy says: no process `pid`, a later
+    /// start time, or one that has exited and is not reaped yet (a zombie).
+    /// Failing to look (out of descriptors, say) is that failure,
+    /// [`Error::FdPass`], not a death.
     fn check_registered(&self, rank: u32, pid: u32, start_time: u64) -> Result<()> {
-        match process_start_time(pid) {
-            Ok(found) if found == start_time => Ok(()),
-            Ok(_) | Err(nodeipc_fdpass::Error::ProcessGone { .. }) => Err(self.died(rank, pid)),
+        match peer_alive(pid, start_time) {
+            Ok(true) => Ok(()),
+            Ok(false) => Err(self.died(rank, pid)),
             Err(source) => Err(Error::FdPass {
                 group: self.name.clone(),
                 source,

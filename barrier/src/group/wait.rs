@@ -7,7 +7,6 @@ use std::time::Duration;
 
 use nodeipc_fdpass::Pidfd;
 use nodeipc_shm::wait::{Deadline, Spin, WaitError, unpark, wait_while, wake_if_parked};
-use rustix::event::{PollFd, PollFlags};
 use rustix::io::Errno;
 
 use super::Group;
@@ -247,29 +246,13 @@ impl Group {
             .enumerate()
             .filter_map(|(r, p)| p.as_ref().map(|p| (r as u32, p)))
             .collect();
-        let mut polls: Vec<PollFd<'_>> = pidfds
-            .iter()
-            .map(|(_, p)| PollFd::new(*p, PollFlags::IN))
-            .collect();
-        let ready = loop {
-            match rustix::event::poll(
-                &mut polls,
-                Some(&rustix::time::Timespec {
-                    tv_sec: 0,
-                    tv_nsec: 0,
-                }),
-            ) {
-                Err(Errno::INTR) => continue,
-                other => break other.map_err(|e| self.io("poll(pidfds)", e))?,
-            }
-        };
-        // Readable (exited) or hung up (exited and reaped) is a death; any
-        // other event is no news about the process.
-        if ready > 0
-            && let Some(i) = polls
-                .iter()
-                .position(|p| p.revents().intersects(PollFlags::IN | PollFlags::HUP))
-        {
+        // fdpass's one policy: a readable (or hung up) pidfd is a death.
+        let all: Vec<&Pidfd> = pidfds.iter().map(|(_, p)| *p).collect();
+        let exited = nodeipc_fdpass::first_exited(&all).map_err(|source| Error::FdPass {
+            group: self.name.clone(),
+            source,
+        })?;
+        if let Some(i) = exited {
             let (rank, pidfd) = pidfds[i];
             return Ok(Some((rank, Cause::Died, pidfd.pid())));
         }

@@ -4,7 +4,7 @@
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use nodeipc_fdpass::open_verified;
+use nodeipc_fdpass::Identity;
 
 use super::{Coordinator, Shared};
 use crate::layout::worker_flags;
@@ -80,26 +80,19 @@ impl Shared {
             rank,
             pid,
         };
-        let mut cached = self.workers[rank as usize]
+        let holder = Identity {
+            pid,
+            start_time: entry.start_time.load(Ordering::Relaxed),
+        };
+        // fdpass's one policy: no such process, a later start time or one
+        // that exited (a zombie too) is gone; failing to look (EMFILE, say)
+        // is reported as itself.
+        let alive = self.workers[rank as usize]
             .lock()
-            .unwrap_or_else(|e| e.into_inner());
-        if cached
-            .as_ref()
-            .is_none_or(|(cached_pid, _)| *cached_pid != pid)
-        {
-            // Only the kernel saying the process is gone (or a later start
-            // time) is a death; failing to look (EMFILE, say) is reported as
-            // itself.
-            let pidfd = open_verified(pid, entry.start_time.load(Ordering::Relaxed)).map_err(
-                |e| match e {
-                    nodeipc_fdpass::Error::ProcessGone { .. } => died(),
-                    source => self.fdpass(rank, source),
-                },
-            )?;
-            *cached = Some((pid, pidfd));
-        }
-        let (_, pidfd) = cached.as_ref().expect("just filled");
-        if pidfd.has_exited().map_err(|e| self.fdpass(rank, e))? {
+            .unwrap_or_else(|e| e.into_inner())
+            .alive(holder)
+            .map_err(|e| self.fdpass(rank, e))?;
+        if !alive {
             if flags & worker_flags::LEFT != 0 {
                 return Err(Error::WorkerLeft {
                     channel: self.config.name.clone(),

@@ -22,7 +22,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 
-use nodeipc_fdpass::Pidfd;
+use nodeipc_fdpass::PeerWatch;
 use nodeipc_proto::execute::{ExecuteRequest, ExecuteResponse};
 use nodeipc_shm::Region;
 
@@ -91,9 +91,9 @@ struct Shared {
     request: Region,
     response: Region,
     sems: SemSet,
-    /// Verified pidfds of the workers, with the pid each was opened for:
-    /// opened once a worker registers, again when another process takes the rank.
-    workers: Vec<Mutex<Option<(u32, Pidfd)>>>,
+    /// A watch on each worker's process (fdpass's one liveness policy),
+    /// keeping the pidfd of the process it last saw in the worker's entry.
+    workers: Vec<Mutex<PeerWatch>>,
     gatherer: Mutex<Gatherer>,
     /// Wakes an idle response thread when a request is sent.
     idle: (Mutex<()>, Condvar),
@@ -237,7 +237,9 @@ impl<Req: prost::Message + Default, Resp: prost::Message + Default + 'static>
                 source,
             })?;
         layout.publish(&request, &response, config.sems, me, start_time);
-        let workers = (0..config.workers).map(|_| Mutex::new(None)).collect();
+        let workers = (0..config.workers)
+            .map(|_| Mutex::new(PeerWatch::new()))
+            .collect();
         let gatherer = Gatherer {
             next: 0,
             consumed: vec![0; config.workers as usize],

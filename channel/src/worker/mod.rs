@@ -9,7 +9,7 @@ use std::os::fd::OwnedFd;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use nodeipc_fdpass::{Pidfd, open_verified, process_start_time};
+use nodeipc_fdpass::{Pidfd, open_if_alive, process_start_time};
 use nodeipc_proto::execute::{ExecuteRequest, ExecuteResponse};
 use nodeipc_shm::{OpenOptions, Region};
 use prost::bytes::BytesMut;
@@ -162,19 +162,19 @@ impl<Req: prost::Message + Default, Resp: prost::Message + Default> Worker<Req, 
         layout.validate(&config.name, &request, &response, config.sems)?;
         let header = layout::request_header(&request);
         let pid = header.coordinator_pid.load(Ordering::Relaxed);
-        let coordinator = open_verified(pid, header.coordinator_start.load(Ordering::Relaxed))
-            .map_err(|e| match e {
-                nodeipc_fdpass::Error::ProcessGone { .. } => Error::CoordinatorDied {
-                    channel: config.name.clone(),
-                    pid,
-                },
-                source => Error::FdPass {
-                    context: format!(
-                        "channel {}: checking whether the coordinator (pid {pid}) lives",
-                        config.name
-                    ),
-                    source,
-                },
+        // fdpass's one liveness policy: a coordinator that has exited (a
+        // zombie too) or whose pid was reused is dead; failing to look is not.
+        let coordinator = open_if_alive(pid, header.coordinator_start.load(Ordering::Relaxed))
+            .map_err(|source| Error::FdPass {
+                context: format!(
+                    "channel {}: checking whether the coordinator (pid {pid}) lives",
+                    config.name
+                ),
+                source,
+            })?
+            .ok_or_else(|| Error::CoordinatorDied {
+                channel: config.name.clone(),
+                pid,
             })?;
         let sems = SemSet::open(&config, rank)?;
         let entry = layout.worker(&response, rank);

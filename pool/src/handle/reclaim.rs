@@ -7,8 +7,8 @@ use std::sync::atomic::Ordering;
 
 use super::Handle;
 use crate::layout::Geometry;
-use crate::pool::{entry, holder_alive};
-use crate::slab::MAX_BLOCKS;
+use crate::pool::entry;
+use crate::slab::{BITMAP_WORDS, MAX_BLOCKS};
 use crate::{Error, Result};
 
 /// What a reclaim of dead handles took back.
@@ -49,12 +49,15 @@ impl Handle {
                 continue;
             }
             let Some(class) = self.class_of(s)? else {
+                // A garbled class: the slab is ours, its blocks stay unused.
+                self.books[s as usize] = Some([0; BITMAP_WORDS]);
                 slabs += 1;
-                continue; // a garbled class: the slab's blocks stay unused
+                continue;
             };
             let n = Geometry::blocks(self.geo.classes[class]);
             let mut found = Vec::new();
-            self.slab(s)?
+            let out = self
+                .slab(s)?
                 .adopt(n, |i| found.push(s * MAX_BLOCKS as u32 + i as u32));
             // Its remote frees are taken back: a slab left with no block
             // allocated goes back to the pool. Nobody else can change it
@@ -67,9 +70,11 @@ impl Handle {
                     .compare_exchange(me + 1, 0, Ordering::AcqRel, Ordering::Acquire)
                     .is_ok()
             {
+                self.books[s as usize] = None;
                 released += 1;
                 continue;
             }
+            self.books[s as usize] = Some(out);
             slabs += 1;
             blocks += found.len();
             self.free[class].extend(found);
@@ -98,17 +103,15 @@ impl Handle {
                 continue;
             }
             let region = self.region.clone();
-            let e = entry(&region, &self.geo, h)?;
-            let pid = e.pid.load(Ordering::Acquire);
-            if pid == 0 || holder_alive(pid, e.start.load(Ordering::Acquire))? {
+            let record = entry(&region, &self.geo, h)?;
+            let Some(holder) = record.holder() else {
+                continue;
+            };
+            if nodeipc_fdpass::peer_alive(holder.pid, holder.start_time)? {
                 continue;
             }
             let (slabs, blocks, released) = self.adopt_slabs_of(h, true)?;
-            if e.pid
-                .compare_exchange(pid, 0, Ordering::AcqRel, Ordering::Acquire)
-                .is_ok()
-            {
-                e.start.store(0, Ordering::Release);
+            if record.vacate(holder, self.ident)? {
                 done.handles += 1;
             }
             done.slabs += slabs;
