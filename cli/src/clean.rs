@@ -24,6 +24,7 @@ use std::time::Duration;
 
 use clap::Args;
 use nodeipc_shm::{ObjectKind, ProcessScan, ShmObject};
+use nodeipc_text::Printable;
 
 use crate::CmdResult;
 use crate::human::{self, Owners};
@@ -155,7 +156,7 @@ pub(crate) fn ls(args: LsArgs) -> CmdResult {
             entry.mode,
             owners.name(entry.uid),
             users(entry.users, entry.unseen),
-            Shown(&entry.name)
+            Printable(&entry.name)
         );
         if let Some(line) = &entry.detail {
             outln!("{:<10} {line}", "");
@@ -224,9 +225,9 @@ pub(crate) fn clean(args: CleanArgs) -> CmdResult {
                 })
             );
         } else if let Some(reason) = reason {
-            outln!("{} {kind} {} ({reason})", done.words(), Shown(name));
+            outln!("{} {kind} {} ({reason})", done.words(), Printable(name));
         } else {
-            outln!("{} {kind} {}", done.words(), Shown(name));
+            outln!("{} {kind} {}", done.words(), Printable(name));
         }
     };
     for object in &outcome.removed {
@@ -373,25 +374,5 @@ fn users(pids: &[u32], unseen: bool) -> String {
             .map(u32::to_string)
             .collect::<Vec<_>>()
             .join(",")
-    }
-}
-
-/// A name as `ls` and `clean` print it: control characters escaped, so a
-/// name someone else made with a newline in it cannot forge a line.
-struct Shown<'a>(&'a str);
-
-impl std::fmt::Display for Shown<'_> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        if !self.0.chars().any(char::is_control) {
-            return f.write_str(self.0);
-        }
-        for c in self.0.chars() {
-            if c.is_control() {
-                write!(f, "{}", c.escape_default())?;
-            } else {
-                write!(f, "{c}")?;
-            }
-        }
-        Ok(())
     }
 }

@@ -5,7 +5,7 @@
 
 use std::error::Error;
 
-use crate::human::duration;
+use nodeipc_text::duration;
 
 /// Whether `error`, or an error it wraps, is a bounded wait that ran out.
 pub(crate) fn timed_out(error: &(dyn Error + 'static)) -> bool {

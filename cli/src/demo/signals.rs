@@ -13,6 +13,8 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicI32, Ordering};
 
+use nodeipc_text::signal_name;
+
 use crate::Failure;
 
 /// The signals noted so far.
@@ -65,7 +67,7 @@ impl Signals {
                 signal,
                 format!(
                     "demo stopped by {}: workers and monitors stopped, what it made removed",
-                    name(signal)
+                    signal_name(signal)
                 ),
             )),
         }
@@ -102,7 +104,7 @@ fn take_signals(received: &AtomicI32) {
         {
             let line = format!(
                 "nodeipc: second {}: exiting at once; `nodeipc clean` removes what the demo left\n",
-                name(signal)
+                signal_name(signal)
             );
             // SAFETY: writes a buffer we own to fd 2, then ends the process
             // without running anything else (the main thread may be anywhere).
@@ -111,13 +113,5 @@ fn take_signals(received: &AtomicI32) {
                 libc::_exit(128 + signal);
             }
         }
-    }
-}
-
-fn name(signal: i32) -> &'static str {
-    match signal {
-        libc::SIGINT => "SIGINT",
-        libc::SIGTERM => "SIGTERM",
-        _ => "a signal",
     }
 }

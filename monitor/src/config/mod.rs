@@ -318,12 +318,9 @@ pub(crate) fn ms(d: Duration) -> u64 {
     }
 }
 
-/// The name of a signal, `SIG…`, or its number as text.
+/// The name of a signal, `SIG…` ([`nodeipc_text::signal_name`]).
 pub fn signal_name(signal: Signal) -> String {
-    TERMINATION_SIGNALS
-        .iter()
-        .find(|(_, s)| *s == signal)
-        .map_or_else(|| signal.as_raw().to_string(), |(n, _)| (*n).to_owned())
+    nodeipc_text::signal_name(signal.as_raw())
 }
 
 #[cfg(feature = "json")]
