@@ -246,31 +246,18 @@ pub(crate) fn describe_status(code: Option<i32>, signal: Option<i32>) -> String 
 }
 
 /// Creates the events file (0600), or appends to it when it is already a
-/// regular file of ours that group and others cannot write: a symlink, a
-/// FIFO or someone else's file planted at the path is refused, never
-/// written through (the path may be in a shared directory, the launcher
-/// may run as root).
+/// regular file of ours that only we may write (several launches may share
+/// one): a symlink, a FIFO, someone else's file or a kernel interface file
+/// planted at the path is refused, never written through (the path may be
+/// in a shared directory, the launcher may run as root). See
+/// [`nodeipc_fs::create_output`].
 fn open_events_file(path: &Path) -> Result<File> {
-    let refused = |source: nodeipc_fs::Error| Error::Events {
-        path: path.to_owned(),
-        source: std::io::Error::other(source.to_string()),
-    };
-    let fd = match nodeipc_fs::create_exclusive(path, 0o600) {
-        Ok(fd) => fd,
-        Err(e) if e.raw_os_error() == Some(libc::EEXIST) => {
-            nodeipc_fs::open_regular(path, true, nodeipc_fs::ModeRule::NotWritableByOthers)
-                .map_err(refused)?
-                .0
-        }
-        Err(e) => return Err(refused(e)),
-    };
-    // Appending (several launches may share a file), and blocking again
-    // (`open_regular` opened it non-blocking).
-    rustix::fs::fcntl_setfl(&fd, rustix::fs::OFlags::APPEND).map_err(|e| Error::Events {
-        path: path.to_owned(),
-        source: e.into(),
-    })?;
-    Ok(File::from(fd))
+    nodeipc_fs::create_output(path, 0o600, nodeipc_fs::Existing::Append)
+        .map(File::from)
+        .map_err(|source| Error::Events {
+            path: path.to_owned(),
+            source: std::io::Error::other(source.to_string()),
+        })
 }
 
 /// Where events go: stderr lines, a JSON-lines file, and a copy kept for
