@@ -102,7 +102,8 @@ pub(crate) struct LaunchArgs {
     #[arg(long, value_name = "FILE")]
     nvrx_config: Option<PathBuf>,
     /// Where the private run directory is made (default: $XDG_RUNTIME_DIR,
-    /// else the temporary directory).
+    /// else the temporary directory): a directory of ours, not a symlink,
+    /// that group and others cannot write.
     #[arg(long, value_name = "DIR")]
     run_dir: Option<PathBuf>,
     /// Seconds between SIGTERM and SIGKILL when ranks are stopped.

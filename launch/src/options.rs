@@ -59,6 +59,10 @@ pub struct LaunchOptions {
     pub monitor: MonitorConfig,
     /// Where the private run directory (0700) is made; `None`:
     /// `$XDG_RUNTIME_DIR` when set, else the system's temporary directory.
+    /// This one, or `$XDG_RUNTIME_DIR`, must be a directory of ours, not a
+    /// symlink, that group and others cannot write ([`validate`] checks).
+    ///
+    /// [`validate`]: LaunchOptions::validate
     pub run_dir: Option<PathBuf>,
     /// Grace between SIGTERM and SIGKILL when a round is stopped.
     pub stop_timeout: Duration,
@@ -104,10 +108,12 @@ impl LaunchOptions {
         }
     }
 
-    /// Checks every value against its bound.
+    /// Checks every value against its bound, and the run directory's
+    /// parent against the rule of a directory we work in.
     ///
     /// # Errors
-    /// [`Error::Options`] naming the option, its value and the bound.
+    /// [`Error::Options`] naming the option, its value and the bound, or
+    /// the run directory's parent with its owner and mode.
     pub fn validate(&self) -> Result<()> {
         if self.nproc == 0 || self.nproc > MAX_NPROC {
             return Err(Error::options(format!(
@@ -148,17 +154,40 @@ impl LaunchOptions {
         self.monitor
             .validate()
             .map_err(|e| Error::options(format!("monitor configuration: {e}")))?;
-        Ok(())
+        self.check_run_parent()
+    }
+
+    /// The run directory's parent, when the user chose it (`--run-dir`, or
+    /// `$XDG_RUNTIME_DIR`), must be a directory of ours, not a link, that
+    /// nobody else may write (the rule of `nodeipc_fs::check_dir`, as for
+    /// a socket's directory): else another user could move the run
+    /// directory and put their own in its place. The system's temporary
+    /// directory, the fallback, is shared by design; the run directory is
+    /// made there under an unpredictable name, 0700 in one call.
+    fn check_run_parent(&self) -> Result<()> {
+        let (parent, flag) = match &self.run_dir {
+            Some(dir) => (dir.clone(), "--run-dir"),
+            None => match xdg_runtime_dir() {
+                Some(dir) => (dir, "$XDG_RUNTIME_DIR"),
+                None => return Ok(()),
+            },
+        };
+        nodeipc_fs::check_dir(&parent, nodeipc_fs::ModeRule::NotWritableByOthers)
+            .map_err(|source| Error::options(format!("{flag}: {source}")))
     }
 
     /// The parent of the run directory.
     pub(crate) fn run_parent(&self) -> PathBuf {
         match &self.run_dir {
             Some(dir) => dir.clone(),
-            None => std::env::var_os("XDG_RUNTIME_DIR")
-                .filter(|d| !d.is_empty())
-                .map(PathBuf::from)
-                .unwrap_or_else(std::env::temp_dir),
+            None => xdg_runtime_dir().unwrap_or_else(std::env::temp_dir),
         }
     }
+}
+
+/// `$XDG_RUNTIME_DIR`, when set and not empty.
+fn xdg_runtime_dir() -> Option<PathBuf> {
+    std::env::var_os("XDG_RUNTIME_DIR")
+        .filter(|d| !d.is_empty())
+        .map(PathBuf::from)
 }
