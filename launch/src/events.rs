@@ -6,6 +6,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
+use nodeipc_text::signal_name;
 use serde::Serialize;
 
 use crate::{Error, Result};
@@ -230,17 +231,17 @@ impl Event {
                 restart,
                 max_restarts,
             } => format!("restarting {restart}/{max_restarts}"),
-            Event::Signal { signal } => format!("signal {signal} received: stopping"),
+            Event::Signal { signal } => format!("{} received: stopping", signal_name(*signal)),
             Event::Finished { exit_code, summary } => format!("exit {exit_code}: {summary}"),
         }
     }
 }
 
-/// "exited with 3", "killed by signal 9".
+/// "exited with 3", "killed by SIGKILL".
 pub(crate) fn describe_status(code: Option<i32>, signal: Option<i32>) -> String {
     match (code, signal) {
         (Some(code), _) => format!("exited with {code}"),
-        (None, Some(signal)) => format!("killed by signal {signal}"),
+        (None, Some(signal)) => format!("killed by {}", signal_name(signal)),
         (None, None) => "ended".to_owned(),
     }
 }

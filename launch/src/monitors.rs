@@ -136,7 +136,7 @@ impl Monitor {
         }
         let thread = self.thread.take()?;
         Some(match thread.join() {
-            Ok(Ok(shutdown)) => format!("stopped ({shutdown:?})"),
+            Ok(Ok(shutdown)) => format!("stopped ({shutdown})"),
             Ok(Err(e)) => e.to_string(),
             Err(_) => "its thread panicked".to_owned(),
         })

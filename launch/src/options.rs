@@ -73,8 +73,11 @@ pub struct LaunchOptions {
     pub json_events: Option<PathBuf>,
     /// Write the event lines to stderr.
     pub stderr_events: bool,
-    /// Catch SIGINT and SIGTERM (blocked in the calling thread, read from a
-    /// signalfd) and stop everything on them. Call from the main thread
+    /// Catch every terminating signal (`nodeipc_monitor::terminating_signals`:
+    /// SIGHUP, SIGINT, SIGQUIT, SIGTERM, SIGUSR1, SIGUSR2, SIGALRM, ...,
+    /// SIGRTMIN to SIGRTMAX; blocked in the calling thread, read from a
+    /// signalfd) and stop everything on them as on SIGTERM, the launch then
+    /// ending with 128 + the signal's number. Call from the main thread
     /// before any other thread exists, or other threads may take them.
     pub handle_signals: bool,
     /// Make the calling process a child subreaper and, when a round stops,

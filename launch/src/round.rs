@@ -15,8 +15,8 @@ use crate::monitors::Monitor;
 use crate::options::LaunchOptions;
 use crate::rank::Rank;
 use crate::reap;
-use crate::signals::StopSignals;
 use crate::{Error, Result};
+use nodeipc_monitor::StopSignals;
 
 /// How often the loop wakes with nothing to do: the backend, the restart
 /// check and orphans are looked at this often.

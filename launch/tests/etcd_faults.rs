@@ -168,7 +168,7 @@ fn sigterm_to_one_launcher_stops_every_node() {
             "node {node}: {out}"
         );
         assert!(
-            out.contains("stopped by signal 15 on node 1"),
+            out.contains("stopped by SIGTERM on node 1"),
             "node {node}: {out}"
         );
     }
@@ -308,7 +308,7 @@ fn sigterm_while_waiting_for_etcd() {
     let out = launcher.output();
     assert_eq!(status.code(), Some(128 + libc::SIGTERM), "{out}");
     assert!(
-        out.contains("stopped by signal 15 while joining the job"),
+        out.contains("stopped by SIGTERM while joining the job"),
         "{out}"
     );
     assert!(

@@ -169,7 +169,7 @@ fn event_lines_for_people_say_what_happened() {
                 signal: Some(9),
                 after_s: 1.25,
             },
-            "rank 2 (pid 77) killed by signal 9 after 1.2 s",
+            "rank 2 (pid 77) killed by SIGKILL after 1.2 s",
         ),
     ];
     for (event, line) in cases {

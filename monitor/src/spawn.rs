@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use nodeipc_fdpass::{Pidfd, Signal};
 
-use crate::signals::ShutdownSignals;
+use crate::signals::StopSignals;
 use crate::{
     ControlClient, Error, MonitorConfig, MonitorServer, MonitorStatus, Result, Shutdown,
     StderrLogger, control_socket_path,
@@ -27,8 +27,9 @@ pub const CONFIG_ENV: &str = "NODEIPC_MONITOR_CONFIG";
 /// Builds the health checks `config.health` asks for
 /// ([`HealthConfig::checks_for_any_rank`](crate::HealthConfig::checks_for_any_rank),
 /// NVML loaded at run time; one that cannot run is logged, not fatal),
-/// binds `socket`, shuts down in order on SIGTERM, SIGINT, SIGUSR1 or
-/// SIGUSR2, and serves until one arrives: the whole of a monitor process's
+/// binds `socket`, shuts down in order on any of the
+/// [`terminating_signals`](crate::terminating_signals) (SIGTERM, SIGINT,
+/// SIGHUP, ...), and serves until one arrives: the whole of a monitor process's
 /// `main`. The signals are blocked before the sockets exist, so none can
 /// kill the process with its socket files still in place. Call it from a
 /// process's only thread. The log goes to the program's `log` logger, or
@@ -52,7 +53,7 @@ pub fn serve(socket: impl AsRef<Path>, config: MonitorConfig) -> Result<Shutdown
             unavailable.reason
         );
     }
-    let signals = ShutdownSignals::install()?;
+    let signals = StopSignals::install().map_err(|e| Error::io("signalfd", "", e))?;
     let mut server = MonitorServer::bind(socket, config)?;
     for check in health.checks {
         server.add_health_check(check);

@@ -139,13 +139,21 @@ impl RoundBackend for EtcdBackend {
                     return Ok(Decision::Finished {
                         exit_code: code,
                         summary: format!(
-                            "stopped by signal {signal} while waiting as a spare (the job goes on)"
+                            "stopped by {} while waiting as a spare (the job goes on)",
+                            nodeipc_text::signal_name(*signal)
                         ),
                     });
                 }
                 let cause = match self.session {
-                    Some(_) => format!("stopped by signal {signal} on node {}", self.group_rank),
-                    None => format!("stopped by signal {signal} while joining the job"),
+                    Some(_) => format!(
+                        "stopped by {} on node {}",
+                        nodeipc_text::signal_name(*signal),
+                        self.group_rank
+                    ),
+                    None => format!(
+                        "stopped by {} while joining the job",
+                        nodeipc_text::signal_name(*signal)
+                    ),
                 };
                 let node = self.group_rank;
                 // Best effort: etcd may be why we are stopping.
