@@ -20,6 +20,7 @@
 
 mod dirs;
 
+use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::Args;
@@ -53,6 +54,11 @@ pub(crate) struct LsArgs {
     /// Sizes in bytes, not KiB, MiB or GiB.
     #[arg(long)]
     bytes: bool,
+    /// Look in DIR too (repeatable): where `nodeipc launch --run-dir DIR`
+    /// made its run directory. $TMPDIR, /tmp and $XDG_RUNTIME_DIR are
+    /// always looked in.
+    #[arg(long, value_name = "DIR")]
+    run_dir: Vec<PathBuf>,
 }
 
 #[derive(Args)]
@@ -77,6 +83,11 @@ pub(crate) struct CleanArgs {
     /// kernel proves them unused.
     #[arg(long)]
     ignore_unreadable: bool,
+    /// Look in DIR too (repeatable): where `nodeipc launch --run-dir DIR`
+    /// made its run directory. $TMPDIR, /tmp and $XDG_RUNTIME_DIR are
+    /// always looked in.
+    #[arg(long, value_name = "DIR")]
+    run_dir: Vec<PathBuf>,
 }
 
 /// The longest `--min-age`: ten years, far past any run, well inside what
@@ -90,7 +101,7 @@ pub(crate) fn ls(args: LsArgs) -> CmdResult {
         ignore_unreadable: false,
         min_age: Duration::from_secs(DEFAULT_MIN_AGE_SECS),
     };
-    let found = dirs::our_dirs(&args.prefix, &scan, &rules)?;
+    let found = dirs::our_dirs(&args.prefix, &args.run_dir, &scan, &rules)?;
     let mut listed = Vec::with_capacity(objects.len() + found.len());
     for object in &objects {
         // Nobody seen: the kernel says whether somebody unseen holds it.
@@ -207,7 +218,7 @@ pub(crate) fn clean(args: CleanArgs) -> CmdResult {
         ignore_unreadable: args.ignore_unreadable,
         min_age: Duration::from_secs(args.min_age),
     };
-    let found = dirs::our_dirs(&args.prefix, &scan, &rules)?;
+    let found = dirs::our_dirs(&args.prefix, &args.run_dir, &scan, &rules)?;
     let done = if args.dry_run {
         Done::WouldRemove
     } else {

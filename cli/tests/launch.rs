@@ -456,3 +456,94 @@ fn stopped_in_order_by(signal: i32) -> Result<(), String> {
     }
     Ok(())
 }
+
+/// A launcher killed outright (SIGKILL) leaves its run directory: `nodeipc
+/// ls` lists it and `nodeipc clean` removes it, in `--run-dir DIR` (named
+/// to them with the same flag) and in `$XDG_RUNTIME_DIR`, the default
+/// (regression: neither knew a launcher's run directory, though SECURITY.md
+/// said they found it).
+#[test]
+fn regression_ls_and_clean_find_a_killed_launchers_run_directory() {
+    let _watchdog = Watchdog::new("launch killed ls clean", Duration::from_secs(120));
+    let dir = TempDir::new("launch-killed-clean");
+    // Not inside `dir`: a socket path holds at most 107 bytes.
+    let runtime_dir = TempDir::new("rt");
+    let runtime = runtime_dir.path().to_owned();
+    for by_flag in [true, false] {
+        // The rank writes it anew.
+        let _ = std::fs::remove_file(dir.join("pids-0"));
+        let mut command = launch_command(&dir, "ignore-term", &["--nproc", "1"]);
+        if !by_flag {
+            // The default place: $XDG_RUNTIME_DIR, the kit's --run-dir dropped.
+            let args: Vec<_> = command.get_args().map(|a| a.to_owned()).collect();
+            let at = args.iter().position(|a| a == "--run-dir").unwrap();
+            let mut again = std::process::Command::new(command.get_program());
+            again
+                .args(args[..at].iter().chain(&args[at + 2..]))
+                .envs(command.get_envs().filter_map(|(k, v)| Some((k, v?))))
+                .env("XDG_RUNTIME_DIR", &runtime)
+                .current_dir(dir.path())
+                .stdin(std::process::Stdio::null())
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::null());
+            command = again;
+        }
+        let mut launch = spawn_child(&mut command);
+        let pids = rank_pids(&dir, 1);
+        launch.kill();
+        wait_for(
+            "the rank gone with its launcher",
+            Duration::from_secs(10),
+            || pids.iter().all(|&p| !alive(p)),
+        );
+        let parent = if by_flag {
+            dir.path().to_owned()
+        } else {
+            runtime.clone()
+        };
+        let run_dirs = |parent: &std::path::Path| -> Vec<std::path::PathBuf> {
+            std::fs::read_dir(parent)
+                .unwrap()
+                .flatten()
+                .map(|e| e.path())
+                .filter(|p| {
+                    p.file_name()
+                        .unwrap()
+                        .to_string_lossy()
+                        .starts_with("nodeipc-launch-")
+                })
+                .collect()
+        };
+        let left = run_dirs(&parent);
+        assert_eq!(left.len(), 1, "by_flag {by_flag}: {left:?}");
+        let shown = left[0].to_str().unwrap();
+        let cli = |args: &[&str]| {
+            let mut args: Vec<&str> = args.to_vec();
+            if by_flag {
+                args.extend(["--run-dir", dir.path().to_str().unwrap()]);
+            }
+            let out = spawn_child(
+                std::process::Command::new(env!("CARGO_BIN_EXE_nodeipc"))
+                    .args(&args)
+                    .env("XDG_RUNTIME_DIR", &runtime)
+                    .stdout(std::process::Stdio::piped())
+                    .stderr(std::process::Stdio::piped()),
+            )
+            .output_timeout(Duration::from_secs(60));
+            assert!(out.status.success(), "{args:?}: {}", stderr(&out));
+            String::from_utf8_lossy(&out.stdout).into_owned()
+        };
+        let listed = cli(&["ls", "--prefix", "/nodeipc-launch-"]);
+        assert!(listed.contains(shown), "by_flag {by_flag}: {listed}");
+        let cleaned = cli(&[
+            "clean",
+            "--prefix",
+            "/nodeipc-launch-",
+            "--min-age",
+            "0",
+            "--ignore-unreadable",
+        ]);
+        assert!(cleaned.contains(shown), "by_flag {by_flag}: {cleaned}");
+        assert!(run_dirs(&parent).is_empty(), "by_flag {by_flag}: {cleaned}");
+    }
+}
