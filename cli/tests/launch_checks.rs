@@ -44,7 +44,7 @@ fn a_restarted_rank_that_registered_before_and_stays_away_fails_the_round() {
     );
     let last = err.lines().last().unwrap();
     assert!(
-        last.contains("rank 0 (local 0) did not register with its monitor again within --rank-restart-timeout 0.5 s"),
+        last.contains("rank 0 (local 0) did not register with its monitor again within --rank-restart-timeout 500 ms"),
         "{last}"
     );
     assert_no_run_dir(&dir);

@@ -4,9 +4,9 @@
 use std::fs::File;
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
-use nodeipc_text::signal_name;
+use nodeipc_text::{duration, signal_name};
 use serde::Serialize;
 
 use crate::{Error, Result};
@@ -198,18 +198,25 @@ impl Event {
                 after_s,
                 ..
             } => format!(
-                "rank {rank} (pid {pid}) {} after {after_s:.1} s",
-                describe_status(*code, *signal)
+                "rank {rank} (pid {pid}) {} after {}",
+                describe_status(*code, *signal),
+                seconds(*after_s)
             ),
             Event::RankNotBack { rank, waited_s, .. } => {
-                format!("rank {rank} has not registered again after {waited_s:.1} s")
+                format!(
+                    "rank {rank} has not registered again after {}",
+                    seconds(*waited_s)
+                )
             }
             Event::RoundFailed {
                 restart,
                 rank,
                 cause,
                 after_s,
-            } => format!("round {restart} failed after {after_s:.1} s: rank {rank} {cause}"),
+            } => format!(
+                "round {restart} failed after {}: rank {rank} {cause}",
+                seconds(*after_s)
+            ),
             Event::RoundStopping { restart, reason } => {
                 format!("round {restart} stopping: {reason}")
             }
@@ -218,14 +225,18 @@ impl Event {
                 stop_ms,
                 killed,
                 stuck: 0,
-            } => format!("round {restart} stopped in {stop_ms:.1} ms ({killed} needed SIGKILL)"),
+            } => format!(
+                "round {restart} stopped in {} ({killed} needed SIGKILL)",
+                seconds(stop_ms / 1000.0)
+            ),
             Event::RoundStopped {
                 restart,
                 stop_ms,
                 killed,
                 stuck,
             } => format!(
-                "round {restart} stopped in {stop_ms:.1} ms ({killed} needed SIGKILL, {stuck} still alive after SIGKILL: left behind)"
+                "round {restart} stopped in {} ({killed} needed SIGKILL, {stuck} still alive after SIGKILL: left behind)",
+                seconds(stop_ms / 1000.0)
             ),
             Event::Restarting {
                 restart,
@@ -244,6 +255,11 @@ pub(crate) fn describe_status(code: Option<i32>, signal: Option<i32>) -> String 
         (None, Some(signal)) => format!("killed by {}", signal_name(signal)),
         (None, None) => "ended".to_owned(),
     }
+}
+
+/// Seconds (an event's field) in words: "1.2 s", "400 ms".
+fn seconds(secs: f64) -> String {
+    duration(Duration::try_from_secs_f64(secs).unwrap_or_default())
 }
 
 /// Creates the events file (0600), or appends to it when it is already a

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use nodeipc_monitor::{HealthCheck, StopSignals};
-use nodeipc_text::signal_name;
+use nodeipc_text::{duration, signal_name};
 
 use crate::backend::{Begin, Decision, LocalBackend, RoundBackend, RoundReport, RoundResult};
 use crate::events::{Event, Events};
@@ -307,11 +307,11 @@ fn failure(
         Some(code) => code,
     };
     let summary = format!(
-        "rank {} (local {}) {cause}, {:.1} s into round {restart} ({:.1} s since launch)",
+        "rank {} (local {}) {cause}, {} into round {restart} ({} since launch)",
         rank.global_rank,
         rank.local_rank,
-        after.as_secs_f64(),
-        since_launch.as_secs_f64(),
+        duration(after),
+        duration(since_launch),
     );
     let report = RoundReport::Failed {
         rank: rank.global_rank,

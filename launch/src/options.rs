@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use nodeipc_monitor::MonitorConfig;
+use nodeipc_text::duration;
 
 use crate::{Error, Result};
 
@@ -132,8 +133,9 @@ impl LaunchOptions {
         }
         if self.stop_timeout.is_zero() || self.stop_timeout > MAX_STOP_TIMEOUT {
             return Err(Error::options(format!(
-                "--stop-timeout {:?} must be between 1 ms and {MAX_STOP_TIMEOUT:?}",
-                self.stop_timeout
+                "--stop-timeout {} must be between 1 ms and {}",
+                duration(self.stop_timeout),
+                duration(MAX_STOP_TIMEOUT)
             )));
         }
         if self
@@ -141,14 +143,16 @@ impl LaunchOptions {
             .is_some_and(|d| d.is_zero() || d > MAX_STOP_TIMEOUT)
         {
             return Err(Error::options(format!(
-                "--rank-restart-timeout {:?} must be between 1 ms and {MAX_STOP_TIMEOUT:?}",
-                self.rank_restart_timeout.unwrap_or_default()
+                "--rank-restart-timeout {} must be between 1 ms and {}",
+                duration(self.rank_restart_timeout.unwrap_or_default()),
+                duration(MAX_STOP_TIMEOUT)
             )));
         }
         if self.health.interval.is_zero() || self.health.interval > MAX_STOP_TIMEOUT {
             return Err(Error::options(format!(
-                "--health-interval {:?} must be between 1 ms and {MAX_STOP_TIMEOUT:?}",
-                self.health.interval
+                "--health-interval {} must be between 1 ms and {}",
+                duration(self.health.interval),
+                duration(MAX_STOP_TIMEOUT)
             )));
         }
         if self.command.is_empty() {

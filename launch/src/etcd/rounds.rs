@@ -368,9 +368,9 @@ impl EtcdBackend {
         let waited = view.last_ack.elapsed();
         (waited > self.rdzv.ttl / 2).then(|| {
             format!(
-                "no keepalive acknowledged by etcd at {} for {:.1} s (--rdzv-ttl {} s): this node may be cut off",
+                "no keepalive acknowledged by etcd at {} for {} (--rdzv-ttl {} s): this node may be cut off",
                 session.endpoints,
-                waited.as_secs_f64(),
+                nodeipc_text::duration(waited),
                 self.rdzv.ttl.as_secs()
             )
         })
@@ -384,9 +384,9 @@ impl EtcdBackend {
         let waited = view.last_ack.elapsed();
         if view.lease_lost || waited >= self.rdzv.ttl {
             return Err(backend(format!(
-                "lost etcd at {}: no keepalive acknowledged for {:.1} s (--rdzv-ttl {} s); this node's ranks are stopped",
+                "lost etcd at {}: no keepalive acknowledged for {} (--rdzv-ttl {} s); this node's ranks are stopped",
                 session.endpoints,
-                waited.as_secs_f64(),
+                nodeipc_text::duration(waited),
                 self.rdzv.ttl.as_secs()
             )));
         }

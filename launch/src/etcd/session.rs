@@ -230,9 +230,9 @@ impl Session {
                 Err(error) if began.elapsed() >= timeout => {
                     return Err(Error::Backend {
                         reason: format!(
-                            "{what}: no answer from etcd at {} within {:.0} s (--rdzv-timeout): {error}",
+                            "{what}: no answer from etcd at {} within {} (--rdzv-timeout): {error}",
                             self.endpoints,
-                            timeout.as_secs_f64()
+                            nodeipc_text::duration(timeout)
                         ),
                     });
                 }
@@ -264,9 +264,9 @@ impl Session {
             }),
             Err(_) => Err(Error::Backend {
                 reason: format!(
-                    "etcd at {}: {what}: no answer within {:.0} s",
+                    "etcd at {}: {what}: no answer within {}",
                     self.endpoints,
-                    REQUEST_TIMEOUT.as_secs_f64()
+                    nodeipc_text::duration(REQUEST_TIMEOUT)
                 ),
             }),
         }

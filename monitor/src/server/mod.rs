@@ -240,10 +240,10 @@ impl MonitorServer {
     /// client's.
     pub fn run(mut self) -> Result<Shutdown> {
         self.log.info(&format!(
-            "serving on {} (control {}), check every {:?}",
+            "serving on {} (control {}), check every {}",
             self.rank_socket.path().display(),
             self.control_socket.path().display(),
-            self.config().check_interval
+            nodeipc_text::duration(self.config().check_interval)
         ));
         let reason = loop {
             if let Some(reason) = self.turn()? {
