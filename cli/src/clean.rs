@@ -170,7 +170,7 @@ pub(crate) fn ls(args: LsArgs) -> CmdResult {
             Printable(&entry.name)
         );
         if let Some(line) = &entry.detail {
-            outln!("{:<10} {line}", "");
+            outln!("{:<10} {}", "", Printable(line));
         }
     }
     Ok(())
@@ -236,7 +236,12 @@ pub(crate) fn clean(args: CleanArgs) -> CmdResult {
                 })
             );
         } else if let Some(reason) = reason {
-            outln!("{} {kind} {} ({reason})", done.words(), Printable(name));
+            outln!(
+                "{} {kind} {} ({})",
+                done.words(),
+                Printable(name),
+                Printable(reason)
+            );
         } else {
             outln!("{} {kind} {}", done.words(), Printable(name));
         }

@@ -238,9 +238,11 @@ fn across_nodes(
     .into())
 }
 
+/// A line on stderr, escaped (it may name a file or a key someone else
+/// chose), never a panic on a closed stderr.
 fn eprintln_safe(line: &str) {
     use std::io::Write;
-    let _ = writeln!(std::io::stderr(), "{line}");
+    let _ = writeln!(std::io::stderr(), "{}", nodeipc_text::Printable(line));
 }
 
 /// Seconds, whole or fractional, more than 0 and at most a week (checked

@@ -145,9 +145,14 @@ fn main() -> ExitCode {
         Err(Failure::Status(code, line)) => (code, line),
     };
     // Not eprintln!: it panics when standard error is a closed pipe. An
-    // empty line: the command has said why already.
+    // empty line: the command has said why already. Escaped: the line may
+    // carry what a peer, a monitor or etcd said, and it stays one line.
     if !line.is_empty() {
-        let _ = writeln!(std::io::stderr(), "nodeipc: {line}");
+        let _ = writeln!(
+            std::io::stderr(),
+            "nodeipc: {}",
+            nodeipc_text::Printable(&line)
+        );
     }
     ExitCode::from(code)
 }
@@ -205,7 +210,11 @@ fn usage_error(error: clap::Error) -> ExitCode {
                 .filter_map(|line| line.trim().strip_prefix("tip: "))
                 .map(|tip| format!("; {tip}"))
                 .collect();
-            let _ = writeln!(std::io::stderr(), "nodeipc: {first}{tips} (see --help)");
+            let _ = writeln!(
+                std::io::stderr(),
+                "nodeipc: {} (see --help)",
+                nodeipc_text::Printable(&format!("{first}{tips}"))
+            );
             ExitCode::from(2)
         }
     }

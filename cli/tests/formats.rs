@@ -265,6 +265,24 @@ fn regression_man_never_writes_through_what_is_planted_in_its_directory() {
     assert!(std::fs::read_to_string(&page).unwrap().contains(".TH"));
 }
 
+/// The one line a failing command prints escapes the control characters
+/// of what it quotes (a path, a peer's or a monitor's words, a value from
+/// etcd): it stays one line and sends the terminal nothing (regression:
+/// quoted text went to stderr raw).
+#[test]
+fn regression_an_error_line_quoting_outside_text_stays_one_line() {
+    let dir = "/nonexistent-nodeipc\nnodeipc: all good\u{1b}[2J";
+    let out = nodeipc(&["man", "--dir", dir]);
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(stderr.lines().count(), 1, "{stderr:?}");
+    assert!(!stderr.contains('\u{1b}'), "{stderr:?}");
+    assert!(
+        stderr.contains("/nonexistent-nodeipc\\nnodeipc: all good\\u{1b}[2J"),
+        "{stderr:?}"
+    );
+}
+
 #[test]
 fn help_lists_the_exit_statuses() {
     let help = ok(&["--help"]);

@@ -6,7 +6,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use nodeipc_text::{duration, signal_name};
+use nodeipc_text::{Printable, duration, signal_name};
 use serde::Serialize;
 
 use crate::{Error, Result};
@@ -304,7 +304,13 @@ impl Events {
     /// error (a tool waits on it); stderr is best effort.
     pub(crate) fn emit(&mut self, event: Event) -> Result<()> {
         if self.stderr {
-            let _ = writeln!(std::io::stderr(), "nodeipc launch: {}", event.line());
+            // Causes, reasons and summaries carry what ranks, monitors and
+            // other nodes (through etcd) said: escaped, one event one line.
+            let _ = writeln!(
+                std::io::stderr(),
+                "nodeipc launch: {}",
+                Printable(&event.line())
+            );
         }
         if let Some((path, file)) = &mut self.file {
             #[derive(Serialize)]

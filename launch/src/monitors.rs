@@ -66,7 +66,8 @@ impl Monitor {
                 use std::io::Write;
                 let _ = writeln!(
                     std::io::stderr(),
-                    "nodeipc launch: monitor of local rank {local_rank}: {line}"
+                    "nodeipc launch: monitor of local rank {local_rank}: {}",
+                    nodeipc_text::Printable(line)
                 );
             }
         });

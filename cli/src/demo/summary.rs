@@ -63,7 +63,10 @@ impl Summary<'_> {
         if self.leftovers.is_empty() {
             outln!("  left behind    nothing");
         } else {
-            outln!("  left behind    {}", self.leftovers.join(" "));
+            outln!(
+                "  left behind    {}",
+                nodeipc_text::Printable(&self.leftovers.join(" "))
+            );
         }
     }
 }
