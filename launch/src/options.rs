@@ -19,6 +19,10 @@ pub const MAX_RESTARTS: u32 = 1_000_000;
 /// Longest `--stop-timeout` accepted: longer is not a bound.
 pub const MAX_STOP_TIMEOUT: Duration = Duration::from_secs(3600);
 
+/// Shortest `--stop-timeout`, `--rank-restart-timeout` and
+/// `--health-interval` accepted.
+const MIN_DURATION: Duration = Duration::from_millis(1);
+
 /// Health checks every monitor runs beside its timeouts (a failure is
 /// treated as a timeout: the rank is terminated and the round restarts).
 /// They run only while a rank is registered with its monitor.
@@ -131,24 +135,24 @@ impl LaunchOptions {
                 self.max_restarts
             )));
         }
-        if self.stop_timeout.is_zero() || self.stop_timeout > MAX_STOP_TIMEOUT {
+        // The bounds the messages name: 1 ms (a shorter one is no grace at
+        // all; it was taken, as anything above 0 was) to an hour.
+        let out_of_range = |d: Duration| d < MIN_DURATION || d > MAX_STOP_TIMEOUT;
+        if out_of_range(self.stop_timeout) {
             return Err(Error::options(format!(
                 "--stop-timeout {} must be between 1 ms and {}",
                 duration(self.stop_timeout),
                 duration(MAX_STOP_TIMEOUT)
             )));
         }
-        if self
-            .rank_restart_timeout
-            .is_some_and(|d| d.is_zero() || d > MAX_STOP_TIMEOUT)
-        {
+        if self.rank_restart_timeout.is_some_and(out_of_range) {
             return Err(Error::options(format!(
                 "--rank-restart-timeout {} must be between 1 ms and {}",
                 duration(self.rank_restart_timeout.unwrap_or_default()),
                 duration(MAX_STOP_TIMEOUT)
             )));
         }
-        if self.health.interval.is_zero() || self.health.interval > MAX_STOP_TIMEOUT {
+        if out_of_range(self.health.interval) {
             return Err(Error::options(format!(
                 "--health-interval {} must be between 1 ms and {}",
                 duration(self.health.interval),

@@ -48,6 +48,15 @@ fn bad_options_are_refused_naming_the_option_and_its_bound() {
             },
             "--rank-restart-timeout",
         ),
+        // Below the 1 ms the message names (regression: anything above 0
+        // was taken).
+        (
+            LaunchOptions {
+                stop_timeout: Duration::from_micros(100),
+                ..options(&dir, 1, "true")
+            },
+            "--stop-timeout 100 µs must be between 1 ms and 60 min",
+        ),
         (
             LaunchOptions {
                 command: Vec::new(),
