@@ -32,12 +32,12 @@ grep -E '^ *Packaged' "${log}" || true
 
 say "the umbrella crate: each feature pulls its layer and those under it, nothing else"
 declare -A layers=(
-    [fs]="fs" [shm]="fs shm" [sem]="fs sem shm" [fdpass]="fdpass"
+    [text]="text" [fs]="fs" [shm]="fs shm" [sem]="fs sem shm" [fdpass]="fdpass"
     [barrier]="barrier fdpass fs shm" [proto]="proto"
     [handshake]="fdpass handshake proto"
-    [channel]="channel fdpass fs handshake proto sem shm" [monitor]="fdpass fs monitor proto shm"
+    [channel]="channel fdpass fs handshake proto sem shm" [monitor]="fdpass fs monitor proto shm text"
     [queue]="fdpass fs queue shm" [pool]="fdpass fs pool shm"
-    [launch]="fdpass fs launch monitor proto shm"
+    [launch]="fdpass fs launch monitor proto shm text"
 )
 for feature in "${!layers[@]}"; do
     tree=$(cargo tree --locked -p nodeipc --no-default-features -F "${feature}" -e normal --prefix none)

@@ -1,11 +1,12 @@
 //! How an error from a layer becomes the command's one line and exit
 //! status: a bounded wait that ran out is exit 3, whichever layer's it was,
-//! and its time is said in words ("150 ms"), not in the `Debug` form the
-//! layers' messages carry ("150.123456ms").
+//! and its time is said in words ("150 ms"), not in the `Debug` form some
+//! layers' messages still carry ("150.123456ms"; the monitor's and the
+//! launcher's use `nodeipc_text::duration` themselves).
 
 use std::error::Error;
 
-use crate::human::duration;
+use nodeipc_text::duration;
 
 /// Whether `error`, or an error it wraps, is a bounded wait that ran out.
 pub(crate) fn timed_out(error: &(dyn Error + 'static)) -> bool {
@@ -61,31 +62,6 @@ fn in_words(error: &(dyn Error + 'static)) -> Option<String> {
                 duration(*waited)
             ));
         }
-    } else if let Some(e) = error.downcast_ref::<nodeipc_monitor::Error>() {
-        return match e {
-            nodeipc_monitor::Error::ConnectTimeout { path, waited, last } => Some(format!(
-                "no monitor accepted a connection on {} within {}: {}",
-                path.display(),
-                duration(*waited),
-                reason(last)
-            )),
-            nodeipc_monitor::Error::Timeout {
-                op,
-                path,
-                waited,
-                detail,
-            } => Some(format!(
-                "the monitor at {}: {op} timed out after {}{detail}",
-                path.display(),
-                duration(*waited)
-            )),
-            nodeipc_monitor::Error::NotReady { pid, path, waited } => Some(format!(
-                "the monitor process {pid} did not accept connections on {} within {}",
-                path.display(),
-                duration(*waited)
-            )),
-            _ => None,
-        };
     } else if let Some(e) = error.downcast_ref::<nodeipc_channel::Error>() {
         if let nodeipc_channel::Error::Timeout {
             channel,

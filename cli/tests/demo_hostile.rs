@@ -98,6 +98,16 @@ fn regression_sigterm_stops_the_demo_in_order_and_leaves_nothing() {
     stop_with(Signal::TERM, 143, "SIGTERM", false);
 }
 
+/// Any terminating signal stops the demo as SIGTERM does (regression:
+/// SIGHUP, a closed terminal, and SIGUSR1 killed it with its directory
+/// left behind).
+#[test]
+fn regression_sighup_and_sigusr1_stop_the_demo_in_order_too() {
+    let _dog = Watchdog::new("demo SIGHUP", Duration::from_secs(240));
+    stop_with(Signal::HUP, 129, "SIGHUP", false);
+    stop_with(Signal::USR1, 138, "SIGUSR1", false);
+}
+
 #[test]
 fn regression_sigint_during_setup_leaves_nothing() {
     let _dog = Watchdog::new("demo SIGINT", Duration::from_secs(120));
