@@ -10,7 +10,6 @@ mod liveness;
 mod pidfd;
 mod procstat;
 mod scm;
-mod timeout;
 
 pub use connect::{connect_failure_reason, connect_unix, connect_unix_when_up};
 pub use cred::{Credentials, peer_credentials, require_peer_uid};

@@ -9,8 +9,8 @@ use rustix::process::{Pid, PidfdFlags, PidfdGetfdFlags};
 
 pub use rustix::process::Signal;
 
-use crate::timeout::timespec;
 use crate::{Error, ForeignFd, Result};
+use nodeipc_shm::wait::timespec;
 
 /// A descriptor referring to one process (`pidfd_open`). Unlike its pid it
 /// can never come to mean another process: signals sent through it reach

@@ -6,6 +6,7 @@ use std::os::fd::{AsFd, BorrowedFd, FromRawFd, OwnedFd};
 use std::os::unix::net::UnixStream;
 use std::time::{Duration, Instant};
 
+use nodeipc_shm::wait::timespec;
 use rustix::event::{PollFd, PollFlags};
 use rustix::io::Errno;
 use rustix::net::RecvFlags;
@@ -159,13 +160,4 @@ fn peer_pidfd(stream: &UnixStream) -> Option<OwnedFd> {
     // SAFETY: the kernel just created `fd` for us (a new pidfd); nothing
     // else in this process knows it, so it is owned here alone.
     Some(unsafe { OwnedFd::from_raw_fd(fd) })
-}
-
-/// A poll timeout; a `Duration` beyond `Timespec`'s range waits as long as
-/// it can.
-pub(crate) fn timespec(timeout: Duration) -> rustix::event::Timespec {
-    rustix::event::Timespec::try_from(timeout).unwrap_or(rustix::event::Timespec {
-        tv_sec: i64::MAX,
-        tv_nsec: 999_999_999,
-    })
 }
