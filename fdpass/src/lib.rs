@@ -12,7 +12,7 @@ mod procstat;
 mod scm;
 
 pub use connect::{connect_failure_reason, connect_unix, connect_unix_when_up};
-pub use cred::{Credentials, peer_credentials, require_peer_uid};
+pub use cred::{Credentials, peer_credentials, peer_pidfd, require_peer_uid};
 pub use error::{Error, Result};
 pub use handle::{
     FdHandle, ForeignFd, Ptracer, Transport, allow_ptracer, open_verified, pidfd_getfd_available,

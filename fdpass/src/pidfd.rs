@@ -52,6 +52,11 @@ impl Pidfd {
         Ok(Pidfd { fd, pid })
     }
 
+    /// A pidfd the kernel handed us another way (`SO_PEERPIDFD`), for `pid`.
+    pub(crate) fn from_owned(fd: OwnedFd, pid: u32) -> Pidfd {
+        Pidfd { fd, pid }
+    }
+
     /// The pid this pidfd was opened for.
     pub fn pid(&self) -> u32 {
         self.pid
