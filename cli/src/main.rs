@@ -5,7 +5,7 @@
 //! one line on stderr on failure, 2 for a usage error, 3 when `sem wait`
 //! times out, 128 + the signal's number when `demo` or `launch` is stopped
 //! by a terminating signal (SIGINT, SIGTERM, SIGHUP, ...: see
-//! `nodeipc_monitor::terminating_signals`). Standard output goes through
+//! `nodeipc_fdpass::terminating_signals`). Standard output goes through
 //! [`output`], so a reader that leaves early ends the output quietly, never
 //! the work.
 #![deny(unsafe_op_in_unsafe_fn)]

@@ -10,6 +10,7 @@ mod liveness;
 mod pidfd;
 mod procstat;
 mod scm;
+mod signals;
 
 pub use connect::{connect_failure_reason, connect_unix, connect_unix_when_up};
 pub use cred::{Credentials, peer_credentials, peer_pidfd, require_peer_uid};
@@ -25,3 +26,4 @@ pub use liveness::{
 pub use pidfd::{Pidfd, Signal};
 pub use procstat::{ProcStat, process_stat};
 pub use scm::{Received, SCM_MAX_FD, recv_fds, recv_fds_exact, send_fds, send_fds_to};
+pub use signals::{StopSignals, block_terminating_signals, clear_signal_mask, terminating_signals};

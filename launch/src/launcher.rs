@@ -5,7 +5,8 @@
 use std::path::PathBuf;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use nodeipc_monitor::{HealthCheck, StopSignals};
+use nodeipc_fdpass::StopSignals;
+use nodeipc_monitor::HealthCheck;
 use nodeipc_text::{duration, signal_name};
 
 use crate::backend::{Begin, Decision, LocalBackend, RoundBackend, RoundReport, RoundResult};

@@ -16,7 +16,7 @@ use crate::options::LaunchOptions;
 use crate::rank::Rank;
 use crate::reap;
 use crate::{Error, Result};
-use nodeipc_monitor::StopSignals;
+use nodeipc_fdpass::StopSignals;
 
 /// How often the loop wakes with nothing to do: the backend, the restart
 /// check and orphans are looked at this often.
