@@ -114,8 +114,10 @@ fn main() -> ExitCode {
     // The monitor logs through the `log` facade: its lines go to stderr,
     // one per record, as `nodeipc-monitor[PID] info: …`.
     nodeipc_monitor::StderrLogger::install();
-    // Benchmark peers and monitors are this binary, spawned again.
-    nodeipc_benches::run_if_peer();
+    // Monitors (the demo's, the launcher's, `bench`'s) and benchmark peers
+    // are this binary, spawned again.
+    nodeipc_monitor::run_if_server();
+    nodeipc_cli::bench::run_if_peer();
     let cli = match parse() {
         Ok(cli) => cli,
         Err(e) => return usage_error(e),

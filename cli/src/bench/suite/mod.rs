@@ -5,7 +5,7 @@
 use std::io;
 use std::time::Duration;
 
-use crate::Summary;
+use crate::bench::Summary;
 
 mod kittens_row;
 mod layers;
@@ -144,7 +144,7 @@ impl Row {
         if let Some(note) = &self.note {
             row.insert("note".into(), note.as_str().into());
         }
-        row.insert("machine".into(), crate::machine::describe().into());
+        row.insert("machine".into(), crate::bench::machine::describe().into());
         serde_json::Value::Object(row).to_string()
     }
 }

@@ -18,8 +18,8 @@ use std::time::{Duration, Instant};
 
 use nodeipc_queue::{Consumer, Producer, Queue};
 
-use crate::machine::{self, Pinned};
-use crate::peer::{self, Peers};
+use crate::bench::machine::{self, Pinned};
+use crate::bench::peer::{self, Peers};
 
 type Msg = [u64; 8];
 const MSG_BYTES: usize = size_of::<Msg>();

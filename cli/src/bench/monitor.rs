@@ -59,7 +59,8 @@ fn create_file(dir: &PrivateDir, name: &str) -> io::Result<PathBuf> {
 
 impl MonitorSession {
     /// Spawns a monitor (this executable, served through
-    /// [`run_if_peer`](crate::run_if_peer)) and registers this process with it.
+    /// `nodeipc_monitor::run_if_server()`, which its `main` calls first) and
+    /// registers this process with it.
     ///
     /// Its socket and log go in a private directory in `/tmp` (see
     /// [`DIR_PREFIX`]), removed however this ends.
@@ -128,7 +129,7 @@ mod tests {
     #[test]
     fn regression_monitor_dir_and_log_are_private_from_creation() {
         const TEST: &str =
-            "monitor::tests::regression_monitor_dir_and_log_are_private_from_creation";
+            "bench::monitor::tests::regression_monitor_dir_and_log_are_private_from_creation";
         if let Some(parent) = std::env::var_os(CHILD_ENV) {
             // SAFETY: umask only sets this process's file creation mask.
             unsafe { libc::umask(0) };

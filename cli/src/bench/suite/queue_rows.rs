@@ -6,8 +6,8 @@ use std::io;
 
 use super::layers::ring;
 use super::{Contender, Options, Row};
-use crate::Handoff;
-use crate::queue::{self, BATCH, Transport};
+use crate::bench::Handoff;
+use crate::bench::queue::{self, BATCH, Transport};
 
 fn contender(which: Transport, stream: bool, ops: u64) -> Contender<'static> {
     Contender::new(which.name(), ops, move |n| {

@@ -4,11 +4,11 @@ use std::io;
 use std::time::Duration;
 
 use super::{Contender, Measured, Options, Row};
-use crate::barrier::{self, BarrierKind};
-use crate::channel::{ChannelImpl, ChannelSession, memcpy_bandwidth};
-use crate::fdpass::{self, Impl};
-use crate::monitor::{Beat, MonitorSession};
-use crate::{Handoff, Ring, Summary};
+use crate::bench::barrier::{self, BarrierKind};
+use crate::bench::channel::{ChannelImpl, ChannelSession, memcpy_bandwidth};
+use crate::bench::fdpass::{self, Impl};
+use crate::bench::monitor::{Beat, MonitorSession};
+use crate::bench::{Handoff, Ring, Summary};
 
 /// A contender passing a token around a ring of `members` processes: one
 /// batch is a fresh ring, warmed up, then `laps` laps.

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use nodeipc_fdpass::{ForeignFd, Pidfd};
 use nodeipc_shm::Region;
 
-use crate::peer::{self, Peers};
+use crate::bench::peer::{self, Peers};
 
 /// Which implementation moves the descriptors.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
