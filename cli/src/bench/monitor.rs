@@ -157,17 +157,10 @@ mod tests {
         }
         let _dog = Watchdog::new(TEST, Duration::from_secs(60));
         let parent = TempDir::new("bench-dir");
-        let out = nodeipc_testkit::spawn_child(
+        nodeipc_testkit::spawn_child(
             nodeipc_testkit::this_test_in_a_child(TEST).env(CHILD_ENV, parent.path()),
         )
-        .output_timeout(Duration::from_secs(30));
-        assert!(
-            out.status.success(),
-            "the child failed: {}\n{}\n{}",
-            out.status,
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
+        .output_success(Duration::from_secs(30));
         let left: Vec<_> = std::fs::read_dir(parent.path()).unwrap().collect();
         assert!(left.is_empty(), "the directory was not removed: {left:?}");
     }

@@ -9,7 +9,7 @@
 //! from `dispatch.rs`, above every benchmark module.
 
 use std::io;
-use std::os::fd::{AsRawFd, BorrowedFd, RawFd};
+use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd, RawFd};
 use std::os::unix::process::CommandExt;
 use std::process::{Child, Command};
 use std::time::{Duration, Instant};
@@ -128,4 +128,37 @@ pub unsafe fn inherited(fd: &str) -> io::Result<std::os::fd::OwnedFd> {
         .map_err(|_| io::Error::other(format!("bad descriptor {fd:?}")))?;
     // SAFETY: the caller guarantees `raw` was inherited for our sole use.
     Ok(unsafe { std::os::fd::OwnedFd::from_raw_fd(raw) })
+}
+
+/// Reads exactly `buf.len()` bytes from a peer's socket (a baseline's
+/// transport: the peer closing it first is an error).
+pub(crate) fn read_exact(socket: &OwnedFd, buf: &mut [u8]) -> io::Result<()> {
+    let mut got = 0;
+    while got < buf.len() {
+        match rustix::io::read(socket, &mut buf[got..])? {
+            0 => return Err(io::Error::other("peer closed the socket")),
+            n => got += n,
+        }
+    }
+    Ok(())
+}
+
+/// Writes all of `data` to a peer's socket.
+pub(crate) fn write_all(socket: &OwnedFd, mut data: &[u8]) -> io::Result<()> {
+    while !data.is_empty() {
+        let n = rustix::io::write(socket, data)?;
+        data = &data[n..];
+    }
+    Ok(())
+}
+
+/// A connected pair of Unix stream sockets, close-on-exec (`socketpair`):
+/// a baseline's transport, one end handed to a peer.
+pub(crate) fn stream_pair() -> io::Result<(OwnedFd, OwnedFd)> {
+    Ok(rustix::net::socketpair(
+        rustix::net::AddressFamily::UNIX,
+        rustix::net::SocketType::STREAM,
+        rustix::net::SocketFlags::CLOEXEC,
+        None,
+    )?)
 }

@@ -138,12 +138,7 @@ impl Ring {
             }
             Handoff::UnixStream => {
                 for _ in 0..members {
-                    let (read, write) = rustix::net::socketpair(
-                        rustix::net::AddressFamily::UNIX,
-                        rustix::net::SocketType::STREAM,
-                        rustix::net::SocketFlags::CLOEXEC,
-                        None,
-                    )?;
+                    let (read, write) = peer::stream_pair()?;
                     streams.push((read, write));
                 }
             }

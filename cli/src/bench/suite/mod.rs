@@ -227,6 +227,17 @@ fn interleave_with(
         .collect())
 }
 
+/// "N.Nx the cache-line floor": ours beside the first baseline, where a
+/// row's first baseline is the cache-line round trip.
+fn floor_note(ours: &Measured, baselines: &[Measured]) -> Option<String> {
+    baselines.first().map(|floor| {
+        format!(
+            "{:.1}x the cache-line floor",
+            ours.ns.median / floor.ns.median
+        )
+    })
+}
+
 /// Splits measured contenders into ours (the first) and the baselines.
 fn split(mut all: Vec<Measured>) -> (Measured, Vec<Measured>) {
     let ours = all.remove(0);
