@@ -3,6 +3,8 @@
 use std::io;
 use std::time::Duration;
 
+use nodeipc_fdpass::InWords;
+
 /// What can go wrong in a rank group. Every variant names the group, and the
 /// rank or values involved, so a log line says which job failed and why.
 #[derive(Debug, thiserror::Error)]
@@ -71,7 +73,8 @@ pub enum Error {
 
     /// A bounded wait ran out: not every rank arrived.
     #[error(
-        "group {group}: rank {rank} timed out in {op} after {waited:?} with {arrived} of {expected} ranks arrived; the group is unusable"
+        "group {group}: rank {rank} timed out in {op} after {} with {arrived} of {expected} ranks arrived; the group is unusable",
+        InWords(*waited)
     )]
     Timeout {
         /// The group name.
@@ -92,7 +95,7 @@ pub enum Error {
     /// ([`nodeipc_shm::wait::with_cancel_hook`]: Ctrl-C in a binding) ended
     /// a wait. An interrupted collective poisons the group (this rank is
     /// going down); an interrupted join leaves nothing behind.
-    #[error("group {group}: rank {rank} was interrupted in {op} after {waited:?}")]
+    #[error("group {group}: rank {rank} was interrupted in {op} after {}", InWords(*waited))]
     Interrupted {
         /// The group name.
         group: String,

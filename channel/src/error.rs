@@ -3,6 +3,8 @@
 use std::io;
 use std::time::Duration;
 
+use nodeipc_fdpass::InWords;
+
 /// What can go wrong on an execute channel or its handshake. Every variant
 /// names the channel, and the worker where one is involved.
 #[derive(Debug, thiserror::Error)]
@@ -105,7 +107,7 @@ pub enum Error {
     },
 
     /// A bounded wait ran out.
-    #[error("channel {channel}: timed out after {waited:?} {op}")]
+    #[error("channel {channel}: timed out after {} {op}", InWords(*waited))]
     Timeout {
         /// The channel.
         channel: String,

@@ -4,7 +4,7 @@ use std::io;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use crate::connect_failure_reason;
+use crate::{InWords, connect_failure_reason};
 
 /// What can go wrong moving descriptors between processes. Every variant
 /// says which process, descriptor or limit it is about; system call failures
@@ -217,7 +217,8 @@ pub enum Error {
     /// full (`EAGAIN`: it is not accepting), or, when waiting for it to come
     /// up, it never did (`ENOENT`, `ECONNREFUSED`).
     #[error(
-        "no connection to socket {path:?} within {waited:?}: {}",
+        "no connection to socket {path:?} within {}: {}",
+        InWords(*waited),
         connect_failure_reason(last)
     )]
     ConnectTimeout {

@@ -10,6 +10,7 @@ mod pidfd;
 mod procstat;
 mod scm;
 mod timeout;
+mod words;
 
 pub use connect::{connect_failure_reason, connect_unix, connect_unix_when_up};
 pub use cred::{Credentials, peer_credentials, require_peer_uid};
@@ -22,3 +23,4 @@ pub use listener::Listener;
 pub use pidfd::{Pidfd, Signal};
 pub use procstat::{ProcStat, process_stat};
 pub use scm::{Received, SCM_MAX_FD, recv_fds, recv_fds_exact, send_fds, send_fds_to};
+pub use words::InWords;

@@ -5,6 +5,8 @@ use std::path::PathBuf;
 use std::process::ExitStatus;
 use std::time::Duration;
 
+use nodeipc_fdpass::InWords;
+
 use crate::RefusalCode;
 
 /// What can go wrong binding, serving, connecting to or spawning a monitor.
@@ -115,8 +117,8 @@ pub enum Error {
     /// The monitor did not take a request or answer it within the client's
     /// timeout (`SO_SNDTIMEO`/`SO_RCVTIMEO` ran out): says what was awaited.
     #[error(
-        "the monitor at {path}: {op} timed out after {} ms{detail}",
-        waited.as_millis()
+        "the monitor at {path}: {op} timed out after {}{detail}",
+        InWords(*waited)
     )]
     Timeout {
         /// What was being done (`waiting for the reply to Init`, …).
@@ -160,7 +162,8 @@ pub enum Error {
 
     /// No server accepted a connection on the path in time.
     #[error(
-        "no monitor accepted a connection on {path} within {waited:?}: {}",
+        "no monitor accepted a connection on {path} within {}: {}",
+        InWords(*waited),
         nodeipc_fdpass::connect_failure_reason(last)
     )]
     ConnectTimeout {
@@ -219,7 +222,10 @@ pub enum Error {
     },
 
     /// The spawned monitor did not accept connections in time.
-    #[error("the monitor process {pid} did not accept connections on {path} within {waited:?}")]
+    #[error(
+        "the monitor process {pid} did not accept connections on {path} within {}",
+        InWords(*waited)
+    )]
     NotReady {
         /// Its pid.
         pid: u32,

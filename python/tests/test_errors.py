@@ -1,6 +1,7 @@
 """The exception hierarchy: one base, built-in meanings kept."""
 
 import builtins
+import re
 
 import pytest
 
@@ -39,3 +40,18 @@ def test_a_rust_error_keeps_its_message_and_errno(unique_name):
         nodeipc.Region.create("no-leading-slash", 64)
     assert "no-leading-slash" in str(caught.value)
     assert caught.value.errno is None
+
+
+def test_a_timeout_says_its_duration_in_words(unique_name):
+    # "timed out after 20 ms", never Rust's Debug form "20.093828ms".
+    name = unique_name("late")
+    with pytest.raises(nodeipc.TimeoutError) as caught:
+        nodeipc.Region.open(name, timeout=0.02)
+    message = str(caught.value)
+    assert re.search(r"timed out after \d+ ms waiting", message), message
+    region = nodeipc.Region.anonymous(64)
+    semaphore = nodeipc.ShmSemaphore(region, 0, initial=0)
+    with pytest.raises(nodeipc.TimeoutError) as caught:
+        semaphore.wait(timeout=0.01)
+    message = str(caught.value)
+    assert re.search(r"timed out after \d+ ms waiting for semaphore", message), message

@@ -3,6 +3,8 @@
 use std::io;
 use std::time::Duration;
 
+use nodeipc_fdpass::InWords;
+
 /// What can go wrong with a semaphore. Variants name the semaphore; kernel
 /// and libc failures keep their errno.
 #[derive(Debug, thiserror::Error)]
@@ -86,7 +88,7 @@ pub enum Error {
     },
 
     /// A bounded wait ran out before the semaphore could be taken.
-    #[error("timed out after {waited:?} waiting for semaphore {name}")]
+    #[error("timed out after {} waiting for semaphore {name}", InWords(*waited))]
     Timeout {
         /// The semaphore.
         name: String,
@@ -96,7 +98,7 @@ pub enum Error {
 
     /// A wait ended by this thread's cancellation hook
     /// ([`nodeipc_shm::wait::with_cancel_hook`]): Ctrl-C in a binding.
-    #[error("interrupted after {waited:?} waiting for semaphore {name}")]
+    #[error("interrupted after {} waiting for semaphore {name}", InWords(*waited))]
     Interrupted {
         /// The semaphore.
         name: String,

@@ -49,6 +49,8 @@ static void bad_arguments(const char *prefix) {
     EXPECT(nodeipc_region_anonymous(0, &r), NODEIPC_ERR_INVALID_ARGUMENT);
     EXPECT(nodeipc_region_open(name, 0, 0, &r), NODEIPC_ERR_NOT_FOUND);
     EXPECT(nodeipc_region_open(name, 0, 20, &r), NODEIPC_ERR_TIMEOUT);
+    /* Durations in words ("20 ms"), never Rust's Debug form ("20.093828ms"). */
+    CHECK(strstr(nodeipc_last_error(), " ms waiting for shared-memory object") != NULL);
 
     void *data;
     size_t len;
@@ -75,6 +77,7 @@ static void bad_arguments(const char *prefix) {
     EXPECT(nodeipc_sem_in_region(r, 4093, true, 0, &sem), NODEIPC_ERR_INVALID_ARGUMENT);
     EXPECT(nodeipc_sem_in_region(r, 8, true, 0x80000000u, &sem), NODEIPC_ERR_INVALID_ARGUMENT);
     EXPECT(nodeipc_sem_wait(sem, 10), NODEIPC_ERR_TIMEOUT);
+    CHECK(strstr(nodeipc_last_error(), " ms waiting for semaphore") != NULL);
     bool acquired = true;
     EXPECT(nodeipc_sem_try_wait(sem, NULL), NODEIPC_ERR_INVALID_ARGUMENT);
     EXPECT(nodeipc_sem_try_wait(sem, &acquired), NODEIPC_OK);

@@ -13,7 +13,7 @@ mod write;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use nodeipc_fdpass::Signal;
+use nodeipc_fdpass::{InWords, Signal};
 use nodeipc_proto::monitor as pb;
 
 use crate::HealthConfig;
@@ -146,8 +146,9 @@ impl MonitorConfig {
     pub fn validate(&self) -> Result<()> {
         if self.check_interval.is_zero() || self.check_interval > MAX_CHECK_INTERVAL {
             return Err(Error::config(format!(
-                "check interval {:?} must be between 1 ms and {MAX_CHECK_INTERVAL:?}",
-                self.check_interval
+                "check interval {} must be between 1 ms and {}",
+                InWords(self.check_interval),
+                InWords(MAX_CHECK_INTERVAL)
             )));
         }
         for (what, value) in [
@@ -178,8 +179,9 @@ impl MonitorConfig {
         }
         if self.connection_wait > MAX_CONNECTION_DEADLINE {
             return Err(Error::config(format!(
-                "connection wait {:?} is longer than {MAX_CONNECTION_DEADLINE:?}",
-                self.connection_wait
+                "connection wait {} is longer than {}",
+                InWords(self.connection_wait),
+                InWords(MAX_CONNECTION_DEADLINE)
             )));
         }
         for (what, value) in [
@@ -188,7 +190,9 @@ impl MonitorConfig {
         ] {
             if value.is_zero() || value > MAX_CONNECTION_DEADLINE {
                 return Err(Error::config(format!(
-                    "{what} {value:?} must be between 1 ms and {MAX_CONNECTION_DEADLINE:?}"
+                    "{what} {} must be between 1 ms and {}",
+                    InWords(value),
+                    InWords(MAX_CONNECTION_DEADLINE)
                 )));
             }
         }

@@ -5,6 +5,8 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use nodeipc_fdpass::InWords;
+
 use crate::health::{
     Every, GpuCheck, GpuId, GpuProbe, HealthCheck, NicCheck, RankGpuCheck, gpu_for_local_rank,
 };
@@ -120,7 +122,9 @@ impl GpuProbe for Box<dyn GpuProbe> {
 fn check_interval(what: &str, interval: Duration) -> Result<()> {
     if interval.is_zero() || interval > MAX_CHECK_INTERVAL {
         return Err(Error::config(format!(
-            "health_checks.{what}.interval {interval:?} must be between 1 ms and {MAX_CHECK_INTERVAL:?}"
+            "health_checks.{what}.interval {} must be between 1 ms and {}",
+            InWords(interval),
+            InWords(MAX_CHECK_INTERVAL)
         )));
     }
     Ok(())
