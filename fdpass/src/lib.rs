@@ -4,6 +4,7 @@
 mod connect;
 mod cred;
 mod error;
+mod fork;
 mod handle;
 mod listener;
 mod pidfd;
@@ -15,6 +16,7 @@ mod words;
 pub use connect::{connect_failure_reason, connect_unix, connect_unix_when_up};
 pub use cred::{Credentials, peer_credentials, require_peer_uid};
 pub use error::{Error, Result};
+pub use fork::{ForkGeneration, Forked};
 pub use handle::{
     FdHandle, ForeignFd, Ptracer, Transport, allow_ptracer, open_verified, pidfd_getfd_available,
     process_start_time,

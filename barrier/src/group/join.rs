@@ -111,6 +111,7 @@ impl Group {
             transport: Transport::Pidfd,
             mesh: None,
             cores: thread::available_parallelism().map_or(1, |n| n.get() as u32),
+            born: nodeipc_fdpass::ForkGeneration::current(),
             timeout: options.timeout,
             epoch: 0,
         };

@@ -13,7 +13,7 @@ mod wait;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use nodeipc_fdpass::{Pidfd, Transport};
+use nodeipc_fdpass::{ForkGeneration, Pidfd, Transport};
 use nodeipc_shm::Region;
 
 use crate::Result;
@@ -67,6 +67,9 @@ pub struct Group {
     /// Cores this process may run on: with more ranks waiting than that,
     /// polling only delays the ranks that still have to arrive.
     cores: u32,
+    /// The process that joined: in a child forked since, the membership is
+    /// the parent's, and dropping the copy tells the peers nothing.
+    born: ForkGeneration,
 }
 
 impl Group {
@@ -140,6 +143,11 @@ impl Members for Group {
 
 impl Drop for Group {
     fn drop(&mut self) {
+        if self.born.is_forked() {
+            // A child's copy of its parent's membership: the rank is the
+            // parent's, which stays; unmap and close only.
+            return;
+        }
         // Peers still waiting on us learn we are gone instead of timing out.
         self.layout
             .rank(&self.region, self.rank)

@@ -22,7 +22,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 
-use nodeipc_fdpass::Pidfd;
+use nodeipc_fdpass::{ForkGeneration, Pidfd};
 use nodeipc_proto::execute::{ExecuteRequest, ExecuteResponse};
 use nodeipc_shm::Region;
 
@@ -107,6 +107,8 @@ struct Shared {
     /// any process mapping the region can write that one: what the
     /// coordinator sends next and gathers is decided by this count alone.
     sent: AtomicU64,
+    /// The process that made the channel (and its response thread).
+    born: ForkGeneration,
 }
 
 /// Where gathering stands: which request the next gather answers, how many
@@ -258,6 +260,7 @@ impl<Req: prost::Message + Default, Resp: prost::Message + Default + 'static>
                 stop: AtomicBool::new(false),
                 stale: AtomicBool::new(false),
                 sent: AtomicU64::new(0),
+                born: ForkGeneration::current(),
             }),
             handler: None,
             aggregate: None,

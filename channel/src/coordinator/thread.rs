@@ -133,6 +133,14 @@ impl<Req: prost::Message + Default, Resp: prost::Message + Default + 'static>
 
 impl<Req, Resp> Drop for Coordinator<Req, Resp> {
     fn drop(&mut self) {
+        if self.shared.born.is_forked() {
+            // A child's copy of its parent's channel: the response thread
+            // is the parent's (none runs here, so none is stopped or
+            // joined, and what it holds is leaked), and so is the channel,
+            // which stays open for the workers. Unmap and close only.
+            std::mem::forget(self.thread.take());
+            return;
+        }
         if let Some(thread) = self.thread.take() {
             self.shared.stop.store(true, Ordering::SeqCst);
             self.shared.wake_idle();
