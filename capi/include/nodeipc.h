@@ -71,6 +71,10 @@ enum nodeipc_status
   NODEIPC_ERR_BAD_HANDLE = -15,
   // A bug of ours was caught at the boundary (a Rust panic).
   NODEIPC_ERR_PANIC = -16,
+  // The handle was made by the process this one was forked from: a
+  // forked child may only free it (which closes its descriptors, unmaps
+  // its memory and leaves everything else to the parent).
+  NODEIPC_ERR_FORKED = -17,
 };
 #ifndef __cplusplus
 #if __STDC_VERSION__ >= 202311L

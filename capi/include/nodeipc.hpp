@@ -8,6 +8,10 @@
 // Thread safety is that of the C handles: Region and Semaphore may be used
 // from several threads at once; Group, MonitorClient, Coordinator and Worker
 // one thread at a time.
+//
+// After fork(), an object is its parent's: in the child every call throws
+// Error with NODEIPC_ERR_FORKED, and destroying it only closes and unmaps
+// the child's copy (see the README, "After fork()").
 #ifndef NODEIPC_HPP
 #define NODEIPC_HPP
 

@@ -19,6 +19,8 @@ use super::status::{Failure, NODEIPC_ERR_TOO_LARGE, Outcome, guard, nodeipc_stat
 /// A coordinator's end of a channel. One thread at a time.
 pub struct nodeipc_coordinator {
     magic: u64,
+    /// The fork generation it was made in: a forked child may only free it.
+    born: nodeipc_fdpass::ForkGeneration,
     coordinator: Coordinator,
 }
 
@@ -27,6 +29,8 @@ handle_type!(nodeipc_coordinator, 0x4e49_434f_4f52_4421);
 /// A handshake server handing a coordinator's regions to workers that log on.
 pub struct nodeipc_handshake_server {
     magic: u64,
+    /// The fork generation it was made in: a forked child may only free it.
+    born: nodeipc_fdpass::ForkGeneration,
     _server: HandshakeServer,
 }
 
@@ -91,6 +95,7 @@ pub unsafe extern "C" fn nodeipc_coordinator_create(
         args::publish(
             nodeipc_coordinator {
                 magic: nodeipc_coordinator::MAGIC,
+                born: nodeipc_fdpass::ForkGeneration::current(),
                 coordinator,
             },
             slot,
@@ -138,6 +143,7 @@ pub unsafe extern "C" fn nodeipc_coordinator_serve(
         args::publish(
             nodeipc_handshake_server {
                 magic: nodeipc_handshake_server::MAGIC,
+                born: nodeipc_fdpass::ForkGeneration::current(),
                 _server: server,
             },
             slot,

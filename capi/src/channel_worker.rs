@@ -14,6 +14,8 @@ use super::status::{Failure, NODEIPC_ERR_TOO_LARGE, Outcome, guard, nodeipc_stat
 /// A worker's end of a channel. One thread at a time.
 pub struct nodeipc_worker {
     magic: u64,
+    /// The fork generation it was made in: a forked child may only free it.
+    born: nodeipc_fdpass::ForkGeneration,
     /// The request this worker holds in place, if any; it borrows `*worker`,
     /// so it is always dropped first.
     held: Option<InPlace<'static, nodeipc_proto_types::Request, nodeipc_proto_types::Response>>,
@@ -61,6 +63,7 @@ fn publish_worker(worker: Worker, slot: &mut *mut nodeipc_worker) {
     args::publish(
         nodeipc_worker {
             magic: nodeipc_worker::MAGIC,
+            born: nodeipc_fdpass::ForkGeneration::current(),
             held: None,
             worker: NonNull::from(Box::leak(Box::new(worker))),
         },

@@ -224,6 +224,8 @@ pub unsafe extern "C" fn nodeipc_fd_import_pid_fd(
 /// `nodeipc_pidfd_send_signal`/`_is_alive`/`_fd` only.
 pub struct nodeipc_pidfd {
     magic: u64,
+    /// The fork generation it was made in: a forked child may only free it.
+    born: nodeipc_fdpass::ForkGeneration,
     pidfd: Pidfd,
 }
 
@@ -245,6 +247,7 @@ pub unsafe extern "C" fn nodeipc_pidfd_open(
         args::publish(
             nodeipc_pidfd {
                 magic: nodeipc_pidfd::MAGIC,
+                born: nodeipc_fdpass::ForkGeneration::current(),
                 pidfd,
             },
             slot,

@@ -15,6 +15,8 @@ use super::status::{Failure, Outcome, guard, nodeipc_status};
 /// freed.
 pub struct nodeipc_region {
     magic: u64,
+    /// The fork generation it was made in: a forked child may only free it.
+    born: nodeipc_fdpass::ForkGeneration,
     pub(crate) region: Arc<Region>,
 }
 
@@ -24,6 +26,7 @@ fn publish(region: Region, out: &mut *mut nodeipc_region) {
     args::publish(
         nodeipc_region {
             magic: nodeipc_region::MAGIC,
+            born: nodeipc_fdpass::ForkGeneration::current(),
             region: Arc::new(region),
         },
         out,

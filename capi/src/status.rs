@@ -46,6 +46,10 @@ pub enum nodeipc_status {
     NODEIPC_ERR_BAD_HANDLE = -15,
     /// A bug of ours was caught at the boundary (a Rust panic).
     NODEIPC_ERR_PANIC = -16,
+    /// The handle was made by the process this one was forked from: a
+    /// forked child may only free it (which closes its descriptors, unmaps
+    /// its memory and leaves everything else to the parent).
+    NODEIPC_ERR_FORKED = -17,
 }
 
 pub(crate) use nodeipc_status::*;
@@ -285,6 +289,7 @@ pub extern "C" fn nodeipc_status_name(status: i32) -> *const c_char {
         -14 => c"NODEIPC_ERR_IO",
         -15 => c"NODEIPC_ERR_BAD_HANDLE",
         -16 => c"NODEIPC_ERR_PANIC",
+        -17 => c"NODEIPC_ERR_FORKED",
         _ => c"unknown",
     };
     name.as_ptr()
