@@ -7,11 +7,12 @@ use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
 use nodeipc_channel::{ChannelConfig, HandshakeOptions, HandshakeServer, connect, worker_logon};
+use nodeipc_fdpass::ForkGeneration;
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 
 use crate::blocking::{blocking, seconds};
-use crate::errors::{Kind, invalid, raise};
+use crate::errors::{self, Kind, invalid, raise};
 
 /// The channel's errors as the package's exceptions.
 pub(crate) fn channel_error(py: Python<'_>, e: nodeipc_channel::Error) -> PyErr {
@@ -71,13 +72,20 @@ pub(crate) struct Coordinator {
     inner: Mutex<Option<nodeipc_channel::Coordinator>>,
     server: Option<HandshakeServer>,
     name: String,
+    /// The process that made it: in a child forked since, only `close()`
+    /// and `stop_serving()` (which then join, lock and remove nothing) are
+    /// allowed.
+    born: ForkGeneration,
 }
 
 type Guard<'a> = MutexGuard<'a, Option<nodeipc_channel::Coordinator>>;
 
 impl Coordinator {
-    fn lock(&self) -> Guard<'_> {
-        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    /// The coordinator, locked; `ForkedError` in a child forked since (before
+    /// any lock: a parent thread may have held this one at the fork).
+    fn lock(&self, py: Python<'_>) -> PyResult<Guard<'_>> {
+        errors::usable(py, &self.born, || format!("coordinator {}", self.name))?;
+        Ok(self.inner.lock().unwrap_or_else(|e| e.into_inner()))
     }
 }
 
@@ -119,6 +127,7 @@ impl Coordinator {
             inner: Mutex::new(Some(coordinator)),
             server: None,
             name: name.to_owned(),
+            born: ForkGeneration::current(),
         })
     }
 
@@ -131,7 +140,7 @@ impl Coordinator {
     /// Serves the logon handshake at `socket_path` (its directory ours,
     /// 0700): workers connect with `Worker.connect(socket_path, rank)`.
     fn serve(&mut self, py: Python<'_>, socket_path: &str) -> PyResult<()> {
-        let offer = open(py, &mut self.lock(), &self.name)?
+        let offer = open(py, &mut self.lock(py)?, &self.name)?
             .offer()
             .map_err(|e| channel_error(py, e))?;
         let server = HandshakeServer::bind(
@@ -149,7 +158,7 @@ impl Coordinator {
     #[pyo3(signature = (timeout = 30.0))]
     fn wait_for_workers(&mut self, py: Python<'_>, timeout: Option<f64>) -> PyResult<()> {
         let limit = seconds("timeout", timeout)?;
-        let mut guard = self.lock();
+        let mut guard = self.lock(py)?;
         let coordinator = open(py, &mut guard, &self.name)?;
         blocking(
             py,
@@ -166,7 +175,7 @@ impl Coordinator {
     /// Broadcasts `data` to every worker; returns the request's index.
     #[pyo3(signature = (data, *, timeout = Option::<Option<f64>>::None))]
     fn send(&mut self, py: Python<'_>, data: &[u8], timeout: Option<Option<f64>>) -> PyResult<u64> {
-        let mut guard = self.lock();
+        let mut guard = self.lock(py)?;
         let coordinator = open(py, &mut guard, &self.name)?;
         let limit = timeout_or(coordinator.config().timeout, timeout)?;
         blocking(
@@ -184,7 +193,7 @@ impl Coordinator {
         py: Python<'_>,
         timeout: Option<Option<f64>>,
     ) -> PyResult<Vec<Py<PyBytes>>> {
-        let mut guard = self.lock();
+        let mut guard = self.lock(py)?;
         let coordinator = open(py, &mut guard, &self.name)?;
         let limit = timeout_or(coordinator.config().timeout, timeout)?;
         let answers = blocking(
@@ -205,7 +214,7 @@ impl Coordinator {
     /// The first answer to arrive for the oldest request not yet gathered,
     /// with its rank; the others are taken by the next gather.
     fn recv_first(&mut self, py: Python<'_>) -> PyResult<(u32, Py<PyBytes>)> {
-        let mut guard = self.lock();
+        let mut guard = self.lock(py)?;
         let coordinator = open(py, &mut guard, &self.name)?;
         let (rank, answer) = blocking(
             py,
@@ -221,16 +230,20 @@ impl Coordinator {
 
     /// Takes (and drops) the answers `recv_first` left; returns how many.
     fn drain(&mut self, py: Python<'_>) -> PyResult<u64> {
-        let mut guard = self.lock();
+        let mut guard = self.lock(py)?;
         let coordinator = open(py, &mut guard, &self.name)?;
         blocking(py, move || coordinator.drain(), channel_error)
     }
 
     /// Closes the channel (workers see it closed once they have every
-    /// request sent before) and stops serving.
+    /// request sent before) and stops serving. In a child forked since, it
+    /// drops the child's copy only: the channel and its server stay the
+    /// parent's.
     fn close(&mut self) {
         self.server = None;
-        *self.lock() = None;
+        // `&mut self`: no other call runs, so no lock is taken (in a forked
+        // child, a parent thread may have held it at the fork).
+        *self.inner.get_mut().unwrap_or_else(|e| e.into_inner()) = None;
     }
 
     fn __enter__(slf: Py<Self>) -> Py<Self> {
@@ -248,6 +261,9 @@ impl Coordinator {
 pub(crate) struct Worker {
     inner: Option<nodeipc_channel::Worker>,
     name: String,
+    /// The process that logged on: a child forked since may only close it
+    /// (which then leaves the rank to the parent).
+    born: ForkGeneration,
     /// Where each request is copied before it becomes a `bytes`, reused.
     buffer: Vec<u8>,
 }
@@ -255,6 +271,7 @@ pub(crate) struct Worker {
 impl Worker {
     fn open(&mut self, py: Python<'_>) -> PyResult<&mut nodeipc_channel::Worker> {
         let name = &self.name;
+        errors::usable(py, &self.born, || format!("worker of channel {name}"))?;
         self.inner
             .as_mut()
             .ok_or_else(|| closed(py, "worker", name))
@@ -284,6 +301,7 @@ impl Worker {
         Ok(Worker {
             name: worker.config().name.clone(),
             inner: Some(worker),
+            born: ForkGeneration::current(),
             buffer: Vec::new(),
         })
     }
@@ -305,10 +323,12 @@ impl Worker {
     /// the channel (after every request sent before) or died.
     #[pyo3(signature = (*, timeout = Option::<Option<f64>>::None))]
     fn recv(&mut self, py: Python<'_>, timeout: Option<Option<f64>>) -> PyResult<Py<PyBytes>> {
+        self.open(py)?;
         let Worker {
             inner,
             name,
             buffer,
+            ..
         } = self;
         let worker = inner.as_mut().ok_or_else(|| closed(py, "worker", name))?;
         let limit = timeout_or(worker.config().timeout, timeout)?;

@@ -21,6 +21,7 @@ pub(crate) enum Kind {
     RankMonitorClient,
     MonitorRefused,
     MonitorTimeout,
+    Forked,
 }
 
 impl Kind {
@@ -37,6 +38,7 @@ impl Kind {
             Kind::RankMonitorClient => "RankMonitorClientError",
             Kind::MonitorRefused => "MonitorRefusedError",
             Kind::MonitorTimeout => "MonitorTimeoutError",
+            Kind::Forked => "ForkedError",
         }
     }
 }
@@ -52,6 +54,23 @@ pub(crate) fn raise(py: Python<'_>, kind: Kind, message: String, errno: Option<i
     // The package's own module is always importable; were it not, the
     // message still reaches the caller.
     made.unwrap_or_else(|_| PyOSError::new_err(message))
+}
+
+/// `Ok` in the process that made the object; in a child forked since, a
+/// `ForkedError` naming it (`what` is only built then): a forked child may
+/// only close or drop its parent's objects. One load and a compare.
+pub(crate) fn usable(
+    py: Python<'_>,
+    born: &nodeipc_fdpass::ForkGeneration,
+    what: impl FnOnce() -> String,
+) -> PyResult<()> {
+    if !born.is_forked() {
+        return Ok(());
+    }
+    match born.check(&what()) {
+        Ok(()) => Ok(()),
+        Err(forked) => Err(raise(py, Kind::Forked, forked.to_string(), None)),
+    }
 }
 
 /// A bad argument caught before any Rust call.

@@ -3,6 +3,7 @@
 use std::os::fd::IntoRawFd;
 
 use nodeipc_barrier::{GroupOptions, TransportChoice};
+use nodeipc_fdpass::ForkGeneration;
 use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict};
@@ -17,6 +18,9 @@ use crate::region::caller_fd;
 pub(crate) struct Group {
     inner: Option<nodeipc_barrier::Group>,
     name: String,
+    /// The process that joined: in a child forked since, the membership is
+    /// the parent's, and only `leave()` (which then tells no peer) is allowed.
+    born: ForkGeneration,
 }
 
 fn rank_arg(what: &str, value: i128) -> PyResult<u32> {
@@ -26,6 +30,7 @@ fn rank_arg(what: &str, value: i128) -> PyResult<u32> {
 impl Group {
     fn joined(&mut self, py: Python<'_>) -> PyResult<&mut nodeipc_barrier::Group> {
         let name = &self.name;
+        errors::usable(py, &self.born, || format!("group {name}"))?;
         self.inner.as_mut().ok_or_else(|| {
             raise(
                 py,
@@ -107,6 +112,7 @@ impl Group {
         Ok(Group {
             inner: Some(inner),
             name: name.to_owned(),
+            born: ForkGeneration::current(),
         })
     }
 

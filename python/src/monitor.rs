@@ -5,6 +5,7 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
+use nodeipc_fdpass::ForkGeneration;
 use nodeipc_monitor::{MonitorClient, RankInfo, TimeoutEstimator, TimeoutUpdate, Timeouts};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
@@ -66,10 +67,14 @@ pub(crate) struct MonitorConnection {
     /// The coarse clock at the last fast heartbeat the estimator was told
     /// of (see `heartbeat`).
     last_tick: Option<(i64, i64)>,
+    /// The process that connected: a child forked since may only close it
+    /// (which then leaves the parent's connection open).
+    born: ForkGeneration,
 }
 
 impl MonitorConnection {
     fn client(&mut self, py: Python<'_>) -> PyResult<&mut MonitorClient> {
+        errors::usable(py, &self.born, || "the monitor connection".to_owned())?;
         self.client.as_mut().ok_or_else(|| {
             errors::raise(
                 py,
@@ -98,6 +103,7 @@ impl MonitorConnection {
         Ok(MonitorConnection {
             client: Some(client),
             last_tick: None,
+            born: ForkGeneration::current(),
         })
     }
 

@@ -3,6 +3,7 @@
 use std::os::fd::{AsRawFd, BorrowedFd};
 use std::os::raw::c_int;
 
+use nodeipc_fdpass::ForkGeneration;
 use nodeipc_shm::OpenOptions;
 use pyo3::exceptions::PyBufferError;
 use pyo3::ffi;
@@ -25,6 +26,26 @@ pub(crate) struct Region {
     /// Made by `create` here: the name is ours to remove at the end of a
     /// `with` block (an opener's block leaves it to its creator).
     created: bool,
+    /// The process that made this object: in a child forked since, it is
+    /// the parent's and may only be dropped.
+    pub(crate) born: ForkGeneration,
+}
+
+impl Region {
+    fn new(inner: nodeipc_shm::Region, created: bool) -> Region {
+        Region {
+            inner,
+            created,
+            born: ForkGeneration::current(),
+        }
+    }
+
+    /// `ForkedError` in a child forked since this object was made.
+    pub(crate) fn usable(&self, py: Python<'_>) -> PyResult<()> {
+        errors::usable(py, &self.born, || {
+            format!("region {}", self.inner.name().unwrap_or("<anonymous>"))
+        })
+    }
 }
 
 /// `value` as a size, or an exception naming `what` and the value.
@@ -84,10 +105,7 @@ impl Region {
             move || nodeipc_shm::Region::create(&name, size),
             errors::shm,
         )
-        .map(|inner| Region {
-            inner,
-            created: true,
-        })
+        .map(|inner| Region::new(inner, true))
     }
 
     /// Opens a named region of at least `min_size` bytes, waiting up to
@@ -112,10 +130,7 @@ impl Region {
             move || nodeipc_shm::Region::open(&name, options),
             errors::shm,
         )
-        .map(|inner| Region {
-            inner,
-            created: false,
-        })
+        .map(|inner| Region::new(inner, false))
     }
 
     /// An unnamed region (a memfd) to pass to other processes by descriptor.
@@ -127,10 +142,7 @@ impl Region {
             move || nodeipc_shm::Region::anonymous(size),
             errors::shm,
         )
-        .map(|inner| Region {
-            inner,
-            created: false,
-        })
+        .map(|inner| Region::new(inner, false))
     }
 
     /// Maps the region behind descriptor `fd` (a memfd or shared-memory
@@ -144,10 +156,8 @@ impl Region {
                 fd.as_raw_fd()
             ))
         })?;
-        blocking(py, move || nodeipc_shm::Region::from_fd(owned), errors::shm).map(|inner| Region {
-            inner,
-            created: false,
-        })
+        blocking(py, move || nodeipc_shm::Region::from_fd(owned), errors::shm)
+            .map(|inner| Region::new(inner, false))
     }
 
     /// The name, or None for an anonymous region.
@@ -158,21 +168,25 @@ impl Region {
 
     /// The size in bytes.
     #[getter]
-    fn size(&self) -> usize {
-        self.inner.len()
+    fn size(&self, py: Python<'_>) -> PyResult<usize> {
+        self.usable(py)?;
+        Ok(self.inner.len())
     }
 
-    fn __len__(&self) -> usize {
-        self.inner.len()
+    fn __len__(&self, py: Python<'_>) -> PyResult<usize> {
+        self.usable(py)?;
+        Ok(self.inner.len())
     }
 
     /// The descriptor behind the mapping (owned by the region: do not close it).
-    fn fileno(&self) -> i32 {
-        self.inner.as_fd().as_raw_fd()
+    fn fileno(&self, py: Python<'_>) -> PyResult<i32> {
+        self.usable(py)?;
+        Ok(self.inner.as_fd().as_raw_fd())
     }
 
     /// Forbids growing or shrinking it from now on (memfd only).
     fn seal(&self, py: Python<'_>) -> PyResult<()> {
+        self.usable(py)?;
         self.inner
             .seal_grow_shrink()
             .map_err(|e| errors::shm(py, e))
@@ -180,22 +194,27 @@ impl Region {
 
     /// Whether its size is sealed.
     #[getter]
-    fn sealed(&self) -> bool {
-        self.inner.is_size_sealed()
+    fn sealed(&self, py: Python<'_>) -> PyResult<bool> {
+        self.usable(py)?;
+        Ok(self.inner.is_size_sealed())
     }
 
     /// Removes the name now; every mapping lives on.
     fn unlink(&self, py: Python<'_>) -> PyResult<()> {
+        self.usable(py)?;
         self.inner.unlink_now().map_err(|e| errors::shm(py, e))
     }
 
     /// Keeps the name after this object goes (the creator removes it otherwise).
-    fn persist(&self) {
+    fn persist(&self, py: Python<'_>) -> PyResult<()> {
+        self.usable(py)?;
         self.inner.persist();
+        Ok(())
     }
 
     /// A copy of `length` bytes at `offset`.
     fn read(&self, py: Python<'_>, offset: i128, length: i128) -> PyResult<Py<PyBytes>> {
+        self.usable(py)?;
         let at = self::offset("offset", offset)?;
         let len = self::offset("length", length)?;
         self.inner
@@ -210,6 +229,7 @@ impl Region {
 
     /// Copies `data` to `offset`.
     fn write(&self, py: Python<'_>, offset: i128, data: &[u8]) -> PyResult<()> {
+        self.usable(py)?;
         let at = self::offset("offset", offset)?;
         self.inner
             .write_at(at, data)
@@ -221,7 +241,8 @@ impl Region {
     }
 
     /// Leaving a `with` block removes the name of a region `create` made
-    /// (as `unlink()`); an opened region's name is its creator's.
+    /// (as `unlink()`); an opened region's name is its creator's, and so is
+    /// the name in a child forked since (which removes nothing).
     fn __exit__(
         &self,
         py: Python<'_>,
@@ -229,7 +250,7 @@ impl Region {
         _value: Py<PyAny>,
         _traceback: Py<PyAny>,
     ) -> PyResult<bool> {
-        if self.created {
+        if self.created && !self.born.is_forked() {
             self.unlink(py)?;
         }
         Ok(false)
@@ -252,6 +273,7 @@ impl Region {
         if view.is_null() {
             return Err(PyBufferError::new_err("no Py_buffer to fill"));
         }
+        slf.usable(slf.py())?;
         let len = ffi::Py_ssize_t::try_from(slf.inner.len())
             .map_err(|_| PyBufferError::new_err("region larger than a buffer can describe"))?;
         // SAFETY: `view` is the interpreter's non-null Py_buffer; the pointer

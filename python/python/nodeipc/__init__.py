@@ -23,6 +23,7 @@ handlers at least every 50 ms, so Ctrl-C ends a wait with
 from ._errors import (
     AlreadyExistsError,
     Error,
+    ForkedError,
     InvalidArgumentError,
     MonitorRefusedError,
     MonitorTimeoutError,
@@ -52,6 +53,7 @@ __all__ = [
     "NotFoundError",
     "AlreadyExistsError",
     "InvalidArgumentError",
+    "ForkedError",
     "RankMonitorClientError",
     "MonitorRefusedError",
     "MonitorTimeoutError",

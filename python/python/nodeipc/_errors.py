@@ -45,6 +45,13 @@ class InvalidArgumentError(NodeipcError, builtins.ValueError):
     """An argument out of range: a size, a rank, a name, a timeout."""
 
 
+class ForkedError(NodeipcError, builtins.RuntimeError):
+    """The object belongs to the process this one was forked from: a forked
+    child may only close it or let it go (which then closes and unmaps the
+    child's copy and leaves the rest — threads, names, the group rank, the
+    channel — to the parent). Make or open your own after the fork."""
+
+
 class RankMonitorClientError(NodeipcError):
     """Raised by :class:`nodeipc.monitor.RankMonitorClient`, as in
     nvidia-resiliency-ext."""
@@ -68,6 +75,7 @@ __all__ = [
     "NotFoundError",
     "AlreadyExistsError",
     "InvalidArgumentError",
+    "ForkedError",
     "RankMonitorClientError",
     "MonitorRefusedError",
     "MonitorTimeoutError",
