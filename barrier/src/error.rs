@@ -147,6 +147,22 @@ pub enum Error {
         slot_size: usize,
     },
 
+    /// Another thread of this process is in a call on this rank's group: a
+    /// group is used by one thread at a time (every rank makes the same
+    /// calls in the same order). Nothing was done; the group is intact.
+    #[error(
+        "group {group}: rank {rank}: {op} refused: another thread of this process is in a call \
+         on this group, and a group is used by one thread at a time"
+    )]
+    Busy {
+        /// The group name.
+        group: String,
+        /// This rank.
+        rank: u32,
+        /// The call refused.
+        op: &'static str,
+    },
+
     /// A rank argument outside the group.
     #[error("group {group}: rank {rank} is outside a group of {world_size}")]
     RankOutOfRange {
@@ -215,7 +231,10 @@ impl Error {
     pub fn poisons(&self) -> bool {
         !matches!(
             self,
-            Error::InvalidOptions { .. } | Error::TooLarge { .. } | Error::RankOutOfRange { .. }
+            Error::InvalidOptions { .. }
+                | Error::TooLarge { .. }
+                | Error::RankOutOfRange { .. }
+                | Error::Busy { .. }
         )
     }
 }
@@ -236,6 +255,7 @@ impl From<Error> for io::Error {
             Error::InvalidOptions { .. }
             | Error::TooLarge { .. }
             | Error::RankOutOfRange { .. } => io::ErrorKind::InvalidInput,
+            Error::Busy { .. } => io::ErrorKind::ResourceBusy,
             Error::NameTaken { .. } => io::ErrorKind::AlreadyExists,
             _ => io::ErrorKind::Other,
         };

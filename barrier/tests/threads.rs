@@ -446,3 +446,36 @@ fn regression_a_peer_leaving_right_after_the_barrier_does_not_fail_it() {
     }
     assert!(shm_leftovers(&prefix).is_empty());
 }
+
+#[test]
+fn regression_a_second_thread_in_a_barrier_of_the_same_rank_is_refused_by_name() {
+    let _dog = Watchdog::new("second thread in a barrier", Duration::from_secs(60));
+    let name = unique_name("busy");
+    let second = {
+        let name = name.clone();
+        thread::spawn(move || Group::join(opts(&name, 1, 2)).unwrap())
+    };
+    let rank0 = Arc::new(Group::join(opts(&name, 0, 2)).unwrap());
+    let rank1 = second.join().unwrap();
+    let waiting = {
+        let rank0 = Arc::clone(&rank0);
+        thread::spawn(move || rank0.barrier())
+    };
+    // Let the first thread arrive and wait for rank 1.
+    thread::sleep(Duration::from_millis(100));
+    match rank0.barrier() {
+        Err(Error::Busy { rank: 0, op, .. }) => assert_eq!(op, "barrier"),
+        other => panic!("a second thread's barrier of rank 0 was not refused: {other:?}"),
+    }
+    let refused = rank0.barrier_subset(1).unwrap_err().to_string();
+    assert!(
+        refused.contains(&name) && refused.contains("one thread at a time"),
+        "{refused}"
+    );
+    // Nothing was counted or poisoned: rank 1 releases the first thread.
+    rank1.barrier().unwrap();
+    waiting.join().unwrap().unwrap();
+    let again = thread::spawn(move || rank1.barrier());
+    rank0.barrier().unwrap();
+    again.join().unwrap().unwrap();
+}

@@ -87,3 +87,20 @@ fn thread_safe_handles_are_send_and_sync() {
     both::<super::sem::nodeipc_sem>();
     both::<super::fdpass::nodeipc_pidfd>();
 }
+
+/// A second thread's call on a group is the caller's mistake, said so.
+#[test]
+fn a_busy_group_is_an_invalid_argument_naming_the_rule() {
+    let busy = nodeipc_barrier::Error::Busy {
+        group: "/g".into(),
+        rank: 0,
+        op: "barrier",
+    };
+    let failure = Failure::from(busy);
+    assert_eq!(failure.status, NODEIPC_ERR_INVALID_ARGUMENT);
+    assert!(
+        failure.message.contains("one thread at a time"),
+        "{}",
+        failure.message
+    );
+}

@@ -22,6 +22,7 @@ pub(crate) enum Kind {
     MonitorRefused,
     MonitorTimeout,
     Forked,
+    ConcurrentUse,
 }
 
 impl Kind {
@@ -39,6 +40,7 @@ impl Kind {
             Kind::MonitorRefused => "MonitorRefusedError",
             Kind::MonitorTimeout => "MonitorTimeoutError",
             Kind::Forked => "ForkedError",
+            Kind::ConcurrentUse => "ConcurrentUseError",
         }
     }
 }
@@ -140,6 +142,7 @@ pub(crate) fn group(py: Python<'_>, e: nodeipc_barrier::Error) -> PyErr {
         E::NameTaken { .. } => Kind::AlreadyExists,
         E::PeerDied { .. } | E::PeerLeft { .. } | E::Poisoned { .. } => Kind::PeerDied,
         E::Timeout { .. } => Kind::Timeout,
+        E::Busy { .. } => Kind::ConcurrentUse,
         E::Shm { source, .. } => shm_kind(source),
         _ => Kind::Base,
     };

@@ -10,7 +10,7 @@ mod collectives;
 mod join;
 mod wait;
 
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use nodeipc_fdpass::{ForkGeneration, Pidfd, Transport};
@@ -70,6 +70,21 @@ pub struct Group {
     /// The process that joined: in a child forked since, the membership is
     /// the parent's, and dropping the copy tells the peers nothing.
     born: ForkGeneration,
+    /// Set while a thread is in a barrier: a second thread's call on the
+    /// same rank is refused ([`Error::Busy`](crate::Error::Busy)) rather
+    /// than counted as a second arrival of this rank. (The other
+    /// collectives take `&mut self`: the compiler already keeps them to
+    /// one thread.)
+    in_use: AtomicBool,
+}
+
+/// A thread's turn in a call on the group, given back when it drops.
+pub(crate) struct InUse<'g>(&'g AtomicBool);
+
+impl Drop for InUse<'_> {
+    fn drop(&mut self) {
+        self.0.store(false, Ordering::Release);
+    }
 }
 
 impl Group {
@@ -101,6 +116,19 @@ impl Group {
     /// The timeout collective calls use unless given one.
     pub fn timeout(&self) -> Duration {
         self.timeout
+    }
+
+    /// Takes this thread's turn for `op`, or refuses it while another
+    /// thread is in a call on the group.
+    pub(crate) fn enter(&self, op: &'static str) -> Result<InUse<'_>> {
+        if self.in_use.swap(true, Ordering::Acquire) {
+            return Err(crate::Error::Busy {
+                group: self.name.clone(),
+                rank: self.rank,
+                op,
+            });
+        }
+        Ok(InUse(&self.in_use))
     }
 
     /// The pids of every rank, by rank.

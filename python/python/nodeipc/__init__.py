@@ -22,6 +22,7 @@ handlers at least every 50 ms, so Ctrl-C ends a wait with
 
 from ._errors import (
     AlreadyExistsError,
+    ConcurrentUseError,
     Error,
     ForkedError,
     InvalidArgumentError,
@@ -54,6 +55,7 @@ __all__ = [
     "AlreadyExistsError",
     "InvalidArgumentError",
     "ForkedError",
+    "ConcurrentUseError",
     "RankMonitorClientError",
     "MonitorRefusedError",
     "MonitorTimeoutError",

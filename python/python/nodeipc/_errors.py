@@ -52,6 +52,13 @@ class ForkedError(NodeipcError, builtins.RuntimeError):
     channel — to the parent). Make or open your own after the fork."""
 
 
+class ConcurrentUseError(NodeipcError, builtins.RuntimeError):
+    """Another thread is in a call on the object, and it takes one at a time
+    (a group, a worker, a monitor connection) or one of each role (a
+    coordinator: one sending and one gathering thread). Nothing was done;
+    the object is intact. The message names the object and the rule."""
+
+
 class RankMonitorClientError(NodeipcError):
     """Raised by :class:`nodeipc.monitor.RankMonitorClient`, as in
     nvidia-resiliency-ext."""
@@ -76,6 +83,7 @@ __all__ = [
     "AlreadyExistsError",
     "InvalidArgumentError",
     "ForkedError",
+    "ConcurrentUseError",
     "RankMonitorClientError",
     "MonitorRefusedError",
     "MonitorTimeoutError",
