@@ -41,9 +41,11 @@ impl From<nodeipc_channel::Error> for Failure {
         use super::status::*;
         use nodeipc_channel::Error as E;
         let status = match &e {
-            E::InvalidConfig { .. } | E::RankOutOfRange { .. } | E::NothingOutstanding { .. } => {
-                NODEIPC_ERR_INVALID_ARGUMENT
-            }
+            // Busy: a second thread's call on a handle taken one thread at a time.
+            E::InvalidConfig { .. }
+            | E::RankOutOfRange { .. }
+            | E::NothingOutstanding { .. }
+            | E::Busy { .. } => NODEIPC_ERR_INVALID_ARGUMENT,
             E::TooLarge { .. } => NODEIPC_ERR_TOO_LARGE,
             E::Corrupt { .. } | E::Decode { .. } | E::Mismatch { .. } => NODEIPC_ERR_CORRUPT,
             E::Timeout { .. } => NODEIPC_ERR_TIMEOUT,

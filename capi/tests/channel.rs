@@ -101,7 +101,7 @@ fn c_workers_and_a_rust_worker_share_one_channel() {
     let config = ChannelConfig::new(unique_name("capi-chan"), 3)
         .request_capacity(8 << 10)
         .timeout(Duration::from_secs(20));
-    let mut coordinator = Coordinator::create_anonymous(config).unwrap();
+    let coordinator = Coordinator::create_anonymous(config).unwrap();
     let server = serve(&coordinator, &dir);
     let socket = server.path().to_owned();
     let rounds = 20u64;
@@ -211,7 +211,7 @@ fn a_cpp_execute_worker_and_a_rust_worker_answer_execute_requests() {
         .request_capacity(64 << 10)
         .depth(2)
         .timeout(Duration::from_secs(20));
-    let mut coordinator = Coordinator::create_anonymous(config).unwrap();
+    let coordinator = Coordinator::create_anonymous(config).unwrap();
     let server = serve(&coordinator, &dir);
     let socket = server.path().to_owned();
     let rounds = 25u64;

@@ -180,6 +180,22 @@ pub enum Error {
         workers: u32,
     },
 
+    /// Another thread of this process is in a call this one may not
+    /// overlap: a coordinator takes one sending and one gathering thread at
+    /// a time (a second sender or a second gatherer is refused). Nothing
+    /// was done; the channel is intact.
+    #[error("channel {channel}: {op} refused: another thread is {busy}; {rule}")]
+    Busy {
+        /// The channel.
+        channel: String,
+        /// The call refused (`send`, `recv_all`, …).
+        op: &'static str,
+        /// What the other thread is doing (`sending`, `gathering`).
+        busy: &'static str,
+        /// The rule the call would break.
+        rule: &'static str,
+    },
+
     /// The response thread or handler is in a state that forbids the call.
     #[error("channel {channel}: {reason}")]
     ResponseThread {

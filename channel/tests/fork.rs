@@ -96,7 +96,7 @@ fn regression_a_worker_dropped_in_a_forked_child_keeps_its_rank_and_its_frame() 
     let timeout = Duration::from_secs(20);
     let name = unique_name("fork-worker");
     let config = ChannelConfig::new(&name, 1).timeout(timeout);
-    let mut coordinator = Coordinator::create_anonymous(config).unwrap();
+    let coordinator = Coordinator::create_anonymous(config).unwrap();
     let join = |coordinator: &Coordinator| {
         Worker::from_fds(
             &name,
