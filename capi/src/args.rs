@@ -12,9 +12,10 @@ use super::status::{Failure, NODEIPC_ERR_BAD_HANDLE, NODEIPC_ERR_FORKED, Outcome
 /// every clock computation of the layers below takes without overflowing.
 const FOREVER: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
 
-/// A C timeout in milliseconds: negative waits forever.
+/// A C timeout in milliseconds: negative waits forever, and so does anything
+/// longer than that (up to `INT64_MAX`, where C++'s `to_ms` saturates).
 pub(crate) fn millis(ms: i64) -> Duration {
-    u64::try_from(ms).map_or(FOREVER, Duration::from_millis)
+    u64::try_from(ms).map_or(FOREVER, |ms| Duration::from_millis(ms).min(FOREVER))
 }
 
 /// A C string argument as UTF-8.

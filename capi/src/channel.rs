@@ -203,7 +203,7 @@ pub unsafe extern "C" fn nodeipc_coordinator_fds(
 }
 
 /// Waits until every worker has joined (then no name of the channel is left
-/// anywhere).
+/// anywhere), up to `timeout_ms` (negative: forever).
 ///
 /// # Safety
 /// `coordinator` is a live coordinator handle.
@@ -220,8 +220,8 @@ pub unsafe extern "C" fn nodeipc_coordinator_wait_for_workers(
 }
 
 /// Broadcasts `len` bytes at `data` to every worker; `*out_index` (if not
-/// NULL) gets the request's index. Waits up to `timeout_ms` for every worker
-/// to have a free frame; a timeout sends nothing.
+/// NULL) gets the request's index. Waits up to `timeout_ms` (negative:
+/// forever) for every worker to have a free frame; a timeout sends nothing.
 ///
 /// # Safety
 /// `coordinator` is a live coordinator handle; `data` points at `len`
@@ -308,8 +308,8 @@ unsafe fn gather_buffers<'a>(
 
 /// Gathers every worker's response to the oldest request not yet gathered
 /// into the caller's buffers: worker `i`'s at `buffer + i * stride`, its
-/// length in `lengths[i]`. Within `timeout_ms`; a timeout keeps what was
-/// gathered, and the next call resumes there.
+/// length in `lengths[i]`. Within `timeout_ms` (negative: forever); a
+/// timeout keeps what was gathered, and the next call resumes there.
 ///
 /// # Safety
 /// `coordinator` is a live coordinator handle; `buffer` points at `stride *
