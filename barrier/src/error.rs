@@ -163,6 +163,20 @@ pub enum Error {
         op: &'static str,
     },
 
+    /// A barrier of the first `n` ranks with an `n` that names none or
+    /// more than the group has, or called by a rank not among them.
+    #[error("group {group}: rank {rank}: {}", subset_reason(*n, *world_size))]
+    SubsetOutOfRange {
+        /// The group name.
+        group: String,
+        /// This rank.
+        rank: u32,
+        /// The `n` of the call.
+        n: u32,
+        /// The group's size.
+        world_size: u32,
+    },
+
     /// A rank argument outside the group.
     #[error("group {group}: rank {rank} is outside a group of {world_size}")]
     RankOutOfRange {
@@ -225,6 +239,22 @@ pub enum Error {
     },
 }
 
+/// What is wrong with a barrier of the first `n` ranks (the caller being
+/// at or past `n` when `n` itself is right).
+fn subset_reason(n: u32, world_size: u32) -> String {
+    if n == 0 || n > world_size {
+        format!(
+            "a barrier of the first {n} ranks in a group of {world_size}: it takes 1 to \
+             {world_size} ranks"
+        )
+    } else {
+        format!(
+            "not among the first {n} ranks (0..{n}), the only ones that may call a barrier \
+             of the first {n}"
+        )
+    }
+}
+
 impl Error {
     /// Whether the group is unusable after this error (every error from a
     /// collective operation but a caller mistake).
@@ -234,6 +264,7 @@ impl Error {
             Error::InvalidOptions { .. }
                 | Error::TooLarge { .. }
                 | Error::RankOutOfRange { .. }
+                | Error::SubsetOutOfRange { .. }
                 | Error::Busy { .. }
         )
     }
@@ -254,7 +285,8 @@ impl From<Error> for io::Error {
             }
             Error::InvalidOptions { .. }
             | Error::TooLarge { .. }
-            | Error::RankOutOfRange { .. } => io::ErrorKind::InvalidInput,
+            | Error::RankOutOfRange { .. }
+            | Error::SubsetOutOfRange { .. } => io::ErrorKind::InvalidInput,
             Error::Busy { .. } => io::ErrorKind::ResourceBusy,
             Error::NameTaken { .. } => io::ErrorKind::AlreadyExists,
             _ => io::ErrorKind::Other,

@@ -236,7 +236,7 @@ fn barrier_subset_syncs_only_the_first_ranks() {
             } else {
                 assert!(matches!(
                     group.barrier_subset(2),
-                    Err(Error::RankOutOfRange { .. })
+                    Err(Error::SubsetOutOfRange { n: 2, .. })
                 ));
             }
             group.barrier().unwrap();
@@ -478,4 +478,42 @@ fn regression_a_second_thread_in_a_barrier_of_the_same_rank_is_refused_by_name()
     let again = thread::spawn(move || rank1.barrier());
     rank0.barrier().unwrap();
     again.join().unwrap().unwrap();
+}
+
+#[test]
+fn regression_a_barrier_of_the_first_ranks_says_what_is_wrong_with_n() {
+    let _dog = Watchdog::new("barrier_subset messages", Duration::from_secs(60));
+    let name = unique_name("subset-words");
+    let messages = run_group(
+        2,
+        {
+            let name = name.clone();
+            move |r| opts(&name, r, 2)
+        },
+        |group| {
+            let said = |n| match group.barrier_subset(n) {
+                Err(e @ Error::SubsetOutOfRange { .. }) => e.to_string(),
+                other => panic!("barrier_subset({n}): {other:?}"),
+            };
+            let words = (said(0), said(99), (group.rank() == 1).then(|| said(1)));
+            group.barrier().unwrap();
+            words
+        },
+    );
+    let (none, too_many, _) = &messages[0];
+    assert!(none.contains("the first 0 ranks in a group of 2"), "{none}");
+    assert!(
+        too_many.contains("the first 99 ranks in a group of 2"),
+        "{too_many}"
+    );
+    assert_ne!(none, too_many);
+    for said in [none, too_many] {
+        assert!(said.contains("it takes 1 to 2 ranks"), "{said}");
+        assert!(!said.contains("outside a group"), "{said}");
+    }
+    let outside = messages[1].2.as_ref().unwrap();
+    assert!(
+        outside.contains("rank 1: not among the first 1 ranks (0..1)"),
+        "{outside}"
+    );
 }

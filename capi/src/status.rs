@@ -181,9 +181,10 @@ fn barrier_status(e: &nodeipc_barrier::Error) -> nodeipc_status {
     use nodeipc_barrier::Error as E;
     match e {
         // Busy: a second thread's call on a handle taken one thread at a time.
-        E::InvalidOptions { .. } | E::RankOutOfRange { .. } | E::Busy { .. } => {
-            NODEIPC_ERR_INVALID_ARGUMENT
-        }
+        E::InvalidOptions { .. }
+        | E::RankOutOfRange { .. }
+        | E::SubsetOutOfRange { .. }
+        | E::Busy { .. } => NODEIPC_ERR_INVALID_ARGUMENT,
         E::Mismatch { .. } | E::NotAVault { .. } | E::Corrupt { .. } | E::Protocol { .. } => {
             NODEIPC_ERR_CORRUPT
         }

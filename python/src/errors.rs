@@ -136,9 +136,10 @@ pub(crate) fn sem(py: Python<'_>, e: nodeipc_sem::Error) -> PyErr {
 pub(crate) fn group(py: Python<'_>, e: nodeipc_barrier::Error) -> PyErr {
     use nodeipc_barrier::Error as E;
     let kind = match &e {
-        E::InvalidOptions { .. } | E::TooLarge { .. } | E::RankOutOfRange { .. } => {
-            Kind::InvalidArgument
-        }
+        E::InvalidOptions { .. }
+        | E::TooLarge { .. }
+        | E::RankOutOfRange { .. }
+        | E::SubsetOutOfRange { .. } => Kind::InvalidArgument,
         E::NameTaken { .. } => Kind::AlreadyExists,
         E::PeerDied { .. } | E::PeerLeft { .. } | E::Poisoned { .. } => Kind::PeerDied,
         E::Timeout { .. } => Kind::Timeout,

@@ -49,8 +49,8 @@ impl Group {
     /// not call it.
     ///
     /// # Errors
-    /// [`Error::RankOutOfRange`] if this rank is not below `n` or `n` is
-    /// beyond the world; otherwise as [`barrier`](Group::barrier).
+    /// [`Error::SubsetOutOfRange`] if `n` is 0 or beyond the world, or this
+    /// rank is not below `n`; otherwise as [`barrier`](Group::barrier).
     pub fn barrier_subset(&self, n: u32) -> Result<()> {
         self.barrier_subset_timeout(n, self.timeout)
     }
@@ -62,10 +62,11 @@ impl Group {
     pub fn barrier_subset_timeout(&self, n: u32, timeout: Duration) -> Result<()> {
         let _turn = self.enter("barrier_subset")?;
         if n == 0 || n > self.world_size || self.rank >= n {
-            return Err(Error::RankOutOfRange {
+            return Err(Error::SubsetOutOfRange {
                 group: self.name.clone(),
                 rank: self.rank,
-                world_size: n,
+                n,
+                world_size: self.world_size,
             });
         }
         self.arrive_and_wait(

@@ -256,6 +256,14 @@ static void layers(const char *prefix) {
     EXPECT(nodeipc_group_all_gather(g, (const uint8_t *)big, 100, (uint8_t *)big + 50, 100),
            NODEIPC_ERR_INVALID_ARGUMENT);
     EXPECT(nodeipc_group_barrier_first(g, 2), NODEIPC_ERR_INVALID_ARGUMENT);
+    /* Each wrong k says what is wrong with it, not "rank 0 is outside". */
+    char first_none[512];
+    EXPECT(nodeipc_group_barrier_first(g, 0), NODEIPC_ERR_INVALID_ARGUMENT);
+    snprintf(first_none, sizeof first_none, "%s", nodeipc_last_error());
+    CHECK(strstr(first_none, "the first 0 ranks in a group of 1") != NULL);
+    EXPECT(nodeipc_group_barrier_first(g, 99), NODEIPC_ERR_INVALID_ARGUMENT);
+    CHECK(strstr(nodeipc_last_error(), "the first 99 ranks in a group of 1") != NULL);
+    CHECK(strstr(nodeipc_last_error(), "outside a group") == NULL);
     EXPECT(nodeipc_group_barrier_arrivals(g, 1), NODEIPC_OK);
     EXPECT(nodeipc_group_leave(g), NODEIPC_OK);
 }
