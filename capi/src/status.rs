@@ -77,6 +77,12 @@ impl Failure {
         Failure::new(NODEIPC_ERR_INVALID_ARGUMENT, message)
     }
 
+    /// The same failure, its message saying which argument it is about.
+    pub(crate) fn context(mut self, what: &str) -> Failure {
+        self.message = format!("{what}: {}", self.message);
+        self
+    }
+
     pub(crate) fn from_error(
         status: nodeipc_status,
         error: &(dyn std::error::Error + 'static),

@@ -1,6 +1,7 @@
 #![doc = include_str!("../README.md")]
 #![deny(unsafe_op_in_unsafe_fn)]
 
+mod caller;
 mod connect;
 mod cred;
 mod error;
@@ -13,6 +14,7 @@ mod scm;
 mod timeout;
 mod words;
 
+pub use caller::{NotOpen, borrow_open};
 pub use connect::{connect_failure_reason, connect_unix, connect_unix_when_up};
 pub use cred::{Credentials, peer_credentials, require_peer_uid};
 pub use error::{Error, Result};

@@ -77,7 +77,12 @@ pub(crate) fn usable(
 
 /// A bad argument caught before any Rust call.
 pub(crate) fn invalid(message: String) -> PyErr {
-    Python::attach(|py| raise(py, Kind::InvalidArgument, message, None))
+    invalid_errno(message, None)
+}
+
+/// A bad argument that a system call refused, keeping its errno.
+pub(crate) fn invalid_errno(message: String, errno: Option<i32>) -> PyErr {
+    Python::attach(|py| raise(py, Kind::InvalidArgument, message, errno))
 }
 
 /// The errno of the first failed system call in `error`'s source chain.

@@ -75,22 +75,17 @@ pub(crate) fn caller_fd(what: &str, fd: i64) -> PyResult<BorrowedFd<'static>> {
         .ok()
         .filter(|&raw| raw >= 0)
         .ok_or_else(|| invalid(format!("{what} must be an open file descriptor, not {fd}")))?;
-    // F_GETFD fails with EBADF for a number that is not open: refuse it
-    // before anything borrows it.
-    // SAFETY: fcntl(F_GETFD) reads only the descriptor table entry.
-    if unsafe { libc::fcntl(raw, libc::F_GETFD) } < 0 {
-        return Err(invalid(format!(
-            "{what} {fd} is not an open file descriptor ({})",
-            std::io::Error::last_os_error()
-        )));
-    }
-    // SAFETY: the number is open (checked just above) and the caller, who
-    // owns it, keeps it open for the call it passed it to; a call reads or
-    // duplicates it and never closes it. Were another thread of the caller
-    // to close it meanwhile (its own race, as with `os.read`), a system
-    // call would fail with EBADF or act on whatever file took the number:
-    // no memory is at stake.
-    Ok(unsafe { BorrowedFd::borrow_raw(raw) })
+    // SAFETY: the caller, who owns the number, keeps it open for the call
+    // it passed it to; a call reads or duplicates it and never closes it.
+    // Were another thread of the caller to close it meanwhile (its own
+    // race, as with `os.read`), a system call would fail with EBADF or act
+    // on whatever file took the number: no memory is at stake.
+    unsafe { nodeipc_fdpass::borrow_open(raw) }.map_err(|e| {
+        crate::errors::invalid_errno(
+            format!("{what} {fd} is not an open file descriptor ({})", e.source),
+            e.source.raw_os_error(),
+        )
+    })
 }
 
 #[pymethods]

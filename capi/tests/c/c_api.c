@@ -95,6 +95,19 @@ static void bad_arguments(const char *prefix) {
     EXPECT(nodeipc_fd_import(NULL, sizeof handle, &fd), NODEIPC_ERR_INVALID_ARGUMENT);
     EXPECT(nodeipc_fd_export(-1, handle), NODEIPC_ERR_INVALID_ARGUMENT);
     EXPECT(nodeipc_fd_export(0, NULL), NODEIPC_ERR_INVALID_ARGUMENT);
+    /* A descriptor that is not open is refused (with EBADF) by every call
+     * taking one, before an export could record its number. */
+    int closed_fd = dup(1);
+    CHECK(closed_fd >= 0 && close(closed_fd) == 0);
+    EXPECT(nodeipc_fd_export(closed_fd, handle), NODEIPC_ERR_NOT_FOUND);
+    CHECK(nodeipc_last_errno() == EBADF && strstr(nodeipc_last_error(), "is not open") != NULL);
+    EXPECT(nodeipc_fd_export(99999, handle), NODEIPC_ERR_NOT_FOUND);
+    CHECK(nodeipc_last_errno() == EBADF && strstr(nodeipc_last_error(), "99999") != NULL);
+    EXPECT(nodeipc_region_from_fd(99999, &r), NODEIPC_ERR_NOT_FOUND);
+    CHECK(nodeipc_last_errno() == EBADF);
+    EXPECT(nodeipc_send_fds(99999, (const uint8_t *)"x", 1, NULL, 0), NODEIPC_ERR_NOT_FOUND);
+    nodeipc_credentials nobody;
+    EXPECT(nodeipc_peer_credentials(99999, &nobody), NODEIPC_ERR_NOT_FOUND);
     EXPECT(nodeipc_fd_import_pid_fd(getpid(), 9999, &fd), NODEIPC_ERR_NOT_FOUND);
     EXPECT(nodeipc_send_fds(-1, (const uint8_t *)"x", 1, NULL, 0), NODEIPC_ERR_INVALID_ARGUMENT);
     int sv[2];
