@@ -95,14 +95,30 @@ impl Failure {
     }
 }
 
-/// The first raw errno in an error's chain of sources.
+/// The first errno in an error's chain of sources: a failed system call's
+/// own, or the one a layer's error stands for (`EPERM` for a refused
+/// `pidfd_getfd`, `ESRCH` for a process gone, `EBADF` for a descriptor it
+/// does not have, `ENOENT`/`EEXIST` for a name: see each layer's
+/// `raw_os_error`).
 fn errno_in(error: &(dyn std::error::Error + 'static)) -> i32 {
     let mut next = Some(error);
     while let Some(e) = next {
-        if let Some(code) = e
+        let code = e
             .downcast_ref::<std::io::Error>()
             .and_then(std::io::Error::raw_os_error)
-        {
+            .or_else(|| {
+                e.downcast_ref::<nodeipc_fdpass::Error>()
+                    .and_then(nodeipc_fdpass::Error::raw_os_error)
+            })
+            .or_else(|| {
+                e.downcast_ref::<nodeipc_shm::Error>()
+                    .and_then(nodeipc_shm::Error::raw_os_error)
+            })
+            .or_else(|| {
+                e.downcast_ref::<nodeipc_sem::Error>()
+                    .and_then(nodeipc_sem::Error::raw_os_error)
+            });
+        if let Some(code) = code {
             return code;
         }
         next = e.source();

@@ -289,6 +289,29 @@ impl Error {
     }
 }
 
+impl Error {
+    /// The errno behind this error, when the kernel refused: the one kept
+    /// in `source`, or the one a variant stands for — `EPERM` for
+    /// [`Error::NotPermitted`], `EBADF` for [`Error::NoSuchFd`], `ESRCH`
+    /// for [`Error::ProcessGone`], `ENOSYS` for [`Error::Unsupported`],
+    /// `EADDRINUSE` for [`Error::AlreadyServing`].
+    pub fn raw_os_error(&self) -> Option<i32> {
+        match self {
+            Error::Io { source, .. }
+            | Error::ProcessIo { source, .. }
+            | Error::Listen { source, .. }
+            | Error::Connect { source, .. }
+            | Error::ConnectTimeout { last: source, .. } => source.raw_os_error(),
+            Error::NotPermitted { .. } => Some(libc::EPERM),
+            Error::NoSuchFd { .. } => Some(libc::EBADF),
+            Error::ProcessGone { .. } => Some(libc::ESRCH),
+            Error::Unsupported { .. } => Some(libc::ENOSYS),
+            Error::AlreadyServing { .. } => Some(libc::EADDRINUSE),
+            _ => None,
+        }
+    }
+}
+
 /// `", descriptor <fd>"` when there is one, for [`Error::ProcessIo`].
 fn descriptor_suffix(fd: Option<i32>) -> String {
     fd.map(|fd| format!(", descriptor {fd}"))

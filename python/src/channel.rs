@@ -32,7 +32,7 @@ pub(crate) fn channel_error(py: Python<'_>, e: nodeipc_channel::Error) -> PyErr 
         E::Rejected { .. } | E::Handshake { .. } => Kind::Refused,
         _ => Kind::Base,
     };
-    raise(py, kind, e.to_string(), None)
+    raise(py, kind, e.to_string(), errors::errno_of(&e))
 }
 
 fn count(what: &str, value: i128) -> PyResult<u32> {

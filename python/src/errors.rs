@@ -85,15 +85,29 @@ pub(crate) fn invalid_errno(message: String, errno: Option<i32>) -> PyErr {
     Python::attach(|py| raise(py, Kind::InvalidArgument, message, errno))
 }
 
-/// The errno of the first failed system call in `error`'s source chain.
-fn errno_of(error: &(dyn StdError + 'static)) -> Option<i32> {
+/// The first errno in `error`'s source chain: a failed system call's own,
+/// or the one a layer's error stands for (`EPERM`, `ESRCH`, `EBADF`,
+/// `ENOENT`, `EEXIST`: see each layer's `raw_os_error`).
+pub(crate) fn errno_of(error: &(dyn StdError + 'static)) -> Option<i32> {
     let mut next = Some(error);
     while let Some(e) = next {
-        if let Some(raw) = e
+        let code = e
             .downcast_ref::<std::io::Error>()
             .and_then(std::io::Error::raw_os_error)
-        {
-            return Some(raw);
+            .or_else(|| {
+                e.downcast_ref::<nodeipc_fdpass::Error>()
+                    .and_then(nodeipc_fdpass::Error::raw_os_error)
+            })
+            .or_else(|| {
+                e.downcast_ref::<nodeipc_shm::Error>()
+                    .and_then(nodeipc_shm::Error::raw_os_error)
+            })
+            .or_else(|| {
+                e.downcast_ref::<nodeipc_sem::Error>()
+                    .and_then(nodeipc_sem::Error::raw_os_error)
+            });
+        if code.is_some() {
+            return code;
         }
         next = e.source();
     }

@@ -141,6 +141,18 @@ impl Error {
     pub fn is_timeout(&self) -> bool {
         matches!(self, Error::Timeout { .. })
     }
+
+    /// The errno behind this error, when a system call produced it: the
+    /// one kept in `source`, or the one a variant stands for (`ENOENT` for
+    /// [`Error::NotFound`], `EEXIST` for [`Error::AlreadyExists`]).
+    pub fn raw_os_error(&self) -> Option<i32> {
+        match self {
+            Error::Io { source, .. } => source.raw_os_error(),
+            Error::NotFound { .. } => Some(libc::ENOENT),
+            Error::AlreadyExists { .. } => Some(libc::EEXIST),
+            _ => None,
+        }
+    }
 }
 
 impl From<Error> for io::Error {

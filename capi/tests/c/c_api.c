@@ -5,7 +5,9 @@
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
+#include <grp.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "nodeipc.h"
@@ -33,6 +35,47 @@ static int failed, checks;
                    nodeipc_last_error());                                       \
         }                                                                       \
     } while (0)
+
+/* EPERM: pidfd_getfd of a process we may not ptrace. As root, from a child
+ * that dropped to nobody, of this (root) process; otherwise of pid 1. The
+ * errno and the message reach C. */
+static void not_permitted(void) {
+    int pipefd[2];
+    CHECK(pipe(pipefd) == 0);
+    pid_t target = getpid();
+    pid_t child = fork();
+    if (child == 0) {
+        close(pipefd[0]);
+        char verdict[600];
+        int root = getuid() == 0;
+        if (root && (setgroups(0, NULL) != 0 || setresgid(65534, 65534, 65534) != 0 ||
+                     setresuid(65534, 65534, 65534) != 0)) {
+            snprintf(verdict, sizeof verdict, "skip: cannot drop to nobody");
+        } else {
+            pid_t victim = root ? target : 1;
+            int got = -1;
+            nodeipc_status rc = nodeipc_fd_import_pid_fd((uint32_t)victim, 0, &got);
+            snprintf(verdict, sizeof verdict, "%d %d %s", (int)rc, nodeipc_last_errno(),
+                     nodeipc_last_error());
+        }
+        ssize_t n = write(pipefd[1], verdict, strlen(verdict));
+        _exit(n > 0 ? 0 : 1);
+    }
+    close(pipefd[1]);
+    char verdict[600] = {0};
+    ssize_t n = read(pipefd[0], verdict, sizeof verdict - 1);
+    close(pipefd[0]);
+    CHECK(child > 0 && waitpid(child, NULL, 0) == child && n > 0);
+    if (strncmp(verdict, "skip:", 5) == 0) {
+        printf("eperm %s\n", verdict);
+        return;
+    }
+    int rc = 0, err = 0;
+    CHECK(sscanf(verdict, "%d %d", &rc, &err) == 2);
+    CHECK(rc == NODEIPC_ERR_NOT_PERMITTED);
+    CHECK(err == EPERM);
+    if (rc != NODEIPC_ERR_NOT_PERMITTED || err != EPERM) printf("eperm: %s\n", verdict);
+}
 
 static void bad_arguments(const char *prefix) {
     nodeipc_region *r = NULL;
@@ -109,6 +152,7 @@ static void bad_arguments(const char *prefix) {
     nodeipc_credentials nobody;
     EXPECT(nodeipc_peer_credentials(99999, &nobody), NODEIPC_ERR_NOT_FOUND);
     EXPECT(nodeipc_fd_import_pid_fd(getpid(), 9999, &fd), NODEIPC_ERR_NOT_FOUND);
+    CHECK(nodeipc_last_errno() == EBADF);
     EXPECT(nodeipc_send_fds(-1, (const uint8_t *)"x", 1, NULL, 0), NODEIPC_ERR_INVALID_ARGUMENT);
     int sv[2];
     CHECK(socketpair(AF_UNIX, SOCK_STREAM, 0, sv) == 0);
@@ -124,6 +168,15 @@ static void bad_arguments(const char *prefix) {
     EXPECT(nodeipc_pidfd_send_signal(pidfd, 12345), NODEIPC_ERR_INVALID_ARGUMENT);
     EXPECT(nodeipc_pidfd_get_fd(pidfd, -3, &fd), NODEIPC_ERR_INVALID_ARGUMENT);
     EXPECT(nodeipc_pidfd_free(pidfd), NODEIPC_OK);
+    /* ESRCH: a child that has exited and been reaped. */
+    pid_t gone = fork();
+    if (gone == 0) _exit(0);
+    CHECK(gone > 0 && waitpid(gone, NULL, 0) == gone);
+    EXPECT(nodeipc_pidfd_open((uint32_t)gone, &pidfd), NODEIPC_ERR_PEER_DIED);
+    CHECK(nodeipc_last_errno() == ESRCH);
+    EXPECT(nodeipc_fd_import_pid_fd((uint32_t)gone, 0, &fd), NODEIPC_ERR_PEER_DIED);
+    CHECK(nodeipc_last_errno() == ESRCH);
+    not_permitted();
 
     /* Groups and the monitor. */
     nodeipc_group *g = NULL;
