@@ -110,10 +110,17 @@ pub enum Error {
 
     /// The kernel refused `pidfd_getfd` (`EPERM`): another user, Yama's
     /// `ptrace_scope`, or a container's seccomp profile.
+    ///
+    /// The message reaches C and Python callers too, so it names the ways
+    /// out in the system's terms; in Rust they are
+    /// [`allow_ptracer`](crate::allow_ptracer) on the exporting side and
+    /// [`Transport::ScmRights`](crate::Transport::ScmRights) (or
+    /// [`send_fds`](crate::send_fds)).
     #[error(
         "pidfd_getfd of descriptor {fd} in process {pid} is not permitted (EPERM); ways out: run both \
-         processes as the same user, let the exporter call allow_ptracer (PR_SET_PTRACER) for \
-         the importer, or pass the descriptor over SCM_RIGHTS instead (Transport::ScmRights)"
+         processes as the same user, have process {pid} allow this one to trace it \
+         (prctl(PR_SET_PTRACER, <this pid>), for Yama's ptrace_scope), or pass the descriptor \
+         over a Unix socket with SCM_RIGHTS instead"
     )]
     NotPermitted {
         /// The exporting process.
