@@ -175,6 +175,7 @@ impl Coordinator {
 
     /// Serves the logon handshake at `socket_path` (its directory ours,
     /// 0700): workers connect with `Worker.connect(socket_path, rank)`.
+    /// Refused (`AlreadyExistsError`) while it serves already.
     fn serve(&self, py: Python<'_>, socket_path: &str) -> PyResult<()> {
         let shared = self.shared(py)?;
         let offer = open(py, &shared, &self.name)?
@@ -191,6 +192,20 @@ impl Coordinator {
                 ),
             ));
         };
+        if let Some(serving) = server.as_ref() {
+            // Binding a second server would drop the first, and its socket
+            // with it: workers connecting there would wait in vain.
+            return Err(raise(
+                py,
+                Kind::AlreadyExists,
+                format!(
+                    "channel {}: already serving at {}: call stop_serving() before serving again",
+                    self.name,
+                    serving.path().display()
+                ),
+                None,
+            ));
+        }
         let bound = HandshakeServer::bind(
             socket_path,
             HandshakeOptions::default(),
