@@ -129,3 +129,57 @@ def test_a_child_that_exits_while_its_parent_serves_prints_nothing(private_dir):
     assert proc.returncode == 0, f"{out}\n{err}"
     assert "served after the child exited" in out, out
     assert err == "", err
+
+
+def test_a_fork_while_other_threads_hold_the_objects_locks(unique_name, private_dir):
+    # At the fork one parent thread gathers (holding the coordinator and
+    # its gathering turn, waiting for an answer) and another waits in a
+    # barrier (holding the group's turn). The child's uses are refused and
+    # its closes return at once: no lock a dead thread holds is waited for.
+    name = unique_name("group")
+    joined = {}
+    ranks = [threading.Thread(target=lambda r=r: joined.update({r: nodeipc.Group(name, r, 2, timeout=20)})) for r in (0, 1)]
+    for t in ranks:
+        t.start()
+    for t in ranks:
+        t.join()
+    socket = str(private_dir / "exec.sock")
+    coordinator = Coordinator(unique_name("chan"), 1, timeout=20)
+    coordinator.serve(socket)
+    worker = Worker.connect(socket, 0)
+    coordinator.wait_for_workers(timeout=20)
+    coordinator.send(b"held")
+    results = {}
+    gathering = threading.Thread(target=lambda: results.update(gather=coordinator.recv_all(timeout=20)))
+    waiting = threading.Thread(target=lambda: results.update(barrier=joined[0].barrier(timeout=20)))
+    gathering.start()
+    waiting.start()
+    time.sleep(0.2)
+
+    def child() -> int:
+        checks = [
+            forked(lambda: coordinator.recv_all(timeout=0), "coordinator"),
+            forked(lambda: joined[0].barrier(), "group"),
+        ]
+        coordinator.close()
+        coordinator.stop_serving()
+        joined[0].leave()
+        worker.close()
+        if not all(checks):
+            print(f"checks in the child: {checks}", flush=True)
+            return 1
+        return 0
+
+    in_a_forked_child(child)
+
+    # The parent's threads finish as if nothing happened.
+    assert worker.recv(timeout=20) == b"held"
+    worker.respond(b"answer")
+    joined[1].barrier(timeout=20)
+    gathering.join()
+    waiting.join()
+    assert results == {"gather": [b"answer"], "barrier": None}
+    worker.close()
+    coordinator.close()
+    joined[0].leave()
+    joined[1].leave()
