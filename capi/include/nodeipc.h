@@ -115,7 +115,12 @@ typedef int32_t nodeipc_monitor_state;
 #endif // __STDC_VERSION__ >= 202311L
 #endif // __cplusplus
 
-// A coordinator's end of a channel. One thread at a time.
+// A coordinator's end of a channel. One sending thread
+// (`nodeipc_coordinator_send`) and one gathering thread
+// (`nodeipc_coordinator_recv_all`, `_recv_aggregated`, `_recv_first`,
+// `_drain`) may use it at once; a second sender or a second gatherer is
+// refused (`NODEIPC_ERR_INVALID_ARGUMENT`, naming the rule). Free it from
+// one thread once no other call runs.
 typedef struct nodeipc_coordinator nodeipc_coordinator;
 
 // One rank's membership of a group. One thread at a time: a group's calls

@@ -11,8 +11,8 @@
 // (the C API would stop reading at it), never cut short.
 //
 // Thread safety is that of the C handles: Region and Semaphore may be used
-// from several threads at once; Group, MonitorClient, Coordinator and Worker
-// one thread at a time.
+// from several threads at once; a Coordinator by one sending and one
+// gathering thread; Group, MonitorClient and Worker one thread at a time.
 //
 // After fork(), an object is its parent's: in the child every call throws
 // Error with NODEIPC_ERR_FORKED, and destroying it only closes and unmaps

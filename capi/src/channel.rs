@@ -11,12 +11,15 @@ use std::os::fd::IntoRawFd;
 
 use nodeipc_channel::{ChannelConfig, Coordinator, Gathered, HandshakeOptions, HandshakeServer};
 
-use super::args::{
-    self, Handle, bytes, bytes_mut, handle, handle_mut, handle_type, millis, out, text,
-};
+use super::args::{self, Handle, bytes, bytes_mut, handle, handle_type, millis, out, text};
 use super::status::{Failure, NODEIPC_ERR_TOO_LARGE, Outcome, guard, nodeipc_status};
 
-/// A coordinator's end of a channel. One thread at a time.
+/// A coordinator's end of a channel. One sending thread
+/// (`nodeipc_coordinator_send`) and one gathering thread
+/// (`nodeipc_coordinator_recv_all`, `_recv_aggregated`, `_recv_first`,
+/// `_drain`) may use it at once; a second sender or a second gatherer is
+/// refused (`NODEIPC_ERR_INVALID_ARGUMENT`, naming the rule). Free it from
+/// one thread once no other call runs.
 pub struct nodeipc_coordinator {
     magic: u64,
     /// The fork generation it was made in: a forked child may only free it.
@@ -236,7 +239,7 @@ pub unsafe extern "C" fn nodeipc_coordinator_send(
 ) -> nodeipc_status {
     guard("nodeipc_coordinator_send", || {
         // SAFETY: the caller's contract above.
-        let (c, data) = unsafe { (handle_mut(coordinator)?, bytes(data, len, "data")?) };
+        let (c, data) = unsafe { (handle(coordinator)?, bytes(data, len, "data")?) };
         let index = c.coordinator.send_bytes_timeout(data, millis(timeout_ms))?;
         // SAFETY: NULL or writable, per the contract above.
         if let Some(slot) = unsafe { out_index.as_mut() } {
@@ -324,7 +327,7 @@ pub unsafe extern "C" fn nodeipc_coordinator_recv_all(
 ) -> nodeipc_status {
     guard("nodeipc_coordinator_recv_all", || {
         // SAFETY: the caller's contract above.
-        let c = unsafe { handle_mut(coordinator)? };
+        let c = unsafe { handle(coordinator)? };
         let workers = c.coordinator.config().workers;
         // SAFETY: the caller's contract above.
         let (buffer, lengths) = unsafe { gather_buffers(workers, buffer, stride, lengths)? };
@@ -370,7 +373,7 @@ pub unsafe extern "C" fn nodeipc_coordinator_recv_aggregated(
         // SAFETY: the caller's contract above.
         let (c, buffer, length, rank) = unsafe {
             (
-                handle_mut(coordinator)?,
+                handle(coordinator)?,
                 bytes_mut(buffer, capacity, "buffer")?,
                 out(length, "length")?,
                 out(rank, "rank")?,
@@ -454,7 +457,7 @@ pub unsafe extern "C" fn nodeipc_coordinator_recv_first(
         // SAFETY: the caller's contract above.
         let (c, buffer, length, rank) = unsafe {
             (
-                handle_mut(coordinator)?,
+                handle(coordinator)?,
                 bytes_mut(buffer, capacity, "buffer")?,
                 out(length, "length")?,
                 out(rank, "rank")?,
@@ -490,7 +493,7 @@ pub unsafe extern "C" fn nodeipc_coordinator_drain(
 ) -> nodeipc_status {
     guard("nodeipc_coordinator_drain", || {
         // SAFETY: the caller's contract above.
-        let c = unsafe { handle_mut(coordinator)? };
+        let c = unsafe { handle(coordinator)? };
         let drained = c.coordinator.drain()?;
         // SAFETY: NULL or writable, per the contract above.
         if let Some(slot) = unsafe { out_count.as_mut() } {

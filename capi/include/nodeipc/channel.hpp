@@ -1,7 +1,8 @@
 // nodeipc's execute channel for C++17: Coordinator and Worker over the raw
 // bytes of nodeipc.h (requests and responses of any encoding: decode them
-// with your protobuf runtime). Included by nodeipc.hpp; one thread at a time
-// per object.
+// with your protobuf runtime). Included by nodeipc.hpp. A Coordinator takes
+// one sending thread and one gathering thread at once (a second of either
+// throws NODEIPC_ERR_INVALID_ARGUMENT naming the rule); a Worker one thread.
 #ifndef NODEIPC_CHANNEL_HPP
 #define NODEIPC_CHANNEL_HPP
 
