@@ -43,6 +43,7 @@ cargo test --workspace --locked --test header
 
 step "C and C++ programs against the header and the static library"
 cargo test --workspace --locked --test c_api --test mixed_group --test kittens_broker \
-    --test monitor_client --test install --test readme --test cpp_classes --test channel
+    --test monitor_client --test install --test readme --test cpp_classes --test channel \
+    --test fork
 
 step "done"

@@ -1,9 +1,11 @@
 #![doc = include_str!("../README.md")]
 #![deny(unsafe_op_in_unsafe_fn)]
 
+mod caller;
 mod connect;
 mod cred;
 mod error;
+mod fork;
 mod handle;
 mod listener;
 mod liveness;
@@ -11,10 +13,13 @@ mod pidfd;
 mod procstat;
 mod scm;
 mod timeout;
+mod words;
 
+pub use caller::{NotOpen, borrow_open};
 pub use connect::{connect_failure_reason, connect_unix, connect_unix_when_up};
 pub use cred::{Credentials, peer_credentials, require_peer_uid};
 pub use error::{Error, Result};
+pub use fork::{ForkGeneration, Forked};
 pub use handle::{
     FdHandle, ForeignFd, Ptracer, Transport, allow_ptracer, open_verified, pidfd_getfd_available,
     process_start_time,
@@ -26,3 +31,4 @@ pub use liveness::{
 pub use pidfd::{Pidfd, Signal};
 pub use procstat::{ProcStat, process_stat};
 pub use scm::{Received, SCM_MAX_FD, recv_fds, recv_fds_exact, send_fds, send_fds_to};
+pub use words::InWords;
