@@ -3,7 +3,7 @@
 use std::io;
 use std::time::Duration;
 
-use nodeipc_fdpass::InWords;
+use nodeipc_text::InWords;
 
 /// What can go wrong in a rank group. Every variant names the group, and the
 /// rank or values involved, so a log line says which job failed and why.

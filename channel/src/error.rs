@@ -3,7 +3,7 @@
 use std::io;
 use std::time::Duration;
 
-use nodeipc_fdpass::InWords;
+use nodeipc_text::InWords;
 
 /// What can go wrong on an execute channel or its handshake. Every variant
 /// names the channel, and the worker where one is involved.

@@ -27,7 +27,7 @@ pub(crate) fn timed_out(error: &(dyn Error + 'static)) -> bool {
 }
 
 /// The line for `error`: its message. Every layer says its durations in
-/// words already (`nodeipc_fdpass::InWords`), so nothing is rewritten.
+/// words already (`nodeipc_text::InWords`), so nothing is rewritten.
 pub(crate) fn line(error: &(dyn Error + 'static)) -> String {
     error.to_string()
 }

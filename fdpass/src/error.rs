@@ -4,7 +4,9 @@ use std::io;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use crate::{InWords, connect_failure_reason};
+use nodeipc_text::InWords;
+
+use crate::connect_failure_reason;
 
 /// What can go wrong moving descriptors between processes. Every variant
 /// says which process, descriptor or limit it is about; system call failures

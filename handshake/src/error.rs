@@ -4,7 +4,7 @@
 use std::io;
 use std::time::Duration;
 
-use nodeipc_fdpass::InWords;
+use nodeipc_text::InWords;
 
 /// Results of this crate.
 pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -6,8 +6,8 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use nodeipc_fdpass::ForkGeneration;
 use nodeipc_fs::ModeRule;
+use nodeipc_shm::ForkGeneration;
 use rustix::fs::{self, AtFlags, CWD, Mode, OFlags};
 use rustix::io::Errno;
 

@@ -3,7 +3,7 @@
 use std::io;
 use std::time::Duration;
 
-use nodeipc_fdpass::InWords;
+use nodeipc_text::InWords;
 
 /// What can go wrong with a shared-memory region.
 ///

@@ -3,8 +3,8 @@
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, Ordering};
 
+use crate::fork::ForkGeneration;
 use memmap2::{MmapOptions, MmapRaw};
-use nodeipc_fdpass::ForkGeneration;
 use rustix::fs::{self, FileType, MemfdFlags, SealFlags};
 use rustix::io::Errno;
 

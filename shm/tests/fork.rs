@@ -1,10 +1,34 @@
-//! A region copied into a forked child: the child's drop unmaps and closes
-//! its copy and leaves the name to the parent that made it.
+//! The fork generation, and a region copied into a forked child: the
+//! child's drop unmaps and closes its copy and leaves the name to the parent
+//! that made it.
 
 use std::time::Duration;
 
-use nodeipc_shm::{OpenOptions, Region};
+use nodeipc_shm::{ForkGeneration, OpenOptions, Region};
 use nodeipc_testkit::{Watchdog, fork_child, shm_leftovers, unique_name};
+
+#[test]
+fn a_forked_child_sees_its_parents_generation_as_forked() {
+    let _dog = Watchdog::new("fork generation", Duration::from_secs(60));
+    let born = ForkGeneration::current();
+    assert!(!born.is_forked());
+    assert_eq!(born.pid(), std::process::id());
+    let code = fork_child("generation", Duration::from_secs(20), || {
+        let here = ForkGeneration::current();
+        // The parent's handle is forked; a handle made here is not, until
+        // this child forks in turn.
+        let grandchild = fork_child("grandchild", Duration::from_secs(10), || {
+            i32::from(!(born.is_forked() && here.is_forked()))
+        });
+        let forked = born.check("the parent's region").unwrap_err();
+        let named = forked.to_string().contains("the parent's region")
+            && forked.parent == born.pid()
+            && forked.child == std::process::id();
+        i32::from(!(born.is_forked() && !here.is_forked() && grandchild == 0 && named))
+    });
+    assert_eq!(code, 0);
+    assert!(!born.is_forked(), "the parent took itself for a child");
+}
 
 #[test]
 fn regression_a_region_dropped_in_a_forked_child_leaves_the_parents_name() {

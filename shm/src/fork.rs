@@ -62,7 +62,7 @@ fn watch_forks() -> bool {
 ///
 /// # Examples
 /// ```
-/// use nodeipc_fdpass::ForkGeneration;
+/// use nodeipc_shm::ForkGeneration;
 /// let born = ForkGeneration::current();
 /// assert!(!born.is_forked());
 /// assert!(born.check("this region").is_ok());
