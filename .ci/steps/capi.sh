@@ -25,10 +25,10 @@ if [ ${#missing[@]} -gt 0 ]; then
     ${sudo_} apt-get update -qq
     DEBIAN_FRONTEND=noninteractive ${sudo_} apt-get install -y -qq "${missing[@]}"
 fi
-cc --version | head -n1
-g++ --version | head -n1
+cc --version | sed -n 1p
+g++ --version | sed -n 1p
 pkg-config --version
-cmake --version | head -n1
+cmake --version | sed -n 1p
 protoc --version
 
 # `cargo test` never builds a static library (no test can depend on one):
