@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
-use nodeipc_fdpass::{Pidfd, Signal};
+use nodeipc_fdpass::{ForkGeneration, Pidfd, Signal};
 
 use crate::{
     ControlClient, Error, MonitorConfig, MonitorServer, MonitorStatus, Result, Shutdown,
@@ -144,6 +144,8 @@ pub struct MonitorHandle {
     pidfd: Pidfd,
     socket: PathBuf,
     grace: Duration,
+    /// The process that started the monitor (its parent).
+    born: ForkGeneration,
 }
 
 /// Starts a monitor process serving `socket` with `config`, re-executing
@@ -226,6 +228,7 @@ pub fn spawn_monitor_with(
         pidfd,
         socket: socket.to_owned(),
         grace: options.stop_grace,
+        born: ForkGeneration::current(),
     };
     handle.wait_ready(options.ready_timeout, options.log_file.is_some())?;
     Ok(handle)
@@ -355,7 +358,9 @@ impl MonitorHandle {
 
 impl Drop for MonitorHandle {
     fn drop(&mut self) {
-        if self.child.is_some() {
+        // In a child forked since, the monitor is the parent's child: not
+        // ours to stop or wait for.
+        if self.child.is_some() && !self.born.is_forked() {
             let _ = self.stop_impl();
         }
     }

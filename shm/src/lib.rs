@@ -2,6 +2,7 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 
 mod error;
+mod fork;
 mod list;
 mod name;
 mod open;
@@ -11,6 +12,7 @@ mod view;
 pub mod wait;
 
 pub use error::{Error, Result};
+pub use fork::{ForkGeneration, Forked};
 // The listing and the forensics it needs to prove an object abandoned
 // (`/proc` scans, `kcmp`, write leases): `nodeipc ls` and `nodeipc clean`
 // are their users, and the region type carries none of them.

@@ -5,6 +5,6 @@ mod duration;
 mod escape;
 mod signal;
 
-pub use duration::duration;
+pub use duration::{InWords, duration};
 pub use escape::{Printable, printable};
 pub use signal::signal_name;
