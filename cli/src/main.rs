@@ -5,7 +5,7 @@
 //! one line on stderr on failure, 2 for a usage error, 3 when `sem wait`
 //! times out, 128 + the signal's number when `demo` or `launch` is stopped
 //! by a terminating signal (SIGINT, SIGTERM, SIGHUP, ...: see
-//! `nodeipc_monitor::terminating_signals`). Standard output goes through
+//! `nodeipc_fdpass::terminating_signals`). Standard output goes through
 //! [`output`], so a reader that leaves early ends the output quietly, never
 //! the work.
 #![deny(unsafe_op_in_unsafe_fn)]
@@ -114,8 +114,10 @@ fn main() -> ExitCode {
     // The monitor logs through the `log` facade: its lines go to stderr,
     // one per record, as `nodeipc-monitor[PID] info: …`.
     nodeipc_monitor::StderrLogger::install();
-    // Benchmark peers and monitors are this binary, spawned again.
-    nodeipc_benches::run_if_peer();
+    // Monitors (the demo's, the launcher's, `bench`'s) and benchmark peers
+    // are this binary, spawned again.
+    nodeipc_monitor::run_if_server();
+    nodeipc_cli::bench::run_if_peer();
     let cli = match parse() {
         Ok(cli) => cli,
         Err(e) => return usage_error(e),

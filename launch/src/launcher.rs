@@ -2,10 +2,11 @@
 //! rounds of N ranks until one round succeeds, restarts run out, or a stop
 //! signal comes.
 
-use std::path::PathBuf;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use nodeipc_monitor::{HealthCheck, StopSignals};
+use nodeipc_fdpass::StopSignals;
+use nodeipc_fs::PrivateDir;
+use nodeipc_monitor::HealthCheck;
 use nodeipc_text::{duration, signal_name};
 
 use crate::backend::{Begin, Decision, LocalBackend, RoundBackend, RoundReport, RoundResult};
@@ -79,10 +80,10 @@ pub fn launch_with(
     if options.own_all_children {
         reap::become_subreaper().map_err(|e| Error::io("prctl(PR_SET_CHILD_SUBREAPER)", e))?;
     }
-    let run_dir = RunDir::create(options)?;
+    let run_dir = run_dir(options)?;
     let mut monitors = Vec::new();
     for local in 0..options.nproc {
-        let socket = run_dir.0.join(format!("rank{local}.sock"));
+        let socket = run_dir.path().join(format!("rank{local}.sock"));
         let mut local_checks = checks(local);
         local_checks.extend(health::checks_for(options, local, &mut events)?);
         monitors.push(Monitor::start(
@@ -96,7 +97,7 @@ pub fn launch_with(
     events.emit(Event::Launched {
         nproc: options.nproc,
         max_restarts: options.max_restarts,
-        run_dir: run_dir.0.display().to_string(),
+        run_dir: run_dir.path().display().to_string(),
         monitors: "threads",
     })?;
     let mut ctx = Ctx {
@@ -370,19 +371,8 @@ fn decide(ctx: &mut Ctx<'_>, restart: u32, report: &RoundReport) -> Result<Decis
 
 /// The private run directory, removed (with whatever the monitors left,
 /// which is nothing once they have stopped) when dropped.
-struct RunDir(PathBuf);
-
-impl RunDir {
-    fn create(options: &LaunchOptions) -> Result<RunDir> {
-        let parent = options.run_parent();
-        nodeipc_fs::create_unique_private_dir(&parent, "nodeipc-launch-")
-            .map(RunDir)
-            .map_err(|source| Error::RunDir { parent, source })
-    }
-}
-
-impl Drop for RunDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
+fn run_dir(options: &LaunchOptions) -> Result<PrivateDir> {
+    let parent = options.run_parent();
+    PrivateDir::create(&parent, "nodeipc-launch-")
+        .map_err(|source| Error::RunDir { parent, source })
 }

@@ -78,7 +78,7 @@ pub struct LaunchOptions {
     pub json_events: Option<PathBuf>,
     /// Write the event lines to stderr.
     pub stderr_events: bool,
-    /// Catch every terminating signal (`nodeipc_monitor::terminating_signals`:
+    /// Catch every terminating signal (`nodeipc_fdpass::terminating_signals`:
     /// SIGHUP, SIGINT, SIGQUIT, SIGTERM, SIGUSR1, SIGUSR2, SIGALRM, ...,
     /// SIGRTMIN to SIGRTMAX; blocked in the calling thread, read from a
     /// signalfd) and stop everything on them as on SIGTERM, the launch then

@@ -84,10 +84,9 @@ impl Rank {
             socket,
         ));
         command.process_group(0);
-        let empty = empty_sigset();
         // SAFETY: the closure runs in the child between fork and exec and
-        // only calls prctl and sigprocmask (both async-signal-safe) on its
-        // own copy of `empty`, touching no memory another thread uses. The
+        // only calls prctl, sigemptyset and sigprocmask (async-signal-safe)
+        // on its own stack, touching no memory another thread uses. The
         // death signal follows the thread that forked: the launcher forks
         // every rank from the thread that runs the launch. The mask is the
         // launcher's (its stop signals blocked for its signalfd): the rank
@@ -97,10 +96,7 @@ impl Rank {
             command.pre_exec(move || {
                 rustix::process::set_parent_process_death_signal(Some(Signal::KILL))
                     .map_err(std::io::Error::from)?;
-                if libc::sigprocmask(libc::SIG_SETMASK, &empty, std::ptr::null_mut()) != 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                Ok(())
+                nodeipc_fdpass::clear_signal_mask()
             });
         }
         let spawn_error = |source| Error::Spawn {
@@ -157,16 +153,6 @@ impl Rank {
     /// Reaps the rank (after it has exited).
     pub(crate) fn reap(&mut self) {
         let _ = self.child.wait();
-    }
-}
-
-/// A signal set with nothing in it.
-fn empty_sigset() -> libc::sigset_t {
-    let mut set = std::mem::MaybeUninit::<libc::sigset_t>::uninit();
-    // SAFETY: sigemptyset initialises the set it is given, ours on this stack.
-    unsafe {
-        libc::sigemptyset(set.as_mut_ptr());
-        set.assume_init()
     }
 }
 

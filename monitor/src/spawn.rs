@@ -11,11 +11,11 @@ use std::time::{Duration, Instant};
 
 use nodeipc_fdpass::{ForkGeneration, Pidfd, Signal};
 
-use crate::signals::StopSignals;
 use crate::{
     ControlClient, Error, MonitorConfig, MonitorServer, MonitorStatus, Result, Shutdown,
     StderrLogger, control_socket_path,
 };
+use nodeipc_fdpass::StopSignals;
 
 /// Set in a re-executed monitor's environment: the rank socket's path.
 pub const SERVE_ENV: &str = "NODEIPC_MONITOR_SERVE";
@@ -28,7 +28,7 @@ pub const CONFIG_ENV: &str = "NODEIPC_MONITOR_CONFIG";
 /// ([`HealthConfig::checks_for_any_rank`](crate::HealthConfig::checks_for_any_rank),
 /// NVML loaded at run time; one that cannot run is logged, not fatal),
 /// binds `socket`, shuts down in order on any of the
-/// [`terminating_signals`](crate::terminating_signals) (SIGTERM, SIGINT,
+/// [`terminating_signals`](nodeipc_fdpass::terminating_signals) (SIGTERM, SIGINT,
 /// SIGHUP, ...), and serves until one arrives: the whole of a monitor process's
 /// `main`. The signals are blocked before the sockets exist, so none can
 /// kill the process with its socket files still in place. Call it from a

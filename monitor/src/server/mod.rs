@@ -32,14 +32,14 @@ use crate::bind::{self, control_socket_path};
 use crate::conn::{Conn, Deadlines};
 use crate::fastpath::ServerRegion;
 use crate::logging::Logger;
-use crate::signals::StopSignals;
 use crate::tracker::RankTracker;
 use crate::{Error, HealthCheck, LogLevel, MonitorConfig, Result};
+use nodeipc_fdpass::StopSignals;
 
 /// Why [`MonitorServer::run`] returned.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Shutdown {
-    /// One of the [`terminating_signals`](crate::terminating_signals)
+    /// One of the [`terminating_signals`](nodeipc_fdpass::terminating_signals)
     /// arrived: its number (a real-time one has no [`Signal`] name).
     Signal(i32),
     /// [`StopHandle::stop`] was called.
@@ -199,7 +199,7 @@ impl MonitorServer {
     }
 
     /// Shuts down in order on any of the
-    /// [`terminating_signals`](crate::terminating_signals) (SIGTERM,
+    /// [`terminating_signals`](nodeipc_fdpass::terminating_signals) (SIGTERM,
     /// SIGINT, SIGHUP, SIGUSR1, ...): blocks them in the calling thread and
     /// reads them from a `signalfd` in the loop ([`StopSignals`]). Call it
     /// from the thread that will call `run`, before starting any other

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use nodeipc_fdpass::{ForeignFd, Pidfd};
 use nodeipc_shm::Region;
 
-use crate::peer::{self, Peers};
+use crate::bench::peer::{self, Peers, read_exact};
 
 /// Which implementation moves the descriptors.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -46,12 +46,7 @@ impl Impl {
 /// # Errors
 /// Set-up failures, or a peer that failed.
 pub fn scm_rights(which: Impl, per_message: usize, messages: u64) -> io::Result<Duration> {
-    let (ours, theirs) = rustix::net::socketpair(
-        rustix::net::AddressFamily::UNIX,
-        rustix::net::SocketType::STREAM,
-        rustix::net::SocketFlags::CLOEXEC,
-        None,
-    )?;
+    let (ours, theirs) = peer::stream_pair()?;
     let files: Vec<Region> = (0..per_message)
         .map(|_| Region::anonymous(4096))
         .collect::<Result<_, _>>()?;
@@ -162,15 +157,24 @@ pub(crate) fn peer_main(role: &str, args: &[&str]) -> io::Result<()> {
     }
 }
 
-fn read_exact(socket: &OwnedFd, buf: &mut [u8]) -> io::Result<()> {
-    let mut got = 0;
-    while got < buf.len() {
-        match rustix::io::read(socket, &mut buf[got..])? {
-            0 => return Err(io::Error::other("peer closed")),
-            n => got += n,
-        }
+/// An `iovec` over one byte.
+fn one_byte(byte: &mut [u8; 1]) -> libc::iovec {
+    libc::iovec {
+        iov_base: byte.as_mut_ptr().cast(),
+        iov_len: 1,
     }
-    Ok(())
+}
+
+/// A `msghdr` for the one `iov` and `len` bytes of control buffer at
+/// `control`; both must outlive its use.
+fn header(iov: &mut libc::iovec, control: *mut libc::c_void, len: usize) -> libc::msghdr {
+    // SAFETY: msghdr is plain data; all-zeros is a valid empty header.
+    let mut header: libc::msghdr = unsafe { std::mem::zeroed() };
+    header.msg_iov = iov;
+    header.msg_iovlen = 1;
+    header.msg_control = control;
+    header.msg_controllen = len;
+    header
 }
 
 /// `sendmsg` with one byte and an `SCM_RIGHTS` control message, by hand.
@@ -180,16 +184,8 @@ fn bare_send(socket: RawFd, fds: &[BorrowedFd<'_>]) -> io::Result<()> {
     let space = unsafe { libc::CMSG_SPACE(payload_len as u32) } as usize;
     let mut control = vec![0u64; space.div_ceil(8)];
     let mut byte = *b"f";
-    let mut iov = libc::iovec {
-        iov_base: byte.as_mut_ptr().cast(),
-        iov_len: 1,
-    };
-    // SAFETY: msghdr is plain data; all-zeros is a valid empty header.
-    let mut header: libc::msghdr = unsafe { std::mem::zeroed() };
-    header.msg_iov = &mut iov;
-    header.msg_iovlen = 1;
-    header.msg_control = control.as_mut_ptr().cast();
-    header.msg_controllen = space;
+    let mut iov = one_byte(&mut byte);
+    let header = header(&mut iov, control.as_mut_ptr().cast(), space);
     // SAFETY: the header points at a control buffer of CMSG_SPACE bytes, so
     // CMSG_FIRSTHDR yields a writable cmsghdr with room for the descriptors.
     unsafe {
@@ -213,17 +209,10 @@ fn bare_send(socket: RawFd, fds: &[BorrowedFd<'_>]) -> io::Result<()> {
 /// and returns how many arrived.
 fn bare_recv(socket: RawFd, byte: &mut [u8; 1], max: usize) -> io::Result<usize> {
     let mut control = [MaybeUninit::<u64>::uninit(); 160];
-    let mut iov = libc::iovec {
-        iov_base: byte.as_mut_ptr().cast(),
-        iov_len: 1,
-    };
-    // SAFETY: msghdr is plain data; all-zeros is a valid empty header.
-    let mut header: libc::msghdr = unsafe { std::mem::zeroed() };
-    header.msg_iov = &mut iov;
-    header.msg_iovlen = 1;
-    header.msg_control = control.as_mut_ptr().cast();
+    let mut iov = one_byte(byte);
     // SAFETY: CMSG_SPACE is a pure size computation.
-    header.msg_controllen = unsafe { libc::CMSG_SPACE((max * size_of::<RawFd>()) as u32) } as usize;
+    let space = unsafe { libc::CMSG_SPACE((max * size_of::<RawFd>()) as u32) } as usize;
+    let mut header = header(&mut iov, control.as_mut_ptr().cast(), space);
     // SAFETY: `header` points at live buffers of the sizes it states.
     if unsafe { libc::recvmsg(socket, &mut header, libc::MSG_CMSG_CLOEXEC) } != 1 {
         return Err(io::Error::last_os_error());

@@ -3,12 +3,12 @@
 use std::io;
 use std::time::Duration;
 
-use super::{Contender, Measured, Options, Row};
-use crate::barrier::{self, BarrierKind};
-use crate::channel::{ChannelImpl, ChannelSession, memcpy_bandwidth};
-use crate::fdpass::{self, Impl};
-use crate::monitor::{Beat, MonitorSession};
-use crate::{Handoff, Ring, Summary};
+use super::{Contender, Measured, Options, Row, floor_note};
+use crate::bench::barrier::{self, BarrierKind};
+use crate::bench::channel::{ChannelImpl, ChannelSession, memcpy_bandwidth};
+use crate::bench::fdpass::{self, Impl};
+use crate::bench::monitor::{Beat, MonitorSession};
+use crate::bench::{Handoff, Ring, Summary};
 
 /// A contender passing a token around a ring of `members` processes: one
 /// batch is a fresh ring, warmed up, then `laps` laps.
@@ -333,12 +333,7 @@ fn in_place_row(options: Options) -> io::Result<Row> {
     ];
     let what = "raw bytes read in place, 1 worker, 64-byte payload";
     let (ours, baselines) = options.measure(what, contenders)?;
-    let note = baselines.first().map(|floor| {
-        format!(
-            "{:.1}x the cache-line floor",
-            ours.ns.median / floor.ns.median
-        )
-    });
+    let note = floor_note(&ours, &baselines);
     Ok(Row {
         bench: "channel",
         what: what.to_owned(),

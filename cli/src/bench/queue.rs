@@ -18,10 +18,11 @@ use std::time::{Duration, Instant};
 
 use nodeipc_queue::{Consumer, Producer, Queue};
 
-use crate::machine::{self, Pinned};
-use crate::peer::{self, Peers};
+use crate::bench::machine::{self, Pinned};
+use crate::bench::peer::{self, Peers, read_exact, write_all};
 
-type Msg = [u64; 8];
+/// A 64-byte message: eight words, every one written and checked.
+pub type Msg = [u64; 8];
 const MSG_BYTES: usize = size_of::<Msg>();
 const SCHEMA: u64 = 0x6265_6e63_6871; // "benchq"
 const CAPACITY: u32 = 1024;
@@ -58,17 +59,22 @@ impl Transport {
 
 /// Message `i`: cheap to make and to check, different in every word.
 #[inline]
-fn msg(i: u64) -> Msg {
+pub fn msg(i: u64) -> Msg {
     std::array::from_fn(|k| i.wrapping_add(k as u64))
 }
 
 /// The reply to `m`: every word read and changed.
 #[inline]
-fn reply(m: &Msg) -> Msg {
+pub fn reply(m: &Msg) -> Msg {
     std::array::from_fn(|k| !m[k])
 }
 
-fn check(got: &Msg, want: &Msg) -> io::Result<()> {
+/// `got` is `want`, or an error that shows both.
+///
+/// # Errors
+/// The message arrived corrupted.
+#[inline]
+pub fn check(got: &Msg, want: &Msg) -> io::Result<()> {
     if got == want {
         Ok(())
     } else {
@@ -97,12 +103,7 @@ impl Link {
                 Queue::anonymous(CAPACITY, SCHEMA).map_err(err)?,
             ),
             Transport::UnixSocket => {
-                let (ours, theirs) = rustix::net::socketpair(
-                    rustix::net::AddressFamily::UNIX,
-                    rustix::net::SocketType::STREAM,
-                    rustix::net::SocketFlags::CLOEXEC,
-                    None,
-                )?;
+                let (ours, theirs) = peer::stream_pair()?;
                 Link::Socket(ours, theirs)
             }
         })
@@ -320,23 +321,4 @@ fn from_bytes(bytes: &[u8]) -> Msg {
         word.copy_from_slice(&bytes[8 * k..8 * k + 8]);
         u64::from_ne_bytes(word)
     })
-}
-
-fn read_exact(socket: &OwnedFd, buf: &mut [u8]) -> io::Result<()> {
-    let mut got = 0;
-    while got < buf.len() {
-        match rustix::io::read(socket, &mut buf[got..])? {
-            0 => return Err(io::Error::other("peer closed the socket")),
-            n => got += n,
-        }
-    }
-    Ok(())
-}
-
-fn write_all(socket: &OwnedFd, mut data: &[u8]) -> io::Result<()> {
-    while !data.is_empty() {
-        let n = rustix::io::write(socket, data)?;
-        data = &data[n..];
-    }
-    Ok(())
 }

@@ -1,9 +1,14 @@
 //! Stopping in order on a signal: the signals whose default action ends a
 //! process, blocked with `pthread_sigmask` and read from a `signalfd`, so
-//! an event loop polls them beside its sockets and cleans up before it
-//! exits. The one home of this mechanism: the monitor server, the launcher
-//! (`nodeipc launch`) and the demo take their set from here. rustix offers
-//! neither call; this file is the crate's only use of `libc` for them.
+//! an event loop polls them beside its sockets and pidfds and cleans up
+//! before it exits.
+//!
+//! The tree's one home of this mechanism (processes and their signals are
+//! this crate's): the monitor server, the launcher (`nodeipc launch`) and
+//! the CLI's demo take their set and their descriptor from here, and a
+//! launcher's child starts with the mask cleared by [`clear_signal_mask`].
+//! rustix offers none of these calls; this file is the crate's use of
+//! `libc` for them.
 
 use std::mem::MaybeUninit;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
@@ -20,6 +25,10 @@ use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 /// `SIGFPE`, `SIGABRT`, `SIGTRAP`, `SIGSYS`: the process is broken, and
 /// blocking a fault the kernel raises kills it anyway), `SIGKILL` and
 /// `SIGSTOP` (which nothing can take).
+///
+/// # References
+/// - [Linux `signal(7)`, "Standard signals"](https://man7.org/linux/man-pages/man7/signal.7.html)
+#[doc(alias = "SIGRTMIN")]
 pub fn terminating_signals() -> Vec<i32> {
     let named = [
         libc::SIGHUP,
@@ -43,14 +52,15 @@ pub fn terminating_signals() -> Vec<i32> {
         .collect()
 }
 
-/// [`terminating_signals`] as a `sigset_t`.
-fn stop_set() -> libc::sigset_t {
+/// `signals` as a `sigset_t` (`sigemptyset`, then `sigaddset` each).
+fn signal_set(signals: &[i32]) -> libc::sigset_t {
     let mut set = MaybeUninit::<libc::sigset_t>::uninit();
     // SAFETY: sigemptyset initialises the set, ours on this stack; sigaddset
-    // then adds valid signal numbers to that initialised set.
+    // then adds signal numbers to that initialised set (an invalid one is
+    // refused with EINVAL, leaving the set as it was).
     unsafe {
         libc::sigemptyset(set.as_mut_ptr());
-        for signal in terminating_signals() {
+        for &signal in signals {
             libc::sigaddset(set.as_mut_ptr(), signal);
         }
         set.assume_init()
@@ -67,8 +77,12 @@ pub struct StopSignals {
 
 impl StopSignals {
     /// Blocks the [`terminating_signals`] in the calling thread (so they
-    /// stay pending instead of killing the process) and opens a `signalfd`
-    /// (`SFD_CLOEXEC | SFD_NONBLOCK`) for them.
+    /// stay pending instead of killing the process) and opens a descriptor
+    /// that reads them.
+    ///
+    /// Performs `pthread_sigmask(SIG_BLOCK, set, &previous)`, then
+    /// `signalfd(-1, set, SFD_CLOEXEC | SFD_NONBLOCK)`; if the second call
+    /// fails, the mask is restored.
     ///
     /// In a single-threaded process this catches every such signal sent to
     /// the process. In a multi-threaded one, other threads must block them
@@ -79,13 +93,15 @@ impl StopSignals {
     /// library resets it between `fork` and `exec`).
     ///
     /// # Errors
-    /// The errno of `pthread_sigmask` or `signalfd`.
+    /// The errno of `pthread_sigmask` or `signalfd` (`EMFILE`, say).
     ///
     /// # References
     /// - [Linux `signalfd(2)`](https://man7.org/linux/man-pages/man2/signalfd.2.html)
+    /// - [Linux `pthread_sigmask(3)`](https://man7.org/linux/man-pages/man3/pthread_sigmask.3.html)
     #[doc(alias = "signalfd")]
+    #[doc(alias = "pthread_sigmask")]
     pub fn install() -> std::io::Result<StopSignals> {
-        let set = stop_set();
+        let set = signal_set(&terminating_signals());
         let mut previous = MaybeUninit::<libc::sigset_t>::uninit();
         // SAFETY: both pointers are valid for the call; the kernel fills
         // `previous` on success, and only then is it read.
@@ -108,6 +124,14 @@ impl StopSignals {
     }
 
     /// The next pending stop signal's number, if any (never blocks).
+    ///
+    /// Performs `read(fd, &siginfo, sizeof(struct signalfd_siginfo))`,
+    /// again on `EINTR`; `None` when nothing is pending (`EAGAIN`) or the
+    /// read fails otherwise.
+    ///
+    /// # References
+    /// - [Linux `signalfd(2)`, "read(2)"](https://man7.org/linux/man-pages/man2/signalfd.2.html)
+    #[doc(alias = "signalfd_siginfo")]
     pub fn read(&self) -> Option<i32> {
         let mut info = MaybeUninit::<libc::signalfd_siginfo>::uninit();
         let size = size_of::<libc::signalfd_siginfo>();
@@ -130,8 +154,15 @@ impl StopSignals {
     /// Blocks the [`terminating_signals`] in the calling thread (a helper
     /// thread's), so that they reach the process's `StopSignals` and
     /// nothing else.
+    ///
+    /// Performs `pthread_sigmask(SIG_BLOCK, set, NULL)`; it cannot fail
+    /// with a valid set.
+    ///
+    /// # References
+    /// - [Linux `pthread_sigmask(3)`](https://man7.org/linux/man-pages/man3/pthread_sigmask.3.html)
+    #[doc(alias = "pthread_sigmask")]
     pub fn block_in_this_thread() {
-        let set = stop_set();
+        let set = signal_set(&terminating_signals());
         // SAFETY: `set` is initialised and only read; the old mask is not
         // asked for.
         unsafe {
@@ -142,6 +173,13 @@ impl StopSignals {
     /// Whether a stop signal is pending (blocked, not read yet): a wait
     /// that cannot poll the descriptor itself gives up on it, and the
     /// owner of the `StopSignals` reads the signal next.
+    ///
+    /// Performs `sigpending(&set)` and looks for the [`terminating_signals`]
+    /// in it; `false` if the call fails.
+    ///
+    /// # References
+    /// - [Linux `sigpending(2)`](https://man7.org/linux/man-pages/man2/sigpending.2.html)
+    #[doc(alias = "sigpending")]
     pub fn pending() -> bool {
         let mut set = MaybeUninit::<libc::sigset_t>::uninit();
         // SAFETY: sigpending fills the set, ours on this stack; it is read
@@ -159,10 +197,20 @@ impl StopSignals {
 }
 
 /// Blocks the [`terminating_signals`] in the calling thread without a
-/// descriptor, for a thread that takes them with `sigwait(3)` instead; the
-/// set for that call.
+/// descriptor, for a thread that takes them with `sigwait(3)` instead;
+/// returns the set for that call.
+///
+/// Performs `pthread_sigmask(SIG_BLOCK, set, NULL)`.
+///
+/// # Errors
+/// The errno `pthread_sigmask` returned.
+///
+/// # References
+/// - [Linux `pthread_sigmask(3)`](https://man7.org/linux/man-pages/man3/pthread_sigmask.3.html)
+/// - [Linux `sigwait(3)`](https://man7.org/linux/man-pages/man3/sigwait.3.html)
+#[doc(alias = "sigwait")]
 pub fn block_terminating_signals() -> std::io::Result<libc::sigset_t> {
-    let set = stop_set();
+    let set = signal_set(&terminating_signals());
     // SAFETY: `set` is initialised and only read; the old mask is not
     // asked for.
     let rc = unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut()) };
@@ -170,6 +218,32 @@ pub fn block_terminating_signals() -> std::io::Result<libc::sigset_t> {
         0 => Ok(set),
         rc => Err(std::io::Error::from_raw_os_error(rc)),
     }
+}
+
+/// Unblocks every signal in the calling process: for a child between
+/// `fork` and `exec` (`CommandExt::pre_exec`), which starts with the mask
+/// of the thread that forked it — the [`StopSignals`] blocked, say — and
+/// whose program must start with none blocked.
+///
+/// Performs `sigemptyset(&set)`, then `sigprocmask(SIG_SETMASK, &set,
+/// NULL)`: both async-signal-safe, and nothing is allocated, so it may run
+/// between `fork` and `exec`.
+///
+/// # Errors
+/// The errno of `sigprocmask`.
+///
+/// # References
+/// - [Linux `sigprocmask(2)`](https://man7.org/linux/man-pages/man2/sigprocmask.2.html)
+/// - [Linux `signal-safety(7)`](https://man7.org/linux/man-pages/man7/signal-safety.7.html)
+#[doc(alias = "sigprocmask")]
+pub fn clear_signal_mask() -> std::io::Result<()> {
+    let empty = signal_set(&[]);
+    // SAFETY: `empty` is an initialised set of this stack, only read; the
+    // old mask is not asked for.
+    if unsafe { libc::sigprocmask(libc::SIG_SETMASK, &empty, std::ptr::null_mut()) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
 }
 
 fn restore(previous: &libc::sigset_t) {

@@ -1,7 +1,7 @@
 //! `--json` rows are JSON whatever the names and numbers hold.
 
-use nodeipc_benches::stats::Summary;
-use nodeipc_benches::suite::{Measured, Row};
+use nodeipc_cli::bench::stats::Summary;
+use nodeipc_cli::bench::suite::{Measured, Row};
 
 fn measured(name: &str, median: f64) -> Measured {
     Measured {

@@ -14,8 +14,8 @@ pub fn table(rows: &[Row]) -> String {
 
 /// The machine it ran on and the column titles.
 pub fn table_header() -> String {
-    let mut out = format!("machine: {}\n", crate::machine::describe());
-    if crate::machine::cores() >= 2 {
+    let mut out = format!("machine: {}\n", crate::bench::machine::describe());
+    if crate::bench::machine::cores() >= 2 {
         out.push_str("two-process rows pinned: this process on core 0, its peer on core 1\n");
     }
     out.push_str(&format!(

@@ -17,6 +17,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use iceoryx2::prelude::*;
+use nodeipc_cli::bench::channel::digest;
+use nodeipc_cli::bench::machine;
 
 /// Set in the server process's environment: `SERVICE PAYLOAD ROUNDS CPU
 /// PREFIX ROOT` (`CPU` is `-` for no pinning; the parent decides, since a
@@ -25,7 +27,8 @@ use iceoryx2::prelude::*;
 const SERVER_ENV: &str = "NODEIPC_BENCH_ICEORYX2_SERVER";
 const TIMEOUT: Duration = Duration::from_secs(30);
 
-type Result<T> = std::result::Result<T, Box<dyn std::error::Error>>;
+/// What the session's steps return: iceoryx2's errors, boxed.
+pub type Result<T> = std::result::Result<T, Box<dyn std::error::Error>>;
 
 /// Where one session's iceoryx2 objects live: every file in `/dev/shm`
 /// starts with `prefix`, everything else is under `root`. Both are unique to
@@ -86,8 +89,9 @@ impl Domain {
     }
 }
 
-/// If this process was spawned as the iceoryx2 server, serves and exits.
-pub(crate) fn run_if_server() {
+/// If this process was spawned as the iceoryx2 server, serves and exits;
+/// otherwise returns at once. Call it first thing in `main`.
+pub fn run_if_server() {
     let Ok(spec) = std::env::var(SERVER_ENV) else {
         return;
     };
@@ -123,7 +127,7 @@ fn serve(spec: &str) -> Result<()> {
     };
     let (payload, rounds): (usize, u64) = (payload.parse()?, rounds.parse()?);
     if cpu != "-" {
-        nodeipc_benches::machine::pin_current_thread(cpu.parse()?)?;
+        machine::pin_current_thread(cpu.parse()?)?;
     }
     let node = NodeBuilder::new()
         .config(&domain.config()?)
@@ -157,8 +161,6 @@ fn serve(spec: &str) -> Result<()> {
     Ok(())
 }
 
-use nodeipc_benches::channel::digest;
-
 /// The client's iceoryx2 objects; the client port drops before its node.
 struct Ports {
     client: iceoryx2::port::client::Client<ipc::Service, [u8], (), [u8], ()>,
@@ -168,7 +170,7 @@ struct Ports {
 /// A client and a server process, ready for `rounds` round trips. Dropping
 /// it (or [`finish`](IceoryxSession::finish)) stops the server if it still
 /// runs, drops the client's node and removes the session's domain.
-pub(crate) struct IceoryxSession {
+pub struct IceoryxSession {
     server: Child,
     /// `None` only while starting and while dropping.
     ports: Option<Ports>,
@@ -177,16 +179,22 @@ pub(crate) struct IceoryxSession {
     digest: [u8; 8],
     /// The client polls on core 0 while the server polls on core 1: two
     /// pollers sharing a core would take turns a scheduler slice at a time.
-    _pinned: Option<nodeipc_benches::machine::Pinned>,
+    _pinned: Option<machine::Pinned>,
     domain: Domain,
 }
 
 impl IceoryxSession {
-    pub(crate) fn start(payload: usize, rounds: u64) -> Result<IceoryxSession> {
+    /// Starts the server process (this executable again, pinned to core 1
+    /// where there are two) and the client, for `rounds` round trips of a
+    /// `payload`-byte request.
+    ///
+    /// # Errors
+    /// iceoryx2 refusing the domain or a port, or the server not starting.
+    pub fn start(payload: usize, rounds: u64) -> Result<IceoryxSession> {
         let domain = Domain::unique();
         let config = domain.config()?;
         let name = format!("nodeipc-bench/iceoryx2-{}", domain.prefix);
-        let pin = nodeipc_benches::machine::cores() >= 2;
+        let pin = machine::cores() >= 2;
         let cpu = if pin { "1" } else { "-" };
         let server = Command::new(std::env::current_exe()?)
             .env(
@@ -230,13 +238,17 @@ impl IceoryxSession {
             _node: node,
         });
         if pin {
-            session._pinned = Some(nodeipc_benches::machine::Pinned::to(0)?);
+            session._pinned = Some(machine::Pinned::to(0)?);
         }
         Ok(session)
     }
 
     /// `rounds` round trips; the time they took.
-    pub(crate) fn run(&mut self, rounds: u64) -> Result<Duration> {
+    ///
+    /// # Errors
+    /// A send or receive iceoryx2 refused, a wrong digest, or a server that
+    /// stopped answering.
+    pub fn run(&mut self, rounds: u64) -> Result<Duration> {
         let client = &self
             .ports
             .as_ref()
@@ -263,7 +275,11 @@ impl IceoryxSession {
         Ok(start.elapsed())
     }
 
-    pub(crate) fn finish(mut self) -> Result<()> {
+    /// Waits for the server to exit after its rounds.
+    ///
+    /// # Errors
+    /// The server failed.
+    pub fn finish(mut self) -> Result<()> {
         let status = self.server.wait()?;
         if !status.success() {
             return Err(format!("the iceoryx2 server failed: {status}").into());

@@ -3,18 +3,17 @@
 //! `usleep(1)`), one rank per process. The C++ of both is built by
 //! `build.rs`; without a C++ compiler the row says so.
 //!
-//! The C ABI is compiled into this crate from capi's own sources (the
-//! `capi` module below), so the C++ broker links against exactly the code
-//! of `libnodeipc.a` without this crate depending on a static library.
+//! The C ABI is `nodeipc-capi` linked as a Rust library (its rlib): the
+//! C++ broker calls exactly the code of `libnodeipc.a`, and this crate
+//! needs no static library built first.
 
 use std::io;
 use std::time::Duration;
 
-// The C ABI, for the C++ broker to call. Its items are used from C++ only.
+// The C ABI, for the C++ broker to call: only C++ uses its items, so Rust
+// must be told to link it.
 #[cfg(not(nodeipc_no_cxx))]
-#[allow(unreachable_pub, dead_code, missing_docs, clippy::all)]
-#[path = "../../capi/src/lib.rs"]
-mod capi;
+use capi as _;
 
 /// Which broker.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -58,7 +57,7 @@ mod with_cxx {
     use std::time::Duration;
 
     use super::Broker;
-    use crate::peer::Peers;
+    use crate::bench::peer::Peers;
 
     mod ffi {
         use std::ffi::{c_char, c_int, c_void};
@@ -153,16 +152,16 @@ mod with_cxx {
         let name = format!(
             "/nodeipc-bench-kittens-{}-{:x}",
             std::process::id(),
-            crate::nonce()
+            crate::bench::nonce()
         );
-        let pin = world == 2 && crate::machine::cores() >= 2;
+        let pin = world == 2 && crate::bench::machine::cores() >= 2;
         let mut peers = Peers::default();
         for rank in 1..world {
             let role = format!("kittens {} {name} {rank} {world} {iters}", broker.role());
             peers.spawn(&role, &[], pin.then_some(1))?;
         }
         let _pinned = if pin {
-            Some(crate::machine::Pinned::to(0)?)
+            Some(crate::bench::machine::Pinned::to(0)?)
         } else {
             None
         };

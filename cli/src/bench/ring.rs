@@ -12,13 +12,13 @@ use std::time::{Duration, Instant};
 
 use nodeipc_sem::{Semaphore, ShmSemaphore};
 
-use crate::glibc_sem::GlibcSemaphore;
+use crate::bench::glibc_sem::GlibcSemaphore;
 use nodeipc_shm::Region;
 use rustix::io::Errno;
 use rustix::thread::futex;
 
-use crate::machine::{self, Pinned};
-use crate::peer::{self, Peers};
+use crate::bench::machine::{self, Pinned};
+use crate::bench::peer::{self, Peers};
 
 /// How long any one hand-off may take before the benchmark is declared hung.
 const WAIT: Duration = Duration::from_secs(10);
@@ -119,7 +119,11 @@ impl Ring {
         let mut peers = Peers::default();
         let mut semaphores = Vec::new();
         let mut streams = Vec::new();
-        let base = format!("/nodeipc-bench-{}-{:x}", std::process::id(), crate::nonce());
+        let base = format!(
+            "/nodeipc-bench-{}-{:x}",
+            std::process::id(),
+            crate::bench::nonce()
+        );
         match handoff {
             Handoff::GlibcSemaphore => {
                 for i in 0..members {
@@ -134,12 +138,7 @@ impl Ring {
             }
             Handoff::UnixStream => {
                 for _ in 0..members {
-                    let (read, write) = rustix::net::socketpair(
-                        rustix::net::AddressFamily::UNIX,
-                        rustix::net::SocketType::STREAM,
-                        rustix::net::SocketFlags::CLOEXEC,
-                        None,
-                    )?;
+                    let (read, write) = peer::stream_pair()?;
                     streams.push((read, write));
                 }
             }

@@ -1,8 +1,8 @@
-//! Builds the C++ side of the KittensBroker row (`cpp/kittens_bench.cpp`:
-//! our `kittens::KittensBroker` from capi/include, and the seed's
-//! sense-reversing barrier) with the `cc` crate. Without a C++ compiler the
-//! row is left out and says why (cfg `nodeipc_no_cxx`); everything else
-//! builds and runs.
+//! Builds the C++ side of `nodeipc bench`'s KittensBroker row
+//! (`cpp/kittens_bench.cpp`: our `kittens::KittensBroker` from
+//! capi/include, and the seed's sense-reversing barrier) with the `cc`
+//! crate, here where the row runs. Without a C++ compiler the row is left
+//! out and says why (cfg `nodeipc_no_cxx`); everything else builds and runs.
 
 fn main() {
     println!("cargo::rustc-check-cfg=cfg(nodeipc_no_cxx)");

@@ -5,9 +5,9 @@
 use std::io;
 
 use super::layers::ring;
-use super::{Contender, Options, Row};
-use crate::Handoff;
-use crate::queue::{self, BATCH, Transport};
+use super::{Contender, Options, Row, floor_note};
+use crate::bench::Handoff;
+use crate::bench::queue::{self, BATCH, Transport};
 
 fn contender(which: Transport, stream: bool, ops: u64) -> Contender<'static> {
     Contender::new(which.name(), ops, move |n| {
@@ -32,12 +32,7 @@ pub fn queue(options: Options) -> io::Result<Vec<Row>> {
     ];
     let what = "queue round trip, 64-byte message, 2 processes";
     let (ours, baselines) = options.measure(what, contenders)?;
-    let note = baselines.first().map(|floor| {
-        format!(
-            "{:.1}x the cache-line floor",
-            ours.ns.median / floor.ns.median
-        )
-    });
+    let note = floor_note(&ours, &baselines);
     let round_trip = options.done(Row {
         bench: "queue",
         what: what.into(),

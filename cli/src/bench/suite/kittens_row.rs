@@ -5,9 +5,9 @@
 use std::io;
 
 use super::{Contender, Measured, Options, Row};
-use crate::Summary;
-use crate::barrier::{self, BarrierKind};
-use crate::kittens::{self, Broker};
+use crate::bench::Summary;
+use crate::bench::barrier::{self, BarrierKind};
+use crate::bench::kittens::{self, Broker};
 
 /// The rows, or one row saying why they cannot be measured here.
 ///

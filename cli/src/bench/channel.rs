@@ -16,7 +16,7 @@ use std::io;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::time::{Duration, Instant};
 
-use crate::glibc_sem::GlibcSemaphore;
+use crate::bench::glibc_sem::GlibcSemaphore;
 use nodeipc_channel::{ChannelConfig, Coordinator, SemKind, Worker};
 use nodeipc_proto::execute::{
     ExecuteRequest, ExecuteResponse, ExecuteType, ForwardRequest, ForwardResponse, execute_request,
@@ -26,8 +26,8 @@ use nodeipc_proto::{KnownMessage, decode_message};
 use nodeipc_shm::Region;
 use prost::Message;
 
-use crate::machine::Pinned;
-use crate::peer::{self, Peers};
+use crate::bench::machine::Pinned;
+use crate::bench::peer::{self, Peers};
 
 /// Which implementation carries the requests.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -202,12 +202,12 @@ impl ChannelSession {
     ) -> io::Result<ChannelSession> {
         let request = request(0, payload);
         let frame = request.encoded_len() + 64;
-        let pin = workers == 1 && crate::machine::cores() >= 2;
+        let pin = workers == 1 && crate::bench::machine::cores() >= 2;
         let cpu = pin.then_some(1);
         let tag = format!(
             "/nodeipc-bench-chan-{}-{:x}",
             std::process::id(),
-            crate::nonce()
+            crate::bench::nonce()
         );
         let mut peers = Peers::default();
         let side = match which {

@@ -6,6 +6,7 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use nodeipc_fs::PrivateDir;
 use nodeipc_monitor::{MonitorClient, MonitorConfig, MonitorHandle, RankInfo, SpawnOptions};
 
 /// How a heartbeat travels.
@@ -44,35 +45,22 @@ pub struct MonitorSession {
 /// the one call that creates it (no moment in which another user could
 /// plant a link or a FIFO where the monitor's socket or log goes); removed
 /// with what is in it on drop.
-struct PrivateDir {
-    path: PathBuf,
+fn private_dir(parent: &Path) -> io::Result<PrivateDir> {
+    let prefix = format!("{DIR_PREFIX}{}-", std::process::id());
+    PrivateDir::create(parent, &prefix).map_err(io::Error::other)
 }
 
-impl PrivateDir {
-    fn create(parent: &Path) -> io::Result<PrivateDir> {
-        let prefix = format!("{DIR_PREFIX}{}-", std::process::id());
-        nodeipc_fs::create_unique_private_dir(parent, &prefix)
-            .map(|path| PrivateDir { path })
-            .map_err(io::Error::other)
-    }
-
-    /// Creates an empty file in it: `O_CREAT | O_EXCL | O_NOFOLLOW`, 0600.
-    fn create_file(&self, name: &str) -> io::Result<PathBuf> {
-        let path = self.path.join(name);
-        nodeipc_fs::create_exclusive(&path, 0o600).map_err(io::Error::other)?;
-        Ok(path)
-    }
-}
-
-impl Drop for PrivateDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.path);
-    }
+/// Creates an empty file in `dir`: `O_CREAT | O_EXCL | O_NOFOLLOW`, 0600.
+fn create_file(dir: &PrivateDir, name: &str) -> io::Result<PathBuf> {
+    let path = dir.path().join(name);
+    nodeipc_fs::create_exclusive(&path, 0o600).map_err(io::Error::other)?;
+    Ok(path)
 }
 
 impl MonitorSession {
     /// Spawns a monitor (this executable, served through
-    /// [`run_if_peer`](crate::run_if_peer)) and registers this process with it.
+    /// `nodeipc_monitor::run_if_server()`, which its `main` calls first) and
+    /// registers this process with it.
     ///
     /// Its socket and log go in a private directory in `/tmp` (see
     /// [`DIR_PREFIX`]), removed however this ends.
@@ -82,15 +70,15 @@ impl MonitorSession {
     /// to start, or refusing the registration.
     pub fn start() -> io::Result<MonitorSession> {
         // /tmp rather than $TMPDIR: a socket path must stay short.
-        let dir = PrivateDir::create(Path::new("/tmp"))?;
-        let socket = dir.path.join("monitor.sock");
+        let dir = private_dir(Path::new("/tmp"))?;
+        let socket = dir.path().join("monitor.sock");
         let config = MonitorConfig {
             check_interval: Duration::from_millis(100),
             ..MonitorConfig::default()
         };
         let options = SpawnOptions {
             die_with_parent: true,
-            log_file: Some(dir.create_file("monitor.log")?),
+            log_file: Some(create_file(&dir, "monitor.log")?),
             ..SpawnOptions::default()
         };
         let monitor = nodeipc_monitor::spawn_monitor_with(&config, &socket, options)
@@ -131,7 +119,7 @@ mod tests {
 
     use nodeipc_testkit::{TempDir, Watchdog};
 
-    use super::{DIR_PREFIX, PrivateDir};
+    use super::{DIR_PREFIX, create_file, private_dir};
 
     const CHILD_ENV: &str = "NODEIPC_TEST_BENCH_DIR_CHILD";
 
@@ -141,21 +129,21 @@ mod tests {
     #[test]
     fn regression_monitor_dir_and_log_are_private_from_creation() {
         const TEST: &str =
-            "monitor::tests::regression_monitor_dir_and_log_are_private_from_creation";
+            "bench::monitor::tests::regression_monitor_dir_and_log_are_private_from_creation";
         if let Some(parent) = std::env::var_os(CHILD_ENV) {
             // SAFETY: umask only sets this process's file creation mask.
             unsafe { libc::umask(0) };
             nodeipc_testkit::deny_chmod();
-            let dir = PrivateDir::create(parent.as_ref()).unwrap();
-            let name = dir.path.file_name().unwrap().to_str().unwrap().to_owned();
+            let dir = private_dir(parent.as_ref()).unwrap();
+            let name = dir.path().file_name().unwrap().to_str().unwrap().to_owned();
             assert!(name.starts_with(&format!("{DIR_PREFIX}{}-", std::process::id())));
-            let meta = std::fs::symlink_metadata(&dir.path).unwrap();
+            let meta = std::fs::symlink_metadata(dir.path()).unwrap();
             assert!(
                 meta.is_dir() && meta.mode() & 0o7777 == 0o700,
                 "{:o}",
                 meta.mode()
             );
-            let log = dir.create_file("monitor.log").unwrap();
+            let log = create_file(&dir, "monitor.log").unwrap();
             let meta = std::fs::symlink_metadata(&log).unwrap();
             assert!(
                 meta.is_file() && meta.mode() & 0o7777 == 0o600,
@@ -163,23 +151,16 @@ mod tests {
                 meta.mode()
             );
             // Something at the path is refused, not opened or followed.
-            std::os::unix::fs::symlink("/nonexistent-target", dir.path.join("planted")).unwrap();
-            assert!(dir.create_file("planted").is_err());
+            std::os::unix::fs::symlink("/nonexistent-target", dir.path().join("planted")).unwrap();
+            assert!(create_file(&dir, "planted").is_err());
             return;
         }
         let _dog = Watchdog::new(TEST, Duration::from_secs(60));
         let parent = TempDir::new("bench-dir");
-        let out = nodeipc_testkit::spawn_child(
+        nodeipc_testkit::spawn_child(
             nodeipc_testkit::this_test_in_a_child(TEST).env(CHILD_ENV, parent.path()),
         )
-        .output_timeout(Duration::from_secs(30));
-        assert!(
-            out.status.success(),
-            "the child failed: {}\n{}\n{}",
-            out.status,
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
+        .output_success(Duration::from_secs(30));
         let left: Vec<_> = std::fs::read_dir(parent.path()).unwrap().collect();
         assert!(left.is_empty(), "the directory was not removed: {left:?}");
     }

@@ -5,7 +5,7 @@
 use std::io;
 use std::time::Duration;
 
-use crate::Summary;
+use crate::bench::Summary;
 
 mod kittens_row;
 mod layers;
@@ -144,7 +144,7 @@ impl Row {
         if let Some(note) = &self.note {
             row.insert("note".into(), note.as_str().into());
         }
-        row.insert("machine".into(), crate::machine::describe().into());
+        row.insert("machine".into(), crate::bench::machine::describe().into());
         serde_json::Value::Object(row).to_string()
     }
 }
@@ -225,6 +225,17 @@ fn interleave_with(
         .zip(samples)
         .map(|(c, s)| measured(c.name, Summary::of(&s).expect("at least one round")))
         .collect())
+}
+
+/// "N.Nx the cache-line floor": ours beside the first baseline, where a
+/// row's first baseline is the cache-line round trip.
+fn floor_note(ours: &Measured, baselines: &[Measured]) -> Option<String> {
+    baselines.first().map(|floor| {
+        format!(
+            "{:.1}x the cache-line floor",
+            ours.ns.median / floor.ns.median
+        )
+    })
 }
 
 /// Splits measured contenders into ours (the first) and the baselines.

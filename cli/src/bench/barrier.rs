@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use nodeipc_barrier::{Group, GroupOptions};
 use nodeipc_shm::Region;
 
-use crate::peer::{self, Peers};
+use crate::bench::peer::{self, Peers};
 
 /// Which barrier.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -78,14 +78,14 @@ pub fn barrier_batches(
     ranks: u32,
     batches: usize,
     iters: u64,
-) -> io::Result<crate::Summary> {
+) -> io::Result<crate::bench::Summary> {
     let session = Session::start(kind, ranks, iters * batches as u64, false)?;
     let mut per_barrier = Vec::with_capacity(batches);
     for _ in 0..batches {
         per_barrier.push(session.run(iters)?.as_nanos() as f64 / iters as f64);
     }
     session.finish()?;
-    Ok(crate::Summary::of(&per_barrier).expect("at least one batch"))
+    Ok(crate::bench::Summary::of(&per_barrier).expect("at least one batch"))
 }
 
 /// The CPU time one peer rank uses while parked for `parked` in a nodeipc
@@ -120,7 +120,7 @@ struct Session {
     peers: Peers,
     /// With two ranks on a machine of two cores or more: this one on core 0,
     /// the peer on core 1, as for every two-process measurement.
-    _pinned: Option<crate::machine::Pinned>,
+    _pinned: Option<crate::bench::machine::Pinned>,
 }
 
 const WARM_UP: u64 = 100;
@@ -139,9 +139,9 @@ impl Session {
         let name = format!(
             "/nodeipc-bench-barrier-{}-{:x}",
             std::process::id(),
-            crate::nonce()
+            crate::bench::nonce()
         );
-        let pin = ranks == 2 && crate::machine::cores() >= 2;
+        let pin = ranks == 2 && crate::bench::machine::cores() >= 2;
         let mut peers = Peers::default();
         for rank in 1..ranks {
             let role = format!(
@@ -158,7 +158,7 @@ impl Session {
             _ => None,
         };
         let pinned = if pin {
-            Some(crate::machine::Pinned::to(0)?)
+            Some(crate::bench::machine::Pinned::to(0)?)
         } else {
             None
         };

@@ -27,9 +27,15 @@ use std::fs as stdfs;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::PathBuf;
 
-use crate::lease::{NotProved, Unheld};
-use crate::procscan::{Gap, ProcessScan};
 use crate::{Error, Result, SHM_DIR};
+
+// The forensics the proof below needs, beside the listing that is their
+// one user in this crate (the CLI's `clean` uses them for its directories).
+mod lease;
+mod procscan;
+
+pub use lease::{NotProved, Unheld};
+pub use procscan::{Gap, ProcessScan};
 
 /// The file name glibc gives a named semaphore: `sem.` then its name.
 const SEMAPHORE_FILE_PREFIX: &str = "sem.";

@@ -2,14 +2,14 @@
 //!
 //! A benchmark spawns its own executable again with
 //! [`PEER_ENV`] set to a role; the executable's
-//! `main` calls [`run_if_peer`](crate::run_if_peer) first thing, so the same
+//! `main` calls [`run_if_peer`](crate::bench::run_if_peer) first thing, so the same
 //! code serves the criterion suites and `nodeipc bench`. Descriptors a peer
 //! needs are inherited under their own numbers; everything else stays
 //! close-on-exec. This module knows no benchmark: the roles are dispatched
 //! from `dispatch.rs`, above every benchmark module.
 
 use std::io;
-use std::os::fd::{AsRawFd, BorrowedFd, RawFd};
+use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd, RawFd};
 use std::os::unix::process::CommandExt;
 use std::process::{Child, Command};
 use std::time::{Duration, Instant};
@@ -19,14 +19,17 @@ pub const PEER_ENV: &str = "NODEIPC_BENCH_PEER";
 
 /// Spawned peers; killed and reaped on drop, however the benchmark ends.
 #[derive(Default)]
-pub(crate) struct Peers {
+pub struct Peers {
     children: Vec<Child>,
 }
 
 impl Peers {
     /// Spawns this executable as a peer playing `role`, inheriting `fds`
     /// (their numbers are the same in the peer), pinned to `cpu` if given.
-    pub(crate) fn spawn(
+    ///
+    /// # Errors
+    /// The executable's path unknown, or the spawn failing.
+    pub fn spawn(
         &mut self,
         role: &str,
         fds: &[BorrowedFd<'_>],
@@ -43,7 +46,7 @@ impl Peers {
             }
             rustix::process::set_parent_process_death_signal(Some(rustix::process::Signal::KILL))?;
             if let Some(cpu) = cpu {
-                crate::machine::pin_current_thread(cpu)?;
+                crate::bench::machine::pin_current_thread(cpu)?;
             }
             Ok(())
         };
@@ -73,7 +76,11 @@ impl Peers {
     }
 
     /// Waits up to `limit` for every peer to exit successfully.
-    pub(crate) fn finish(mut self, limit: Duration) -> io::Result<()> {
+    ///
+    /// # Errors
+    /// A peer that failed, or did not finish in `limit` (it is killed when
+    /// `self` drops).
+    pub fn finish(mut self, limit: Duration) -> io::Result<()> {
         let deadline = Instant::now() + limit;
         for (i, child) in self.children.iter_mut().enumerate() {
             loop {
@@ -111,11 +118,47 @@ impl Drop for Peers {
 /// # Safety
 /// `fd` must be a descriptor this process inherited for its own use and that
 /// nothing else in it owns.
-pub(crate) unsafe fn inherited(fd: &str) -> io::Result<std::os::fd::OwnedFd> {
+///
+/// # Errors
+/// `fd` not a number.
+pub unsafe fn inherited(fd: &str) -> io::Result<std::os::fd::OwnedFd> {
     use std::os::fd::FromRawFd;
     let raw: RawFd = fd
         .parse()
         .map_err(|_| io::Error::other(format!("bad descriptor {fd:?}")))?;
     // SAFETY: the caller guarantees `raw` was inherited for our sole use.
     Ok(unsafe { std::os::fd::OwnedFd::from_raw_fd(raw) })
+}
+
+/// Reads exactly `buf.len()` bytes from a peer's socket (a baseline's
+/// transport: the peer closing it first is an error).
+pub(crate) fn read_exact(socket: &OwnedFd, buf: &mut [u8]) -> io::Result<()> {
+    let mut got = 0;
+    while got < buf.len() {
+        match rustix::io::read(socket, &mut buf[got..])? {
+            0 => return Err(io::Error::other("peer closed the socket")),
+            n => got += n,
+        }
+    }
+    Ok(())
+}
+
+/// Writes all of `data` to a peer's socket.
+pub(crate) fn write_all(socket: &OwnedFd, mut data: &[u8]) -> io::Result<()> {
+    while !data.is_empty() {
+        let n = rustix::io::write(socket, data)?;
+        data = &data[n..];
+    }
+    Ok(())
+}
+
+/// A connected pair of Unix stream sockets, close-on-exec (`socketpair`):
+/// a baseline's transport, one end handed to a peer.
+pub(crate) fn stream_pair() -> io::Result<(OwnedFd, OwnedFd)> {
+    Ok(rustix::net::socketpair(
+        rustix::net::AddressFamily::UNIX,
+        rustix::net::SocketType::STREAM,
+        rustix::net::SocketFlags::CLOEXEC,
+        None,
+    )?)
 }
