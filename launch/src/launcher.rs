@@ -13,6 +13,8 @@ use crate::backend::{Begin, Decision, LocalBackend, RoundBackend, RoundReport, R
 use crate::events::{Event, Events};
 use crate::monitors::Monitor;
 use crate::options::LaunchOptions;
+use crate::output::{self, Logs};
+use crate::progress::{ProgressTracker, Verdict};
 use crate::rank::Rank;
 use crate::round::{self, Ctx, RoundEnd};
 use crate::{Error, Result, health, reap};
@@ -131,6 +133,11 @@ fn rounds(ctx: &mut Ctx<'_>) -> Result<(i32, String, u32)> {
     let options = ctx.options;
     let launch_started = Instant::now();
     let mut restart = 0;
+    let mut logs: Option<Logs> = None;
+    let (mut progress, warning) = ProgressTracker::start(&options.progress);
+    if let Some(reason) = warning {
+        ctx.events.emit(Event::Warning { reason })?;
+    }
     loop {
         let plan = match begin(ctx, restart)? {
             Begin::Start(plan) => plan,
@@ -138,6 +145,16 @@ fn rounds(ctx: &mut Ctx<'_>) -> Result<(i32, String, u32)> {
             Begin::Wait | Begin::Notice(_) => unreachable!("begin() waits"),
         };
         restart = plan.restart;
+        if logs.is_none() {
+            let made = Logs::create(&options.output, &plan.run_id)?;
+            if let Some(path) = made.path() {
+                ctx.events.emit(Event::Logs {
+                    dir: path.display().to_string(),
+                })?;
+            }
+            logs = Some(made);
+        }
+        let logs = logs.as_ref().expect("made above");
         for monitor in ctx.monitors.iter() {
             monitor.take_heard();
         }
@@ -152,15 +169,25 @@ fn rounds(ctx: &mut Ctx<'_>) -> Result<(i32, String, u32)> {
             let socket = ctx.monitors[local as usize].socket();
             // A failure here ends the round through the stop below, so
             // that no rank started so far is left running.
-            let started = Rank::spawn(options, &plan, local, socket).and_then(|rank| {
-                let event = Event::RankStarted {
+            let node = (plan.group_world_size > 1).then_some(plan.group_rank);
+            let global = plan.rank_offset.saturating_add(local);
+            let started = logs
+                .rank_streams(
+                    &options.output,
                     restart,
-                    rank: rank.global_rank,
-                    pid: rank.child.id(),
-                };
-                ranks.push(rank);
-                ctx.events.emit(event)
-            });
+                    local,
+                    output::prefix(global, node),
+                )
+                .and_then(|streams| Rank::spawn(options, &plan, local, socket, streams))
+                .and_then(|rank| {
+                    let event = Event::RankStarted {
+                        restart,
+                        rank: rank.global_rank,
+                        pid: rank.child.id(),
+                    };
+                    ranks.push(rank);
+                    ctx.events.emit(event)
+                });
             if let Err(e) = started {
                 end = Some(Err(e));
                 break;
@@ -188,6 +215,12 @@ fn rounds(ctx: &mut Ctx<'_>) -> Result<(i32, String, u32)> {
             ctx.backend.failure_seen(restart, report);
         }
         let stopped = round::stop(ctx, &plan, &mut ranks)?;
+        let deadline = output::drain_deadline();
+        for rank in &mut ranks {
+            for tee in rank.tees.drain(..) {
+                tee.drain(deadline);
+            }
+        }
         ctx.registered_before = ctx
             .monitors
             .iter()
@@ -253,6 +286,24 @@ fn rounds(ctx: &mut Ctx<'_>) -> Result<(i32, String, u32)> {
             }
             None => report,
         };
+        // Progress comes before the restarts left, as in
+        // nvidia-resiliency-ext: a job that keeps failing in place is not
+        // restarted even with restarts to spare. Across nodes each launcher
+        // reads the file itself (on a shared file system, the same answer).
+        if let RoundReport::Failed { .. } | RoundReport::Requested { .. } = report {
+            let (verdict, warning) = progress.cycle_failed();
+            if let Some(reason) = warning {
+                ctx.events.emit(Event::Warning { reason })?;
+            }
+            if let Verdict::Stop { cycles } = verdict {
+                let summary = format!(
+                    "not restarted: {cycles} cycles in a row made no progress \
+                     (max_no_progress_cycles {}): {summary}",
+                    options.progress.max_no_progress_cycles
+                );
+                return Ok((options.progress.no_restart_exit_code, summary, restart));
+            }
+        }
         match decide(ctx, restart, &report)? {
             Decision::Next { restart: next } => {
                 restart = next;

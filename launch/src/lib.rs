@@ -8,6 +8,8 @@ mod health;
 mod launcher;
 mod monitors;
 mod options;
+mod output;
+mod progress;
 mod rank;
 mod rdzv;
 mod reap;
@@ -25,6 +27,8 @@ pub use etcd::EtcdBackend;
 pub use events::Event;
 pub use launcher::{HealthChecks, Outcome, launch, launch_id, launch_with};
 pub use options::{HealthOptions, LaunchOptions, MAX_NPROC, MAX_RESTARTS, MAX_STOP_TIMEOUT};
+pub use output::{OutputOptions, StreamChoice, Streams};
+pub use progress::{NO_RESTART_EXIT_CODE, ProgressOptions};
 pub use rdzv::{
     DEFAULT_LAST_CALL, EtcdRendezvous, EtcdTls, MAX_ENDPOINTS, MAX_NNODES, MAX_RDZV_TIMEOUT,
     MAX_RDZV_TTL, RdzvOptions, Rendezvous,
