@@ -5,25 +5,66 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::Args;
-use nodeipc_launch::{HealthOptions, LaunchOptions, RdzvOptions, Rendezvous};
+use nodeipc_launch::{
+    FT_SETTINGS, FtSetting, FtValue, HealthOptions, LaunchOptions, OutputOptions, ProgressOptions,
+    RdzvOptions, Rendezvous, StreamChoice,
+};
 use nodeipc_monitor::MonitorConfig;
 
 use crate::limits::u32_in;
 use crate::{CmdResult, Failure};
 
-/// `nodeipc launch --nproc N [options] -- COMMAND ARGS...`
+/// `nodeipc launch [options] SCRIPT.py ARGS...`, `-m MODULE ARGS...`,
+/// `--no-python PROGRAM ARGS...` or `-- COMMAND ARGS...`
 #[derive(Args)]
 pub(crate) struct LaunchArgs {
-    /// Local ranks to start (1 to 1024).
+    /// Local ranks to start: 1 to 1024, or `cpu` (one per CPU).
     #[arg(
         long,
         value_name = "N",
+        default_value = "1",
         visible_alias = "nproc-per-node",
         alias = "nproc_per_node",
         env = "PET_NPROC_PER_NODE",
-        value_parser = u32_in(1, nodeipc_launch::MAX_NPROC)
+        value_parser = nproc
     )]
     nproc: u32,
+    /// Run the program as a Python module: `python -u -m MODULE ARGS...`.
+    #[arg(short = 'm', long, conflicts_with = "no_python")]
+    module: bool,
+    /// Run the program itself, not through Python.
+    #[arg(long, alias = "no_python")]
+    no_python: bool,
+    /// The Python that runs a script or module (default: $PYTHON, else
+    /// `python3` on PATH).
+    #[arg(long, value_name = "PATH", env = "PYTHON")]
+    python: Option<OsString>,
+    /// Where ranks' output files go (torchrun's layout:
+    /// DIR/RUN_ID_*/attempt_N/LOCAL_RANK/{stdout,stderr}.log); /dev/null
+    /// keeps none. Default: a new directory under the temporary directory.
+    #[arg(long, value_name = "DIR", alias = "log_dir", env = "PET_LOG_DIR")]
+    log_dir: Option<PathBuf>,
+    /// Streams written to files only: 0 none, 1 stdout, 2 stderr, 3 both,
+    /// or per local rank: 0:1,1:3.
+    #[arg(short = 'r', long, value_name = "STREAMS", env = "PET_REDIRECTS", value_parser = StreamChoice::parse)]
+    redirects: Option<StreamChoice>,
+    /// Streams written to files and to the console, each line prefixed
+    /// with its rank (`[rank3]: `, `[node1/rank3]: ` across nodes): as -r.
+    #[arg(short = 't', long, value_name = "STREAMS", env = "PET_TEE", value_parser = StreamChoice::parse)]
+    tee: Option<StreamChoice>,
+    /// The local ranks whose output reaches the console (comma-separated);
+    /// the others' goes to their files or nowhere.
+    #[arg(long, value_name = "RANKS", alias = "local_ranks_filter", env = "PET_LOCAL_RANKS_FILTER", value_parser = ranks_filter)]
+    local_ranks_filter: Option<RanksFilter>,
+    /// torchrun options accepted with a warning: what they set is chosen
+    /// by the launcher (MASTER_ADDR and MASTER_PORT), watched without
+    /// polling (--monitor-interval), or has no meaning here.
+    #[command(flatten)]
+    torchrun: TorchrunWarned,
+    /// nvidia-resiliency-ext's `--ft-*` options (see the launcher's README
+    /// for which are implemented, accepted with a warning, or refused).
+    #[command(flatten)]
+    ft: FtOptions,
     /// Restart rounds allowed after the first (for the whole job: rounds
     /// caused only by a change of nodes are not counted).
     #[arg(
@@ -107,8 +148,16 @@ pub(crate) struct LaunchArgs {
     #[arg(long, value_name = "FILE", conflicts_with = "nvrx_config")]
     monitor_config: Option<PathBuf>,
     /// The monitors' configuration from a nvidia-resiliency-ext file (YAML
-    /// or JSON, its `fault_tolerance:` block); unknown keys are warned about.
-    #[arg(long, value_name = "FILE")]
+    /// or JSON, its `fault_tolerance:` block); the `--ft-*` options go over
+    /// it; fields without effect are warned about, unsupported ones refused.
+    #[arg(
+        long,
+        value_name = "FILE",
+        visible_alias = "ft-cfg-path",
+        alias = "ft-cfg_path",
+        alias = "ft_cfg_path",
+        env = "PET_FT_CFG_PATH"
+    )]
     nvrx_config: Option<PathBuf>,
     /// Where the private run directory is made (default: $XDG_RUNTIME_DIR,
     /// else the temporary directory): a directory of ours, not a symlink,
@@ -116,7 +165,14 @@ pub(crate) struct LaunchArgs {
     #[arg(long, value_name = "DIR")]
     run_dir: Option<PathBuf>,
     /// Seconds between SIGTERM and SIGKILL when ranks are stopped.
-    #[arg(long, value_name = "SECS", default_value = "10", value_parser = seconds)]
+    #[arg(
+        long,
+        value_name = "SECS",
+        default_value = "10",
+        alias = "workers-stop-timeout",
+        alias = "workers_stop_timeout",
+        value_parser = seconds
+    )]
     stop_timeout: Duration,
     /// Seconds a restarted rank that had registered with its monitor may
     /// take to register again before the round fails (default: no limit).
@@ -143,22 +199,325 @@ pub(crate) struct LaunchArgs {
     /// Append one JSON object per event to FILE.
     #[arg(long, value_name = "FILE")]
     json_events: Option<PathBuf>,
-    /// The program to run and its arguments (after `--`).
-    #[arg(last = true, required = true)]
-    command: Vec<OsString>,
+    /// The Python script to run and its arguments (with -m, the module;
+    /// with --no-python, the program); after `--`, the command to run as
+    /// it is.
+    #[arg(
+        value_name = "SCRIPT",
+        required = true,
+        trailing_var_arg = true,
+        allow_hyphen_values = true
+    )]
+    program: Vec<OsString>,
+    /// Set from the raw command line: the program came after `--`.
+    #[arg(skip)]
+    after_dashes: bool,
+}
+
+/// torchrun options that set what the launcher chooses itself, or that have
+/// no meaning for it: accepted, each with a one-line warning.
+#[derive(Args)]
+pub(crate) struct TorchrunWarned {
+    #[arg(
+        long,
+        value_name = "ADDR",
+        alias = "master_addr",
+        env = "PET_MASTER_ADDR",
+        hide = true
+    )]
+    master_addr: Option<String>,
+    #[arg(
+        long,
+        value_name = "PORT",
+        alias = "master_port",
+        env = "PET_MASTER_PORT",
+        hide = true
+    )]
+    master_port: Option<String>,
+    #[arg(
+        long,
+        value_name = "SECS",
+        alias = "monitor_interval",
+        env = "PET_MONITOR_INTERVAL",
+        hide = true
+    )]
+    monitor_interval: Option<String>,
+    #[arg(
+        long,
+        value_name = "METHOD",
+        alias = "start_method",
+        env = "PET_START_METHOD",
+        hide = true
+    )]
+    start_method: Option<String>,
+    #[arg(long, value_name = "ROLE", env = "PET_ROLE", hide = true)]
+    role: Option<String>,
+    #[arg(
+        long,
+        value_name = "SECS",
+        alias = "term_timeout",
+        env = "PET_TERM_TIMEOUT",
+        hide = true
+    )]
+    term_timeout: Option<String>,
+    #[arg(
+        long,
+        value_name = "SIGNALS",
+        alias = "signals_to_handle",
+        env = "PET_SIGNALS_TO_HANDLE",
+        hide = true
+    )]
+    signals_to_handle: Option<String>,
+    #[arg(
+        long,
+        value_name = "NAME",
+        alias = "event_log_handler",
+        env = "PET_EVENT_LOG_HANDLER",
+        hide = true
+    )]
+    event_log_handler: Option<String>,
+    /// Refused: ranks are separate processes, never run in the launcher.
+    #[arg(long, alias = "run_path", hide = true)]
+    run_path: bool,
+    /// Refused: no torchrun log-spec plug-ins.
+    #[arg(long, value_name = "NAME", alias = "logs_specs", hide = true)]
+    logs_specs: Option<String>,
+    /// Refused: no NUMA binding.
+    #[arg(long, value_name = "KIND", alias = "numa_binding", hide = true)]
+    numa_binding: Option<String>,
+}
+
+impl TorchrunWarned {
+    /// The warnings, or the refusal of an option that cannot be honoured.
+    fn check(&self) -> Result<Vec<String>, Failure> {
+        let refused = [
+            (
+                "--run-path",
+                self.run_path
+                    .then_some("ranks are separate processes, never run inside the launcher"),
+            ),
+            (
+                "--logs-specs",
+                self.logs_specs
+                    .as_ref()
+                    .map(|_| "no log-spec plug-ins: --log-dir, -r and -t are built in"),
+            ),
+            (
+                "--numa-binding",
+                self.numa_binding.as_ref().map(|_| "no NUMA binding"),
+            ),
+        ];
+        if let Some((flag, why)) = refused.iter().find_map(|(f, w)| w.map(|w| (f, w))) {
+            return Err(Failure::Usage(format!("{flag} is not supported: {why}")));
+        }
+        let warned = [
+            (
+                "--master-addr",
+                self.master_addr.is_some(),
+                "MASTER_ADDR is 127.0.0.1 on one node, node 0's address across nodes",
+            ),
+            (
+                "--master-port",
+                self.master_port.is_some(),
+                "MASTER_PORT is a free port the launcher picks each round",
+            ),
+            (
+                "--monitor-interval",
+                self.monitor_interval.is_some(),
+                "ranks are watched through pidfds, without polling",
+            ),
+            (
+                "--start-method",
+                self.start_method.is_some(),
+                "ranks are always new processes (exec)",
+            ),
+            ("--role", self.role.is_some(), "every rank has the one role"),
+            (
+                "--term-timeout",
+                self.term_timeout.is_some(),
+                "--stop-timeout is the grace before SIGKILL on every stop",
+            ),
+            (
+                "--signals-to-handle",
+                self.signals_to_handle.is_some(),
+                "every terminating signal stops the launch in order",
+            ),
+            (
+                "--event-log-handler",
+                self.event_log_handler.is_some(),
+                "events go to stderr and --json-events",
+            ),
+        ];
+        Ok(warned
+            .iter()
+            .filter(|(_, given, _)| *given)
+            .map(|(flag, _, why)| format!("{flag}: accepted, no effect: {why}"))
+            .collect())
+    }
+}
+
+/// nvidia-resiliency-ext's `--ft-*` options, from `nodeipc_launch`'s table:
+/// every spelling NVRx accepts, each value kept as given (the launcher
+/// reads it as NVRx does).
+#[derive(Default)]
+pub(crate) struct FtOptions {
+    given: Vec<(String, Option<String>)>,
+}
+
+fn ft_id(setting: &FtSetting) -> Option<String> {
+    setting.option.map(|o| format!("ft:{o}"))
+}
+
+impl clap::FromArgMatches for FtOptions {
+    fn from_arg_matches(matches: &clap::ArgMatches) -> Result<Self, clap::Error> {
+        let mut options = FtOptions::default();
+        options.update_from_arg_matches(matches)?;
+        Ok(options)
+    }
+
+    fn update_from_arg_matches(&mut self, matches: &clap::ArgMatches) -> Result<(), clap::Error> {
+        let mut given = Vec::new();
+        for setting in FT_SETTINGS {
+            let (Some(id), Some(option)) = (ft_id(setting), setting.option) else {
+                continue;
+            };
+            if option == "cfg-path" {
+                continue;
+            }
+            if setting.value == FtValue::Flag {
+                if matches.get_flag(&id) {
+                    let index = matches.index_of(&id).unwrap_or(0);
+                    given.push((index, option.to_owned(), None));
+                }
+            } else if let Some(values) = matches.get_many::<String>(&id) {
+                let indices = matches.indices_of(&id).into_iter().flatten();
+                for (value, index) in values.zip(indices) {
+                    given.push((index, option.to_owned(), Some(value.clone())));
+                }
+            }
+        }
+        // In command-line order: a later option wins, as with argparse.
+        given.sort_by_key(|(index, ..)| *index);
+        self.given = given.into_iter().map(|(_, o, v)| (o, v)).collect();
+        Ok(())
+    }
+}
+
+impl clap::Args for FtOptions {
+    fn augment_args(mut command: clap::Command) -> clap::Command {
+        for setting in FT_SETTINGS {
+            let (Some(id), Some(long)) = (ft_id(setting), setting.long()) else {
+                continue;
+            };
+            if setting.option == Some("cfg-path") {
+                // --nvrx-config's alias.
+                continue;
+            }
+            let mut arg = clap::Arg::new(id).long(long).hide(true);
+            for alias in setting.aliases() {
+                arg = arg.alias(alias);
+            }
+            arg = match setting.value {
+                FtValue::Flag => arg.action(clap::ArgAction::SetTrue),
+                _ => arg
+                    .action(clap::ArgAction::Append)
+                    .num_args(1)
+                    .allow_hyphen_values(true)
+                    .value_name("VALUE"),
+            };
+            command = command.arg(arg);
+        }
+        command
+    }
+
+    fn augment_args_for_update(command: clap::Command) -> clap::Command {
+        FtOptions::augment_args(command)
+    }
+}
+
+/// `--local-ranks-filter`'s list (one value, not repeated occurrences).
+#[derive(Clone)]
+pub(crate) struct RanksFilter(Vec<u32>);
+
+fn ranks_filter(text: &str) -> Result<RanksFilter, String> {
+    OutputOptions::parse_filter(text).map(RanksFilter)
+}
+
+/// `--nproc`: a number of ranks, or `cpu` for one per CPU (torchrun's).
+fn nproc(text: &str) -> Result<u32, String> {
+    match text {
+        "cpu" => Ok(std::thread::available_parallelism()
+            .map_or(1, |n| u32::try_from(n.get()).unwrap_or(u32::MAX))
+            .min(nodeipc_launch::MAX_NPROC)),
+        "gpu" | "auto" | "xpu" => Err(format!(
+            "{text}: ranks per accelerator are not counted here: give a number"
+        )),
+        _ => u32_in(1, nodeipc_launch::MAX_NPROC)(text),
+    }
+}
+
+/// Marks a launch whose program came after `--` (run as it is): the raw
+/// command line has `--` just before the program's first word.
+pub(crate) fn mark_after_dashes(args: &mut LaunchArgs, raw: &[OsString]) {
+    if let Some(at) = raw.iter().position(|a| a == "--") {
+        args.after_dashes = raw[at + 1..] == args.program[..];
+    }
+}
+
+impl LaunchArgs {
+    /// The command each rank runs: as given after `--` or with
+    /// --no-python; else through Python (`python -u SCRIPT ARGS` or
+    /// `python -u -m MODULE ARGS`), as torchrun does.
+    fn command(&self) -> Result<Vec<OsString>, Failure> {
+        if self.after_dashes && (self.module || self.no_python) {
+            return Err(Failure::Usage(
+                "a command after -- runs as it is: -m and --no-python do not go with it".into(),
+            ));
+        }
+        if self.after_dashes || self.no_python {
+            return Ok(self.program.clone());
+        }
+        let python = self.python.clone().unwrap_or_else(|| "python3".into());
+        if python.is_empty() {
+            return Err(Failure::Usage("--python (or $PYTHON) is empty".into()));
+        }
+        let mut command = vec![python, "-u".into()];
+        if self.module {
+            command.push("-m".into());
+        }
+        command.extend(self.program.iter().cloned());
+        Ok(command)
+    }
 }
 
 pub(crate) fn run(args: LaunchArgs) -> CmdResult {
-    let monitor = match (&args.monitor_config, &args.nvrx_config) {
-        (Some(file), _) => MonitorConfig::load(file)?,
-        (None, Some(file)) => {
-            let nvrx = MonitorConfig::load_nvrx(file)?;
-            for warning in &nvrx.warnings {
-                eprintln_safe(&format!("nodeipc launch: {}: {warning}", file.display()));
+    let command = args.command()?;
+    for warning in args.torchrun.check()? {
+        eprintln_safe(&format!("nodeipc launch: warning: {warning}"));
+    }
+    let nvrx = args.nvrx_config.is_some() || !args.ft.given.is_empty();
+    if nvrx && args.monitor_config.is_some() {
+        return Err(Failure::Usage(
+            "--monitor-config does not go with --nvrx-config/--ft-cfg-path or --ft-* options: give the monitors' settings in one place".into(),
+        ));
+    }
+    let (monitor, progress, health_interval) = match (&args.monitor_config, nvrx) {
+        (Some(file), _) => (MonitorConfig::load(file)?, ProgressOptions::off(), None),
+        (None, true) => {
+            let ft = nodeipc_launch::resolve_ft(args.nvrx_config.as_deref(), &args.ft.given)
+                .map_err(|e| Failure::Usage(e.to_string()))?;
+            for warning in &ft.warnings {
+                eprintln_safe(&format!("nodeipc launch: warning: {warning}"));
             }
-            nvrx.monitor
+            (ft.monitor, ft.progress, ft.health_interval)
         }
-        (None, None) => MonitorConfig::default(),
+        (None, false) => (MonitorConfig::default(), ProgressOptions::off(), None),
+    };
+    let output = OutputOptions {
+        log_dir: args.log_dir,
+        redirects: args.redirects.unwrap_or_default(),
+        tee: args.tee.unwrap_or_default(),
+        local_ranks_filter: args.local_ranks_filter.map(|f| f.0),
     };
     let rdzv = RdzvOptions {
         nnodes: args.nnodes,
@@ -194,9 +553,15 @@ pub(crate) fn run(args: LaunchArgs) -> CmdResult {
             nics: args.nics,
             sysfs_root: args.sysfs_root,
             gpu: args.gpu_health,
-            interval: args.health_interval,
+            // --health-interval, when given, wins over the NVRx setting.
+            interval: match health_interval {
+                Some(nvrx) if args.health_interval == DEFAULT_HEALTH_INTERVAL => nvrx,
+                _ => args.health_interval,
+            },
         },
-        ..LaunchOptions::new(args.nproc, args.command)
+        progress,
+        output,
+        ..LaunchOptions::new(args.nproc, command)
     };
     options.validate()?;
     let outcome = match rdzv {
@@ -253,6 +618,9 @@ fn eprintln_safe(line: &str) {
     use std::io::Write;
     let _ = writeln!(std::io::stderr(), "{}", nodeipc_text::Printable(line));
 }
+
+/// --health-interval's default (NVRx's `node_health_check_interval` too).
+const DEFAULT_HEALTH_INTERVAL: Duration = Duration::from_secs(5);
 
 /// Seconds, whole or fractional, from 1 to a week: --rdzv-timeout's own
 /// bounds (`nodeipc_launch::MAX_RDZV_TIMEOUT`).

@@ -175,8 +175,13 @@ fn parse() -> Result<Cli, clap::Error> {
             .mut_subcommands(negatives_are_values)
     }
     let mut command = negatives_are_values(Cli::command());
-    let matches = command.try_get_matches_from_mut(std::env::args_os())?;
-    Cli::from_arg_matches(&matches).map_err(|e| e.format(&mut command))
+    let raw: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    let matches = command.try_get_matches_from_mut(&raw)?;
+    let mut cli = Cli::from_arg_matches(&matches).map_err(|e| e.format(&mut command))?;
+    if let Command::Launch(args) = &mut cli.command {
+        launch::mark_after_dashes(args, &raw);
+    }
+    Ok(cli)
 }
 
 /// Help and version go out as clap writes them; a usage error becomes one

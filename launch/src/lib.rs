@@ -4,6 +4,7 @@
 mod backend;
 mod error;
 mod events;
+mod ft;
 mod health;
 mod launcher;
 mod monitors;
@@ -25,6 +26,7 @@ pub use error::{Error, Result};
 #[cfg(feature = "etcd")]
 pub use etcd::EtcdBackend;
 pub use events::Event;
+pub use ft::{FT_SETTINGS, FtSetting, FtSettings, FtSupport, FtValue, resolve as resolve_ft};
 pub use launcher::{HealthChecks, Outcome, launch, launch_id, launch_with};
 pub use options::{HealthOptions, LaunchOptions, MAX_NPROC, MAX_RESTARTS, MAX_STOP_TIMEOUT};
 pub use output::{OutputOptions, StreamChoice, Streams};

@@ -56,6 +56,9 @@ pub struct NvrxConfig {
     pub safety_factor: Option<f64>,
     /// One line per key ignored (unknown to us), naming it.
     pub warnings: Vec<String>,
+    /// The keys the monitor does not use, with their values: a launcher
+    /// takes its own from them (progress tracking, health check intervals).
+    pub others: Map<String, Value>,
 }
 
 impl MonitorConfig {
@@ -66,9 +69,17 @@ impl MonitorConfig {
     /// # Errors
     /// As `load`; [`Error::ConfigFile`] naming the file and the field.
     pub fn load_nvrx(path: impl AsRef<Path>) -> Result<NvrxConfig> {
-        let path = path.as_ref();
+        MonitorConfig::load_nvrx_with(path.as_ref(), Map::new())
+    }
+
+    /// As [`load_nvrx`](MonitorConfig::load_nvrx), with `overrides` put over
+    /// the file's block (see [`from_nvrx_with`](MonitorConfig::from_nvrx_with)).
+    ///
+    /// # Errors
+    /// As `load_nvrx`.
+    pub fn load_nvrx_with(path: &Path, overrides: Map<String, Value>) -> Result<NvrxConfig> {
         let text = crate::config::read_config_file(path)?;
-        MonitorConfig::from_nvrx(&text).map_err(|e| match e {
+        MonitorConfig::from_nvrx_with(Some(&text), overrides).map_err(|e| match e {
             Error::Config { reason } => Error::ConfigFile {
                 path: path.to_owned(),
                 reason,
@@ -101,6 +112,29 @@ impl MonitorConfig {
     /// # Ok::<(), nodeipc_monitor::Error>(())
     /// ```
     pub fn from_nvrx(text: &str) -> Result<NvrxConfig> {
+        MonitorConfig::from_nvrx_with(Some(text), Map::new())
+    }
+
+    /// As [`from_nvrx`](MonitorConfig::from_nvrx), with `overrides` (their
+    /// field names and values, as a launcher's `--ft-*` options give them)
+    /// put over the file's block; no file is an empty block.
+    ///
+    /// # Errors
+    /// As `from_nvrx`.
+    pub fn from_nvrx_with(text: Option<&str>, overrides: Map<String, Value>) -> Result<NvrxConfig> {
+        let mut block = match text {
+            Some(text) => nvrx_block(text)?,
+            None => Map::new(),
+        };
+        block.extend(overrides);
+        translate(block)
+    }
+}
+
+/// The `fault_tolerance` block of a nvidia-resiliency-ext file (else its top
+/// level).
+fn nvrx_block(text: &str) -> Result<Map<String, Value>> {
+    {
         let document: Value = if text.trim_start().starts_with('{') {
             serde_json::from_str(text).map_err(|e| Error::config(format!("JSON: {e}")))?
         } else {
@@ -127,7 +161,7 @@ impl MonitorConfig {
                 )));
             }
         };
-        translate(block)
+        Ok(block)
     }
 }
 
@@ -136,6 +170,7 @@ fn translate(block: Map<String, Value>) -> Result<NvrxConfig> {
     let mut aliased = Map::new();
     let mut safety_factor = None;
     let mut warnings = Vec::new();
+    let mut others = Map::new();
     for (key, value) in block {
         if OURS.contains(&key.as_str()) {
             ours.insert(key, value);
@@ -173,6 +208,7 @@ fn translate(block: Map<String, Value>) -> Result<NvrxConfig> {
             warnings.push(format!(
                 "nvidia-resiliency-ext key {key:?} is not used by nodeipc: ignored"
             ));
+            others.insert(key, value);
         }
     }
     // Ours wins over an alias naming the same field.
@@ -184,6 +220,7 @@ fn translate(block: Map<String, Value>) -> Result<NvrxConfig> {
         monitor,
         safety_factor,
         warnings,
+        others,
     })
 }
 
