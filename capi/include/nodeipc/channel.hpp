@@ -11,6 +11,11 @@
 #include <string>
 #include <vector>
 
+// What this file uses (check, to_ms, detail::Owned): included alone, this
+// brings nodeipc.hpp in first; from nodeipc.hpp (which includes this file at
+// its end) the guard makes it a no-op.
+#include "../nodeipc.hpp"
+
 namespace nodeipc {
 
 class HandshakeServer {

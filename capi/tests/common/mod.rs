@@ -119,35 +119,51 @@ pub(crate) fn compile_file(src: &Path, dir: &TempDir) -> Option<PathBuf> {
         .file_name()
         .and_then(|n| n.to_str())
         .expect("a source file name");
-    let is_c = source.ends_with(".c");
-    let (var, default, std) = if is_c {
-        ("CC", "cc", "-std=c11")
-    } else {
-        ("CXX", "g++", "-std=c++17")
-    };
-    let compiler = std::env::var(var).unwrap_or_else(|_| default.to_owned());
+    let (compiler, std) = compiler_for(source);
     let out = dir.join(source.split('.').next().expect("a file name"));
-    let include = crate_dir().join("include");
-    let output = Command::new(&compiler)
+    let mut command = Command::new(&compiler);
+    command
         .arg(std)
         .args(["-O2", "-Wall", "-Wextra", "-Werror", "-o"])
         .arg(&out)
         .arg("-I")
-        .arg(&include)
+        .arg(crate_dir().join("include"))
         .arg(src)
         .arg(static_lib())
-        .args(LINK_LIBS)
-        .output();
-    match output {
-        Ok(o) if o.status.success() => Some(out),
+        .args(LINK_LIBS);
+    run_compiler(&mut command, source).then_some(out)
+}
+
+/// The compiler for `source` and its language standard: `$CC` (else `cc`)
+/// and C11 for a `.c` file, `$CXX` (else `g++`) and C++17 otherwise.
+pub(crate) fn compiler_for(source: &str) -> (String, &'static str) {
+    let (var, default, std) = if source.ends_with(".c") {
+        ("CC", "cc", "-std=c11")
+    } else {
+        ("CXX", "g++", "-std=c++17")
+    };
+    (
+        std::env::var(var).unwrap_or_else(|_| default.to_owned()),
+        std,
+    )
+}
+
+/// Runs a compiler (or another build tool): `true` when it succeeded,
+/// `false` (with a message) when it is missing outside CI; a panic under
+/// `CI=true`, or with its output when it fails. `what` names the input.
+pub(crate) fn run_compiler(command: &mut Command, what: &str) -> bool {
+    let tool = command.get_program().to_string_lossy().into_owned();
+    match command.output() {
+        Ok(o) if o.status.success() => true,
         Ok(o) => panic!(
-            "{compiler} failed to compile {}:\n{}",
-            src.display(),
+            "{tool} failed on {what}: {}\n{}{}",
+            o.status,
+            String::from_utf8_lossy(&o.stdout),
             String::from_utf8_lossy(&o.stderr)
         ),
         Err(e) => {
-            nodeipc_testkit::skip(source, &format!("no compiler ({compiler}: {e})"));
-            None
+            nodeipc_testkit::skip(what, &format!("no {tool} ({e})"));
+            false
         }
     }
 }
