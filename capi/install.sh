@@ -32,9 +32,12 @@ done
 version="$(sed -n 's/^version = "\(.*\)"/\1/p' "${here}/../Cargo.toml" | head -n1)"
 prefix="$(mkdir -p "${prefix}" && cd "${prefix}" && pwd)"
 
-install -d "${prefix}/include/nodeipc" "${prefix}/lib/pkgconfig" "${prefix}/lib/cmake/nodeipc"
-install -m 0644 "${here}/include/nodeipc.h" "${here}/include/nodeipc.hpp" "${prefix}/include/"
-install -m 0644 "${here}/include/nodeipc/kittens_broker.hpp" "${prefix}/include/nodeipc/"
+# Every header, in its place under include/ (nodeipc.hpp includes
+# nodeipc/channel.hpp; nodeipc/*.hpp include ../nodeipc.hpp).
+(cd "${here}/include" && find . -type f -name '*.h*' | sort) | while read -r header; do
+    install -D -m 0644 "${here}/include/${header}" "${prefix}/include/${header}"
+done
+install -d "${prefix}/lib/pkgconfig" "${prefix}/lib/cmake/nodeipc"
 install -m 0644 "${lib_dir}/libnodeipc.a" "${prefix}/lib/"
 install -m 0755 "${lib_dir}/libnodeipc.so" "${prefix}/lib/"
 
