@@ -1,9 +1,13 @@
-//! `install.sh` lays out every header, both libraries, `nodeipc.pc` and the
-//! CMake package config under a prefix, and a C program (`tests/c/hello.c`)
-//! and a C++ one (`tests/c/installed.cpp`: KittensBroker ranks, a
-//! coordinator and a worker) build from pkg-config's flags alone and from
+//! `install.sh` lays out every header, both libraries (the shared one as
+//! `libnodeipc.so.X.Y.Z` with its SONAME `libnodeipc.so.X` and the links),
+//! `nodeipc.pc`, `nodeipc-static.pc` and the CMake package config under a
+//! prefix, and a C program (`tests/c/hello.c`) and a C++ one
+//! (`tests/c/installed.cpp`: KittensBroker ranks, a coordinator and a
+//! worker) build from pkg-config's flags alone and from
 //! `find_package(nodeipc)`, against the static library and against the
-//! shared one, and run.
+//! shared one, and run with no `LD_LIBRARY_PATH`: the static ones need no
+//! libnodeipc at run time, the shared ones find `libnodeipc.so.X` by
+//! themselves.
 
 mod common;
 
@@ -41,13 +45,13 @@ fn install(dir: &TempDir) -> PathBuf {
     prefix
 }
 
-/// `pkg-config ARGS nodeipc` against the prefix's pkgconfig folder, split
+/// `pkg-config ARGS` against the prefix's pkgconfig folder alone, split
 /// into arguments; `None` (a failure under CI) without pkg-config.
 fn pkg_config(prefix: &Path, args: &[&str]) -> Option<Vec<String>> {
     let out = Command::new("pkg-config")
         .args(args)
-        .arg("nodeipc")
-        .env("PKG_CONFIG_PATH", prefix.join("lib/pkgconfig"))
+        .env("PKG_CONFIG_LIBDIR", prefix.join("lib/pkgconfig"))
+        .env_remove("PKG_CONFIG_PATH")
         .output();
     match out {
         Ok(o) => {
@@ -90,8 +94,23 @@ impl Program {
         }
     }
 
-    /// Runs the built program `exe` with `env`; it must succeed and say so.
-    fn run(self, dir: &TempDir, exe: &Path, env: &[(&str, String)]) {
+    /// Runs the built program `exe` with no `LD_LIBRARY_PATH`; it must
+    /// succeed and say so. `shared`: whether it was linked against
+    /// libnodeipc.so (and must need it by its SONAME) or statically (and
+    /// must not need it at all).
+    fn run(self, dir: &TempDir, exe: &Path, shared: bool) {
+        let Some(needed) = dynamic(exe, "NEEDED") else {
+            return;
+        };
+        let soname = format!("libnodeipc.so.{}", env!("CARGO_PKG_VERSION_MAJOR"));
+        match shared {
+            true => assert!(needed.contains(&soname), "{}: {needed:?}", exe.display()),
+            false => assert!(
+                !needed.iter().any(|n| n.starts_with("libnodeipc")),
+                "{}: {needed:?}",
+                exe.display()
+            ),
+        }
         let mut command = Command::new(exe);
         let group = unique_name("installed");
         if let Program::Cpp = self {
@@ -103,7 +122,7 @@ impl Program {
                 .arg(dir.join(&format!("{name}.sock")));
         }
         command
-            .envs(env.iter().cloned())
+            .env_remove("LD_LIBRARY_PATH")
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
         let out = spawn_child(&mut command).output_timeout(Duration::from_secs(60));
@@ -121,6 +140,28 @@ impl Program {
         );
         assert!(shm_leftovers(&group).is_empty());
     }
+}
+
+/// The values of the ELF dynamic section's `kind` entries of `file`
+/// (`NEEDED`, `SONAME`), from `readelf -d`; `None` (a failure under CI)
+/// without readelf.
+fn dynamic(file: &Path, kind: &str) -> Option<Vec<String>> {
+    let out = match Command::new("readelf").arg("-d").arg(file).output() {
+        Ok(o) => o,
+        Err(e) => {
+            skip("install", &format!("no readelf (binutils): {e}"));
+            return None;
+        }
+    };
+    assert!(out.status.success(), "readelf -d {}", file.display());
+    let tag = format!("({kind})");
+    Some(
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter(|l| l.split_whitespace().nth(1) == Some(tag.as_str()))
+            .filter_map(|l| Some(l.split_once('[')?.1.split_once(']')?.0.to_owned()))
+            .collect(),
+    )
 }
 
 /// Compiles `program` into `dir/<name>` with `flags` after the source.
@@ -160,14 +201,34 @@ fn install_lays_out_every_header_and_both_libraries() {
             header.display()
         );
     }
+    let version = env!("CARGO_PKG_VERSION");
+    let soname = format!("libnodeipc.so.{}", env!("CARGO_PKG_VERSION_MAJOR"));
+    let real = format!("libnodeipc.so.{version}");
     for file in [
-        "lib/libnodeipc.a",
-        "lib/libnodeipc.so",
-        "lib/pkgconfig/nodeipc.pc",
-        "lib/cmake/nodeipc/nodeipc-config.cmake",
-        "lib/cmake/nodeipc/nodeipc-config-version.cmake",
+        "lib/libnodeipc.a".to_owned(),
+        format!("lib/{real}"),
+        "lib/pkgconfig/nodeipc.pc".to_owned(),
+        "lib/pkgconfig/nodeipc-static.pc".to_owned(),
+        "lib/cmake/nodeipc/nodeipc-config.cmake".to_owned(),
+        "lib/cmake/nodeipc/nodeipc-config-version.cmake".to_owned(),
     ] {
-        assert!(prefix.join(file).is_file(), "{file} not installed");
+        let meta = std::fs::symlink_metadata(prefix.join(&file));
+        assert!(
+            meta.is_ok_and(|m| m.file_type().is_file()),
+            "{file} not installed (as a file)"
+        );
+    }
+    // libnodeipc.so -> libnodeipc.so.X -> libnodeipc.so.X.Y.Z, as
+    // distributions ship a library.
+    for (link, to) in [("libnodeipc.so", soname.as_str()), (&soname, &real)] {
+        let target = std::fs::read_link(prefix.join("lib").join(link));
+        assert!(
+            target.as_ref().is_ok_and(|t| t == Path::new(to)),
+            "lib/{link} should link to {to}: {target:?}"
+        );
+    }
+    if let Some(names) = dynamic(&prefix.join("lib").join(&real), "SONAME") {
+        assert_eq!(names, [soname], "the SONAME of lib/{real}");
     }
 }
 
@@ -179,28 +240,25 @@ fn installed_library_builds_with_pkg_config() {
     );
     let dir = TempDir::new("capi-install");
     let prefix = install(&dir);
-    let Some(static_flags) = pkg_config(&prefix, &["--cflags", "--libs", "--static"]) else {
+    // The archive through nodeipc-static.pc, with --static or without.
+    let Some(archive) = pkg_config(&prefix, &["--cflags", "--libs", "nodeipc-static"]) else {
         return;
     };
-    // Static: link the archive itself (the linker prefers the .so for -lnodeipc).
-    let archive: Vec<String> = static_flags
-        .iter()
-        .map(|f| match f.as_str() {
-            "-lnodeipc" => prefix.join("lib/libnodeipc.a").display().to_string(),
-            other => other.to_owned(),
-        })
-        .collect();
-    let shared = pkg_config(&prefix, &["--cflags", "--libs"]).expect("pkg-config ran above");
-    let lib_path = [("LD_LIBRARY_PATH", prefix.join("lib").display().to_string())];
+    let archive_static = pkg_config(
+        &prefix,
+        &["--cflags", "--libs", "--static", "nodeipc-static"],
+    );
+    assert_eq!(Some(&archive), archive_static.as_ref());
+    let shared = pkg_config(&prefix, &["--cflags", "--libs", "nodeipc"]).expect("ran above");
     for program in [Program::C, Program::Cpp] {
         let name = format!("{}-static", program.source());
         let Some(exe) = build(&dir, program, &name, &archive) else {
             return;
         };
-        program.run(&dir, &exe, &[]);
+        program.run(&dir, &exe, false);
         let name = format!("{}-shared", program.source());
         let exe = build(&dir, program, &name, &shared).expect("built above");
-        program.run(&dir, &exe, &lib_path);
+        program.run(&dir, &exe, true);
     }
 }
 
@@ -253,13 +311,12 @@ fn installed_library_builds_with_cmake_find_package() {
     let mut compile = Command::new("cmake");
     compile.arg("--build").arg(&build).args(["--parallel", "2"]);
     assert!(common::run_compiler(&mut compile, "CMakeLists.txt (build)"));
-    let lib_path = [("LD_LIBRARY_PATH", prefix.join("lib").display().to_string())];
-    for (program, exe) in [
-        (Program::C, "hello_static"),
-        (Program::C, "hello_shared"),
-        (Program::Cpp, "installed_static"),
-        (Program::Cpp, "installed_shared"),
+    for (program, exe, shared) in [
+        (Program::C, "hello_static", false),
+        (Program::C, "hello_shared", true),
+        (Program::Cpp, "installed_static", false),
+        (Program::Cpp, "installed_shared", true),
     ] {
-        program.run(&dir, &build.join(exe), &lib_path);
+        program.run(&dir, &build.join(exe), shared);
     }
 }
