@@ -13,6 +13,13 @@
 #                      (the default), debug, profiling...
 #   --target-dir DIR   the cargo target folder (default: $CARGO_TARGET_DIR,
 #                      else the workspace's target/)
+#   --strip, --no-strip
+#                      remove debug information from the installed copies
+#                      (strip --strip-debug; $STRIP names another strip).
+#                      The default strips a release install only: cargo's
+#                      release profile strips the .so, but an archive keeps
+#                      the debug information of Rust's std (its line
+#                      tables, ~8 MB) whatever the profile says.
 #   --no-rpath         leave the rpath out of nodeipc.pc (a packager's
 #                      choice for a prefix the dynamic linker searches)
 # Afterwards:
@@ -23,17 +30,20 @@
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 prefix="" profile="release" target_dir="${CARGO_TARGET_DIR:-${here}/../target}"
-rpath=1
+strip_="" rpath=1
 while [ $# -gt 0 ]; do
     case "$1" in
         --prefix) prefix="$2"; shift 2 ;;
         --profile) profile="$2"; shift 2 ;;
         --target-dir) target_dir="$2"; shift 2 ;;
+        --strip) strip_=1; shift ;;
+        --no-strip) strip_=0; shift ;;
         --no-rpath) rpath=0; shift ;;
         *) echo "install.sh: unknown argument $1" >&2; exit 2 ;;
     esac
 done
 [ -n "${prefix}" ] || { echo "install.sh: --prefix DIR is required" >&2; exit 2; }
+[ -n "${strip_}" ] || { [ "${profile}" = release ] && strip_=1 || strip_=0; }
 lib_dir="${target_dir}/${profile}"
 for f in libnodeipc.a libnodeipc.so; do
     [ -f "${lib_dir}/${f}" ] || {
@@ -41,6 +51,11 @@ for f in libnodeipc.a libnodeipc.so; do
         exit 1
     }
 done
+strip_tool="${STRIP:-strip}"
+if [ "${strip_}" = 1 ] && ! command -v "${strip_tool}" >/dev/null 2>&1; then
+    echo "install.sh: ${strip_tool} is missing (binutils), needed to strip a ${profile} install; or give --no-strip" >&2
+    exit 1
+fi
 version="$(sed -n 's/^version = "\(.*\)"/\1/p' "${here}/../Cargo.toml" | head -n1)"
 major="${version%%.*}"
 # The .so's SONAME (set by capi/build.rs from the same version).
@@ -56,6 +71,9 @@ done
 install -d "${prefix}/lib/pkgconfig" "${prefix}/lib/cmake/nodeipc"
 install -m 0644 "${lib_dir}/libnodeipc.a" "${prefix}/lib/libnodeipc.a"
 install -m 0755 "${lib_dir}/libnodeipc.so" "${prefix}/lib/libnodeipc.so.${version}"
+if [ "${strip_}" = 1 ]; then
+    "${strip_tool}" --strip-debug "${prefix}/lib/libnodeipc.a" "${prefix}/lib/libnodeipc.so.${version}"
+fi
 ln -sfn "libnodeipc.so.${version}" "${prefix}/lib/${soname}"
 ln -sfn "${soname}" "${prefix}/lib/libnodeipc.so"
 
@@ -124,4 +142,4 @@ else()
   endif()
 endif()
 CMAKE
-echo "installed nodeipc ${version} under ${prefix}"
+echo "installed nodeipc ${version} under ${prefix}$([ "${strip_}" = 1 ] && echo ' (debug information stripped)')"

@@ -21,19 +21,17 @@ use nodeipc_testkit::{TempDir, Watchdog, shm_leftovers, skip, spawn_child, uniqu
 fn install(dir: &TempDir) -> PathBuf {
     let lib = common::static_lib();
     let profile_dir = lib.parent().expect("profile dir");
-    let (target, profile) = (
-        profile_dir.parent().expect("target dir"),
-        profile_dir
-            .file_name()
-            .expect("profile")
-            .to_string_lossy()
-            .into_owned(),
-    );
-    let prefix = dir.join("prefix");
+    let profile = profile_dir.file_name().expect("profile").to_string_lossy();
+    let target = profile_dir.parent().expect("target dir");
+    install_from(target, &profile, &dir.join("prefix"))
+}
+
+/// Runs install.sh from `target/profile/` into `prefix`.
+fn install_from(target: &Path, profile: &str, prefix: &Path) -> PathBuf {
     let out = Command::new(common::crate_dir().join("install.sh"))
         .arg("--prefix")
-        .arg(&prefix)
-        .args(["--profile", &profile, "--target-dir"])
+        .arg(prefix)
+        .args(["--profile", profile, "--target-dir"])
         .arg(target)
         .output()
         .expect("run install.sh");
@@ -42,7 +40,7 @@ fn install(dir: &TempDir) -> PathBuf {
         "install.sh: {}",
         String::from_utf8_lossy(&out.stderr)
     );
-    prefix
+    prefix.to_path_buf()
 }
 
 /// `pkg-config ARGS` against the prefix's pkgconfig folder alone, split
@@ -161,6 +159,33 @@ fn dynamic(file: &Path, kind: &str) -> Option<Vec<String>> {
             .filter(|l| l.split_whitespace().nth(1) == Some(tag.as_str()))
             .filter_map(|l| Some(l.split_once('[')?.1.split_once(']')?.0.to_owned()))
             .collect(),
+    )
+}
+
+/// The debug-information sections of `file` (an object, a library, every
+/// member of an archive), from `readelf -S`: `.debug_*` but for
+/// `.debug_gdb_scripts`, which is loaded (flag A), 34 bytes telling gdb
+/// where Rust's pretty-printers are, and not debug information.
+fn debug_sections(file: &Path) -> Option<usize> {
+    let out = match Command::new("readelf")
+        .args(["-S", "-W"])
+        .arg(file)
+        .output()
+    {
+        Ok(o) => o,
+        Err(e) => {
+            skip("install", &format!("no readelf (binutils): {e}"));
+            return None;
+        }
+    };
+    assert!(out.status.success(), "readelf -S {}", file.display());
+    Some(
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter_map(|l| l.split_once(']').map(|(_, rest)| rest))
+            .filter_map(|rest| rest.split_whitespace().next())
+            .filter(|name| name.starts_with(".debug_") && *name != ".debug_gdb_scripts")
+            .count(),
     )
 }
 
@@ -319,4 +344,56 @@ fn installed_library_builds_with_cmake_find_package() {
     ] {
         program.run(&dir, &build.join(exe), shared);
     }
+}
+
+#[test]
+fn a_release_install_carries_no_debug_information() {
+    let _dog = Watchdog::new(
+        "a_release_install_carries_no_debug_information",
+        Duration::from_secs(120),
+    );
+    // This run's libraries (a debug build: debug information aplenty) as
+    // both the release and the debug ones of another target folder.
+    let lib = common::static_lib();
+    let built = lib.parent().expect("profile dir");
+    let dir = TempDir::new("capi-install-strip");
+    let target = dir.join("target");
+    let real = format!("libnodeipc.so.{}", env!("CARGO_PKG_VERSION"));
+    let files = [("libnodeipc.a", "libnodeipc.a"), ("libnodeipc.so", &real)];
+    for profile in ["release", "debug"] {
+        std::fs::create_dir_all(target.join(profile)).unwrap();
+        for (file, _) in files {
+            std::os::unix::fs::symlink(built.join(file), target.join(profile).join(file)).unwrap();
+        }
+    }
+    let Some(before) = debug_sections(&lib) else {
+        return;
+    };
+    assert!(before > 0, "{} has no debug information", lib.display());
+
+    let release = install_from(&target, "release", &dir.join("release"));
+    let debug = install_from(&target, "debug", &dir.join("debug"));
+    for (file, installed) in files {
+        let stripped = release.join("lib").join(installed);
+        assert_eq!(debug_sections(&stripped), Some(0), "{}", stripped.display());
+        // A debug install keeps it all; what was built stays as it was.
+        let kept = debug.join("lib").join(installed);
+        assert!(debug_sections(&kept) > Some(0), "{}", kept.display());
+        assert!(debug_sections(&built.join(file)) > Some(0), "{file}");
+        let size = |p: &Path| std::fs::metadata(p).unwrap().len();
+        eprintln!(
+            "{file}: {} bytes built (debug), {} installed stripped",
+            size(&built.join(file)),
+            size(&stripped)
+        );
+    }
+
+    // The stripped archive still links, and the program runs.
+    let Some(flags) = pkg_config(&release, &["--cflags", "--libs", "nodeipc-static"]) else {
+        return;
+    };
+    let Some(exe) = build(&dir, Program::C, "hello-stripped", &flags) else {
+        return;
+    };
+    Program::C.run(&dir, &exe, false);
 }
