@@ -12,8 +12,10 @@ use std::time::Duration;
 use nodeipc_testkit::{TempDir, Watchdog, shm_leftovers, spawn_child};
 
 /// Runs `tests/c/<source>` as the two ranks of `nodeipc launch --nproc 2`;
-/// both must print that they gathered `<tag> rank 0|<tag> rank 1` in the
-/// same group, a name starting with '/', and leave nothing of it behind.
+/// both must print that they gathered `<tag> rank 0 pid P0|<tag> rank 1
+/// pid P1` (P0 and P1 the pids the two ranks print for themselves, two
+/// processes) in the same group, a name starting with '/', and leave
+/// nothing of it behind.
 fn two_ranks_under_launch(source: &str, tag: &str) {
     let dir = TempDir::new("capi-launched");
     let Some(program) = common::compile(source, &dir) else {
@@ -32,24 +34,29 @@ fn two_ranks_under_launch(source: &str, tag: &str) {
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{}\n{stdout}\n{stderr}", out.status);
-    let gathered = format!(" gathered: {tag} rank 0|{tag} rank 1");
-    let mut groups = Vec::new();
-    for rank in 0..2 {
-        let line = stdout
-            .lines()
-            .find(|l| l.starts_with(&format!("rank {rank} in ")))
-            .unwrap_or_else(|| panic!("rank {rank} said nothing:\n{stdout}\n{stderr}"));
-        let (group, rest) = line[format!("rank {rank} in ").len()..]
-            .split_once(' ')
-            .unwrap();
-        assert_eq!(format!(" {rest}"), gathered, "rank {rank}");
-        groups.push(group.to_owned());
-    }
-    assert!(
-        groups[0] == groups[1] && groups[0].starts_with("/nodeipc-"),
-        "{groups:?}"
+    // Each rank's (pid, group, gathering).
+    let said: Vec<(String, String, String)> = (0..2)
+        .map(|rank| {
+            let line = stdout
+                .lines()
+                .find_map(|l| l.strip_prefix(&format!("rank {rank} pid ")))
+                .unwrap_or_else(|| panic!("rank {rank} said nothing:\n{stdout}\n{stderr}"));
+            let (pid, rest) = line.split_once(" in ").expect("rank R pid P in G");
+            let (group, gathered) = rest.split_once(" gathered: ").expect("gathered");
+            (pid.to_owned(), group.to_owned(), gathered.to_owned())
+        })
+        .collect();
+    let expected = format!(
+        "{tag} rank 0 pid {}|{tag} rank 1 pid {}",
+        said[0].0, said[1].0
     );
-    assert!(shm_leftovers(&groups[0]).is_empty());
+    assert_ne!(said[0].0, said[1].0, "one process, two ranks?");
+    for (rank, (_, group, gathered)) in said.iter().enumerate() {
+        assert_eq!(gathered, &expected, "rank {rank}");
+        assert_eq!(group, &said[0].1, "rank {rank}");
+    }
+    assert!(said[0].1.starts_with("/nodeipc-"), "{said:?}");
+    assert!(shm_leftovers(&said[0].1).is_empty());
 }
 
 #[test]

@@ -1,10 +1,13 @@
 // A ThunderKittens-style rank for `nodeipc launch`: KittensBroker as such a
 // program constructs it (local rank and world size from the launcher,
 // torchrun's LOCAL_RANK and LOCAL_WORLD_SIZE; the group from NODEIPC_GROUP,
-// taken verbatim), then exchange_data of "<tag> rank <r>" (16 bytes; the
-// tag is argv[1], default "c++"). Prints "rank <r> in <group> gathered:
-// <each rank's>|...". Run by tests/launched.rs, and by the Python tests
-// beside Python and Rust ranks of one group.
+// taken verbatim), then exchange_data of "<tag> rank <r> pid <pid>" (32
+// bytes, NUL-padded; the tag is argv[1], default "c++"). Prints "rank <r>
+// pid <pid> in <group> gathered: <each rank's>|...". Run by
+// tests/launched.rs, and by the Python tests beside ranks in other
+// languages.
+#include <unistd.h>
+
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -30,13 +33,14 @@ int main(int argc, char** argv) {
     if (group == nullptr) return std::fprintf(stderr, "NODEIPC_GROUP is not set\n"), 2;
     try {
         kittens::KittensBroker broker(rank, world);
-        constexpr size_t slot = 16;
+        constexpr size_t slot = 32;
+        const std::string pid = std::to_string(getpid());
         char mine[slot] = {0};
-        std::snprintf(mine, sizeof mine, "%s rank %d", tag.c_str(), rank);
+        (tag + " rank " + std::to_string(rank) + " pid " + pid).copy(mine, slot - 1);
         std::vector<char> all(slot * static_cast<size_t>(world));
         broker.exchange_data(all.data(), mine, slot);
-        broker.sync();
-        std::string line = "rank " + std::to_string(rank) + " in " + group + " gathered: ";
+        std::string line =
+            "rank " + std::to_string(rank) + " pid " + pid + " in " + group + " gathered: ";
         for (int r = 0; r < world; r++) {
             const char* theirs = all.data() + slot * static_cast<size_t>(r);
             line += (r ? "|" : "") + std::string(theirs, strnlen(theirs, slot));
