@@ -397,3 +397,146 @@ fn a_release_install_carries_no_debug_information() {
     };
     Program::C.run(&dir, &exe, false);
 }
+
+/// Runs the README's example `exe` (built from `examples/<file>`) with no
+/// `LD_LIBRARY_PATH`: it must succeed and print what the README says.
+/// `shared`: whether it was linked against libnodeipc.so (and must need it
+/// by its SONAME) or statically (and must not need it).
+fn readme_example_runs(file: &str, exe: &Path, shared: bool) {
+    let Some(needed) = dynamic(exe, "NEEDED") else {
+        return;
+    };
+    let linked = needed.iter().any(|n| n.starts_with("libnodeipc"));
+    assert_eq!(linked, shared, "{}: {needed:?}", exe.display());
+    let mut command = Command::new(exe);
+    command
+        .env_remove("LD_LIBRARY_PATH")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let out = spawn_child(&mut command).output_timeout(Duration::from_secs(60));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{file}: {}\n{stdout}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for line in common::example_says(file) {
+        assert!(stdout.contains(line), "{file}: no {line:?} in\n{stdout}");
+    }
+    if file == "channel.cpp" {
+        assert!(
+            stdout.contains(": worker 2 (pid ") && stdout.trim_end().ends_with(") died"),
+            "{stdout}"
+        );
+    }
+}
+
+#[test]
+fn the_readmes_examples_build_from_an_install_with_cmake() {
+    let _dog = Watchdog::new(
+        "the_readmes_examples_build_from_an_install_with_cmake",
+        Duration::from_secs(300),
+    );
+    let dir = TempDir::new("capi-readme-cmake");
+    let prefix = install(&dir);
+    // As the README says: cmake -S capi/examples -B build
+    // -DCMAKE_PREFIX_PATH=<prefix>; cmake --build build.
+    let build = dir.join("build");
+    let mut configure = Command::new("cmake");
+    configure
+        .arg("-S")
+        .arg(common::crate_dir().join("examples"))
+        .arg("-B")
+        .arg(&build)
+        .arg(format!("-DCMAKE_PREFIX_PATH={}", prefix.display()));
+    if !common::run_compiler(&mut configure, "examples/CMakeLists.txt (configure)") {
+        return;
+    }
+    let mut compile = Command::new("cmake");
+    compile.arg("--build").arg(&build).args(["--parallel", "2"]);
+    assert!(common::run_compiler(
+        &mut compile,
+        "examples/CMakeLists.txt (build)"
+    ));
+    readme_example_runs("group.c", &build.join("group"), false);
+    readme_example_runs("kittens.cpp", &build.join("kittens"), true);
+    readme_example_runs("channel.cpp", &build.join("channel"), false);
+}
+
+#[test]
+fn the_readmes_examples_build_from_an_install_with_pkg_config() {
+    let _dog = Watchdog::new(
+        "the_readmes_examples_build_from_an_install_with_pkg_config",
+        Duration::from_secs(300),
+    );
+    let dir = TempDir::new("capi-readme-pkg-config");
+    let prefix = install(&dir);
+    let examples = common::crate_dir().join("examples");
+    // As the README says: PKG_CONFIG_PATH=<prefix>/lib/pkgconfig, beside
+    // the system's .pc files (protobuf's).
+    let flags = |packages: &[&str]| -> Option<Vec<String>> {
+        let out = Command::new("pkg-config")
+            .args(["--cflags", "--libs"])
+            .args(packages)
+            .env("PKG_CONFIG_PATH", prefix.join("lib/pkgconfig"))
+            .env_remove("PKG_CONFIG_LIBDIR")
+            .output();
+        match out {
+            Ok(o) => {
+                assert!(
+                    o.status.success(),
+                    "pkg-config {packages:?}: {}",
+                    String::from_utf8_lossy(&o.stderr)
+                );
+                Some(
+                    String::from_utf8_lossy(&o.stdout)
+                        .split_whitespace()
+                        .map(str::to_owned)
+                        .collect(),
+                )
+            }
+            Err(e) => {
+                skip("readme_pkg_config", &format!("no pkg-config: {e}"));
+                None
+            }
+        }
+    };
+    let Some(archive) = flags(&["nodeipc-static"]) else {
+        return;
+    };
+    let shared = flags(&["nodeipc"]).expect("ran above");
+    let with_protobuf = flags(&["nodeipc", "protobuf"]).expect("ran above");
+    let mut protoc = Command::new("protoc");
+    protoc
+        .arg(format!("--proto_path={}", examples.display()))
+        .arg(format!("--cpp_out={}", dir.path().display()))
+        .arg(examples.join("model.proto"));
+    if !common::run_compiler(&mut protoc, "examples/model.proto") {
+        return;
+    }
+    for (file, extra, flags, shared) in [
+        ("group.c", None, &archive, false),
+        ("kittens.cpp", None, &shared, true),
+        (
+            "channel.cpp",
+            Some(dir.join("model.pb.cc")),
+            &with_protobuf,
+            true,
+        ),
+    ] {
+        let (compiler, std) = common::compiler_for(file);
+        let exe = dir.join(&file.replace('.', "_"));
+        let mut command = Command::new(compiler);
+        command
+            .args([std, "-Wall", "-Wextra", "-Werror", "-I"])
+            .arg(dir.path())
+            .arg(examples.join(file))
+            .args(extra)
+            .arg("-o")
+            .arg(&exe)
+            .args(flags);
+        assert!(common::run_compiler(&mut command, file));
+        readme_example_runs(file, &exe, shared);
+    }
+}

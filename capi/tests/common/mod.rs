@@ -181,3 +181,26 @@ pub(crate) fn run_compiler(command: &mut Command, what: &str) -> bool {
         }
     }
 }
+
+/// What each of the README's examples (`examples/<file>`) prints when it
+/// runs, line by line (`channel.cpp`'s last line names pids: its start).
+pub(crate) fn example_says(file: &str) -> &'static [&'static str] {
+    match file {
+        "group.c" => &[
+            "rank 0: gathered \"rank 0\" \"rank 1\", region says \"shared\"",
+            "rank 1: gathered \"rank 0\" \"rank 1\", region says \"shared\"",
+        ],
+        "kittens.cpp" => &[
+            "rank 0: exchanged 100 101, fd says \"from rank 0\"",
+            "rank 1: exchanged 100 101, fd says \"from rank 0\"",
+        ],
+        "channel.cpp" => &[
+            "init: 3 workers loaded tiny",
+            "forward: 1 2 3 -> worker 0: 1 2 3",
+            "forward: 1 -2 -> worker 1 failed: worker 1 refuses input -2",
+            "worker 2 killed: NODEIPC_ERR_PEER_DIED: nodeipc_coordinator_recv_aggregated: \
+             channel /nodeipc-example-channel-",
+        ],
+        _ => panic!("no example {file}"),
+    }
+}
