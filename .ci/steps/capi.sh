@@ -10,7 +10,7 @@ cd "$(dirname "$0")/../.."
 started=$(date +%s)
 step() { printf '\n== capi: %s (%ss)\n' "$1" "$(( $(date +%s) - started ))"; }
 
-step "compilers, pkg-config, cmake, and protobuf for the C++ execute worker"
+step "compilers, pkg-config, cmake, and protobuf (the C++ execute worker, the README's channel example)"
 missing=()
 command -v cc >/dev/null 2>&1 || missing+=(gcc)
 command -v g++ >/dev/null 2>&1 || missing+=(g++)
