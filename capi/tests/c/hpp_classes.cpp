@@ -1,6 +1,7 @@
 // nodeipc.hpp's RAII classes: Region, Semaphore and Error, their moves and
 // their exceptions; Coordinator::recv_aggregated's choice, and an exception
-// from its callable rethrown. Run by tests/cpp_classes.rs as `hpp_classes PREFIX`;
+// from its callable rethrown; KittensBroker refusing a group name without
+// its '/'. Run by tests/cpp_classes.rs as `hpp_classes PREFIX`;
 // MonitorClient is driven by monitor_client.cpp.
 #include <sys/mman.h>
 #include <unistd.h>
@@ -17,6 +18,7 @@
 #include <vector>
 
 #include "nodeipc.hpp"
+#include "nodeipc/kittens_broker.hpp"
 
 using namespace std::chrono_literals;
 
@@ -229,6 +231,25 @@ int main(int argc, char** argv) {
         kept = c.recv_aggregated([](const Responses&) { return size_t{0}; }, 10s);
         CHECK(kept.rank == 0 && std::string(kept.bytes.begin(), kept.bytes.end()) == "zero");
         for (nodeipc_worker* w : workers) nodeipc_worker_free(w);
+    }
+
+    // KittensBroker takes NODEIPC_GROUP (or its own group argument) as it
+    // is, so a name without the leading '/' is refused, never mended.
+    {
+        const std::string no_slash = prefix.substr(1) + "-kittens";
+        auto refused = [&](auto make) {
+            try {
+                make();
+            } catch (const nodeipc::Error& e) {
+                return e.code() == NODEIPC_ERR_INVALID_ARGUMENT &&
+                       std::string(e.what()).find("must start with '/'") != std::string::npos;
+            }
+            return false;
+        };
+        CHECK(refused([&] { kittens::KittensBroker(0, 1, no_slash); }));
+        setenv("NODEIPC_GROUP", no_slash.c_str(), 1);
+        CHECK(refused([&] { kittens::KittensBroker(0, 1); }));
+        unsetenv("NODEIPC_GROUP");
     }
 
     std::printf("%d of %d checks failed\n", failed, checks);
