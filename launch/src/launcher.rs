@@ -83,6 +83,13 @@ pub fn launch_with(
         reap::become_subreaper().map_err(|e| Error::io("prctl(PR_SET_CHILD_SUBREAPER)", e))?;
     }
     let run_dir = run_dir(options)?;
+    // A second set of the node's checks, run before each round (the
+    // monitors' own run while ranks are registered). What cannot run was
+    // reported once, below.
+    let mut preflight = Vec::new();
+    for local in 0..options.nproc {
+        preflight.push(health::checks_for(options, local, &mut Events::discard())?);
+    }
     let mut monitors = Vec::new();
     for local in 0..options.nproc {
         let socket = run_dir.path().join(format!("rank{local}.sock"));
@@ -110,7 +117,7 @@ pub fn launch_with(
         backend,
         registered_before: vec![false; options.nproc as usize],
     };
-    let (exit_code, summary, restarts) = rounds(&mut ctx)?;
+    let (exit_code, summary, restarts) = rounds(&mut ctx, &mut preflight)?;
     ctx.events.emit(Event::Finished {
         exit_code,
         summary: summary.clone(),
@@ -129,7 +136,10 @@ pub fn launch_with(
 }
 
 /// The rounds; (exit code, summary, restarts done).
-fn rounds(ctx: &mut Ctx<'_>) -> Result<(i32, String, u32)> {
+fn rounds(
+    ctx: &mut Ctx<'_>,
+    preflight: &mut [Vec<Box<dyn HealthCheck>>],
+) -> Result<(i32, String, u32)> {
     let options = ctx.options;
     let launch_started = Instant::now();
     let mut restart = 0;
@@ -145,6 +155,12 @@ fn rounds(ctx: &mut Ctx<'_>) -> Result<(i32, String, u32)> {
             Begin::Wait | Begin::Notice(_) => unreachable!("begin() waits"),
         };
         restart = plan.restart;
+        // A node that fails its checks starts no rank, and says why.
+        if let Err(why) = health::before_round(preflight)? {
+            let summary = format!("this node is unhealthy, round {restart} not started: {why}");
+            let _ = ctx.backend.end_round(restart, &RoundResult::Failed(why));
+            return Ok((1, summary, restart));
+        }
         if logs.is_none() {
             let made = Logs::create(&options.output, &plan.run_id)?;
             if let Some(path) = made.path() {
