@@ -243,7 +243,11 @@ fn an_nvrx_yaml_file_loads_with_the_options_over_it() {
     );
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     let err = text(&out.stderr);
-    assert_eq!(err.matches("warning: ft.yaml: fault_tolerance.").count(), 1, "{err}");
+    assert_eq!(
+        err.matches("warning: ft.yaml: fault_tolerance.").count(),
+        1,
+        "{err}"
+    );
     assert!(
         err.contains("fault_tolerance.log_level: accepted, no effect"),
         "{err}"
