@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use clap::Args;
 use nodeipc_launch::{
-    FT_SETTINGS, FtSetting, FtValue, HealthOptions, LaunchOptions, OutputOptions, ProgressOptions,
+    FT_SETTINGS, FtValue, HealthOptions, LaunchOptions, OutputOptions, ProgressOptions,
     RdzvOptions, Rendezvous, StreamChoice,
 };
 use nodeipc_monitor::MonitorConfig;
@@ -60,11 +60,11 @@ pub(crate) struct LaunchArgs {
     /// by the launcher (MASTER_ADDR and MASTER_PORT), watched without
     /// polling (--monitor-interval), or has no meaning here.
     #[command(flatten)]
-    torchrun: TorchrunWarned,
+    torchrun: TableOptions<Torchrun>,
     /// nvidia-resiliency-ext's `--ft-*` options (see the launcher's README
     /// for which are implemented, accepted with a warning, or refused).
     #[command(flatten)]
-    ft: FtOptions,
+    ft: TableOptions<Nvrx>,
     /// Restart rounds allowed after the first (for the whole job: rounds
     /// caused only by a change of nodes are not counted).
     #[arg(
@@ -214,216 +214,189 @@ pub(crate) struct LaunchArgs {
     after_dashes: bool,
 }
 
-/// torchrun options that set what the launcher chooses itself, or that have
-/// no meaning for it: accepted, each with a one-line warning.
-#[derive(Args)]
-pub(crate) struct TorchrunWarned {
-    #[arg(
-        long,
-        value_name = "ADDR",
-        alias = "master_addr",
-        env = "PET_MASTER_ADDR",
-        hide = true
-    )]
-    master_addr: Option<String>,
-    #[arg(
-        long,
-        value_name = "PORT",
-        alias = "master_port",
-        env = "PET_MASTER_PORT",
-        hide = true
-    )]
-    master_port: Option<String>,
-    #[arg(
-        long,
-        value_name = "SECS",
-        alias = "monitor_interval",
-        env = "PET_MONITOR_INTERVAL",
-        hide = true
-    )]
-    monitor_interval: Option<String>,
-    #[arg(
-        long,
-        value_name = "METHOD",
-        alias = "start_method",
-        env = "PET_START_METHOD",
-        hide = true
-    )]
-    start_method: Option<String>,
-    #[arg(long, value_name = "ROLE", env = "PET_ROLE", hide = true)]
-    role: Option<String>,
-    #[arg(
-        long,
-        value_name = "SECS",
-        alias = "term_timeout",
-        env = "PET_TERM_TIMEOUT",
-        hide = true
-    )]
-    term_timeout: Option<String>,
-    #[arg(
-        long,
-        value_name = "SIGNALS",
-        alias = "signals_to_handle",
-        env = "PET_SIGNALS_TO_HANDLE",
-        hide = true
-    )]
-    signals_to_handle: Option<String>,
-    #[arg(
-        long,
-        value_name = "NAME",
-        alias = "event_log_handler",
-        env = "PET_EVENT_LOG_HANDLER",
-        hide = true
-    )]
-    event_log_handler: Option<String>,
-    /// Refused: ranks are separate processes, never run in the launcher.
-    #[arg(long, alias = "run_path", hide = true)]
-    run_path: bool,
-    /// Refused: no torchrun log-spec plug-ins.
-    #[arg(long, value_name = "NAME", alias = "logs_specs", hide = true)]
-    logs_specs: Option<String>,
-    /// Refused: no NUMA binding.
-    #[arg(long, value_name = "KIND", alias = "numa_binding", hide = true)]
-    numa_binding: Option<String>,
+/// torchrun's options that set what the launcher chooses itself, or that
+/// have no meaning for it: `(option, takes a value, Ok(why it is only
+/// warned) or Err(why it is refused))`. Each also answers to its
+/// underscore spelling and, where torchrun reads one, `PET_<NAME>`.
+const TORCHRUN_ACCEPTED: &[(&str, bool, Result<&str, &str>)] = &[
+    (
+        "master-addr",
+        true,
+        Ok("MASTER_ADDR is 127.0.0.1 on one node, node 0's address across nodes"),
+    ),
+    (
+        "master-port",
+        true,
+        Ok("MASTER_PORT is a free port the launcher picks each round"),
+    ),
+    (
+        "monitor-interval",
+        true,
+        Ok("ranks are watched through pidfds, without polling"),
+    ),
+    (
+        "start-method",
+        true,
+        Ok("ranks are always new processes (exec)"),
+    ),
+    ("role", true, Ok("every rank has the one role")),
+    (
+        "term-timeout",
+        true,
+        Ok("--stop-timeout is the grace before SIGKILL on every stop"),
+    ),
+    (
+        "signals-to-handle",
+        true,
+        Ok("every terminating signal stops the launch in order"),
+    ),
+    (
+        "event-log-handler",
+        true,
+        Ok("events go to stderr and --json-events"),
+    ),
+    (
+        "run-path",
+        false,
+        Err("ranks are separate processes, never run inside the launcher"),
+    ),
+    (
+        "logs-specs",
+        true,
+        Err("no log-spec plug-ins: --log-dir, -r and -t are built in"),
+    ),
+    ("numa-binding", true, Err("no NUMA binding")),
+];
+
+/// The options of a table (torchrun's accepted ones, NVRx's `--ft-*`):
+/// each given one, by its table name, with its value (`None` for a flag),
+/// in command-line order (a later one wins, as with argparse).
+#[derive(Default)]
+pub(crate) struct TableOptions<T: OptionTable> {
+    given: Vec<(String, Option<String>)>,
+    table: std::marker::PhantomData<T>,
 }
 
-impl TorchrunWarned {
-    /// The warnings, or the refusal of an option that cannot be honoured.
-    fn check(&self) -> Result<Vec<String>, Failure> {
-        let refused = [
-            (
-                "--run-path",
-                self.run_path
-                    .then_some("ranks are separate processes, never run inside the launcher"),
-            ),
-            (
-                "--logs-specs",
-                self.logs_specs
-                    .as_ref()
-                    .map(|_| "no log-spec plug-ins: --log-dir, -r and -t are built in"),
-            ),
-            (
-                "--numa-binding",
-                self.numa_binding.as_ref().map(|_| "no NUMA binding"),
-            ),
-        ];
-        if let Some((flag, why)) = refused.iter().find_map(|(f, w)| w.map(|w| (f, w))) {
-            return Err(Failure::Usage(format!("{flag} is not supported: {why}")));
-        }
-        let warned = [
-            (
-                "--master-addr",
-                self.master_addr.is_some(),
-                "MASTER_ADDR is 127.0.0.1 on one node, node 0's address across nodes",
-            ),
-            (
-                "--master-port",
-                self.master_port.is_some(),
-                "MASTER_PORT is a free port the launcher picks each round",
-            ),
-            (
-                "--monitor-interval",
-                self.monitor_interval.is_some(),
-                "ranks are watched through pidfds, without polling",
-            ),
-            (
-                "--start-method",
-                self.start_method.is_some(),
-                "ranks are always new processes (exec)",
-            ),
-            ("--role", self.role.is_some(), "every rank has the one role"),
-            (
-                "--term-timeout",
-                self.term_timeout.is_some(),
-                "--stop-timeout is the grace before SIGKILL on every stop",
-            ),
-            (
-                "--signals-to-handle",
-                self.signals_to_handle.is_some(),
-                "every terminating signal stops the launch in order",
-            ),
-            (
-                "--event-log-handler",
-                self.event_log_handler.is_some(),
-                "events go to stderr and --json-events",
-            ),
-        ];
-        Ok(warned
+/// One option of a table, taken by name.
+pub(crate) struct TableOption {
+    name: String,
+    long: String,
+    aliases: Vec<String>,
+    takes_value: bool,
+    env: Option<String>,
+}
+
+/// A table of options taken by name.
+pub(crate) trait OptionTable {
+    fn options() -> Vec<TableOption>;
+}
+
+/// torchrun's accepted options.
+#[derive(Default)]
+pub(crate) struct Torchrun;
+
+impl OptionTable for Torchrun {
+    fn options() -> Vec<TableOption> {
+        TORCHRUN_ACCEPTED
             .iter()
-            .filter(|(_, given, _)| *given)
-            .map(|(flag, _, why)| format!("{flag}: accepted, no effect: {why}"))
-            .collect())
+            .map(|(name, takes_value, _)| TableOption {
+                name: (*name).to_owned(),
+                long: (*name).to_owned(),
+                aliases: vec![name.replace('-', "_")],
+                takes_value: *takes_value,
+                env: takes_value.then(|| format!("PET_{}", name.replace('-', "_").to_uppercase())),
+            })
+            .collect()
     }
 }
 
-/// nvidia-resiliency-ext's `--ft-*` options, from `nodeipc_launch`'s table:
-/// every spelling NVRx accepts, each value kept as given (the launcher
-/// reads it as NVRx does).
+/// nvidia-resiliency-ext's `--ft-*` options, from `nodeipc_launch`'s table
+/// (`--ft-cfg-path` is `--nvrx-config`'s alias).
 #[derive(Default)]
-pub(crate) struct FtOptions {
-    given: Vec<(String, Option<String>)>,
+pub(crate) struct Nvrx;
+
+impl OptionTable for Nvrx {
+    fn options() -> Vec<TableOption> {
+        FT_SETTINGS
+            .iter()
+            .filter(|s| s.option != Some("cfg-path"))
+            .filter_map(|s| {
+                Some(TableOption {
+                    name: s.option?.to_owned(),
+                    long: s.long()?,
+                    aliases: s.aliases(),
+                    takes_value: s.value != FtValue::Flag,
+                    env: None,
+                })
+            })
+            .collect()
+    }
 }
 
-fn ft_id(setting: &FtSetting) -> Option<String> {
-    setting.option.map(|o| format!("ft:{o}"))
+impl<T: OptionTable> TableOptions<T> {
+    fn id(name: &str) -> String {
+        format!("table:{name}")
+    }
 }
 
-impl clap::FromArgMatches for FtOptions {
+impl<T: OptionTable> clap::FromArgMatches for TableOptions<T> {
     fn from_arg_matches(matches: &clap::ArgMatches) -> Result<Self, clap::Error> {
-        let mut options = FtOptions::default();
+        let mut options = TableOptions {
+            given: Vec::new(),
+            table: std::marker::PhantomData,
+        };
         options.update_from_arg_matches(matches)?;
         Ok(options)
     }
 
     fn update_from_arg_matches(&mut self, matches: &clap::ArgMatches) -> Result<(), clap::Error> {
         let mut given = Vec::new();
-        for setting in FT_SETTINGS {
-            let (Some(id), Some(option)) = (ft_id(setting), setting.option) else {
-                continue;
-            };
-            if option == "cfg-path" {
-                continue;
-            }
-            if setting.value == FtValue::Flag {
+        for TableOption {
+            name, takes_value, ..
+        } in T::options()
+        {
+            let id = Self::id(&name);
+            if !takes_value {
                 if matches.get_flag(&id) {
-                    let index = matches.index_of(&id).unwrap_or(0);
-                    given.push((index, option.to_owned(), None));
+                    given.push((matches.index_of(&id).unwrap_or(0), name, None));
                 }
             } else if let Some(values) = matches.get_many::<String>(&id) {
                 let indices = matches.indices_of(&id).into_iter().flatten();
                 for (value, index) in values.zip(indices) {
-                    given.push((index, option.to_owned(), Some(value.clone())));
+                    given.push((index, name.clone(), Some(value.clone())));
                 }
             }
         }
-        // In command-line order: a later option wins, as with argparse.
         given.sort_by_key(|(index, ..)| *index);
         self.given = given.into_iter().map(|(_, o, v)| (o, v)).collect();
         Ok(())
     }
 }
 
-impl clap::Args for FtOptions {
+impl<T: OptionTable> clap::Args for TableOptions<T> {
     fn augment_args(mut command: clap::Command) -> clap::Command {
-        for setting in FT_SETTINGS {
-            let (Some(id), Some(long)) = (ft_id(setting), setting.long()) else {
-                continue;
-            };
-            if setting.option == Some("cfg-path") {
-                // --nvrx-config's alias.
-                continue;
-            }
-            let mut arg = clap::Arg::new(id).long(long).hide(true);
-            for alias in setting.aliases() {
+        for TableOption {
+            name,
+            long,
+            aliases,
+            takes_value,
+            env,
+        } in T::options()
+        {
+            let mut arg = clap::Arg::new(Self::id(&name)).long(long).hide(true);
+            for alias in aliases {
                 arg = arg.alias(alias);
             }
-            arg = match setting.value {
-                FtValue::Flag => arg.action(clap::ArgAction::SetTrue),
-                _ => arg
-                    .action(clap::ArgAction::Append)
+            if let Some(env) = env {
+                arg = arg.env(env);
+            }
+            arg = if takes_value {
+                arg.action(clap::ArgAction::Append)
                     .num_args(1)
                     .allow_hyphen_values(true)
-                    .value_name("VALUE"),
+                    .value_name("VALUE")
+            } else {
+                arg.action(clap::ArgAction::SetTrue)
             };
             command = command.arg(arg);
         }
@@ -431,7 +404,27 @@ impl clap::Args for FtOptions {
     }
 
     fn augment_args_for_update(command: clap::Command) -> clap::Command {
-        FtOptions::augment_args(command)
+        Self::augment_args(command)
+    }
+}
+
+impl TableOptions<Torchrun> {
+    /// The warnings, or the refusal of an option that cannot be honoured.
+    fn check(&self) -> Result<Vec<String>, Failure> {
+        let mut warnings = Vec::new();
+        for (name, _) in &self.given {
+            match TORCHRUN_ACCEPTED.iter().find(|(n, ..)| n == name) {
+                Some((_, _, Err(why))) => {
+                    return Err(Failure::Usage(format!("--{name} is not supported: {why}")));
+                }
+                Some((_, _, Ok(why))) => {
+                    warnings.push(format!("--{name}: accepted, no effect: {why}"));
+                }
+                None => {}
+            }
+        }
+        warnings.dedup();
+        Ok(warnings)
     }
 }
 
