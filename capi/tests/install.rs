@@ -43,15 +43,29 @@ fn install_from(target: &Path, profile: &str, prefix: &Path) -> PathBuf {
     prefix.to_path_buf()
 }
 
-/// `pkg-config ARGS` against the prefix's pkgconfig folder alone, split
-/// into arguments; `None` (a failure under CI) without pkg-config.
-fn pkg_config(prefix: &Path, args: &[&str]) -> Option<Vec<String>> {
-    let out = Command::new("pkg-config")
-        .args(args)
-        .env("PKG_CONFIG_LIBDIR", prefix.join("lib/pkgconfig"))
-        .env_remove("PKG_CONFIG_PATH")
-        .output();
-    match out {
+/// Where pkg-config looks besides nothing: the prefix's folder alone, or
+/// the prefix's beside the system's (for a package the system holds).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Search {
+    PrefixOnly,
+    PrefixAndSystem,
+}
+
+/// `pkg-config ARGS` against the prefix's pkgconfig folder, split into
+/// arguments; `None` (a failure under CI) without pkg-config.
+fn pkg_config_in(prefix: &Path, search: Search, args: &[&str]) -> Option<Vec<String>> {
+    let folder = prefix.join("lib/pkgconfig");
+    let mut command = Command::new("pkg-config");
+    command.args(args);
+    match search {
+        Search::PrefixOnly => command
+            .env("PKG_CONFIG_LIBDIR", folder)
+            .env_remove("PKG_CONFIG_PATH"),
+        Search::PrefixAndSystem => command
+            .env("PKG_CONFIG_PATH", folder)
+            .env_remove("PKG_CONFIG_LIBDIR"),
+    };
+    match command.output() {
         Ok(o) => {
             assert!(
                 o.status.success(),
@@ -66,13 +80,15 @@ fn pkg_config(prefix: &Path, args: &[&str]) -> Option<Vec<String>> {
             )
         }
         Err(e) => {
-            skip(
-                "installed_library_builds_with_pkg_config",
-                &format!("no pkg-config: {e}"),
-            );
+            skip("pkg-config", &format!("no pkg-config: {e}"));
             None
         }
     }
+}
+
+/// `pkg-config ARGS` against the prefix's pkgconfig folder alone.
+fn pkg_config(prefix: &Path, args: &[&str]) -> Option<Vec<String>> {
+    pkg_config_in(prefix, Search::PrefixOnly, args)
 }
 
 /// The two programs, each run in `dir` and checked by what it prints.
@@ -476,31 +492,12 @@ fn the_readmes_examples_build_from_an_install_with_pkg_config() {
     // As the README says: PKG_CONFIG_PATH=<prefix>/lib/pkgconfig, beside
     // the system's .pc files (protobuf's).
     let flags = |packages: &[&str]| -> Option<Vec<String>> {
-        let out = Command::new("pkg-config")
-            .args(["--cflags", "--libs"])
-            .args(packages)
-            .env("PKG_CONFIG_PATH", prefix.join("lib/pkgconfig"))
-            .env_remove("PKG_CONFIG_LIBDIR")
-            .output();
-        match out {
-            Ok(o) => {
-                assert!(
-                    o.status.success(),
-                    "pkg-config {packages:?}: {}",
-                    String::from_utf8_lossy(&o.stderr)
-                );
-                Some(
-                    String::from_utf8_lossy(&o.stdout)
-                        .split_whitespace()
-                        .map(str::to_owned)
-                        .collect(),
-                )
-            }
-            Err(e) => {
-                skip("readme_pkg_config", &format!("no pkg-config: {e}"));
-                None
-            }
-        }
+        let args: Vec<&str> = ["--cflags", "--libs"]
+            .iter()
+            .chain(packages)
+            .copied()
+            .collect();
+        pkg_config_in(&prefix, Search::PrefixAndSystem, &args)
     };
     let Some(archive) = flags(&["nodeipc-static"]) else {
         return;
