@@ -13,11 +13,11 @@
 //! [`digest`] the coordinator checks.
 
 use std::io;
-use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::time::{Duration, Instant};
 
 use crate::bench::glibc_sem::GlibcSemaphore;
-use nodeipc_channel::{ChannelConfig, Coordinator, SemKind, Worker};
+use nodeipc_channel::{All, Channel, Coordinator, Payload, Raw, SemKind, Worker};
 use nodeipc_proto::execute::{
     ExecuteRequest, ExecuteResponse, ExecuteType, ForwardRequest, ForwardResponse, execute_request,
     execute_response,
@@ -40,8 +40,8 @@ pub enum ChannelImpl {
     GlibcLockstep,
     /// Frames over a Unix stream socket per worker.
     UnixSocket,
-    /// nodeipc-channel moving raw bytes: `send_bytes`, `recv_in_place`,
-    /// `respond_bytes` of a digest, `recv_all_bytes`.
+    /// nodeipc-channel moving raw bytes (a `Coordinator<Raw, Raw>`): `send`
+    /// of bytes, `recv_in_place`, `respond` of a digest, `recv(All)`.
     NodeipcInPlace,
     /// `NodeipcInPlace` with both sides busy-polling before they sleep
     /// (`ChannelConfig::poll`, 50 ms), as iceoryx2's polling does.
@@ -146,7 +146,7 @@ enum Side {
     Nodeipc(Box<Coordinator>),
     /// The coordinator, the request's bytes and the digest every worker
     /// must answer.
-    NodeipcBytes(Box<Coordinator>, Vec<u8>, [u8; 8]),
+    NodeipcBytes(Box<Coordinator<Raw, Raw>>, Vec<u8>, [u8; 8]),
     Glibc {
         region: Region,
         /// Per worker: request semaphore, response semaphore.
@@ -225,32 +225,35 @@ impl ChannelSession {
                 } else {
                     frame
                 };
-                let config = ChannelConfig::new(&tag, workers)
+                let channel = Channel::anonymous(&tag)
+                    .workers(workers)
                     .sems(sems)
                     .depth(depth)
                     .request_capacity(frame.max(256))
                     .response_slot_size(256)
                     .poll(which.poll())
                     .timeout(TIMEOUT);
-                let coordinator = Coordinator::create_anonymous(config)?;
-                // Workers get the ring read-only, as the handshake gives it.
-                let request = coordinator.request_fd_read_only()?;
-                for rank in 0..workers {
-                    let response = coordinator.response_fd();
-                    let role = format!(
-                        "chan-worker {} {tag} {rank} {rounds} {} {}",
-                        which.name(),
-                        request.as_raw_fd(),
-                        response.as_raw_fd()
-                    );
-                    peers.spawn(&role, &[request.as_fd(), response], cpu)?;
-                }
-                coordinator.wait_for_workers(TIMEOUT)?;
+                let spawn = |peers: &mut Peers, request: OwnedFd, response: BorrowedFd<'_>| {
+                    for rank in 0..workers {
+                        let role = format!(
+                            "chan-worker {} {tag} {rank} {rounds} {} {}",
+                            which.name(),
+                            request.as_raw_fd(),
+                            response.as_raw_fd()
+                        );
+                        peers.spawn(&role, &[request.as_fd(), response], cpu)?;
+                    }
+                    io::Result::Ok(())
+                };
                 if which.in_place() {
+                    let coordinator = channel.raw().create()?;
+                    start_workers(&coordinator, &mut peers, spawn)?;
                     let bytes = vec![0x5a; payload];
                     let expected = digest(&bytes).to_le_bytes();
                     Side::NodeipcBytes(Box::new(coordinator), bytes, expected)
                 } else {
+                    let coordinator = channel.create()?;
+                    start_workers(&coordinator, &mut peers, spawn)?;
                     Side::Nodeipc(Box::new(coordinator))
                 }
             }
@@ -344,7 +347,7 @@ impl ChannelSession {
                     let Side::Nodeipc(coordinator) = &mut self.side else {
                         unreachable!()
                     };
-                    for response in coordinator.recv_all()? {
+                    for response in coordinator.recv(All)? {
                         if response.sequence != self.gathered {
                             return Err(io::Error::other("answers out of order"));
                         }
@@ -377,13 +380,13 @@ impl ChannelSession {
         match &mut self.side {
             Side::Nodeipc(coordinator) => {
                 coordinator.send(&self.request)?;
-                for response in coordinator.recv_all()? {
+                for response in coordinator.recv(All)? {
                     check(&response)?;
                 }
             }
             Side::NodeipcBytes(coordinator, bytes, expected) => {
-                coordinator.send_bytes(bytes)?;
-                for (rank, answer) in coordinator.recv_all_bytes()?.iter() {
+                coordinator.send(bytes)?;
+                for (rank, answer) in coordinator.recv(All)?.iter() {
                     if answer != expected.as_slice() {
                         return Err(io::Error::other(format!(
                             "worker {rank} answered a wrong digest"
@@ -449,6 +452,22 @@ impl ChannelSession {
     }
 }
 
+/// Spawns the workers of `coordinator` (with the ring read-only, as the
+/// handshake gives it) and waits until every one has joined.
+fn start_workers<Req: Payload, Resp: Payload>(
+    coordinator: &Coordinator<Req, Resp>,
+    peers: &mut Peers,
+    spawn: impl FnOnce(&mut Peers, OwnedFd, BorrowedFd<'_>) -> io::Result<()>,
+) -> io::Result<()> {
+    spawn(
+        peers,
+        coordinator.request_fd_read_only()?,
+        coordinator.response_fd(),
+    )?;
+    coordinator.wait_for_workers(TIMEOUT)?;
+    Ok(())
+}
+
 /// A `u32` length and a protobuf message at `at`, read out of the region.
 fn read_glibc_frame<M: KnownMessage>(region: &Region, at: usize, max: usize) -> io::Result<M> {
     let mut len = [0u8; 4];
@@ -489,15 +508,19 @@ pub(crate) fn peer_main(args: &[&str]) -> io::Result<()> {
             let request_fd: OwnedFd = unsafe { peer::inherited(request_arg)? };
             // SAFETY: as above.
             let response_fd: OwnedFd = unsafe { peer::inherited(response_arg)? };
-            let mut worker = Worker::from_fds(tag, rank, request_fd, response_fd, TIMEOUT)?;
-            worker.set_poll(which.poll());
             if which.in_place() {
+                let mut worker: Worker<Raw, Raw> =
+                    Worker::from_fds(tag, rank, request_fd, response_fd, TIMEOUT)?;
+                worker.set_poll(which.poll());
                 for _ in 0..rounds {
                     let request = worker.recv_in_place()?;
                     let answer = digest(request.bytes()).to_le_bytes();
-                    request.respond_bytes(&answer)?;
+                    request.respond(&answer)?;
                 }
             } else {
+                let mut worker: Worker =
+                    Worker::from_fds(tag, rank, request_fd, response_fd, TIMEOUT)?;
+                worker.set_poll(which.poll());
                 let mut request = ExecuteRequest::default();
                 for _ in 0..rounds {
                     worker.recv_into(&mut request)?;

@@ -322,8 +322,8 @@ pub fn channel(
     Ok(vec![small, in_place, large, wide])
 }
 
-/// The channel carrying raw bytes, read in place (`send_bytes`,
-/// `recv_in_place`, `respond_bytes`): the round trip with no protobuf work,
+/// The channel carrying raw bytes, read in place (a `Raw` channel's
+/// `send`, `recv_in_place`, `respond`): the round trip with no protobuf work,
 /// beside the cache-line floor it is judged by.
 fn in_place_row(options: Options) -> io::Result<Row> {
     let iters = options.ops(8_000);
