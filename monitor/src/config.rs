@@ -1,14 +1,6 @@
-//! [`MonitorConfig`] and the timeouts it carries; its JSON file form is
-//! written by hand in `write.rs` (always there: a spawned `nodeipc monitor
-//! serve` reads it) and read in `json.rs` (feature `json`); `bytes.rs` is
-//! the binary form a re-executed monitor gets in its environment.
-
-mod bytes;
-#[cfg(feature = "json")]
-mod json;
-#[cfg(feature = "json")]
-pub(crate) use json::read_config_file;
-mod write;
+//! [`MonitorConfig`] and the timeouts it carries. Its file form (JSON, and
+//! nvidia-resiliency-ext's YAML) is read and written by
+//! `nodeipc-monitor-host`.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -197,7 +189,7 @@ impl MonitorConfig {
                 )));
             }
         }
-        signal_by_number(self.termination_signal.as_raw()).map_err(Error::config)?;
+        signal_by_number(self.termination_signal.as_raw())?;
         self.health.validate()?;
         Ok(())
     }
@@ -312,24 +304,20 @@ pub(crate) fn check_section_name(name: &str) -> std::result::Result<(), Refusal>
     Ok(())
 }
 
-/// Whole milliseconds, rounded up so that a non-zero duration never reads as
-/// 0 ("no timeout"), saturating at `u64::MAX`.
-pub(crate) fn ms(d: Duration) -> u64 {
-    let whole = u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
-    if !d.subsec_nanos().is_multiple_of(1_000_000) {
-        whole.saturating_add(1)
-    } else {
-        whole
-    }
-}
+/// Whole milliseconds, rounded up ([`nodeipc_text::whole_ms`]).
+pub(crate) use nodeipc_text::whole_ms as ms;
 
 /// The name of a signal, `SIG…` ([`nodeipc_text::signal_name`]).
 pub fn signal_name(signal: Signal) -> String {
     nodeipc_text::signal_name(signal.as_raw())
 }
 
-#[cfg(feature = "json")]
-pub(crate) fn signal_by_name(name: &str) -> std::result::Result<Signal, String> {
+/// A termination signal a monitor accepts, by name: `SIGTERM` or `TERM`,
+/// in any case.
+///
+/// # Errors
+/// [`Error::Config`] listing the accepted names.
+pub fn signal_by_name(name: &str) -> Result<Signal> {
     let upper = name.to_ascii_uppercase();
     let full = if upper.starts_with("SIG") {
         upper
@@ -340,15 +328,19 @@ pub(crate) fn signal_by_name(name: &str) -> std::result::Result<Signal, String> 
         .iter()
         .find(|(n, _)| *n == full)
         .map(|(_, s)| *s)
-        .ok_or_else(|| unknown_signal(name))
+        .ok_or_else(|| Error::config(unknown_signal(name)))
 }
 
-pub(crate) fn signal_by_number(n: i32) -> std::result::Result<Signal, String> {
+/// A termination signal a monitor accepts, by number (`15`).
+///
+/// # Errors
+/// [`Error::Config`] listing the accepted names.
+pub fn signal_by_number(n: i32) -> Result<Signal> {
     TERMINATION_SIGNALS
         .iter()
         .find(|(_, s)| s.as_raw() == n)
         .map(|(_, s)| *s)
-        .ok_or_else(|| unknown_signal(&n.to_string()))
+        .ok_or_else(|| Error::config(unknown_signal(&n.to_string())))
 }
 
 fn unknown_signal(what: &str) -> String {

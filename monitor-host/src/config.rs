@@ -1,22 +1,26 @@
-//! Reading the JSON form of [`MonitorConfig`] (feature `json`): strict,
-//! every unknown field refused by name.
+//! The configuration file's form: one serde-derived schema, read and
+//! written here only. Strict when read (every unknown field refused by
+//! name), flat, durations in milliseconds, absent or `null` meaning "no
+//! timeout", the health checks in a section of their own.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use serde::Deserialize;
-
-use super::{Timeouts, signal_by_name, signal_by_number};
-use crate::limits::MAX_CONFIG_FILE;
-use crate::{
+use nodeipc_monitor::{
     DEFAULT_HEALTH_INTERVAL, Error, GpuHealth, HealthConfig, MonitorConfig, NicHealth, Result,
+    Timeouts, signal_by_name, signal_by_number, signal_name,
 };
+use nodeipc_text::whole_ms as ms;
+use serde::{Deserialize, Serialize};
 
-/// The JSON form of [`MonitorConfig`]: flat, durations in milliseconds,
-/// absent or `null` meaning "no timeout"; the health checks in a section
-/// of their own.
-#[derive(Debug, Default, Deserialize)]
+use crate::config_error;
+
+/// Largest configuration file [`MonitorConfigFile::load`] reads.
+pub const MAX_CONFIG_FILE: u64 = 1024 * 1024;
+
+/// The JSON form of [`MonitorConfig`].
+#[derive(Debug, Default, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 struct ConfigFile {
     initial_heartbeat_timeout_ms: Option<u64>,
@@ -32,19 +36,22 @@ struct ConfigFile {
     reply_timeout_ms: Option<u64>,
     restart_expected: Option<bool>,
     heartbeat_region: Option<bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     health_checks: Option<HealthFile>,
 }
 
 /// `"health_checks": { "nic": {…}, "gpu": {…} }`: a check is on when its
 /// object is there.
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 struct HealthFile {
+    #[serde(skip_serializing_if = "Option::is_none")]
     nic: Option<NicFile>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     gpu: Option<GpuFile>,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 struct NicFile {
     devices: Vec<String>,
@@ -54,7 +61,7 @@ struct NicFile {
     interval_ms: Option<u64>,
 }
 
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 struct GpuFile {
     interval_ms: Option<u64>,
@@ -62,15 +69,17 @@ struct GpuFile {
 }
 
 /// A signal by name (`"SIGTERM"`, `"TERM"`) or number (`15`).
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, Serialize)]
 #[serde(untagged)]
 enum SignalSpec {
     Number(i32),
     Name(String),
 }
 
-impl MonitorConfig {
-    /// Parses the JSON form (see the crate's README for the fields).
+/// [`MonitorConfig`]'s file form: JSON (see the crate's README for the
+/// fields) and nvidia-resiliency-ext's YAML or JSON.
+pub trait MonitorConfigFile: Sized {
+    /// Parses the JSON form.
     ///
     /// # Errors
     /// [`Error::Config`] naming the field, line and column.
@@ -78,7 +87,10 @@ impl MonitorConfig {
     /// # Examples
     /// ```
     /// use std::time::Duration;
-    /// let config = nodeipc_monitor::MonitorConfig::from_json(
+    /// use nodeipc_monitor::MonitorConfig;
+    /// use nodeipc_monitor_host::MonitorConfigFile;
+    ///
+    /// let config = MonitorConfig::from_json(
     ///     r#"{ "heartbeat_timeout_ms": 30000, "section_timeouts_ms": { "step": 5000 },
     ///          "termination_signal": "SIGTERM", "kill_after_ms": 2000,
     ///          "health_checks": { "gpu": { "interval_ms": 10000 } } }"#,
@@ -88,38 +100,105 @@ impl MonitorConfig {
     /// assert_eq!(config.health.gpu.unwrap().interval, Duration::from_secs(10));
     /// # Ok::<(), nodeipc_monitor::Error>(())
     /// ```
-    pub fn from_json(text: &str) -> Result<MonitorConfig> {
-        let file: ConfigFile =
-            serde_json::from_str(text).map_err(|e| Error::config(e.to_string()))?;
-        file.into_config()
-    }
+    fn from_json(text: &str) -> Result<Self>;
+
+    /// The JSON form, every field written (`null` for "no timeout"), which
+    /// [`from_json`](MonitorConfigFile::from_json) reads back.
+    fn to_json(&self) -> String;
 
     /// Reads and parses a JSON configuration file, trusting it only as far
     /// as `ssh` trusts its own: it must be a regular file (a FIFO or a
     /// device is refused without blocking, a symlink is not followed) owned
     /// by our effective uid, not writable by group or others, and at most
-    /// [`MAX_CONFIG_FILE`](crate::MAX_CONFIG_FILE) bytes. Whoever can write
-    /// the file decides when the rank is killed.
+    /// [`MAX_CONFIG_FILE`] bytes. Whoever can write the file decides when
+    /// the rank is killed.
     ///
     /// # Errors
     /// [`Error::File`] naming the path and what was found there (its type,
     /// owner and mode, or its size), with the errno kept;
     /// [`Error::ConfigFile`] naming the file and what does not parse.
-    pub fn load(path: impl AsRef<Path>) -> Result<MonitorConfig> {
+    fn load(path: impl AsRef<Path>) -> Result<Self>;
+
+    /// Parses a nvidia-resiliency-ext configuration: the `fault_tolerance`
+    /// block when there is one (else the top level), their names
+    /// (`initial_rank_heartbeat_timeout`, `rank_heartbeat_timeout`,
+    /// `rank_section_timeouts`, `rank_out_of_section_timeout`,
+    /// `workload_check_interval`, `rank_termination_signal`,
+    /// `skip_section_response`, `safety_factor`; seconds, `null` for no
+    /// limit) beside ours; where both name a field, ours wins. Other keys
+    /// are ignored, each with a warning.
+    ///
+    /// # Errors
+    /// [`Error::Config`] naming the field and what is wrong with it.
+    ///
+    /// # Examples
+    /// ```
+    /// use std::time::Duration;
+    /// use nodeipc_monitor::MonitorConfig;
+    /// use nodeipc_monitor_host::MonitorConfigFile;
+    ///
+    /// let nvrx = MonitorConfig::from_nvrx(
+    ///     "fault_tolerance:\n  rank_heartbeat_timeout: 30.5\n  rank_section_timeouts:\n    step: 5\n  log_level: INFO\n",
+    /// )?;
+    /// assert_eq!(nvrx.monitor.timeouts.heartbeat, Some(Duration::from_millis(30_500)));
+    /// assert_eq!(nvrx.monitor.timeouts.sections["step"], Duration::from_secs(5));
+    /// assert_eq!(nvrx.warnings.len(), 1); // log_level
+    /// # Ok::<(), nodeipc_monitor::Error>(())
+    /// ```
+    fn from_nvrx(text: &str) -> Result<crate::NvrxConfig>;
+
+    /// Reads a nvidia-resiliency-ext configuration file (YAML, or JSON: a
+    /// file whose first non-blank character is `{`), with the same trust
+    /// rules as [`load`](MonitorConfigFile::load). See
+    /// [`from_nvrx`](MonitorConfigFile::from_nvrx).
+    ///
+    /// # Errors
+    /// As `load`; [`Error::ConfigFile`] naming the file and the field.
+    fn load_nvrx(path: impl AsRef<Path>) -> Result<crate::NvrxConfig>;
+}
+
+impl MonitorConfigFile for MonitorConfig {
+    fn from_json(text: &str) -> Result<MonitorConfig> {
+        let file: ConfigFile =
+            serde_json::from_str(text).map_err(|e| config_error(e.to_string()))?;
+        file.into_config()
+    }
+
+    fn to_json(&self) -> String {
+        serde_json::to_string_pretty(&ConfigFile::from(self))
+            .expect("a configuration always serializes")
+    }
+
+    fn load(path: impl AsRef<Path>) -> Result<MonitorConfig> {
         let path = path.as_ref();
         let text = read_config_file(path)?;
-        MonitorConfig::from_json(&text).map_err(|e| Error::ConfigFile {
+        MonitorConfig::from_json(&text).map_err(|e| in_file(path, e))
+    }
+
+    fn from_nvrx(text: &str) -> Result<crate::NvrxConfig> {
+        crate::nvrx::from_nvrx(text)
+    }
+
+    fn load_nvrx(path: impl AsRef<Path>) -> Result<crate::NvrxConfig> {
+        let path = path.as_ref();
+        let text = read_config_file(path)?;
+        crate::nvrx::from_nvrx(&text).map_err(|e| in_file(path, e))
+    }
+}
+
+/// A configuration error as one of the file at `path`.
+fn in_file(path: &Path, e: Error) -> Error {
+    match e {
+        Error::Config { reason } => Error::ConfigFile {
             path: path.to_owned(),
-            reason: match e {
-                Error::Config { reason } => reason,
-                other => other.to_string(),
-            },
-        })
+            reason,
+        },
+        other => other,
     }
 }
 
 /// A configuration file's text, with the trust rules of
-/// [`MonitorConfig::load`]: ours (or root's), not writable by group or
+/// [`MonitorConfigFile::load`]: ours (or root's), not writable by group or
 /// others, at most `MAX_CONFIG_FILE` bytes, UTF-8.
 pub(crate) fn read_config_file(path: &Path) -> Result<String> {
     let bytes = nodeipc_fs::read_capped(
@@ -141,7 +220,7 @@ pub(crate) fn read_config_file(path: &Path) -> Result<String> {
 fn interval(what: &str, value: Option<u64>) -> Result<Duration> {
     match value {
         None => Ok(DEFAULT_HEALTH_INTERVAL),
-        Some(0) => Err(Error::config(format!(
+        Some(0) => Err(config_error(format!(
             "{what} is 0: a check needs an interval of at least 1 ms"
         ))),
         Some(ms) => Ok(Duration::from_millis(ms)),
@@ -171,12 +250,54 @@ impl HealthFile {
     }
 }
 
+impl From<&HealthConfig> for HealthFile {
+    fn from(health: &HealthConfig) -> HealthFile {
+        HealthFile {
+            nic: health.nic.as_ref().map(|nic| NicFile {
+                devices: nic.devices.clone(),
+                sysfs_root: Some(nic.sysfs_root.clone()),
+                interval_ms: Some(ms(nic.interval)),
+            }),
+            gpu: health.gpu.as_ref().map(|gpu| GpuFile {
+                interval_ms: Some(ms(gpu.interval)),
+                cuda_visible_devices: gpu.cuda_visible_devices.clone(),
+            }),
+        }
+    }
+}
+
+impl From<&MonitorConfig> for ConfigFile {
+    fn from(c: &MonitorConfig) -> ConfigFile {
+        let t = &c.timeouts;
+        ConfigFile {
+            initial_heartbeat_timeout_ms: t.initial_heartbeat.map(ms),
+            heartbeat_timeout_ms: t.heartbeat.map(ms),
+            out_of_section_timeout_ms: t.out_of_section.map(ms),
+            section_timeouts_ms: t
+                .sections
+                .iter()
+                .map(|(k, v)| (k.clone(), ms(*v)))
+                .collect(),
+            check_interval_ms: Some(ms(c.check_interval)),
+            termination_signal: Some(SignalSpec::Name(signal_name(c.termination_signal))),
+            kill_after_ms: c.kill_after.map(ms),
+            skip_section_replies: Some(c.skip_section_replies),
+            connection_wait_ms: Some(ms(c.connection_wait)),
+            first_message_timeout_ms: Some(ms(c.first_message_timeout)),
+            reply_timeout_ms: Some(ms(c.reply_timeout)),
+            restart_expected: Some(c.restart_expected),
+            heartbeat_region: Some(c.heartbeat_region),
+            health_checks: (!c.health.is_empty()).then(|| HealthFile::from(&c.health)),
+        }
+    }
+}
+
 impl ConfigFile {
     fn into_config(self) -> Result<MonitorConfig> {
         let defaults = MonitorConfig::default();
         let timeout = |what: &str, value: Option<u64>| -> Result<Option<Duration>> {
             match value {
-                Some(0) => Err(Error::config(format!(
+                Some(0) => Err(config_error(format!(
                     "{what} is 0: leave it out (or null) for no limit"
                 ))),
                 other => Ok(other.map(Duration::from_millis)),
@@ -184,8 +305,8 @@ impl ConfigFile {
         };
         let termination_signal = match self.termination_signal {
             None => defaults.termination_signal,
-            Some(SignalSpec::Number(n)) => signal_by_number(n).map_err(Error::config)?,
-            Some(SignalSpec::Name(name)) => signal_by_name(&name).map_err(Error::config)?,
+            Some(SignalSpec::Number(n)) => signal_by_number(n)?,
+            Some(SignalSpec::Name(name)) => signal_by_name(&name)?,
         };
         let config = MonitorConfig {
             timeouts: Timeouts {
