@@ -106,7 +106,7 @@ pub struct MonitorConfig {
     /// server runs the checks it is given
     /// ([`MonitorServer::add_health_check`](crate::MonitorServer::add_health_check));
     /// whoever knows the rank's local rank builds them from this section
-    /// ([`HealthConfig::checks_for`]): `nodeipc launch` does.
+    /// (`nodeipc-monitor-host`'s `HealthChecks`): `nodeipc launch` does.
     pub health: HealthConfig,
 }
 
