@@ -15,10 +15,6 @@ mod procfs;
 mod refusal;
 mod server;
 mod status;
-// Public so that `tests/tracker.rs` can drive the state machine with its
-// own clock; not a supported API (it speaks the protocol's generated types
-// and may change with the server).
-#[doc(hidden)]
 pub mod tracker;
 mod wire;
 
