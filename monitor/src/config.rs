@@ -35,7 +35,8 @@ pub const MAX_CHECK_INTERVAL: Duration = Duration::from_secs(3600);
 pub const MAX_CONNECTION_DEADLINE: Duration = Duration::from_secs(3600);
 
 /// The timeouts a monitor enforces; `None` (or a section not listed) is
-/// unlimited.
+/// unlimited. As a change ([`TimeoutUpdate`], what a client sends), `None`
+/// keeps a value and `Duration::ZERO` removes it.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Timeouts {
     /// Longest time from `Init` to the first heartbeat.
@@ -48,20 +49,11 @@ pub struct Timeouts {
     pub sections: BTreeMap<String, Duration>,
 }
 
-/// A change to [`Timeouts`], as `UpdateConfig` carries it: `None` keeps the
-/// current value, `Some(Duration::ZERO)` removes the timeout, any other
-/// value replaces it. Sections not listed keep theirs.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct TimeoutUpdate {
-    /// See [`Timeouts::initial_heartbeat`].
-    pub initial_heartbeat: Option<Duration>,
-    /// See [`Timeouts::heartbeat`].
-    pub heartbeat: Option<Duration>,
-    /// See [`Timeouts::out_of_section`].
-    pub out_of_section: Option<Duration>,
-    /// The sections to change (`Duration::ZERO` removes that section's timeout).
-    pub sections: BTreeMap<String, Duration>,
-}
+/// A change to [`Timeouts`], as `UpdateConfig` carries it: the same
+/// fields, read as a change. `None` keeps the current value,
+/// `Some(Duration::ZERO)` removes the timeout, any other value replaces it;
+/// sections not listed keep theirs (`Duration::ZERO` removes a section's).
+pub type TimeoutUpdate = Timeouts;
 
 /// How a monitor watches its rank. `Default` has no timeouts at all, checks
 /// every second, terminates with `SIGKILL`, waits 5 s for a second client,
@@ -271,22 +263,6 @@ impl Timeouts {
         }
         *self = next;
         Ok(())
-    }
-}
-
-impl TimeoutUpdate {
-    /// As the protocol's `Timeouts` in an `UpdateConfig`.
-    pub(crate) fn to_proto(&self) -> pb::Timeouts {
-        pb::Timeouts {
-            initial_heartbeat_ms: self.initial_heartbeat.map(ms),
-            heartbeat_ms: self.heartbeat.map(ms),
-            out_of_section_ms: self.out_of_section.map(ms),
-            section_timeouts_ms: self
-                .sections
-                .iter()
-                .map(|(k, v)| (k.clone(), ms(*v)))
-                .collect(),
-        }
     }
 }
 
