@@ -26,7 +26,7 @@ criterion_group!(benches, heartbeats);
 
 fn main() {
     // The monitor each session spawns is this executable too.
-    nodeipc_monitor::run_if_server();
+    nodeipc_monitor_host::run_if_server();
     run_if_peer();
     benches();
     criterion::Criterion::default()

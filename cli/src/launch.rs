@@ -10,6 +10,7 @@ use nodeipc_launch::{
     RdzvOptions, Rendezvous, StreamChoice,
 };
 use nodeipc_monitor::MonitorConfig;
+use nodeipc_monitor_host::MonitorConfigFile;
 
 use crate::limits::u32_in;
 use crate::{CmdResult, Failure};
@@ -142,7 +143,7 @@ pub(crate) struct LaunchArgs {
         env = "PET_RDZV_CONF"
     )]
     rdzv_conf: Option<String>,
-    /// The monitors' configuration: our JSON (see the nodeipc-monitor README),
+    /// The monitors' configuration: our JSON (see the nodeipc-monitor-host README),
     /// its `health_checks` section included; the health flags below add to
     /// it or override it.
     #[arg(long, value_name = "FILE", conflicts_with = "nvrx_config")]

@@ -113,10 +113,10 @@ pub(crate) type CmdResult = Result<(), Failure>;
 fn main() -> ExitCode {
     // The monitor logs through the `log` facade: its lines go to stderr,
     // one per record, as `nodeipc-monitor[PID] info: …`.
-    nodeipc_monitor::StderrLogger::install();
+    nodeipc_monitor_host::StderrLogger::install();
     // Monitors (the demo's, the launcher's, `bench`'s) and benchmark peers
     // are this binary, spawned again.
-    nodeipc_monitor::run_if_server();
+    nodeipc_monitor_host::run_if_server();
     nodeipc_cli::bench::run_if_peer();
     let cli = match parse() {
         Ok(cli) => cli,

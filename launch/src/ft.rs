@@ -13,7 +13,8 @@
 use std::path::Path;
 use std::time::Duration;
 
-use nodeipc_monitor::{MonitorConfig, NvrxConfig};
+use nodeipc_monitor::MonitorConfig;
+use nodeipc_monitor_host::{MonitorConfigFile, NvrxConfig};
 use serde_json::{Map, Number, Value};
 
 use crate::progress::ProgressOptions;

@@ -4,6 +4,7 @@
 //! what cannot run here is reported, not fatal.
 
 use nodeipc_monitor::{GpuHealth, HealthCheck, HealthConfig, NicHealth, RankContext, RankInfo};
+use nodeipc_monitor_host::HealthChecks;
 
 use crate::events::{Event, Events};
 use crate::options::{HealthOptions, LaunchOptions};

@@ -12,7 +12,7 @@
 //! An executable using this module must call [`run_if_peer`] first thing in
 //! `main`: peers are that same executable, spawned again. One that measures
 //! heartbeats ([`monitor`]) spawns its monitor the same way and calls
-//! `nodeipc_monitor::run_if_server()` before it.
+//! `nodeipc_monitor_host::run_if_server()` before it.
 
 pub mod barrier;
 pub mod channel;

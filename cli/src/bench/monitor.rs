@@ -7,7 +7,8 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use nodeipc_fs::PrivateDir;
-use nodeipc_monitor::{MonitorClient, MonitorConfig, MonitorHandle, RankInfo, SpawnOptions};
+use nodeipc_monitor::{MonitorClient, MonitorConfig, RankInfo};
+use nodeipc_monitor_host::{MonitorHandle, SpawnOptions};
 
 /// How a heartbeat travels.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -59,7 +60,7 @@ fn create_file(dir: &PrivateDir, name: &str) -> io::Result<PathBuf> {
 
 impl MonitorSession {
     /// Spawns a monitor (this executable, served through
-    /// `nodeipc_monitor::run_if_server()`, which its `main` calls first) and
+    /// `nodeipc_monitor_host::run_if_server()`, which its `main` calls first) and
     /// registers this process with it.
     ///
     /// Its socket and log go in a private directory in `/tmp` (see
@@ -81,7 +82,7 @@ impl MonitorSession {
             log_file: Some(create_file(&dir, "monitor.log")?),
             ..SpawnOptions::default()
         };
-        let monitor = nodeipc_monitor::spawn_monitor_with(&config, &socket, options)
+        let monitor = nodeipc_monitor_host::spawn_monitor_with(&config, &socket, options)
             .map_err(io::Error::other)?;
         let mut client =
             MonitorClient::connect(&socket, Duration::from_secs(10)).map_err(io::Error::other)?;

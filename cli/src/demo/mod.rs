@@ -26,7 +26,8 @@ use nodeipc_barrier::{Group, GroupOptions};
 use nodeipc_channel::{
     All, Channel, ChannelServer, Coordinator, Error as ChannelError, HandshakeOptions, SemKind,
 };
-use nodeipc_monitor::{MonitorConfig, MonitorHandle, SpawnOptions, Timeouts};
+use nodeipc_monitor::{MonitorConfig, Timeouts};
+use nodeipc_monitor_host::{MonitorHandle, SpawnOptions};
 use nodeipc_proto::execute::{
     ExecuteRequest, ExecuteResponse, ExecuteType, ForwardRequest, execute_request, execute_response,
 };
@@ -197,7 +198,7 @@ fn run_until_done(args: &DemoArgs, signals: &Signals) -> CmdResult {
             ..SpawnOptions::default()
         };
         cleanup.monitors.push(
-            nodeipc_monitor::spawn_monitor_with(&monitor_config, &monitor_socket, options)
+            nodeipc_monitor_host::spawn_monitor_with(&monitor_config, &monitor_socket, options)
                 .map_err(|e| {
                     Failure::Error(format!("starting the monitor of worker {rank}: {e}"))
                 })?,

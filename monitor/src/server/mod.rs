@@ -215,7 +215,11 @@ impl MonitorServer {
         Ok(())
     }
 
-    pub(crate) fn set_signals(&mut self, signals: StopSignals) {
+    /// As [`handle_shutdown_signals`](MonitorServer::handle_shutdown_signals),
+    /// with signals the caller blocked already: a monitor process blocks
+    /// them before its sockets exist, so that none can kill it with its
+    /// socket files still in place.
+    pub fn set_shutdown_signals(&mut self, signals: StopSignals) {
         self.signals = Some(signals);
     }
 

@@ -2,7 +2,7 @@
 //! through `CUDA_VISIBLE_DEVICES`, asked through a [`GpuProbe`] (NVML on a
 //! real machine, a fake in tests).
 
-use crate::health::{HealthCheck, RankContext};
+use nodeipc_monitor::{HealthCheck, RankContext};
 
 /// A GPU as `CUDA_VISIBLE_DEVICES` names it.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -29,15 +29,7 @@ impl std::fmt::Display for GpuId {
 /// # Errors
 /// A sentence saying the list is too short for the rank, or an entry is
 /// neither an index nor a UUID.
-///
-/// # Examples
-/// ```
-/// use nodeipc_monitor::{GpuId, gpu_for_local_rank};
-/// assert_eq!(gpu_for_local_rank(1, None), Ok(GpuId::Index(1)));
-/// assert_eq!(gpu_for_local_rank(1, Some("4,6")), Ok(GpuId::Index(6)));
-/// assert!(gpu_for_local_rank(2, Some("4,6")).is_err());
-/// ```
-pub fn gpu_for_local_rank(
+pub(crate) fn gpu_for_local_rank(
     local_rank: u32,
     cuda_visible_devices: Option<&str>,
 ) -> Result<GpuId, String> {
@@ -77,14 +69,14 @@ pub trait GpuProbe: Send {
 
 /// Fails when the rank's GPU does not answer or reports an error.
 #[derive(Debug)]
-pub struct GpuCheck<P> {
+pub(crate) struct GpuCheck<P> {
     probe: P,
     gpu: GpuId,
 }
 
 impl<P: GpuProbe> GpuCheck<P> {
     /// Watches `gpu` through `probe`.
-    pub fn new(probe: P, gpu: GpuId) -> GpuCheck<P> {
+    pub(crate) fn new(probe: P, gpu: GpuId) -> GpuCheck<P> {
         GpuCheck { probe, gpu }
     }
 }
@@ -98,5 +90,32 @@ impl<P: GpuProbe> HealthCheck for GpuCheck<P> {
         self.probe
             .check(&self.gpu)
             .map_err(|why| format!("{}: {why}", self.gpu))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_rank_finds_its_gpu_through_cuda_visible_devices() {
+        assert_eq!(gpu_for_local_rank(0, None), Ok(GpuId::Index(0)));
+        assert_eq!(gpu_for_local_rank(3, None), Ok(GpuId::Index(3)));
+        assert_eq!(gpu_for_local_rank(1, Some("2, 5 ,7")), Ok(GpuId::Index(5)));
+        assert_eq!(
+            gpu_for_local_rank(0, Some("GPU-8e0a5b1c-0000-1111-2222-333344445555,1")),
+            Ok(GpuId::Uuid(
+                "GPU-8e0a5b1c-0000-1111-2222-333344445555".to_owned()
+            ))
+        );
+        let short = gpu_for_local_rank(2, Some("0,1")).unwrap_err();
+        assert!(
+            short.contains("local rank 2 has no device") && short.contains("lists 2"),
+            "{short}"
+        );
+        let bad = gpu_for_local_rank(0, Some("zero")).unwrap_err();
+        assert!(bad.contains("\"zero\""), "{bad}");
+        // An empty list hides every device.
+        assert!(gpu_for_local_rank(0, Some("")).is_err());
     }
 }

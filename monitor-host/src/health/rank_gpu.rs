@@ -4,12 +4,14 @@
 //! checked. A rank with no device in the list is reported once and not
 //! checked: "unavailable", never a failure.
 
-use crate::LOG_TARGET;
-use crate::health::{GpuId, GpuProbe, HealthCheck, RankContext, gpu_for_local_rank};
+use nodeipc_monitor::LOG_TARGET;
+use nodeipc_monitor::{HealthCheck, RankContext};
+
+use crate::health::{GpuId, GpuProbe, gpu_for_local_rank};
 
 /// Checks the GPU of whichever rank registers, through `probe`.
 #[derive(Debug)]
-pub struct RankGpuCheck<P> {
+pub(crate) struct RankGpuCheck<P> {
     probe: P,
     visible_devices: Option<String>,
     /// The last local rank seen and its device (or why it has none).
@@ -20,7 +22,7 @@ impl<P: GpuProbe> RankGpuCheck<P> {
     /// The device of each registered rank is its local rank's entry of
     /// `visible_devices` (`CUDA_VISIBLE_DEVICES`' syntax; `None`: device =
     /// local rank).
-    pub fn new(probe: P, visible_devices: Option<String>) -> RankGpuCheck<P> {
+    pub(crate) fn new(probe: P, visible_devices: Option<String>) -> RankGpuCheck<P> {
         RankGpuCheck {
             probe,
             visible_devices,

@@ -4,11 +4,11 @@
 //! refused (their format grows keys we do not use); our own JSON format
 //! stays strict.
 
-use std::path::Path;
-
 use serde_json::{Map, Value};
 
-use crate::{Error, MonitorConfig, Result};
+use nodeipc_monitor::{MonitorConfig, Result};
+
+use crate::{MonitorConfigFile, config_error};
 
 /// Their name, ours, and whether the value is seconds (ours: milliseconds).
 const ALIASES: [(&str, &str, bool); 7] = [
@@ -52,7 +52,7 @@ const OURS: [&str; 14] = [
 pub struct NvrxConfig {
     /// The monitor's configuration.
     pub monitor: MonitorConfig,
-    /// Their `safety_factor`, for a [`TimeoutEstimator`](crate::TimeoutEstimator).
+    /// Their `safety_factor`, for a [`TimeoutEstimator`](nodeipc_monitor::TimeoutEstimator).
     pub safety_factor: Option<f64>,
     /// One line per key ignored (unknown to us), naming it.
     pub warnings: Vec<String>,
@@ -61,107 +61,49 @@ pub struct NvrxConfig {
     pub others: Map<String, Value>,
 }
 
-impl MonitorConfig {
-    /// Reads a nvidia-resiliency-ext configuration file (YAML, or JSON: a
-    /// file whose first non-blank character is `{`), with the same trust
-    /// rules as [`load`](MonitorConfig::load). See [`from_nvrx`](MonitorConfig::from_nvrx).
-    ///
-    /// # Errors
-    /// As `load`; [`Error::ConfigFile`] naming the file and the field.
-    pub fn load_nvrx(path: impl AsRef<Path>) -> Result<NvrxConfig> {
-        MonitorConfig::load_nvrx_with(path.as_ref(), Map::new())
-    }
+/// [`MonitorConfigFile::from_nvrx`](crate::MonitorConfigFile::from_nvrx).
+pub(crate) fn from_nvrx(text: &str) -> Result<NvrxConfig> {
+    from_nvrx_with(Some(text), Map::new())
+}
 
-    /// As [`load_nvrx`](MonitorConfig::load_nvrx), with `overrides` put over
-    /// the file's block (see [`from_nvrx_with`](MonitorConfig::from_nvrx_with)).
-    ///
-    /// # Errors
-    /// As `load_nvrx`.
-    pub fn load_nvrx_with(path: &Path, overrides: Map<String, Value>) -> Result<NvrxConfig> {
-        let text = crate::config::read_config_file(path)?;
-        MonitorConfig::from_nvrx_with(Some(&text), overrides).map_err(|e| match e {
-            Error::Config { reason } => Error::ConfigFile {
-                path: path.to_owned(),
-                reason,
-            },
-            other => other,
-        })
-    }
-
-    /// Parses a nvidia-resiliency-ext configuration: the `fault_tolerance`
-    /// block when there is one (else the top level), their names
-    /// (`initial_rank_heartbeat_timeout`, `rank_heartbeat_timeout`,
-    /// `rank_section_timeouts`, `rank_out_of_section_timeout`,
-    /// `workload_check_interval`, `rank_termination_signal`,
-    /// `skip_section_response`, `safety_factor`; seconds, `null` for no
-    /// limit) beside ours; where both name a field, ours wins. Other keys
-    /// are ignored, each with a warning.
-    ///
-    /// # Errors
-    /// [`Error::Config`] naming the field and what is wrong with it.
-    ///
-    /// # Examples
-    /// ```
-    /// use std::time::Duration;
-    /// let nvrx = nodeipc_monitor::MonitorConfig::from_nvrx(
-    ///     "fault_tolerance:\n  rank_heartbeat_timeout: 30.5\n  rank_section_timeouts:\n    step: 5\n  log_level: INFO\n",
-    /// )?;
-    /// assert_eq!(nvrx.monitor.timeouts.heartbeat, Some(Duration::from_millis(30_500)));
-    /// assert_eq!(nvrx.monitor.timeouts.sections["step"], Duration::from_secs(5));
-    /// assert_eq!(nvrx.warnings.len(), 1); // log_level
-    /// # Ok::<(), nodeipc_monitor::Error>(())
-    /// ```
-    pub fn from_nvrx(text: &str) -> Result<NvrxConfig> {
-        MonitorConfig::from_nvrx_with(Some(text), Map::new())
-    }
-
-    /// As [`from_nvrx`](MonitorConfig::from_nvrx), with `overrides` (their
-    /// field names and values, as a launcher's `--ft-*` options give them)
-    /// put over the file's block; no file is an empty block.
-    ///
-    /// # Errors
-    /// As `from_nvrx`.
-    pub fn from_nvrx_with(text: Option<&str>, overrides: Map<String, Value>) -> Result<NvrxConfig> {
-        let mut block = match text {
-            Some(text) => nvrx_block(text)?,
-            None => Map::new(),
-        };
-        block.extend(overrides);
-        translate(block)
-    }
+/// [`MonitorConfigFile::from_nvrx_with`](crate::MonitorConfigFile::from_nvrx_with):
+/// `overrides` put over the file's block; no file is an empty block.
+pub(crate) fn from_nvrx_with(
+    text: Option<&str>,
+    overrides: Map<String, Value>,
+) -> Result<NvrxConfig> {
+    let mut block = match text {
+        Some(text) => nvrx_block(text)?,
+        None => Map::new(),
+    };
+    block.extend(overrides);
+    translate(block)
 }
 
 /// The `fault_tolerance` block of a nvidia-resiliency-ext file (else its top
 /// level).
 fn nvrx_block(text: &str) -> Result<Map<String, Value>> {
-    {
-        let document: Value = if text.trim_start().starts_with('{') {
-            serde_json::from_str(text).map_err(|e| Error::config(format!("JSON: {e}")))?
-        } else {
-            let yaml: serde_yaml_ng::Value =
-                serde_yaml_ng::from_str(text).map_err(|e| Error::config(format!("YAML: {e}")))?;
-            from_yaml(yaml, "the document")?
-        };
-        let block = match document {
-            Value::Object(mut top) => match top.remove("fault_tolerance") {
-                Some(Value::Object(block)) => block,
-                Some(other) => {
-                    return Err(Error::config(format!(
-                        "fault_tolerance is {}, not a mapping",
-                        kind(&other)
-                    )));
-                }
-                None => top,
-            },
-            Value::Null => Map::new(),
-            other => {
-                return Err(Error::config(format!(
-                    "the document is {}, not a mapping",
-                    kind(&other)
-                )));
-            }
-        };
-        Ok(block)
+    let document: Value = if text.trim_start().starts_with('{') {
+        serde_json::from_str(text).map_err(|e| config_error(format!("JSON: {e}")))?
+    } else {
+        let yaml: serde_yaml_ng::Value =
+            serde_yaml_ng::from_str(text).map_err(|e| config_error(format!("YAML: {e}")))?;
+        from_yaml(yaml, "the document")?
+    };
+    match document {
+        Value::Object(mut top) => match top.remove("fault_tolerance") {
+            Some(Value::Object(block)) => Ok(block),
+            Some(other) => Err(config_error(format!(
+                "fault_tolerance is {}, not a mapping",
+                kind(&other)
+            ))),
+            None => Ok(top),
+        },
+        Value::Null => Ok(Map::new()),
+        other => Err(config_error(format!(
+            "the document is {}, not a mapping",
+            kind(&other)
+        ))),
     }
 }
 
@@ -181,7 +123,7 @@ fn translate(block: Map<String, Value>) -> Result<NvrxConfig> {
                     v.as_f64()
                         .filter(|f| f.is_finite() && *f >= 1.0)
                         .ok_or_else(|| {
-                            Error::config(format!("safety_factor {v} is not a number >= 1"))
+                            config_error(format!("safety_factor {v} is not a number >= 1"))
                         })?,
                 ),
             };
@@ -229,12 +171,12 @@ fn translate(block: Map<String, Value>) -> Result<NvrxConfig> {
 fn seconds_to_ms(what: &str, value: &Value) -> Result<u64> {
     let seconds = value
         .as_f64()
-        .ok_or_else(|| Error::config(format!("{what} is {}, not seconds", kind(value))))?;
+        .ok_or_else(|| config_error(format!("{what} is {}, not seconds", kind(value))))?;
     // An hour's worth of years is far beyond any timeout; the bound keeps
     // the cast below exact.
     const MAX_SECONDS: f64 = 1.0e12;
     if !(seconds > 0.0 && seconds <= MAX_SECONDS) {
-        return Err(Error::config(format!(
+        return Err(config_error(format!(
             "{what} = {value} s is out of range: more than 0, at most {MAX_SECONDS} (null: no limit)"
         )));
     }
@@ -259,7 +201,7 @@ fn from_yaml(value: serde_yaml_ng::Value, at: &str) -> Result<Value> {
                 let f = n.as_f64().unwrap_or(f64::NAN);
                 serde_json::Number::from_f64(f)
                     .map(Value::Number)
-                    .ok_or_else(|| Error::config(format!("{at} is {f}, not a finite number")))?
+                    .ok_or_else(|| config_error(format!("{at} is {f}, not a finite number")))?
             }
         }
         Y::String(s) => Value::String(s),
@@ -273,9 +215,7 @@ fn from_yaml(value: serde_yaml_ng::Value, at: &str) -> Result<Value> {
             let mut out = Map::new();
             for (k, v) in map {
                 let Y::String(key) = k else {
-                    return Err(Error::config(format!(
-                        "{at} has a key that is not a string"
-                    )));
+                    return Err(config_error(format!("{at} has a key that is not a string")));
                 };
                 let value = from_yaml(v, &key)?;
                 out.insert(key, value);
@@ -283,7 +223,7 @@ fn from_yaml(value: serde_yaml_ng::Value, at: &str) -> Result<Value> {
             Value::Object(out)
         }
         Y::Tagged(tagged) => {
-            return Err(Error::config(format!(
+            return Err(config_error(format!(
                 "{at} has a YAML tag ({}), which is not read",
                 tagged.tag
             )));

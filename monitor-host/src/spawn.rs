@@ -11,22 +11,26 @@ use std::time::{Duration, Instant};
 
 use nodeipc_fdpass::{ForkGeneration, Pidfd, Signal};
 
-use crate::{
-    ControlClient, Error, MonitorConfig, MonitorServer, MonitorStatus, Result, Shutdown,
-    StderrLogger, control_socket_path,
-};
 use nodeipc_fdpass::StopSignals;
+use nodeipc_monitor::{
+    ControlClient, Error, LOG_TARGET, MonitorConfig, MonitorServer, MonitorStatus, Result,
+    Shutdown, control_socket_path,
+};
+
+use crate::health::nvml_probe;
+use crate::{HealthChecks, MonitorConfigFile, StderrLogger, io_error};
 
 /// Set in a re-executed monitor's environment: the rank socket's path.
 pub const SERVE_ENV: &str = "NODEIPC_MONITOR_SERVE";
 
-/// Set beside [`SERVE_ENV`]: the configuration in a private binary form, as
-/// hex (defaults when absent); only a monitor of this same build reads it.
+/// Set beside [`SERVE_ENV`]: the path of the configuration file, in the
+/// JSON form ([`MonitorConfigFile`]; defaults when absent), read with
+/// [`MonitorConfigFile::load`]'s trust rules.
 pub const CONFIG_ENV: &str = "NODEIPC_MONITOR_CONFIG";
 
-/// Builds the health checks `config.health` asks for
-/// ([`HealthConfig::checks_for_any_rank`](crate::HealthConfig::checks_for_any_rank),
-/// NVML loaded at run time; one that cannot run is logged, not fatal),
+/// Builds the health checks `config.health` asks for (the GPU found from
+/// each registered rank's local rank, NVML loaded at run time; one that
+/// cannot run is logged, not fatal),
 /// binds `socket`, shuts down in order on any of the
 /// [`terminating_signals`](nodeipc_fdpass::terminating_signals) (SIGTERM, SIGINT,
 /// SIGHUP, ...), and serves until one arrives: the whole of a monitor process's
@@ -42,23 +46,23 @@ pub fn serve(socket: impl AsRef<Path>, config: MonitorConfig) -> Result<Shutdown
     StderrLogger::install();
     // Before anything is bound: a NIC that is not there is refused at once.
     let env = std::env::var("CUDA_VISIBLE_DEVICES").ok();
-    let health = config.health.checks_for_any_rank(env.as_deref(), &mut || {
-        crate::Nvml::load().map(|n| Box::new(n) as Box<dyn crate::GpuProbe>)
-    })?;
+    let health = config
+        .health
+        .checks_for_any_rank(env.as_deref(), &mut nvml_probe)?;
     for unavailable in &health.unavailable {
         log::warn!(
-            target: crate::LOG_TARGET,
+            target: LOG_TARGET,
             "{} health check unavailable, not run: {}",
             unavailable.check,
             unavailable.reason
         );
     }
-    let signals = StopSignals::install().map_err(|e| Error::io("signalfd", "", e))?;
+    let signals = StopSignals::install().map_err(|e| io_error("signalfd", "", e))?;
     let mut server = MonitorServer::bind(socket, config)?;
     for check in health.checks {
         server.add_health_check(check);
     }
-    server.set_signals(signals);
+    server.set_shutdown_signals(signals);
     server.run()
 }
 
@@ -71,7 +75,7 @@ pub fn serve(socket: impl AsRef<Path>, config: MonitorConfig) -> Result<Shutdown
 ///
 /// ```no_run
 /// // First line of `main`: returns at once unless spawned as a monitor.
-/// nodeipc_monitor::run_if_server();
+/// nodeipc_monitor_host::run_if_server();
 /// // … the program's own work …
 /// ```
 pub fn run_if_server() {
@@ -80,10 +84,9 @@ pub fn run_if_server() {
     };
     // The program's `main` has not run: nothing else can have set a logger.
     StderrLogger::install();
-    let config = match std::env::var(CONFIG_ENV) {
-        Ok(hex) => MonitorConfig::from_hex(&hex),
-        Err(std::env::VarError::NotPresent) => Ok(MonitorConfig::default()),
-        Err(e) => Err(Error::config(format!("{CONFIG_ENV}: {e}"))),
+    let config = match std::env::var_os(CONFIG_ENV) {
+        Some(path) => MonitorConfig::load(PathBuf::from(path)),
+        None => Ok(MonitorConfig::default()),
     };
     let code = match config.and_then(|c| serve(PathBuf::from(socket), c)) {
         Ok(_) => 0,
@@ -103,9 +106,10 @@ pub struct SpawnOptions {
     /// `None`: this executable again, with [`SERVE_ENV`] and [`CONFIG_ENV`]
     /// set (its `main` must call [`run_if_server`] first). `Some(p)`: runs
     /// `p monitor serve --socket PATH --config FILE` (the `nodeipc` CLI, or
-    /// any program with that command line), the configuration in a new
-    /// 0600 file beside the socket (created exclusively, never through a
-    /// link) that is removed once the monitor answers.
+    /// any program with that command line). Either way the configuration
+    /// goes in its JSON form in a new 0600 file beside the socket (created
+    /// exclusively, never through a link) that is removed once the monitor
+    /// answers.
     pub program: Option<PathBuf>,
     /// How long to wait for the monitor to answer on its control socket.
     pub ready_timeout: Duration,
@@ -173,17 +177,16 @@ pub fn spawn_monitor_with(
 ) -> Result<MonitorHandle> {
     config.validate()?;
     let socket = socket.as_ref();
-    let (mut command, program, config_file) = match &options.program {
+    let file = write_config_file(socket, config)?;
+    let _cleanup = ConfigFileGuard(file.clone());
+    let (mut command, program) = match &options.program {
         None => {
-            let exe = std::env::current_exe().map_err(|e| Error::io("current_exe", "", e))?;
+            let exe = std::env::current_exe().map_err(|e| io_error("current_exe", "", e))?;
             let mut command = Command::new(&exe);
-            command
-                .env(SERVE_ENV, socket)
-                .env(CONFIG_ENV, config.to_hex());
-            (command, exe, None)
+            command.env(SERVE_ENV, socket).env(CONFIG_ENV, &file);
+            (command, exe)
         }
         Some(program) => {
-            let file = write_config_file(socket, config)?;
             let mut command = Command::new(program);
             command
                 .args(["monitor", "serve", "--socket"])
@@ -192,10 +195,9 @@ pub fn spawn_monitor_with(
                 .arg(&file)
                 .env_remove(SERVE_ENV)
                 .env_remove(CONFIG_ENV);
-            (command, program.clone(), Some(file))
+            (command, program.clone())
         }
     };
-    let _cleanup = ConfigFileGuard(config_file);
     command.stdin(Stdio::null());
     if let Some(log) = &options.log_file {
         command.stderr(open_log_file(log)?);
@@ -314,7 +316,7 @@ impl MonitorHandle {
         match self.child.as_mut() {
             Some(child) => child
                 .try_wait()
-                .map_err(|e| Error::io("waitpid", self.pidfd.pid(), e)),
+                .map_err(|e| io_error("waitpid", self.pidfd.pid(), e)),
             None => Ok(None),
         }
     }
@@ -331,7 +333,7 @@ impl MonitorHandle {
 
     fn stop_impl(&mut self) -> Result<ExitStatus> {
         let Some(mut child) = self.child.take() else {
-            return Err(Error::io(
+            return Err(io_error(
                 "waitpid",
                 self.pidfd.pid(),
                 std::io::Error::other("already stopped"),
@@ -345,7 +347,7 @@ impl MonitorHandle {
         }
         child
             .wait()
-            .map_err(|e| Error::io("waitpid", self.pidfd.pid(), e))
+            .map_err(|e| io_error("waitpid", self.pidfd.pid(), e))
     }
 
     fn kill_now(&mut self) {
@@ -402,7 +404,7 @@ fn write_config_file(socket: &Path, config: &MonitorConfig) -> Result<PathBuf> {
     let written = std::fs::File::from(fd).write_all(config.to_json().as_bytes());
     if let Err(e) = written {
         let _ = std::fs::remove_file(&path);
-        return Err(Error::io("write config file", path.display(), e));
+        return Err(io_error("write config file", path.display(), e));
     }
     Ok(path)
 }
@@ -423,12 +425,10 @@ fn open_log_file(path: &Path) -> Result<std::fs::File> {
 }
 
 /// Removes the configuration file once the monitor has read it (or failed).
-struct ConfigFileGuard(Option<PathBuf>);
+struct ConfigFileGuard(PathBuf);
 
 impl Drop for ConfigFileGuard {
     fn drop(&mut self) {
-        if let Some(path) = &self.0 {
-            let _ = std::fs::remove_file(path);
-        }
+        let _ = std::fs::remove_file(&self.0);
     }
 }

@@ -1,7 +1,6 @@
-//! A small, versioned binary encoding for what the monitor hands to itself
-//! across a restart or an `exec` (the estimator's state, a spawned
-//! monitor's configuration) without serde: little-endian integers and
-//! length-prefixed byte strings.
+//! The small, versioned binary encoding of the estimator's saved state
+//! ([`crate::EstimatorState`]): little-endian integers and length-prefixed
+//! byte strings.
 //!
 //! The reader treats its input as untrusted (a rank persists the state and
 //! may give back anything): every length is checked against what is left
@@ -32,10 +31,6 @@ impl Writer {
     }
 
     pub(crate) fn u32(&mut self, v: u32) {
-        self.bytes.extend_from_slice(&v.to_le_bytes());
-    }
-
-    pub(crate) fn i32(&mut self, v: i32) {
         self.bytes.extend_from_slice(&v.to_le_bytes());
     }
 
@@ -141,10 +136,6 @@ impl<'a> Reader<'a> {
         Ok(u32::from_le_bytes(self.array(field)?))
     }
 
-    pub(crate) fn i32(&mut self, field: &str) -> Result<i32, String> {
-        Ok(i32::from_le_bytes(self.array(field)?))
-    }
-
     pub(crate) fn u64(&mut self, field: &str) -> Result<u64, String> {
         Ok(u64::from_le_bytes(self.array(field)?))
     }
@@ -214,7 +205,6 @@ mod tests {
         w.opt_u64(None);
         w.opt_u64(Some(9));
         w.str("step");
-        w.i32(-2);
         let bytes = w.finish();
         let (version, mut r) = Reader::open(&bytes, b"TEST", "test").unwrap();
         assert_eq!(version, 3);
@@ -222,7 +212,6 @@ mod tests {
         assert_eq!(r.opt_u64("b").unwrap(), None);
         assert_eq!(r.opt_u64("c").unwrap(), Some(9));
         assert_eq!(r.string("name", 10).unwrap(), "step");
-        assert_eq!(r.i32("d").unwrap(), -2);
         r.end().unwrap();
 
         let (_, mut r) = Reader::open(&bytes[..12], b"TEST", "test").unwrap();

@@ -1,10 +1,10 @@
 //! The JSON configuration: the README's example, defaults, round trip, and
 //! each refusal naming what is wrong.
-#![cfg(feature = "json")]
 
 use std::time::Duration;
 
 use nodeipc_monitor::{Error, MonitorConfig, Signal};
+use nodeipc_monitor_host::MonitorConfigFile;
 use nodeipc_testkit::TempDir;
 
 /// The example in the README, verbatim.

@@ -3,19 +3,21 @@
 //! the initial heartbeat timeout is estimated over past runs, as
 //! nvidia-resiliency-ext does through its state dict.
 //!
-//! The form is binary and versioned (see [`crate::codec`]): magic `NIES`,
-//! version 2. Version 1 was JSON; it is still read when the `json` feature
-//! is on (a rank restarted across an upgrade keeps its history), and
-//! refused by name without it.
+//! One form is written: binary and versioned (see [`crate::codec`]),
+//! magic `NIES`, version 2. Every form written before is read: version 1
+//! was JSON (a rank restarted across an upgrade keeps its history).
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use nodeipc_monitor::{
+    MAX_SECTION_NAME, MAX_SECTIONS, MAX_STATE, Observations, Result, Samples, TimeoutEstimator,
+    TimeoutUpdate,
+};
+use nodeipc_text::whole_ms as ms;
+
 use crate::codec::{Reader, Writer};
-use crate::config::ms;
-use crate::estimator::Samples;
-use crate::limits::{MAX_SECTION_NAME, MAX_SECTIONS, MAX_STATE};
-use crate::{Error, Result, TimeoutEstimator, TimeoutUpdate};
+use crate::config_error;
 
 const MAGIC: &[u8; 4] = b"NIES";
 const VERSION: u16 = 2;
@@ -46,12 +48,6 @@ fn from_wire(w: Wire) -> Samples {
         count: usize::try_from(w.0).unwrap_or(usize::MAX),
         max: Duration::from_millis(w.1),
     }
-}
-
-/// Adds `other`'s observations to `into`'s.
-fn merge(into: &mut Samples, other: Samples) {
-    into.count = into.count.saturating_add(other.count);
-    into.max = into.max.max(other.max);
 }
 
 fn encode(state: &State) -> Vec<u8> {
@@ -87,7 +83,7 @@ fn decode(bytes: &[u8]) -> std::result::Result<State, String> {
     let (version, mut r) = Reader::open(bytes, MAGIC, WHAT)?;
     if version != VERSION {
         return Err(format!(
-            "{WHAT} version {version}; this build reads {VERSION} (and 1, the JSON form, with the `json` feature)"
+            "{WHAT} version {version}; this build reads {VERSION} (and 1, the JSON form)"
         ));
     }
     fn wire(r: &mut Reader<'_>, what: &str) -> std::result::Result<Wire, String> {
@@ -131,8 +127,7 @@ fn decode(bytes: &[u8]) -> std::result::Result<State, String> {
     })
 }
 
-/// Version 1, the JSON form: read with the `json` feature only.
-#[cfg(feature = "json")]
+/// Version 1, the JSON form.
 fn decode_v1(bytes: &[u8]) -> std::result::Result<State, String> {
     #[derive(serde::Deserialize)]
     #[serde(deny_unknown_fields)]
@@ -160,22 +155,34 @@ fn decode_v1(bytes: &[u8]) -> std::result::Result<State, String> {
     })
 }
 
-#[cfg(not(feature = "json"))]
-fn decode_v1(_: &[u8]) -> std::result::Result<State, String> {
-    Err(format!(
-        "{WHAT} in the JSON form of version 1: this build reads it only with the `json` feature"
-    ))
+/// A [`TimeoutEstimator`]'s [`Observations`] as bytes a rank persists (in
+/// its heartbeat state or its checkpoint) and gives back after a restart.
+pub trait EstimatorState {
+    /// What has been observed (and the last proposal), as at most
+    /// [`MAX_STATE`] bytes in a versioned binary form that
+    /// [`restore_state`](EstimatorState::restore_state) reads back. Past the
+    /// cap (dozens of sections with long names, or more than
+    /// [`MAX_SECTIONS`]), the previous proposal's section timeouts are left
+    /// out, then the sections seen least often.
+    fn state(&self) -> Vec<u8>;
+
+    /// Adds the observations of a [`state`](EstimatorState::state) from a
+    /// past run to this one's, and takes its last proposal as the previous
+    /// one (when this estimator has none). Every form written before is
+    /// read: the JSON form of version 1 too.
+    ///
+    /// # Errors
+    /// [`Error::Config`](nodeipc_monitor::Error::Config) naming what is
+    /// wrong: more than `MAX_STATE` bytes, not this format (the field that
+    /// does not read), an unknown version, more than `MAX_SECTIONS`
+    /// sections or a name too long. Nothing is changed then.
+    fn restore_state(&mut self, bytes: &[u8]) -> Result<()>;
 }
 
-impl TimeoutEstimator {
-    /// What has been observed (and the last proposal), as at most
-    /// [`MAX_STATE`](crate::MAX_STATE) bytes in a versioned binary form
-    /// that [`restore_state`](TimeoutEstimator::restore_state) reads back.
-    /// Past the cap (dozens of sections with long names, or more than
-    /// [`MAX_SECTIONS`](crate::MAX_SECTIONS)), the previous proposal's
-    /// section timeouts are left out, then the sections seen least often.
-    pub fn state(&self) -> Vec<u8> {
-        let previous = self.previous.as_ref().map(|p| {
+impl EstimatorState for TimeoutEstimator {
+    fn state(&self) -> Vec<u8> {
+        let seen = self.observations();
+        let previous = seen.previous.as_ref().map(|p| {
             (
                 p.initial_heartbeat.map(ms),
                 p.heartbeat.map(ms),
@@ -187,10 +194,10 @@ impl TimeoutEstimator {
             )
         });
         let mut state = State {
-            initial: to_wire(&self.initial),
-            heartbeat: to_wire(&self.heartbeat),
-            out_of_section: to_wire(&self.out_of_section),
-            sections: self
+            initial: to_wire(&seen.initial_heartbeat),
+            heartbeat: to_wire(&seen.heartbeat),
+            out_of_section: to_wire(&seen.out_of_section),
+            sections: seen
                 .sections
                 .iter()
                 .map(|(k, v)| (k.clone(), to_wire(v)))
@@ -223,19 +230,9 @@ impl TimeoutEstimator {
         bytes
     }
 
-    /// Adds the observations of a [`state`](TimeoutEstimator::state) from a
-    /// past run to this one's, and takes its last proposal as the previous
-    /// one (when this estimator has none). The JSON form earlier builds
-    /// wrote (version 1) is read too when the `json` feature is on.
-    ///
-    /// # Errors
-    /// [`Error::Config`] naming what is wrong: more than `MAX_STATE` bytes,
-    /// not this format (the field that does not read), an unknown version,
-    /// more than `MAX_SECTIONS` sections or a name too long. Nothing is
-    /// changed then.
-    pub fn restore_state(&mut self, bytes: &[u8]) -> Result<()> {
+    fn restore_state(&mut self, bytes: &[u8]) -> Result<()> {
         if bytes.len() > MAX_STATE {
-            return Err(Error::config(format!(
+            return Err(config_error(format!(
                 "{WHAT} of {} bytes; at most {MAX_STATE}",
                 bytes.len()
             )));
@@ -244,51 +241,31 @@ impl TimeoutEstimator {
             Some(b'{') => decode_v1(bytes),
             _ => decode(bytes),
         }
-        .map_err(Error::config)?;
-        let names = state
-            .sections
-            .keys()
-            .chain(state.previous.iter().flat_map(|p| p.3.keys()));
-        for name in names {
-            if name.is_empty() || name.len() > MAX_SECTION_NAME {
-                return Err(Error::config(format!(
-                    "{WHAT}: section name of {} bytes (1 to {MAX_SECTION_NAME})",
-                    name.len()
-                )));
-            }
-        }
-        let sections = self.sections.len() + state.sections.len();
-        if sections > MAX_SECTIONS
-            || state
+        .map_err(config_error)?;
+        let d = |v: Option<u64>| v.filter(|&v| v > 0).map(Duration::from_millis);
+        self.add_observations(Observations {
+            initial_heartbeat: from_wire(state.initial),
+            heartbeat: from_wire(state.heartbeat),
+            out_of_section: from_wire(state.out_of_section),
+            sections: state
+                .sections
+                .into_iter()
+                .map(|(k, w)| (k, from_wire(w)))
+                .collect(),
+            previous: state
                 .previous
-                .as_ref()
-                .is_some_and(|p| p.3.len() > MAX_SECTIONS)
-        {
-            return Err(Error::config(format!(
-                "{WHAT}: more than {MAX_SECTIONS} sections"
-            )));
-        }
-        merge(&mut self.initial, from_wire(state.initial));
-        merge(&mut self.heartbeat, from_wire(state.heartbeat));
-        merge(&mut self.out_of_section, from_wire(state.out_of_section));
-        for (name, wire) in state.sections {
-            merge(self.sections.entry(name).or_default(), from_wire(wire));
-        }
-        if self.previous.is_none()
-            && let Some((initial, heartbeat, out_of_section, sections)) = state.previous
-        {
-            let d = |v: Option<u64>| v.filter(|&v| v > 0).map(Duration::from_millis);
-            self.previous = Some(TimeoutUpdate {
-                initial_heartbeat: d(initial),
-                heartbeat: d(heartbeat),
-                out_of_section: d(out_of_section),
-                sections: sections
-                    .into_iter()
-                    .filter(|(_, v)| *v > 0)
-                    .map(|(k, v)| (k, Duration::from_millis(v)))
-                    .collect(),
-            });
-        }
-        Ok(())
+                .map(
+                    |(initial, heartbeat, out_of_section, sections)| TimeoutUpdate {
+                        initial_heartbeat: d(initial),
+                        heartbeat: d(heartbeat),
+                        out_of_section: d(out_of_section),
+                        sections: sections
+                            .into_iter()
+                            .filter(|(_, v)| *v > 0)
+                            .map(|(k, v)| (k, Duration::from_millis(v)))
+                            .collect(),
+                    },
+                ),
+        })
     }
 }

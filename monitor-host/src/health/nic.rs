@@ -5,8 +5,10 @@
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
-use crate::health::{HealthCheck, RankContext};
-use crate::{Error, Result};
+use nodeipc_monitor::Result;
+use nodeipc_monitor::{HealthCheck, RankContext};
+
+use crate::config_error;
 
 /// Longest sysfs attribute read: they are a word or two.
 const MAX_ATTRIBUTE: u64 = 4096;
@@ -24,7 +26,7 @@ enum Nic {
 /// report), or an InfiniBand port whose `state` is not `ACTIVE`. A device
 /// that disappears fails too.
 #[derive(Debug)]
-pub struct NicCheck {
+pub(crate) struct NicCheck {
     root: PathBuf,
     nics: Vec<Nic>,
 }
@@ -36,12 +38,12 @@ impl NicCheck {
     /// # Errors
     /// [`Error::Config`] naming a device that is not there or a name that
     /// is not a plain file name.
-    pub fn new(sysfs_root: impl Into<PathBuf>, names: &[String]) -> Result<NicCheck> {
+    pub(crate) fn new(sysfs_root: impl Into<PathBuf>, names: &[String]) -> Result<NicCheck> {
         let root = sysfs_root.into();
         let mut nics = Vec::new();
         for name in names {
             if name.is_empty() || name.contains('/') || name == "." || name == ".." {
-                return Err(Error::config(format!(
+                return Err(config_error(format!(
                     "NIC name {name:?} is not a device name"
                 )));
             }
@@ -50,7 +52,7 @@ impl NicCheck {
             } else if root.join("class/infiniband").join(name).exists() {
                 nics.push(Nic::Infiniband(name.clone()));
             } else {
-                return Err(Error::config(format!(
+                return Err(config_error(format!(
                     "NIC {name:?} is neither in {} nor in {}",
                     root.join("class/net").display(),
                     root.join("class/infiniband").display()
@@ -64,7 +66,7 @@ impl NicCheck {
     ///
     /// # Errors
     /// Which device or port is not up, and what sysfs says.
-    pub fn probe(&self) -> std::result::Result<(), String> {
+    pub(crate) fn probe(&self) -> std::result::Result<(), String> {
         for nic in &self.nics {
             match nic {
                 Nic::Net(name) => {

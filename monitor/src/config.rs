@@ -1,14 +1,6 @@
-//! [`MonitorConfig`] and the timeouts it carries; its JSON file form is
-//! written by hand in `write.rs` (always there: a spawned `nodeipc monitor
-//! serve` reads it) and read in `json.rs` (feature `json`); `bytes.rs` is
-//! the binary form a re-executed monitor gets in its environment.
-
-mod bytes;
-#[cfg(feature = "json")]
-mod json;
-#[cfg(feature = "json")]
-pub(crate) use json::read_config_file;
-mod write;
+//! [`MonitorConfig`] and the timeouts it carries. Its file form (JSON, and
+//! nvidia-resiliency-ext's YAML) is read and written by
+//! `nodeipc-monitor-host`.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -43,7 +35,8 @@ pub const MAX_CHECK_INTERVAL: Duration = Duration::from_secs(3600);
 pub const MAX_CONNECTION_DEADLINE: Duration = Duration::from_secs(3600);
 
 /// The timeouts a monitor enforces; `None` (or a section not listed) is
-/// unlimited.
+/// unlimited. As a change ([`TimeoutUpdate`], what a client sends), `None`
+/// keeps a value and `Duration::ZERO` removes it.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Timeouts {
     /// Longest time from `Init` to the first heartbeat.
@@ -56,20 +49,11 @@ pub struct Timeouts {
     pub sections: BTreeMap<String, Duration>,
 }
 
-/// A change to [`Timeouts`], as `UpdateConfig` carries it: `None` keeps the
-/// current value, `Some(Duration::ZERO)` removes the timeout, any other
-/// value replaces it. Sections not listed keep theirs.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct TimeoutUpdate {
-    /// See [`Timeouts::initial_heartbeat`].
-    pub initial_heartbeat: Option<Duration>,
-    /// See [`Timeouts::heartbeat`].
-    pub heartbeat: Option<Duration>,
-    /// See [`Timeouts::out_of_section`].
-    pub out_of_section: Option<Duration>,
-    /// The sections to change (`Duration::ZERO` removes that section's timeout).
-    pub sections: BTreeMap<String, Duration>,
-}
+/// A change to [`Timeouts`], as `UpdateConfig` carries it: the same
+/// fields, read as a change. `None` keeps the current value,
+/// `Some(Duration::ZERO)` removes the timeout, any other value replaces it;
+/// sections not listed keep theirs (`Duration::ZERO` removes a section's).
+pub type TimeoutUpdate = Timeouts;
 
 /// How a monitor watches its rank. `Default` has no timeouts at all, checks
 /// every second, terminates with `SIGKILL`, waits 5 s for a second client,
@@ -114,7 +98,7 @@ pub struct MonitorConfig {
     /// server runs the checks it is given
     /// ([`MonitorServer::add_health_check`](crate::MonitorServer::add_health_check));
     /// whoever knows the rank's local rank builds them from this section
-    /// ([`HealthConfig::checks_for`]): `nodeipc launch` does.
+    /// (`nodeipc-monitor-host`'s `HealthChecks`): `nodeipc launch` does.
     pub health: HealthConfig,
 }
 
@@ -197,7 +181,7 @@ impl MonitorConfig {
                 )));
             }
         }
-        signal_by_number(self.termination_signal.as_raw()).map_err(Error::config)?;
+        signal_by_number(self.termination_signal.as_raw())?;
         self.health.validate()?;
         Ok(())
     }
@@ -282,22 +266,6 @@ impl Timeouts {
     }
 }
 
-impl TimeoutUpdate {
-    /// As the protocol's `Timeouts` in an `UpdateConfig`.
-    pub(crate) fn to_proto(&self) -> pb::Timeouts {
-        pb::Timeouts {
-            initial_heartbeat_ms: self.initial_heartbeat.map(ms),
-            heartbeat_ms: self.heartbeat.map(ms),
-            out_of_section_ms: self.out_of_section.map(ms),
-            section_timeouts_ms: self
-                .sections
-                .iter()
-                .map(|(k, v)| (k.clone(), ms(*v)))
-                .collect(),
-        }
-    }
-}
-
 /// A section name the server accepts: 1 to 256 bytes.
 pub(crate) fn check_section_name(name: &str) -> std::result::Result<(), Refusal> {
     if name.is_empty() {
@@ -312,24 +280,20 @@ pub(crate) fn check_section_name(name: &str) -> std::result::Result<(), Refusal>
     Ok(())
 }
 
-/// Whole milliseconds, rounded up so that a non-zero duration never reads as
-/// 0 ("no timeout"), saturating at `u64::MAX`.
-pub(crate) fn ms(d: Duration) -> u64 {
-    let whole = u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
-    if !d.subsec_nanos().is_multiple_of(1_000_000) {
-        whole.saturating_add(1)
-    } else {
-        whole
-    }
-}
+/// Whole milliseconds, rounded up ([`nodeipc_text::whole_ms`]).
+pub(crate) use nodeipc_text::whole_ms as ms;
 
 /// The name of a signal, `SIG…` ([`nodeipc_text::signal_name`]).
 pub fn signal_name(signal: Signal) -> String {
     nodeipc_text::signal_name(signal.as_raw())
 }
 
-#[cfg(feature = "json")]
-pub(crate) fn signal_by_name(name: &str) -> std::result::Result<Signal, String> {
+/// A termination signal a monitor accepts, by name: `SIGTERM` or `TERM`,
+/// in any case.
+///
+/// # Errors
+/// [`Error::Config`] listing the accepted names.
+pub fn signal_by_name(name: &str) -> Result<Signal> {
     let upper = name.to_ascii_uppercase();
     let full = if upper.starts_with("SIG") {
         upper
@@ -340,15 +304,19 @@ pub(crate) fn signal_by_name(name: &str) -> std::result::Result<Signal, String> 
         .iter()
         .find(|(n, _)| *n == full)
         .map(|(_, s)| *s)
-        .ok_or_else(|| unknown_signal(name))
+        .ok_or_else(|| Error::config(unknown_signal(name)))
 }
 
-pub(crate) fn signal_by_number(n: i32) -> std::result::Result<Signal, String> {
+/// A termination signal a monitor accepts, by number (`15`).
+///
+/// # Errors
+/// [`Error::Config`] listing the accepted names.
+pub fn signal_by_number(n: i32) -> Result<Signal> {
     TERMINATION_SIGNALS
         .iter()
         .find(|(_, s)| s.as_raw() == n)
         .map(|(_, s)| *s)
-        .ok_or_else(|| unknown_signal(&n.to_string()))
+        .ok_or_else(|| Error::config(unknown_signal(&n.to_string())))
 }
 
 fn unknown_signal(what: &str) -> String {

@@ -1,11 +1,11 @@
 //! nvidia-resiliency-ext configuration files: their names as aliases,
 //! seconds to milliseconds, `null` as no limit, ours winning, unknown keys
 //! warned about; our own format still strict.
-#![cfg(feature = "json")]
 
 use std::time::Duration;
 
 use nodeipc_monitor::{MonitorConfig, Signal};
+use nodeipc_monitor_host::MonitorConfigFile;
 use nodeipc_testkit::TempDir;
 
 /// As nvidia-resiliency-ext's own example file lays it out.

@@ -76,7 +76,7 @@ struct DeviceState {
 }
 
 /// NVML, initialised; shut down on drop.
-pub struct Nvml {
+pub(crate) struct Nvml {
     library: *mut c_void,
     api: Api,
     devices: HashMap<GpuId, DeviceState>,
@@ -96,7 +96,7 @@ impl std::fmt::Debug for Nvml {
 }
 
 /// The library's file name, as the driver installs it.
-pub const NVML_LIBRARY: &str = "libnvidia-ml.so.1";
+pub(crate) const NVML_LIBRARY: &str = "libnvidia-ml.so.1";
 
 impl Nvml {
     /// Loads `libnvidia-ml.so.1` and initialises NVML.
@@ -104,7 +104,7 @@ impl Nvml {
     /// # Errors
     /// Why NVML is unavailable (the library is not there, a symbol is
     /// missing, `nvmlInit_v2` failed), for people: the check is then not run.
-    pub fn load() -> Result<Nvml, String> {
+    pub(crate) fn load() -> Result<Nvml, String> {
         let name = CString::new(NVML_LIBRARY).map_err(|e| e.to_string())?;
         // SAFETY: a valid C string; dlopen runs the library's initialisers,
         // which for NVML touch only its own state.
@@ -300,6 +300,23 @@ fn dl_error() -> String {
             std::ffi::CStr::from_ptr(text)
                 .to_string_lossy()
                 .into_owned()
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nvml_is_reported_unavailable_where_the_driver_is_not_installed() {
+        match Nvml::load() {
+            Err(why) => assert!(why.contains(NVML_LIBRARY), "{why}"),
+            // A machine with the driver: the real path, on device 0.
+            Ok(mut nvml) => {
+                let answer = nvml.check(&GpuId::Index(0));
+                assert!(answer.is_ok(), "GPU 0 on this machine: {answer:?}");
+            }
         }
     }
 }
