@@ -14,6 +14,8 @@ use nodeipc_testkit::{
 
 const CHILD: &str = "NODEIPC_POOL_CHILD";
 const T: Duration = Duration::from_secs(5);
+/// How long a child at the lowest priority may take to start working.
+const STARTUP: Duration = Duration::from_secs(60);
 
 fn pattern(block: BlockRef) -> Vec<u8> {
     (0..256u32)
@@ -293,7 +295,7 @@ fn regression_a_killed_holder_not_yet_reaped_is_dead_on_the_first_look() {
 fn regression_a_freer_killed_mid_batch_leaves_no_block_stranded() {
     let _dog = Watchdog::new(
         "regression_a_freer_killed_mid_batch_leaves_no_block_stranded",
-        Duration::from_secs(120),
+        Duration::from_secs(300),
     );
     // Slabs × 256 blocks of 256 bytes, all allocated by the owner (handle
     // 0 of 1), freed by the child in one batch in allocation order.
@@ -330,8 +332,10 @@ fn regression_a_freer_killed_mid_batch_leaves_no_block_stranded() {
                 )
                 .stdout(std::process::Stdio::null()),
         );
-        // The first block marked: the batch is under way; kill it now.
-        let deadline = std::time::Instant::now() + T;
+        // The first block marked: the batch is under way; kill it now. A
+        // child at nice 19 on a machine busy with builds may take many
+        // seconds to start: how long is not what this test measures.
+        let deadline = std::time::Instant::now() + STARTUP;
         while state(0) == 1 {
             assert!(
                 std::time::Instant::now() < deadline,
