@@ -21,6 +21,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
+// The rank of a reply that names no worker.
+#define NODEIPC_NO_RANK UINT32_MAX
+
 // Bytes of an exported `FdHandle` (`nodeipc_fd_export`).
 #define NODEIPC_FD_HANDLE_SIZE 24
 
@@ -119,8 +122,11 @@ typedef int32_t nodeipc_monitor_state;
 // (`nodeipc_coordinator_send`) and one gathering thread
 // (`nodeipc_coordinator_recv_all`, `_recv_aggregated`, `_recv_first`,
 // `_drain`) may use it at once; a second sender or a second gatherer is
-// refused (`NODEIPC_ERR_INVALID_ARGUMENT`, naming the rule). Free it from
-// one thread once no other call runs.
+// refused (`NODEIPC_ERR_INVALID_ARGUMENT`, naming the rule). Or a sending
+// thread and the library's response thread
+// (`nodeipc_coordinator_start_response_thread`; which calls may run
+// beside it is said there). Free it from one thread once no other call
+// runs.
 typedef struct nodeipc_coordinator nodeipc_coordinator;
 
 // One rank's membership of a group. One thread at a time: a group's calls
@@ -161,6 +167,34 @@ typedef int32_t (*nodeipc_aggregate_fn)(void *user,
                                         const uint8_t *const *responses,
                                         const size_t *lengths);
 
+// Called by a coordinator's response thread with each request's answers,
+// in send order, one call at a time. `id` is the request's index (as its
+// send gave it). With `status` `NODEIPC_OK`, `count` answers: `data[i]`
+// and `lengths[i]`, in rank order for `NODEIPC_GATHER_ALL` and `_INIT`
+// (`rank` is then `NODEIPC_NO_RANK`), one answer otherwise (`rank` is the
+// worker's). Otherwise `count` is 0, `rank` the worker the error names
+// (`NODEIPC_NO_RANK` if none) and `message` says what failed (it is ""
+// with `NODEIPC_OK`). Every pointer is valid during the call only; the
+// thread-local `nodeipc_last_error` is not used. Return 0 to go on, any
+// other value to end the thread after this call.
+typedef int32_t (*nodeipc_response_fn)(void *user,
+                                       uint64_t id,
+                                       nodeipc_status status,
+                                       uint32_t rank,
+                                       const char *message,
+                                       uint32_t count,
+                                       const uint8_t *const *data,
+                                       const size_t *lengths);
+
+// What a response thread does after an error that breaks a gather (a dead
+// worker, a timeout): one of the `NODEIPC_THREAD_*` numbers. The callback
+// hears of the error either way.
+typedef uint32_t nodeipc_thread_policy;
+
+// A gather mode, as `nodeipc_coordinator_set_response_mode` and the grid's
+// gathers take it: one of the `NODEIPC_GATHER_*` numbers.
+typedef uint32_t nodeipc_gather_mode;
+
 // Who is at the other end of a connected Unix socket (`SO_PEERCRED`).
 typedef struct {
   // Its pid (0 when it lives in a pid namespace we cannot see).
@@ -183,6 +217,28 @@ typedef struct {
   // Sections open now.
   uint32_t open_sections;
 } nodeipc_monitor_status;
+
+// Every worker's answer, in rank order.
+#define NODEIPC_GATHER_ALL 0
+
+// The first answer to arrive (the others are drained).
+#define NODEIPC_GATHER_FIRST 1
+
+// The answer the channel's rule picks.
+#define NODEIPC_GATHER_AGGREGATED 2
+
+// Every answer awaited, rank 0's handed out.
+#define NODEIPC_GATHER_RANK0_AFTER_ALL 3
+
+// Every worker's init answer, in rank order.
+#define NODEIPC_GATHER_INIT 4
+
+// End the thread (start it again once the cause is dealt with).
+#define NODEIPC_THREAD_STOP_ON_ERROR 0
+
+// Go on after a short pause (the library's `log` facade, when a Rust
+// logger is installed, records the error too).
+#define NODEIPC_THREAD_LOG_AND_CONTINUE 1
 
 #ifdef __cplusplus
 extern "C" {
@@ -319,6 +375,76 @@ nodeipc_status nodeipc_coordinator_drain(nodeipc_coordinator *coordinator, uint6
 // # Safety
 // `coordinator` is NULL or a live coordinator handle, not used afterwards.
 nodeipc_status nodeipc_coordinator_free(nodeipc_coordinator *coordinator);
+
+// Starts the coordinator's response thread with `callback` (see
+// `nodeipc_response_fn`) and `user` passed to it: from now on each request
+// sent is gathered on that thread in the mode recorded at its send
+// (`nodeipc_coordinator_set_response_mode`; `NODEIPC_GATHER_AGGREGATED`
+// needs a rule, which a C coordinator has not: choose another), and the
+// callback called with its answers. A `NODEIPC_GATHER_FIRST` request's
+// slower answers are drained on the thread. After an error that breaks a
+// gather (a dead worker: `NODEIPC_ERR_PEER_DIED` naming its rank, within a
+// second; a timeout) the thread ends; see `_start_response_thread_with`.
+//
+// # Safety
+// `coordinator` is a live coordinator handle no other thread uses during
+// this call; `callback` and `user` may be used from another thread until
+// the thread is stopped or the coordinator freed.
+nodeipc_status nodeipc_coordinator_start_response_thread(nodeipc_coordinator *coordinator,
+                                                         nodeipc_response_fn callback,
+                                                         void *user);
+
+// `nodeipc_coordinator_start_response_thread` with a policy for errors
+// that break a gather: `NODEIPC_THREAD_STOP_ON_ERROR` or
+// `NODEIPC_THREAD_LOG_AND_CONTINUE`.
+//
+// # Safety
+// As `nodeipc_coordinator_start_response_thread`.
+nodeipc_status nodeipc_coordinator_start_response_thread_with(nodeipc_coordinator *coordinator,
+                                                              nodeipc_response_fn callback,
+                                                              void *user,
+                                                              nodeipc_thread_policy policy);
+
+// Stops the response thread and waits for it (within a fraction of a
+// second). Refused from inside the callback (return non-zero there).
+//
+// # Safety
+// `coordinator` is a live coordinator handle no other thread uses during
+// this call.
+nodeipc_status nodeipc_coordinator_stop_response_thread(nodeipc_coordinator *coordinator);
+
+// Whether the response thread runs (`*out_running`): it ends by itself
+// after an error under `NODEIPC_THREAD_STOP_ON_ERROR`, or when the
+// callback returns non-zero.
+//
+// # Safety
+// `coordinator` is a live coordinator handle; `out_running` writable.
+nodeipc_status nodeipc_coordinator_response_thread_running(const nodeipc_coordinator *coordinator,
+                                                           bool *out_running);
+
+// The mode the response thread gathers requests sent from now on in
+// (`NODEIPC_GATHER_*`; each request keeps the mode it was sent with).
+// Called by the sending thread.
+//
+// # Safety
+// `coordinator` is a live coordinator handle.
+nodeipc_status nodeipc_coordinator_set_response_mode(const nodeipc_coordinator *coordinator,
+                                                     nodeipc_gather_mode mode);
+
+// `nodeipc_coordinator_send` without waiting: `*out_sent` says whether it
+// was sent (false while a worker has no free frame: nothing is sent), and
+// `*out_index` (if not NULL) gets its index. The one send allowed inside a
+// response callback.
+//
+// # Safety
+// `coordinator` is a live coordinator handle; `data` points at `len`
+// readable bytes (NULL with 0); `out_sent` is writable, `out_index` NULL
+// or writable.
+nodeipc_status nodeipc_coordinator_try_send(const nodeipc_coordinator *coordinator,
+                                            const uint8_t *data,
+                                            size_t len,
+                                            bool *out_sent,
+                                            uint64_t *out_index);
 
 // Logs on to the coordinator's handshake server at `socket_path` as worker
 // `rank` and joins the channel with the regions it hands over (the request

@@ -113,6 +113,32 @@ fn a_c_coordinator_takes_one_sending_and_one_gathering_thread() {
 }
 
 #[test]
+fn a_c_response_thread_replies_in_send_order_and_refuses_what_it_rules_out() {
+    let _dog = Watchdog::new("c_response_thread", Duration::from_secs(120));
+    let dir = private_dir("capi-chan-thread");
+    let Some(program) = common::compile("response_thread.c", &dir) else {
+        return;
+    };
+    let name = unique_name("capi-thread");
+    let out = run(&program, &[&name]).output_timeout(Duration::from_secs(90));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}\n{stdout}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let summary = stdout.lines().last().unwrap_or_default();
+    let checks: u32 = summary
+        .strip_prefix("0 of ")
+        .and_then(|rest| rest.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0);
+    assert!(checks > 50, "{stdout}");
+    assert!(stdout.contains("dead worker heard"), "{stdout}");
+}
+
+#[test]
 fn c_workers_and_a_rust_worker_share_one_channel() {
     let _dog = Watchdog::new("c_and_rust_workers", Duration::from_secs(120));
     let dir = private_dir("capi-chan-mixed");

@@ -14,14 +14,18 @@ use nodeipc_testkit::{Watchdog, spawn_child, this_test_in_a_child, unique_name};
 
 const LONG: Duration = Duration::from_secs(20);
 
-/// What a reply said, owned: `(id, mode, [(rank, bytes)])` or the error.
+/// What a reply said, owned: `(id, mode, [(rank, bytes)])` or the error
+/// (its text, after the rank it names if any).
 type Heard = (u64, Mode, Result<Vec<(u32, Vec<u8>)>, String>);
 
 fn owned(reply: Reply<'_>) -> Heard {
-    let answers = reply.answers.map_err(|e| e.to_string()).map(|a| match a {
-        Answers::All(all) => all.iter().map(|(r, b)| (r, b.to_vec())).collect(),
-        Answers::One(one) => vec![(one.rank(), one.bytes().to_vec())],
-    });
+    let answers = reply
+        .answers
+        .map_err(|e| format!("{:?}: {e}", e.rank()))
+        .map(|a| match a {
+            Answers::All(all) => all.iter().map(|(r, b)| (r, b.to_vec())).collect(),
+            Answers::One(one) => vec![(one.rank(), one.bytes().to_vec())],
+        });
     (reply.id, reply.mode, answers)
 }
 
@@ -311,6 +315,7 @@ fn a_dead_worker_reaches_the_handler_by_rank_within_a_second() {
     let late = died.elapsed();
     assert_eq!((id, mode), (0, Mode::All));
     let error = answers.unwrap_err();
+    assert!(error.starts_with("Some(1): "), "{error}");
     assert!(error.contains("worker 1"), "{error}");
     assert!(
         late <= Duration::from_secs(1),
@@ -322,6 +327,49 @@ fn a_dead_worker_reaches_the_handler_by_rank_within_a_second() {
         thread::sleep(Duration::from_millis(10));
     }
     assert!(!coordinator.response_thread_running());
+    drop(coordinator);
+    threads.into_iter().for_each(|t| t.join().unwrap());
+}
+
+#[test]
+fn a_handler_is_replaced_only_while_no_thread_runs() {
+    let _dog = Watchdog::new("raw thread handler replaced", Duration::from_secs(60));
+    let channel = Channel::builder(unique_name("raw-thread-replace"))
+        .workers(1)
+        .timeout(LONG)
+        .raw();
+    let mut coordinator = channel.create().unwrap();
+    let threads = workers(&channel, 1, None);
+    coordinator.wait_for_workers(LONG).unwrap();
+    assert!(coordinator.remove_response_handler().unwrap().is_none());
+    coordinator
+        .on_response(|_: Reply<'_>| ControlFlow::Continue(()))
+        .unwrap();
+    assert!(matches!(
+        coordinator.on_response(|_: Reply<'_>| ControlFlow::Continue(())),
+        Err(Error::ResponseThread { .. })
+    ));
+    assert!(coordinator.remove_response_handler().unwrap().is_some());
+    let (tx, rx) = heard_channel();
+    coordinator
+        .on_response(move |reply: Reply<'_>| {
+            tx.send(owned(reply)).unwrap();
+            ControlFlow::Continue(())
+        })
+        .unwrap();
+    coordinator.set_response_mode(Mode::All);
+    coordinator.start_response_thread().unwrap();
+    match coordinator.remove_response_handler() {
+        Err(Error::ResponseThread { reason, .. }) => {
+            assert!(reason.contains("stop it"), "{reason}")
+        }
+        other => panic!("{:?}", other.map(|h| h.is_some())),
+    }
+    coordinator.send(&[3]).unwrap();
+    assert_eq!(
+        rx.recv_timeout(LONG).unwrap(),
+        (0, Mode::All, Ok(vec![(0, vec![3, 0])]))
+    );
     drop(coordinator);
     threads.into_iter().for_each(|t| t.join().unwrap());
 }

@@ -2,14 +2,19 @@
 // bytes of nodeipc.h (requests and responses of any encoding: decode them
 // with your protobuf runtime). Included by nodeipc.hpp. A Coordinator takes
 // one sending thread and one gathering thread at once (a second of either
-// throws NODEIPC_ERR_INVALID_ARGUMENT naming the rule); a Worker one thread.
+// throws NODEIPC_ERR_INVALID_ARGUMENT naming the rule), or a sending thread
+// beside its response thread (on_response); a Worker one thread.
 #ifndef NODEIPC_CHANNEL_HPP
 #define NODEIPC_CHANNEL_HPP
 
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
 #include <exception>
+#include <functional>
+#include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 // What this file uses (check, to_ms, detail::Owned): included alone, this
@@ -28,9 +33,64 @@ class HandshakeServer {
     detail::Owned<nodeipc_handshake_server, nodeipc_handshake_server_free> h_;
 };
 
+// A gather mode (nodeipc.h's NODEIPC_GATHER_*).
+enum class Gather : nodeipc_gather_mode {
+    all = NODEIPC_GATHER_ALL,
+    first = NODEIPC_GATHER_FIRST,
+    aggregated = NODEIPC_GATHER_AGGREGATED,
+    rank0_after_all = NODEIPC_GATHER_RANK0_AFTER_ALL,
+    init = NODEIPC_GATHER_INIT,
+};
+
+// What a response thread does after an error that breaks a gather, and
+// after an exception of its function: end, or go on (logged on stderr).
+enum class ThreadPolicy : nodeipc_thread_policy {
+    stop_on_error = NODEIPC_THREAD_STOP_ON_ERROR,
+    log_and_continue = NODEIPC_THREAD_LOG_AND_CONTINUE,
+};
+
+// One request's answers, as the response thread hands them over: valid
+// during the call only.
+struct Reply {
+    struct Answer {
+        const uint8_t* data;
+        size_t size;
+    };
+    uint64_t id;            // the request's index, as send returned it
+    nodeipc_status status;  // NODEIPC_OK, or why the gather failed
+    uint32_t rank;          // the one answer's worker, or the failing one; else NODEIPC_NO_RANK
+    const char* message;    // "" when ok
+    uint32_t count;         // answers: every worker's (all, init) or one
+    const uint8_t* const* data;
+    const size_t* lengths;
+
+    bool ok() const noexcept { return status == NODEIPC_OK; }
+    Answer answer(uint32_t i) const noexcept { return Answer{data[i], lengths[i]}; }
+    // Throws the reply's error (code, rank and message), if any.
+    void check() const {
+        if (!ok())
+            throw Error(status, std::string(nodeipc_status_name(status)) + ": " + message, 0,
+                        rank);
+    }
+};
+
 class Coordinator {
   public:
     Coordinator() noexcept = default;
+    Coordinator(Coordinator&&) noexcept = default;
+    // The response thread (which uses this coordinator's function) ends
+    // before the function does.
+    Coordinator& operator=(Coordinator&& o) noexcept {
+        if (this != &o) {
+            h_.reset();
+            responses_ = std::move(o.responses_);
+            h_ = std::move(o.h_);
+            workers_ = o.workers_;
+            response_size_ = o.response_size_;
+        }
+        return *this;
+    }
+    ~Coordinator() { h_.reset(); }
     // A channel over anonymous regions; largest request and response in bytes.
     template <class D = std::chrono::seconds>
     static Coordinator create(const std::string& name, uint32_t workers, size_t request_capacity,
@@ -104,9 +164,85 @@ class Coordinator {
         buffer.resize(length);
         return Aggregated{rank, std::move(buffer)};
     }
+    // Starts the response thread: `f` is called with each request's Reply,
+    // in send order, one call at a time, on a thread of the library's. The
+    // mode of each is the one set (set_response_mode) when it was sent. In
+    // `f` only try_send may be called on this coordinator. An exception
+    // `f` throws is caught: under stop_on_error it ends the thread (and
+    // stop_response_thread rethrows it), under log_and_continue it is
+    // written to stderr and the thread goes on.
+    void on_response(std::function<void(const Reply&)> f,
+                     ThreadPolicy policy = ThreadPolicy::stop_on_error) {
+        if (!f) detail::invalid("nodeipc::Coordinator::on_response: an empty function");
+        bool running = false;
+        check(nodeipc_coordinator_response_thread_running(h_.get(), &running));
+        if (running)
+            detail::invalid("nodeipc::Coordinator::on_response: the response thread is running");
+        // An ended thread still holds the old function: joined first.
+        if (responses_) (void)nodeipc_coordinator_stop_response_thread(h_.get());
+        auto handler = std::make_unique<Responses>(Responses{std::move(f), policy, nullptr});
+        check(nodeipc_coordinator_start_response_thread_with(
+            h_.get(), &Coordinator::respond, handler.get(),
+            static_cast<nodeipc_thread_policy>(policy)));
+        responses_ = std::move(handler);
+    }
+    // Stops the response thread; rethrows the exception that ended it, if any.
+    void stop_response_thread() {
+        check(nodeipc_coordinator_stop_response_thread(h_.get()));
+        if (responses_ && responses_->error)
+            std::rethrow_exception(std::exchange(responses_->error, nullptr));
+    }
+    bool response_thread_running() const {
+        bool running = false;
+        check(nodeipc_coordinator_response_thread_running(h_.get(), &running));
+        return running;
+    }
+    // The mode requests sent from now on are gathered in by the thread.
+    void set_response_mode(Gather mode) {
+        check(nodeipc_coordinator_set_response_mode(h_.get(),
+                                                    static_cast<nodeipc_gather_mode>(mode)));
+    }
+    // send() without waiting: false (nothing sent) while a worker has no
+    // free frame. The one send allowed inside a response function.
+    bool try_send(const void* data, size_t len, uint64_t* index = nullptr) {
+        bool sent = false;
+        check(nodeipc_coordinator_try_send(h_.get(), static_cast<const uint8_t*>(data), len, &sent,
+                                           index));
+        return sent;
+    }
     nodeipc_coordinator* handle() const noexcept { return h_.get(); }
 
   private:
+    struct Responses {
+        std::function<void(const Reply&)> f;
+        ThreadPolicy policy;
+        std::exception_ptr error;
+    };
+    // The C callback: no exception leaves it (the library is Rust).
+    static int32_t respond(void* user, uint64_t id, nodeipc_status status, uint32_t rank,
+                           const char* message, uint32_t count, const uint8_t* const* data,
+                           const size_t* lengths) noexcept {
+        auto* r = static_cast<Responses*>(user);
+        try {
+            r->f(Reply{id, status, rank, message, count, data, lengths});
+            return 0;
+        } catch (...) {
+            if (r->policy == ThreadPolicy::stop_on_error) {
+                r->error = std::current_exception();
+                return 1;
+            }
+            try {
+                throw;
+            } catch (const std::exception& e) {
+                std::fprintf(stderr, "nodeipc: response function threw on request %llu: %s\n",
+                             static_cast<unsigned long long>(id), e.what());
+            } catch (...) {
+                std::fprintf(stderr, "nodeipc: response function threw on request %llu\n",
+                             static_cast<unsigned long long>(id));
+            }
+            return 0;
+        }
+    }
     template <class F>
     struct Call {
         F& choose;
@@ -135,6 +271,8 @@ class Coordinator {
     }
     Coordinator(nodeipc_coordinator* c, uint32_t workers, size_t response_size)
         : h_(c), workers_(workers), response_size_(response_size) {}
+    // Declared before h_, so destroyed after it: the thread ends first.
+    std::unique_ptr<Responses> responses_;
     detail::Owned<nodeipc_coordinator, nodeipc_coordinator_free> h_;
     uint32_t workers_ = 0;
     size_t response_size_ = 0;

@@ -144,6 +144,21 @@ impl<Req: Payload, Resp: Payload> Coordinator<Req, Resp> {
         }
     }
 
+    /// Takes the registered response handler out, so that another can be
+    /// registered (a binding's new callback); `None` if there was none.
+    ///
+    /// # Errors
+    /// [`Error::ResponseThread`] while the thread runs (it holds the
+    /// handler; stop it first).
+    pub fn remove_response_handler(&mut self) -> Result<Option<ResponseHandler<Resp>>> {
+        if self.thread.is_some() {
+            return Err(self.thread_error(
+                "the response thread is running: stop it before removing its handler",
+            ));
+        }
+        Ok(self.handler_mut().take())
+    }
+
     /// Whether the response thread is running (it ends by itself after an
     /// error that breaks the channel, under [`ThreadPolicy::StopOnError`]).
     pub fn response_thread_running(&self) -> bool {
