@@ -21,15 +21,15 @@
 #include <stddef.h>
 #include <stdint.h>
 
-// The rank of a reply that names no worker.
-#define NODEIPC_NO_RANK UINT32_MAX
-
 // Bytes of an exported `FdHandle` (`nodeipc_fd_export`).
 #define NODEIPC_FD_HANDLE_SIZE 24
 
 // Bytes a semaphore takes in a region (`nodeipc_sem_in_region`); its
 // offset must be a multiple of 4.
 #define NODEIPC_SEM_SIZE 8
+
+// The rank of an error or a reply that names no worker.
+#define NODEIPC_NO_RANK UINT32_MAX
 
 // What a call of the C API returns: `NODEIPC_OK` (0) or a negative code.
 // `nodeipc_last_error()` gives the words; `nodeipc_last_errno()` the errno
@@ -167,6 +167,22 @@ typedef int32_t (*nodeipc_aggregate_fn)(void *user,
                                         const uint8_t *const *responses,
                                         const size_t *lengths);
 
+// A gather mode, as `nodeipc_coordinator_set_response_mode` and the grid's
+// gathers take it: one of the `NODEIPC_GATHER_*` numbers.
+typedef uint32_t nodeipc_gather_mode;
+
+// Sees one gather's answers where they lie: `count` answers at `data[i]`,
+// `lengths[i]` bytes each — every worker's in rank order (`rank` is then
+// `NODEIPC_NO_RANK`) for `NODEIPC_GATHER_ALL` and `_INIT`, one otherwise
+// (`rank` is its worker's). Valid during the call only. Returns 0, or a
+// negative `nodeipc_status` that the gather then returns (its answers are
+// taken either way).
+typedef int32_t (*nodeipc_answers_fn)(void *user,
+                                      uint32_t rank,
+                                      uint32_t count,
+                                      const uint8_t *const *data,
+                                      const size_t *lengths);
+
 // Called by a coordinator's response thread with each request's answers,
 // in send order, one call at a time. `id` is the request's index (as its
 // send gave it). With `status` `NODEIPC_OK`, `count` answers: `data[i]`
@@ -190,10 +206,6 @@ typedef int32_t (*nodeipc_response_fn)(void *user,
 // worker, a timeout): one of the `NODEIPC_THREAD_*` numbers. The callback
 // hears of the error either way.
 typedef uint32_t nodeipc_thread_policy;
-
-// A gather mode, as `nodeipc_coordinator_set_response_mode` and the grid's
-// gathers take it: one of the `NODEIPC_GATHER_*` numbers.
-typedef uint32_t nodeipc_gather_mode;
 
 // Who is at the other end of a connected Unix socket (`SO_PEERCRED`).
 typedef struct {
@@ -376,11 +388,82 @@ nodeipc_status nodeipc_coordinator_drain(nodeipc_coordinator *coordinator, uint6
 // `coordinator` is NULL or a live coordinator handle, not used afterwards.
 nodeipc_status nodeipc_coordinator_free(nodeipc_coordinator *coordinator);
 
+// Gathers the answers to the oldest request not yet gathered in `mode`
+// (`NODEIPC_GATHER_*`), within `timeout_ms` (negative: forever), and hands
+// them to `visitor` where they lie. A timeout keeps what was gathered: the
+// next gather resumes there. `NODEIPC_GATHER_AGGREGATED` needs the rule of
+// `nodeipc_coordinator_set_aggregate`; `NODEIPC_GATHER_FIRST` leaves the
+// slower answers to the next gather or a drain.
+//
+// # Safety
+// `coordinator` is a live coordinator handle; `visitor` reads what it is
+// given during the call only.
+nodeipc_status nodeipc_coordinator_recv(const nodeipc_coordinator *coordinator,
+                                        nodeipc_gather_mode mode,
+                                        int64_t timeout_ms,
+                                        nodeipc_answers_fn visitor,
+                                        void *user);
+
+// `nodeipc_coordinator_recv` without waiting: `*out_gathered` is false
+// (and `visitor` not called) while an answer it needs is not there; the
+// answers it could take are kept for the next gather.
+//
+// # Safety
+// As `nodeipc_coordinator_recv`; `out_gathered` is writable.
+nodeipc_status nodeipc_coordinator_try_recv(const nodeipc_coordinator *coordinator,
+                                            nodeipc_gather_mode mode,
+                                            nodeipc_answers_fn visitor,
+                                            void *user,
+                                            bool *out_gathered);
+
+// Takes (and drops) the answers a `NODEIPC_GATHER_FIRST` gather left,
+// within `timeout_ms` (negative: forever); `*out_count` (if not NULL)
+// gets how many.
+//
+// # Safety
+// `coordinator` is a live coordinator handle; `out_count` NULL or writable.
+nodeipc_status nodeipc_coordinator_drain_timeout(const nodeipc_coordinator *coordinator,
+                                                 int64_t timeout_ms,
+                                                 uint64_t *out_count);
+
+// `nodeipc_coordinator_drain_timeout` without waiting: `*out_done` says
+// whether every leftover answer was there (those that were are taken).
+//
+// # Safety
+// `coordinator` is a live coordinator handle; `out_done` writable,
+// `out_count` NULL or writable.
+nodeipc_status nodeipc_coordinator_try_drain(const nodeipc_coordinator *coordinator,
+                                             bool *out_done,
+                                             uint64_t *out_count);
+
+// Sets the channel's aggregation rule: `NODEIPC_GATHER_AGGREGATED` gathers
+// (the caller's and the response thread's) call `aggregate` with every
+// worker's answer and keep the one whose index it returns (a negative
+// return fails that gather). Replaces an earlier rule.
+//
+// # Safety
+// `coordinator` is a live coordinator handle no other thread uses during
+// this call (and no response thread runs); `aggregate` and `user` may be
+// used from the gathering thread until the coordinator is freed or the
+// rule replaced.
+nodeipc_status nodeipc_coordinator_set_aggregate(nodeipc_coordinator *coordinator,
+                                                 nodeipc_aggregate_fn aggregate,
+                                                 void *user);
+
+// Answers into the worker's init slot (what `NODEIPC_GATHER_INIT` gathers
+// read), `len` bytes at `data`. Refused while a request is held in place.
+//
+// # Safety
+// `worker` is a live worker handle; `data` points at `len` readable bytes
+// (NULL with 0).
+nodeipc_status nodeipc_worker_respond_init(nodeipc_worker *worker, const uint8_t *data, size_t len);
+
 // Starts the coordinator's response thread with `callback` (see
 // `nodeipc_response_fn`) and `user` passed to it: from now on each request
 // sent is gathered on that thread in the mode recorded at its send
 // (`nodeipc_coordinator_set_response_mode`; `NODEIPC_GATHER_AGGREGATED`
-// needs a rule, which a C coordinator has not: choose another), and the
+// needs the rule of `nodeipc_coordinator_set_aggregate`, else that
+// request's reply is an error), and the
 // callback called with its answers. A `NODEIPC_GATHER_FIRST` request's
 // slower answers are drained on the thread. After an error that breaks a
 // gather (a dead worker: `NODEIPC_ERR_PEER_DIED` naming its rank, within a
@@ -1007,6 +1090,10 @@ const char *nodeipc_last_error(void);
 // The errno behind the calling thread's last error (0: none, or not a
 // system error).
 int nodeipc_last_errno(void);
+
+// The worker the calling thread's last error names (a dead one, one whose
+// answer was unusable), or `NODEIPC_NO_RANK`.
+uint32_t nodeipc_last_error_rank(void);
 
 // The name of a status code (`"NODEIPC_ERR_TIMEOUT"`), or `"unknown"`: a
 // static string, never freed.

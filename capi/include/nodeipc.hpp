@@ -58,7 +58,7 @@ class Error : public std::runtime_error {
 inline void check(nodeipc_status status) {
     if (status != NODEIPC_OK) {
         throw Error(status, std::string(nodeipc_status_name(status)) + ": " + nodeipc_last_error(),
-                    nodeipc_last_errno());
+                    nodeipc_last_errno(), nodeipc_last_error_rank());
     }
 }
 

@@ -68,7 +68,11 @@ impl From<nodeipc_channel::Error> for Failure {
             E::Handshake(H::Rejected { .. } | H::Handshake { .. }) => NODEIPC_ERR_REFUSED,
             _ => NODEIPC_ERR_IO,
         };
-        Failure::from_error(status, &e)
+        let rank = e.rank().unwrap_or(super::status::NODEIPC_NO_RANK);
+        Failure {
+            rank,
+            ..Failure::from_error(status, &e)
+        }
     }
 }
 
@@ -441,7 +445,7 @@ pub unsafe extern "C" fn nodeipc_coordinator_recv_aggregated(
 }
 
 /// A callback's negative return as a status (an unknown code is corrupt).
-fn status_from_callback(code: i32) -> nodeipc_status {
+pub(crate) fn status_from_callback(code: i32) -> nodeipc_status {
     use super::status::*;
     [
         NODEIPC_ERR_INVALID_ARGUMENT,

@@ -22,7 +22,7 @@ use nodeipc_channel::{Answers, Mode, Reply, ThreadPolicy};
 
 use super::args::{bytes, handle, handle_mut, out};
 use super::channel::nodeipc_coordinator;
-use super::status::{Failure, Outcome, guard, nodeipc_status};
+use super::status::{Failure, NODEIPC_NO_RANK, Outcome, guard, nodeipc_status};
 
 /// A gather mode, as `nodeipc_coordinator_set_response_mode` and the grid's
 /// gathers take it: one of the `NODEIPC_GATHER_*` numbers.
@@ -56,9 +56,6 @@ pub const NODEIPC_THREAD_STOP_ON_ERROR: nodeipc_thread_policy = 0;
 /// Go on after a short pause (the library's `log` facade, when a Rust
 /// logger is installed, records the error too).
 pub const NODEIPC_THREAD_LOG_AND_CONTINUE: nodeipc_thread_policy = 1;
-
-/// The rank of a reply that names no worker.
-pub const NODEIPC_NO_RANK: u32 = u32::MAX;
 
 /// Called by a coordinator's response thread with each request's answers,
 /// in send order, one call at a time. `id` is the request's index (as its
@@ -146,8 +143,8 @@ impl Callback {
                 )
             }
             Err(e) => {
-                let rank = e.rank().unwrap_or(NODEIPC_NO_RANK);
                 let failure = Failure::from(e);
+                let rank = failure.rank;
                 let message = CString::new(failure.message.replace('\0', " ")).unwrap_or_default();
                 (failure.status, rank, message, None)
             }
@@ -179,7 +176,8 @@ impl Callback {
 /// `nodeipc_response_fn`) and `user` passed to it: from now on each request
 /// sent is gathered on that thread in the mode recorded at its send
 /// (`nodeipc_coordinator_set_response_mode`; `NODEIPC_GATHER_AGGREGATED`
-/// needs a rule, which a C coordinator has not: choose another), and the
+/// needs the rule of `nodeipc_coordinator_set_aggregate`, else that
+/// request's reply is an error), and the
 /// callback called with its answers. A `NODEIPC_GATHER_FIRST` request's
 /// slower answers are drained on the thread. After an error that breaks a
 /// gather (a dead worker: `NODEIPC_ERR_PEER_DIED` naming its rank, within a

@@ -13,6 +13,7 @@
 
 mod args;
 pub mod channel;
+pub mod channel_grid;
 pub mod channel_thread;
 pub mod channel_worker;
 pub mod fdpass;
