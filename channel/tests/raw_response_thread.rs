@@ -52,7 +52,12 @@ fn workers(
                     {
                         thread::sleep(delay);
                     }
-                    worker.respond(&[request[0], rank as u8]).unwrap();
+                    match worker.respond(&[request[0], rank as u8]) {
+                        Ok(()) => {}
+                        // Closed with answers still owed: done.
+                        Err(Error::Closed { .. }) => return,
+                        Err(e) => panic!("worker {rank}: {e}"),
+                    }
                 }
             })
         })
@@ -370,6 +375,79 @@ fn a_handler_is_replaced_only_while_no_thread_runs() {
         rx.recv_timeout(LONG).unwrap(),
         (0, Mode::All, Ok(vec![(0, vec![3, 0])]))
     );
+    drop(coordinator);
+    threads.into_iter().for_each(|t| t.join().unwrap());
+}
+
+#[test]
+fn a_try_send_inside_the_handler_is_refused_while_another_thread_sends() {
+    let _dog = Watchdog::new("raw thread two senders", Duration::from_secs(60));
+    let channel = Channel::builder(unique_name("raw-thread-busy"))
+        .workers(1)
+        .depth(2)
+        .timeout(LONG)
+        .raw();
+    let mut coordinator = channel.create().unwrap();
+    let threads = workers(&channel, 1, None);
+    coordinator.wait_for_workers(LONG).unwrap();
+    coordinator.set_response_mode(Mode::All);
+    let this: Arc<OnceLock<Weak<Coordinator<Raw, Raw>>>> = Arc::new(OnceLock::new());
+    let seen = Arc::clone(&this);
+    let gate = Arc::new(Mutex::new(()));
+    let held = gate.lock().unwrap();
+    let handler_gate = Arc::clone(&gate);
+    let (tx, rx) = mpsc::channel::<String>();
+    coordinator
+        .on_response(move |reply: Reply<'_>| {
+            if reply.id == 0 {
+                drop(handler_gate.lock().unwrap());
+                let coordinator = seen.get().and_then(Weak::upgrade).unwrap();
+                // The other sender waits on the full ring with the sending
+                // turn; until it is there, a try finds the ring full.
+                let deadline = Instant::now() + LONG;
+                let said = loop {
+                    match coordinator.try_send(&[9]) {
+                        Err(Error::Busy { busy, .. }) => break busy.to_owned(),
+                        Ok(None) if Instant::now() < deadline => {
+                            thread::sleep(Duration::from_millis(1))
+                        }
+                        other => break format!("{other:?}"),
+                    }
+                };
+                tx.send(said).unwrap();
+            }
+            ControlFlow::Continue(())
+        })
+        .unwrap();
+    coordinator.start_response_thread().unwrap();
+    let coordinator = Arc::new(coordinator);
+    this.set(Arc::downgrade(&coordinator)).unwrap();
+    // Fill the ring while the handler is held on request 0.
+    let mut sent = 0u64;
+    while coordinator
+        .send_timeout(&[sent as u8], Duration::from_millis(200))
+        .is_ok()
+    {
+        sent += 1;
+        assert!(sent < 64, "the ring never filled");
+    }
+    let sender = {
+        let coordinator = Arc::clone(&coordinator);
+        thread::spawn(move || coordinator.send_timeout(&[8], LONG).map(|_| ()))
+    };
+    drop(held);
+    assert_eq!(rx.recv_timeout(LONG).unwrap(), "sending");
+    // The other sender's request goes out once the thread gathers.
+    sender.join().unwrap().unwrap();
+    let mut coordinator = coordinator;
+    let mut coordinator = loop {
+        match Arc::try_unwrap(coordinator) {
+            Ok(alone) => break alone,
+            Err(shared) => coordinator = shared,
+        }
+        thread::sleep(Duration::from_millis(1));
+    };
+    coordinator.stop_response_thread().unwrap();
     drop(coordinator);
     threads.into_iter().for_each(|t| t.join().unwrap());
 }
