@@ -1,18 +1,21 @@
 //! Builds the C++ side of `nodeipc bench`'s KittensBroker row
 //! (`cpp/kittens_bench.cpp`: our `kittens::KittensBroker` from
-//! capi/include, and the seed's sense-reversing barrier) with the `cc`
+//! capi/include, and the seed's sense-reversing barrier) and of its channel
+//! row with a response thread (`cpp/channel_thread_bench.cpp`) with the `cc`
 //! crate, here where the row runs. Without a C++ compiler the row is left
 //! out and says why (cfg `nodeipc_no_cxx`); everything else builds and runs.
 
 fn main() {
     println!("cargo::rustc-check-cfg=cfg(nodeipc_no_cxx)");
     println!("cargo::rerun-if-changed=cpp/kittens_bench.cpp");
+    println!("cargo::rerun-if-changed=cpp/channel_thread_bench.cpp");
     println!("cargo::rerun-if-changed=../capi/include");
     let built = cc::Build::new()
         .cpp(true)
         .std("c++17")
         .include("../capi/include")
         .file("cpp/kittens_bench.cpp")
+        .file("cpp/channel_thread_bench.cpp")
         .warnings(true)
         .cargo_warnings(false)
         .try_compile("nodeipc_kittens_bench");

@@ -39,22 +39,26 @@ namespace nodeipc {
 // A failed call: what() is the library's message; code() the nodeipc_status.
 class Error : public std::runtime_error {
   public:
-    Error(nodeipc_status code, const std::string& message, int os_errno = 0)
-        : std::runtime_error(message), code_(code), errno_(os_errno) {}
+    Error(nodeipc_status code, const std::string& message, int os_errno = 0,
+          uint32_t rank = NODEIPC_NO_RANK)
+        : std::runtime_error(message), code_(code), errno_(os_errno), rank_(rank) {}
     nodeipc_status code() const noexcept { return code_; }
     // The errno behind a NODEIPC_ERR_IO, 0 otherwise.
     int os_errno() const noexcept { return errno_; }
+    // The worker the error names (a dead one, say), NODEIPC_NO_RANK if none.
+    uint32_t rank() const noexcept { return rank_; }
 
   private:
     nodeipc_status code_;
     int errno_;
+    uint32_t rank_;
 };
 
 // Throws the thread's last error when `status` is not NODEIPC_OK.
 inline void check(nodeipc_status status) {
     if (status != NODEIPC_OK) {
         throw Error(status, std::string(nodeipc_status_name(status)) + ": " + nodeipc_last_error(),
-                    nodeipc_last_errno());
+                    nodeipc_last_errno(), nodeipc_last_error_rank());
     }
 }
 

@@ -51,3 +51,39 @@ fn cpp_raii_classes_work_and_throw_codes() {
         shm_leftovers(&prefix)
     );
 }
+
+#[test]
+fn cpp_response_thread_replies_in_order_and_catches_exceptions() {
+    let _dog = Watchdog::new(
+        "cpp_response_thread_replies_in_order_and_catches_exceptions",
+        Duration::from_secs(120),
+    );
+    let dir = TempDir::new("capi-hpp-thread");
+    let Some(program) = common::compile("response_thread.cpp", &dir) else {
+        return;
+    };
+    let socket = dir.join("logon.sock");
+    let mut command = Command::new(&program);
+    command
+        .arg(&socket)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let out = spawn_child(&mut command).output_timeout(Duration::from_secs(90));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{}\n{stdout}\n{stderr}", out.status);
+    let summary: Vec<&str> = stdout
+        .lines()
+        .last()
+        .unwrap_or_default()
+        .split(' ')
+        .collect();
+    assert_eq!(summary.first(), Some(&"0"), "{stdout}");
+    let checks: u32 = summary.get(2).and_then(|n| n.parse().ok()).unwrap_or(0);
+    assert!(checks >= 300, "{stdout}");
+    // log_and_continue said what it caught.
+    assert!(
+        stderr.contains("response function threw on request") && stderr.contains("even request"),
+        "{stderr}"
+    );
+}

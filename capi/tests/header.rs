@@ -18,7 +18,7 @@ fn checked_in_header_matches_a_fresh_generation() {
         .expect("read capi/cbindgen.toml");
     let mut fresh = Vec::new();
     cbindgen::Builder::new()
-        .with_crate(crate_dir)
+        .with_crate(crate_dir.join("abi"))
         .with_config(config)
         .generate()
         .expect("cbindgen generates the header")

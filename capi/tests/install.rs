@@ -3,7 +3,9 @@
 //! `nodeipc.pc`, `nodeipc-static.pc` and the CMake package config under a
 //! prefix, and a C program (`tests/c/hello.c`) and a C++ one
 //! (`tests/c/installed.cpp`: KittensBroker ranks, a coordinator and a
-//! worker) build from pkg-config's flags alone and from
+//! worker; with pkg-config also `tests/c/mindie_server.cpp`, a MindIE-shaped
+//! server with a send thread and a response thread) build from
+//! pkg-config's flags alone and from
 //! `find_package(nodeipc)`, against the static library and against the
 //! shared one, and run with no `LD_LIBRARY_PATH`: the static ones need no
 //! libnodeipc at run time, the shared ones find `libnodeipc.so.X` by
@@ -98,6 +100,9 @@ enum Program {
     C,
     /// tests/c/installed.cpp: KittensBroker, Coordinator and Worker.
     Cpp,
+    /// tests/c/mindie_server.cpp: a send thread and a response thread,
+    /// worker processes, a worker killed.
+    Server,
 }
 
 impl Program {
@@ -105,6 +110,7 @@ impl Program {
         match self {
             Program::C => "hello.c",
             Program::Cpp => "installed.cpp",
+            Program::Server => "mindie_server.cpp",
         }
     }
 
@@ -127,14 +133,16 @@ impl Program {
         }
         let mut command = Command::new(exe);
         let group = unique_name("installed");
-        if let Program::Cpp = self {
-            let name = exe.file_name().unwrap().to_string_lossy();
+        let name = exe.file_name().unwrap().to_string_lossy();
+        match self {
             // The group's name, the channel's, the handshake's socket.
-            command
+            Program::Cpp => command
                 .arg(&group)
                 .arg(unique_name("installed-channel"))
-                .arg(dir.join(&format!("{name}.sock")));
-        }
+                .arg(dir.join(&format!("{name}.sock"))),
+            Program::Server => command.arg(dir.join(&format!("{name}.sock"))),
+            Program::C => &mut command,
+        };
         command
             .env_remove("LD_LIBRARY_PATH")
             .stdout(Stdio::piped())
@@ -144,6 +152,7 @@ impl Program {
         let says = match self {
             Program::C => "says hi",
             Program::Cpp => "installed: kittens 100 101, worker 0 says pong to ping",
+            Program::Server => "200 requests in order, 4 failures folded",
         };
         assert!(
             out.status.success() && stdout.contains(says),
@@ -291,7 +300,7 @@ fn installed_library_builds_with_pkg_config() {
     );
     assert_eq!(Some(&archive), archive_static.as_ref());
     let shared = pkg_config(&prefix, &["--cflags", "--libs", "nodeipc"]).expect("ran above");
-    for program in [Program::C, Program::Cpp] {
+    for program in [Program::C, Program::Cpp, Program::Server] {
         let name = format!("{}-static", program.source());
         let Some(exe) = build(&dir, program, &name, &archive) else {
             return;

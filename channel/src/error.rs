@@ -291,6 +291,22 @@ impl From<Error> for io::Error {
 }
 
 impl Error {
+    /// The worker the error is about, if one: the rank a dead, departed or
+    /// failing worker had, or whose answer was unusable.
+    pub fn rank(&self) -> Option<u32> {
+        match self {
+            Error::Corrupt { rank, .. }
+            | Error::Decode { rank, .. }
+            | Error::WorkerFailed { rank, .. }
+            | Error::UnknownMessageType { rank, .. }
+            | Error::WorkerDied { rank, .. }
+            | Error::WorkerLeft { rank, .. }
+            | Error::RankTaken { rank, .. }
+            | Error::RankOutOfRange { rank, .. } => Some(*rank),
+            _ => None,
+        }
+    }
+
     /// Whether this is a bounded wait that ran out: a channel's call, or
     /// the logon handshake.
     pub fn is_timeout(&self) -> bool {

@@ -18,7 +18,9 @@ mod worker;
 pub use aggregate::{Aggregate, Pick, PullKvRule};
 pub use builder::{Channel, ChannelBuilder};
 pub use config::ChannelConfig;
-pub use coordinator::{Answers, Coordinator, Gathered, Picked, ResponseHandler, ThreadPolicy};
+pub use coordinator::{
+    Answers, Coordinator, Gathered, Picked, Reply, ResponseHandler, ThreadPolicy,
+};
 pub use error::{Error, Result};
 pub use handshake::{
     ChannelOffer, ChannelServer, Decision, HandshakeError, HandshakeOptions, HandshakeStats, Offer,

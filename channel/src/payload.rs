@@ -3,7 +3,10 @@
 //! the same names either way; which ones exist, and what they take and
 //! return, follows from the type.
 
+use std::ops::ControlFlow;
+
 use crate::aggregate::{Aggregate, Pick};
+use crate::coordinator::Reply;
 
 /// Frames of bytes of any encoding, as a channel's request or response
 /// type: `Coordinator<Raw, Raw>` sends `&[u8]` and gathers borrowed views of
@@ -25,14 +28,21 @@ pub trait Payload: sealed::Sealed + 'static {
     /// into one ([`Aggregated`](crate::Aggregated)): an [`Aggregate`] rule
     /// for messages, a [`Pick`] of one rank's bytes for [`Raw`].
     type Rule: ?Sized + Send;
+
+    /// What the response thread calls with each request's answers: a
+    /// closure of the gathered (or aggregated) message for messages, of a
+    /// [`Reply`] (the request's id, its mode, views of the bytes) for [`Raw`].
+    type Handler: ?Sized + Send;
 }
 
 impl Payload for Raw {
     type Rule = dyn Pick + Send;
+    type Handler = dyn for<'c> FnMut(Reply<'c>) -> ControlFlow<()> + Send;
 }
 
 impl<M: prost::Message + Default + 'static> Payload for M {
     type Rule = dyn Aggregate<M> + Send;
+    type Handler = dyn FnMut(crate::Result<M>) + Send;
 }
 
 pub(crate) mod sealed {

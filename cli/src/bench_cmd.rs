@@ -68,6 +68,10 @@ enum Only {
         /// Requests kept in flight by the channel, 1..=64.
         #[arg(long, default_value_t = 1, value_parser = u32_in(1, nodeipc_channel::MAX_DEPTH))]
         depth: u32,
+        /// With --workers, --payload and --iters: a send thread and a
+        /// response thread at --depth (Rust and C++) against lock-step.
+        #[arg(long, requires = "workers")]
+        response_thread: bool,
     },
     /// Heartbeats: the shared-memory fast path against the socket.
     Monitor,
@@ -105,7 +109,13 @@ pub(crate) fn run(args: BenchArgs) -> CmdResult {
             payload,
             iters,
             depth,
-        }) => suite::channel(options, workers.map(|w| (w, payload, iters)), depth),
+            response_thread,
+        }) => suite::channel(
+            options,
+            workers.map(|w| (w, payload, iters)),
+            depth,
+            response_thread,
+        ),
         Some(Only::Monitor) => suite::monitor(options),
         Some(Only::Queue) => suite::queue(options),
     };

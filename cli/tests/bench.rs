@@ -70,6 +70,44 @@ fn channel_json_has_bench_workers_payload_and_ns_per_op() {
 }
 
 #[test]
+fn channel_response_thread_row_runs_rust_and_cpp_beside_lock_step() {
+    let _dog = Watchdog::new("bench channel response thread", Duration::from_secs(150));
+    let out = bench(&[
+        "--quick",
+        "--json",
+        "channel",
+        "--workers",
+        "1",
+        "--payload",
+        "64",
+        "--iters",
+        "200",
+        "--depth",
+        "4",
+        "--response-thread",
+    ]);
+    let line = out.lines().next().expect("one row");
+    for key in [
+        "\"bench\":\"channel\"",
+        "\"depth\":4",
+        "send thread + response thread, depth 4 (Rust)",
+        "lock-step send then recv(All)",
+        "\"ns_per_op\":",
+    ] {
+        assert!(line.contains(key), "{key} missing from {line}");
+    }
+    // The C++ row, unless the CLI was built without a C++ compiler (which
+    // the row then says, and which fails under CI).
+    if !line.contains("send thread + response thread, depth 4 (C++)") {
+        assert!(line.contains("no C++ row"), "{line}");
+        nodeipc_testkit::skip(
+            "channel_response_thread_row_runs_rust_and_cpp_beside_lock_step",
+            "the CLI was built without a C++ compiler",
+        );
+    }
+}
+
+#[test]
 fn the_table_names_the_machine_and_every_implementation() {
     let _dog = Watchdog::new("bench table", Duration::from_secs(150));
     let out = bench(&["--quick", "fdpass", "--fds", "4"]);

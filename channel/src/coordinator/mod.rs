@@ -16,13 +16,15 @@
 
 mod gather;
 mod liveness;
+mod raw_thread;
 mod recv;
 mod send;
 mod thread;
 
+use std::collections::VecDeque;
 use std::marker::PhantomData;
 use std::os::fd::{BorrowedFd, OwnedFd};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::thread::JoinHandle;
 
@@ -31,6 +33,7 @@ use nodeipc_proto::execute::{ExecuteRequest, ExecuteResponse};
 use nodeipc_shm::Region;
 
 pub use gather::{Answers, Gathered, Picked};
+pub use raw_thread::Reply;
 pub use thread::ThreadPolicy;
 
 use crate::config::ChannelConfig;
@@ -41,13 +44,15 @@ use crate::sems::SemSet;
 use crate::wait::Budget;
 use crate::{Error, Result};
 
+use crate::mode::Mode;
 #[cfg(doc)]
-use crate::mode::{Aggregated, All, First, Mode};
+use crate::mode::{Aggregated, All, First};
 
 /// Called by the response thread with each aggregated response, or with the
 /// error that ended its gather (or, under [`ThreadPolicy::LogAndContinue`],
-/// with every error).
-pub type ResponseHandler<Resp = ExecuteResponse> = Box<dyn FnMut(Result<Resp>) + Send>;
+/// with every error); for a [`Raw`](crate::Raw) coordinator, with a
+/// [`Reply`] per request.
+pub type ResponseHandler<Resp = ExecuteResponse> = Box<<Resp as Payload>::Handler>;
 
 /// What a response must be before a gather hands it out: for the execute
 /// schema, a known message type and a zero status; for any other, nothing.
@@ -108,8 +113,9 @@ const _: () = {
 };
 
 struct ResponseThread<Resp: Payload> {
+    /// Gives back the handler and the rule it took, for a later start.
     #[allow(clippy::type_complexity)]
-    handle: JoinHandle<(ResponseHandler<Resp>, Box<Resp::Rule>)>,
+    handle: JoinHandle<(ResponseHandler<Resp>, Option<Box<Resp::Rule>>)>,
 }
 
 /// What the sending side and the response thread share.
@@ -135,6 +141,13 @@ struct Shared {
     sending: AtomicBool,
     /// Set while a thread is gathering: a second gathering thread is refused.
     gathering: AtomicBool,
+    /// While a [`Raw`](crate::Raw) coordinator's response thread runs, the
+    /// mode each request was sent for, oldest first, as `(index, mode)`.
+    modes: Mutex<VecDeque<(u64, Mode)>>,
+    /// Whether sends record their mode in `modes` (the raw thread runs).
+    recording: AtomicBool,
+    /// The mode a request is recorded for when it is sent (`Mode`'s number).
+    response_mode: AtomicU8,
     /// Requests sent. The request header holds a copy for the workers, but
     /// any process mapping the region can write that one: what the
     /// coordinator sends next and gathers is decided by this count alone.
@@ -227,6 +240,9 @@ impl<Req: Payload, Resp: Payload> Coordinator<Req, Resp> {
                 stale: AtomicBool::new(false),
                 sending: AtomicBool::new(false),
                 gathering: AtomicBool::new(false),
+                modes: Mutex::new(VecDeque::new()),
+                recording: AtomicBool::new(false),
+                response_mode: AtomicU8::new(Mode::Aggregated as u8),
                 sent: AtomicU64::new(0),
                 born: ForkGeneration::current(),
             }),

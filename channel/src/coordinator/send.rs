@@ -141,6 +141,12 @@ impl Shared {
                 max: capacity,
             });
         };
+        if matches!(wait, Wait::Within(_)) && super::thread::in_handler() {
+            return Err(Error::ResponseThread {
+                channel: self.config.name.clone(),
+                reason: "inside a response handler a send may not wait: only try_send is allowed",
+            });
+        }
         let header = layout::request_header(&self.request);
         let index = self.sent.load(Ordering::Relaxed);
         for rank in 0..self.config.workers {
@@ -184,6 +190,11 @@ impl Shared {
                 let _ = self.sem(Direction::Request, Role::Produce, rank).post();
             }
             return Err(e);
+        }
+        // The mode the response thread gathers it in, known before the
+        // thread can see the request sent.
+        if self.recording.load(Ordering::SeqCst) {
+            self.lock_modes().push_back((index, self.response_mode()));
         }
         // Ours first, then the workers' copy in the header (which a hostile
         // worker may overwrite; nothing of ours is computed from it).

@@ -92,7 +92,11 @@ where
         let check = self.check;
         let spawned = thread::Builder::new()
             .name(format!("nodeipc-responses {}", self.shared.config.name))
-            .spawn(move || response_loop(&shared, handler, aggregate, check, policy));
+            .spawn(move || {
+                let (handler, aggregate) =
+                    response_loop(&shared, handler, aggregate, check, policy);
+                (handler, Some(aggregate))
+            });
         match spawned {
             Ok(handle) => {
                 self.thread = Some(ResponseThread { handle });
@@ -105,26 +109,54 @@ where
             }),
         }
     }
+}
 
+impl<Req: Payload, Resp: Payload> Coordinator<Req, Resp> {
     /// Stops the response thread and waits for it (within one wait slice);
     /// the handler stays registered for a later start.
     ///
     /// # Errors
-    /// [`Error::ResponseThread`] if it is not running.
+    /// [`Error::ResponseThread`] if it is not running, or when called from
+    /// inside the handler (the thread cannot wait for itself: a raw
+    /// handler returns `ControlFlow::Break` instead).
     pub fn stop_response_thread(&mut self) -> Result<()> {
+        if in_handler() {
+            return Err(self
+                .thread_error("stop_response_thread was called from inside the response handler"));
+        }
         let Some(thread) = self.thread.take() else {
             return Err(self.thread_error("the response thread is not running"));
         };
         self.shared.stop.store(true, Ordering::SeqCst);
         self.shared.wake_idle();
-        match thread.handle.join() {
-            Ok((handler, aggregate)) => {
+        let joined = thread.handle.join();
+        self.shared.recording.store(false, Ordering::SeqCst);
+        self.shared.lock_modes().clear();
+        match joined {
+            Ok((handler, rule)) => {
                 *self.handler_mut() = Some(handler);
-                *self.rule_mut() = Some(aggregate);
+                if rule.is_some() {
+                    *self.rule_mut() = rule;
+                }
                 Ok(())
             }
             Err(_) => Err(self.thread_error("the response handler panicked")),
         }
+    }
+
+    /// Takes the registered response handler out, so that another can be
+    /// registered (a binding's new callback); `None` if there was none.
+    ///
+    /// # Errors
+    /// [`Error::ResponseThread`] while the thread runs (it holds the
+    /// handler; stop it first).
+    pub fn remove_response_handler(&mut self) -> Result<Option<ResponseHandler<Resp>>> {
+        if self.thread.is_some() {
+            return Err(self.thread_error(
+                "the response thread is running: stop it before removing its handler",
+            ));
+        }
+        Ok(self.handler_mut().take())
     }
 
     /// Whether the response thread is running (it ends by itself after an
@@ -134,6 +166,31 @@ where
             .as_ref()
             .is_some_and(|t| !t.handle.is_finished())
     }
+}
+
+thread_local! {
+    /// Set while this thread runs a response handler.
+    static IN_HANDLER: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Whether the calling thread is inside a response handler: there a send
+/// may not wait (the ring frees only as this very thread gathers) and the
+/// thread may not be stopped (it would wait for itself).
+pub(super) fn in_handler() -> bool {
+    IN_HANDLER.with(std::cell::Cell::get)
+}
+
+/// Runs `handler` marked as a response handler's call (see [`in_handler`]).
+pub(super) fn as_handler<T>(handler: impl FnOnce() -> T) -> T {
+    struct Unmark;
+    impl Drop for Unmark {
+        fn drop(&mut self) {
+            IN_HANDLER.with(|flag| flag.set(false));
+        }
+    }
+    IN_HANDLER.with(|flag| flag.set(true));
+    let _unmark = Unmark;
+    handler()
 }
 
 impl<Req, Resp: Payload> Drop for Coordinator<Req, Resp> {
@@ -149,8 +206,14 @@ impl<Req, Resp: Payload> Drop for Coordinator<Req, Resp> {
         if let Some(thread) = self.thread.take() {
             self.shared.stop.store(true, Ordering::SeqCst);
             self.shared.wake_idle();
-            let _ = thread.handle.join();
+            // Dropped by its own handler (a C callback freeing the handle):
+            // the thread cannot wait for itself; it ends once the handler
+            // returns (it holds its own reference to what it uses).
+            if !in_handler() {
+                let _ = thread.handle.join();
+            }
         }
+        self.shared.recording.store(false, Ordering::SeqCst);
         // Wake every worker waiting for a request: they see the channel closed.
         layout::request_header(&self.shared.request)
             .closed
@@ -165,7 +228,7 @@ impl<Req, Resp: Payload> Drop for Coordinator<Req, Resp> {
 }
 
 #[allow(clippy::type_complexity)]
-fn response_loop<Resp: prost::Message + Default>(
+fn response_loop<Resp: prost::Message + Default + 'static>(
     shared: &Shared,
     mut handler: ResponseHandler<Resp>,
     mut aggregate: Box<dyn Aggregate<Resp> + Send>,
@@ -188,17 +251,17 @@ fn response_loop<Resp: prost::Message + Default>(
                     .every();
                 let all = super::gather::decode_all(channel, &gathered, Slot::Response, check);
                 drop(gathered);
-                handler(all.and_then(|all| aggregate.aggregate(all)));
+                as_handler(|| handler(all.and_then(|all| aggregate.aggregate(all))));
             }
             // One response unusable (corrupt, a failure status): every slot
             // was consumed, the channel is in step; the handler hears it.
-            Err(e) if !breaks_gather(&e) => handler(Err(e)),
+            Err(e) if !breaks_gather(&e) => as_handler(|| handler(Err(e))),
             // Asked to stop mid-gather: what was gathered stays for the
             // next gather, and the handler hears nothing.
             Err(_) if shared.stop.load(Ordering::SeqCst) => break,
             Err(e) => {
                 let shown = e.to_string();
-                handler(Err(e));
+                as_handler(|| handler(Err(e)));
                 match policy {
                     ThreadPolicy::StopOnError => break,
                     ThreadPolicy::LogAndContinue => {
@@ -214,7 +277,7 @@ fn response_loop<Resp: prost::Message + Default>(
 
 /// Whether a gather error is the channel's (the thread's policy decides)
 /// rather than one response's (the thread always goes on).
-fn breaks_gather(error: &Error) -> bool {
+pub(super) fn breaks_gather(error: &Error) -> bool {
     !matches!(
         error,
         Error::Corrupt { .. }
@@ -226,7 +289,7 @@ fn breaks_gather(error: &Error) -> bool {
 
 impl Shared {
     /// Sleeps until a request is sent after gather `next`, or a stop.
-    fn wait_idle(&self, next: u64) {
+    pub(super) fn wait_idle(&self, next: u64) {
         let guard = self.idle.0.lock().unwrap_or_else(|e| e.into_inner());
         self.thread_idle.store(true, Ordering::SeqCst);
         if self.sent.load(Ordering::SeqCst) <= next && !self.stop.load(Ordering::SeqCst) {
@@ -236,14 +299,14 @@ impl Shared {
     }
 
     /// One wait slice, cut short by a stop.
-    fn pause_after_error(&self) {
+    pub(super) fn pause_after_error(&self) {
         let guard = self.idle.0.lock().unwrap_or_else(|e| e.into_inner());
         if !self.stop.load(Ordering::SeqCst) {
             let _ = self.idle.1.wait_timeout(guard, wait::SLICE);
         }
     }
 
-    fn wake_idle(&self) {
+    pub(super) fn wake_idle(&self) {
         let _guard = self.idle.0.lock().unwrap_or_else(|e| e.into_inner());
         self.idle.1.notify_all();
     }

@@ -17,7 +17,12 @@ use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::time::{Duration, Instant};
 
 use crate::bench::glibc_sem::GlibcSemaphore;
-use nodeipc_channel::{All, Channel, Coordinator, Payload, Raw, SemKind, Worker};
+use std::ops::ControlFlow;
+use std::sync::{Arc, Condvar, Mutex};
+
+use nodeipc_channel::{
+    All, Answers, Channel, Coordinator, Mode, Payload, Raw, Reply, SemKind, Worker,
+};
 use nodeipc_proto::execute::{
     ExecuteRequest, ExecuteResponse, ExecuteType, ForwardRequest, ForwardResponse, execute_request,
     execute_response,
@@ -46,6 +51,13 @@ pub enum ChannelImpl {
     /// `NodeipcInPlace` with both sides busy-polling before they sleep
     /// (`ChannelConfig::poll`, 50 ms), as iceoryx2's polling does.
     NodeipcInPlacePoll,
+    /// `NodeipcInPlace` laid out as MindIE's coordinator: this thread sends
+    /// (waiting only on a full ring), the response thread gathers every
+    /// answer (`on_response`, `Mode::All`) and checks it.
+    NodeipcResponseThread,
+    /// `NodeipcResponseThread` from C++ (`cpp/channel_thread_bench.cpp`:
+    /// `nodeipc::Coordinator::on_response` over the C ABI).
+    CppResponseThread,
 }
 
 /// How long the polling variant polls before it sleeps.
@@ -55,7 +67,10 @@ impl ChannelImpl {
     fn in_place(self) -> bool {
         matches!(
             self,
-            ChannelImpl::NodeipcInPlace | ChannelImpl::NodeipcInPlacePoll
+            ChannelImpl::NodeipcInPlace
+                | ChannelImpl::NodeipcInPlacePoll
+                | ChannelImpl::NodeipcResponseThread
+                | ChannelImpl::CppResponseThread
         )
     }
 
@@ -78,6 +93,8 @@ impl ChannelImpl {
             ChannelImpl::UnixSocket => "unix-socket",
             ChannelImpl::NodeipcInPlace => "nodeipc-in-place",
             ChannelImpl::NodeipcInPlacePoll => "nodeipc-in-place-poll",
+            ChannelImpl::NodeipcResponseThread => "nodeipc-response-thread",
+            ChannelImpl::CppResponseThread => "cpp-response-thread",
         }
     }
 
@@ -89,6 +106,8 @@ impl ChannelImpl {
             ChannelImpl::UnixSocket,
             ChannelImpl::NodeipcInPlace,
             ChannelImpl::NodeipcInPlacePoll,
+            ChannelImpl::NodeipcResponseThread,
+            ChannelImpl::CppResponseThread,
         ]
         .into_iter()
         .find(|i| i.name() == s)
@@ -147,6 +166,12 @@ enum Side {
     /// The coordinator, the request's bytes and the digest every worker
     /// must answer.
     NodeipcBytes(Box<Coordinator<Raw, Raw>>, Vec<u8>, [u8; 8]),
+    /// The coordinator with its response thread running, the request's
+    /// bytes, and what the thread has heard.
+    NodeipcThread(Box<Coordinator<Raw, Raw>>, Vec<u8>, Arc<Progress>),
+    /// The C++ coordinator of `cpp/channel_thread_bench.cpp` and the
+    /// request's bytes.
+    Cpp(cpp::Bench, Vec<u8>),
     Glibc {
         region: Region,
         /// Per worker: request semaphore, response semaphore.
@@ -211,10 +236,29 @@ impl ChannelSession {
         );
         let mut peers = Peers::default();
         let side = match which {
+            ChannelImpl::CppResponseThread => {
+                let bytes = vec![0x5a; payload];
+                let expected = digest(&bytes).to_le_bytes();
+                let (bench, request, response) =
+                    cpp::Bench::create(&tag, workers, payload + 64, depth)?;
+                for rank in 0..workers {
+                    let role = format!(
+                        "chan-worker {} {tag} {rank} {rounds} {} {}",
+                        which.name(),
+                        request.as_raw_fd(),
+                        response.as_raw_fd()
+                    );
+                    peers.spawn(&role, &[request.as_fd(), response.as_fd()], cpu)?;
+                }
+                drop((request, response));
+                bench.start(&expected)?;
+                Side::Cpp(bench, bytes)
+            }
             ChannelImpl::Nodeipc
             | ChannelImpl::NodeipcNamed
             | ChannelImpl::NodeipcInPlace
-            | ChannelImpl::NodeipcInPlacePoll => {
+            | ChannelImpl::NodeipcInPlacePoll
+            | ChannelImpl::NodeipcResponseThread => {
                 let sems = if which == ChannelImpl::NodeipcNamed {
                     SemKind::Named
                 } else {
@@ -245,7 +289,29 @@ impl ChannelSession {
                     }
                     io::Result::Ok(())
                 };
-                if which.in_place() {
+                if which == ChannelImpl::NodeipcResponseThread {
+                    let mut coordinator = channel.raw().create()?;
+                    start_workers(&coordinator, &mut peers, spawn)?;
+                    let bytes = vec![0x5a; payload];
+                    let expected = digest(&bytes).to_le_bytes();
+                    let progress = Arc::new(Progress::default());
+                    let heard = Arc::clone(&progress);
+                    coordinator.set_response_mode(Mode::All);
+                    coordinator.on_response(move |reply: Reply<'_>| {
+                        let wrong = match reply.answers {
+                            Ok(Answers::All(all)) => all
+                                .iter()
+                                .find(|(_, answer)| *answer != expected.as_slice())
+                                .map(|(rank, _)| format!("worker {rank} answered a wrong digest")),
+                            Ok(Answers::One(_)) => Some("one answer to a gather of all".into()),
+                            Err(e) => Some(e.to_string()),
+                        };
+                        heard.hear(wrong);
+                        ControlFlow::Continue(())
+                    })?;
+                    coordinator.start_response_thread()?;
+                    Side::NodeipcThread(Box::new(coordinator), bytes, progress)
+                } else if which.in_place() {
                     let coordinator = channel.raw().create()?;
                     start_workers(&coordinator, &mut peers, spawn)?;
                     let bytes = vec![0x5a; payload];
@@ -329,6 +395,26 @@ impl ChannelSession {
     /// A worker that failed or answered wrongly.
     pub fn run(&mut self, rounds: u64) -> io::Result<Duration> {
         let start = Instant::now();
+        match &mut self.side {
+            // This thread sends; the response thread gathers.
+            Side::NodeipcThread(coordinator, bytes, progress) => {
+                let target = self.sent + rounds;
+                for _ in 0..rounds {
+                    coordinator.send(bytes)?;
+                }
+                progress.wait_for(target)?;
+                self.sent = target;
+                self.gathered = target;
+                return Ok(start.elapsed());
+            }
+            Side::Cpp(bench, bytes) => {
+                bench.run(bytes, rounds)?;
+                self.sent += rounds;
+                self.gathered += rounds;
+                return Ok(start.elapsed());
+            }
+            _ => {}
+        }
         if let Side::Nodeipc(_) = self.side
             && self.depth > 1
         {
@@ -394,6 +480,7 @@ impl ChannelSession {
                     }
                 }
             }
+            Side::NodeipcThread(..) | Side::Cpp(..) => unreachable!("run() sends for these"),
             Side::Glibc {
                 region,
                 sems,
@@ -501,7 +588,9 @@ pub(crate) fn peer_main(args: &[&str]) -> io::Result<()> {
             ChannelImpl::Nodeipc
             | ChannelImpl::NodeipcNamed
             | ChannelImpl::NodeipcInPlace
-            | ChannelImpl::NodeipcInPlacePoll,
+            | ChannelImpl::NodeipcInPlacePoll
+            | ChannelImpl::NodeipcResponseThread
+            | ChannelImpl::CppResponseThread,
             [request_arg, response_arg],
         ) => {
             // SAFETY: both descriptors were passed down for our sole use.
@@ -601,4 +690,165 @@ pub fn memcpy_bandwidth(bytes: usize, duration: Duration) -> f64 {
         copies += 8;
     }
     (copies as f64 * bytes as f64) / start.elapsed().as_secs_f64()
+}
+
+/// What a response thread has heard: how many requests were answered, and
+/// the first thing that was wrong.
+#[derive(Default)]
+pub(crate) struct Progress {
+    heard: Mutex<(u64, Option<String>)>,
+    changed: Condvar,
+}
+
+impl Progress {
+    fn hear(&self, wrong: Option<String>) {
+        let mut heard = self.heard.lock().unwrap_or_else(|e| e.into_inner());
+        heard.0 += 1;
+        if heard.1.is_none() {
+            heard.1 = wrong;
+        }
+        self.changed.notify_all();
+    }
+
+    /// Waits (within the channel's timeout) until `target` requests were
+    /// answered.
+    fn wait_for(&self, target: u64) -> io::Result<()> {
+        let heard = self.heard.lock().unwrap_or_else(|e| e.into_inner());
+        let (heard, _) = self
+            .changed
+            .wait_timeout_while(heard, TIMEOUT, |h| h.0 < target && h.1.is_none())
+            .unwrap_or_else(|e| e.into_inner());
+        if let Some(wrong) = &heard.1 {
+            return Err(io::Error::other(wrong.clone()));
+        }
+        if heard.0 < target {
+            return Err(io::Error::other(format!(
+                "{} of {target} requests answered within {TIMEOUT:?}",
+                heard.0
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// The C++ row's coordinator (`cpp/channel_thread_bench.cpp`).
+mod cpp {
+    use std::ffi::{CString, c_char, c_void};
+    use std::io;
+    use std::os::fd::{FromRawFd, OwnedFd};
+
+    #[cfg(not(nodeipc_no_cxx))]
+    use capi as _;
+
+    #[cfg(not(nodeipc_no_cxx))]
+    unsafe extern "C" {
+        fn nodeipc_bench_thread_create(
+            tag: *const c_char,
+            workers: u32,
+            capacity: usize,
+            depth: u32,
+            request_fd: *mut i32,
+            response_fd: *mut i32,
+        ) -> *mut c_void;
+        fn nodeipc_bench_thread_start(bench: *mut c_void, expected: *const u8, len: usize) -> i32;
+        fn nodeipc_bench_thread_run(
+            bench: *mut c_void,
+            data: *const u8,
+            len: usize,
+            rounds: u64,
+        ) -> i32;
+        fn nodeipc_bench_thread_free(bench: *mut c_void);
+    }
+
+    /// The C++ coordinator, freed on drop.
+    pub(crate) struct Bench(*mut c_void);
+
+    impl Bench {
+        /// A coordinator of `workers` over anonymous regions, and the
+        /// descriptors its workers join with.
+        #[cfg(not(nodeipc_no_cxx))]
+        pub(crate) fn create(
+            tag: &str,
+            workers: u32,
+            capacity: usize,
+            depth: u32,
+        ) -> io::Result<(Bench, OwnedFd, OwnedFd)> {
+            let tag = CString::new(tag).map_err(io::Error::other)?;
+            let (mut request, mut response) = (-1, -1);
+            // SAFETY: a NUL-terminated tag and two writable ints; the
+            // function returns null or a bench of its own.
+            let bench = unsafe {
+                nodeipc_bench_thread_create(
+                    tag.as_ptr(),
+                    workers,
+                    capacity,
+                    depth,
+                    &mut request,
+                    &mut response,
+                )
+            };
+            if bench.is_null() {
+                return Err(io::Error::other("the C++ coordinator failed (see stderr)"));
+            }
+            let bench = Bench(bench);
+            // SAFETY: nodeipc_coordinator_fds made both descriptors for us.
+            let fds = unsafe {
+                (
+                    OwnedFd::from_raw_fd(request),
+                    OwnedFd::from_raw_fd(response),
+                )
+            };
+            Ok((bench, fds.0, fds.1))
+        }
+
+        #[cfg(nodeipc_no_cxx)]
+        pub(crate) fn create(
+            _: &str,
+            _: u32,
+            _: usize,
+            _: u32,
+        ) -> io::Result<(Bench, OwnedFd, OwnedFd)> {
+            Err(io::Error::other(concat!(
+                "no C++ compiler at build time: ",
+                env!("NODEIPC_NO_CXX_REASON")
+            )))
+        }
+
+        /// Waits for the workers and starts the response thread.
+        pub(crate) fn start(&self, expected: &[u8]) -> io::Result<()> {
+            #[cfg(not(nodeipc_no_cxx))]
+            // SAFETY: a live bench of ours; `expected` is read during the
+            // call (copied).
+            if unsafe { nodeipc_bench_thread_start(self.0, expected.as_ptr(), expected.len()) } == 0
+            {
+                return Ok(());
+            }
+            let _ = expected;
+            Err(io::Error::other(
+                "the C++ response thread failed (see stderr)",
+            ))
+        }
+
+        /// Sends `rounds` requests of `bytes` and waits for every answer.
+        pub(crate) fn run(&self, bytes: &[u8], rounds: u64) -> io::Result<()> {
+            #[cfg(not(nodeipc_no_cxx))]
+            // SAFETY: a live bench of ours; `bytes` is read during the call.
+            if unsafe { nodeipc_bench_thread_run(self.0, bytes.as_ptr(), bytes.len(), rounds) } == 0
+            {
+                return Ok(());
+            }
+            let _ = (bytes, rounds);
+            Err(io::Error::other("the C++ row failed (see stderr)"))
+        }
+    }
+
+    impl Drop for Bench {
+        fn drop(&mut self) {
+            #[cfg(not(nodeipc_no_cxx))]
+            // SAFETY: a live bench of ours, freed once.
+            unsafe {
+                nodeipc_bench_thread_free(self.0)
+            };
+        }
+    }
 }

@@ -3,8 +3,8 @@
 //! `usleep(1)`), one rank per process. The C++ of both is built by
 //! `build.rs`; without a C++ compiler the row says so.
 //!
-//! The C ABI is `nodeipc-capi` linked as a Rust library (its rlib): the
-//! C++ broker calls exactly the code of `libnodeipc.a`, and this crate
+//! The C ABI is `nodeipc-capi-abi` linked as a Rust library: the C++
+//! broker calls exactly the code `libnodeipc.a` is made of, and this crate
 //! needs no static library built first.
 
 use std::io;

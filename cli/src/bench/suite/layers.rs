@@ -193,6 +193,13 @@ pub fn channel_contender(
     let name = match (which, depth) {
         (ChannelImpl::Nodeipc, 1) => "nodeipc channel".to_owned(),
         (ChannelImpl::Nodeipc, depth) => format!("nodeipc channel, depth {depth}"),
+        (ChannelImpl::NodeipcResponseThread, depth) => {
+            format!("send thread + response thread, depth {depth} (Rust)")
+        }
+        (ChannelImpl::CppResponseThread, depth) => {
+            format!("send thread + response thread, depth {depth} (C++)")
+        }
+        (ChannelImpl::NodeipcInPlace, 1) => "lock-step send then recv(All)".to_owned(),
         (which, _) => which.name().to_owned(),
     };
     Contender::new(name, iters, move |iters| {
@@ -261,8 +268,13 @@ pub fn channel(
     options: Options,
     shape: Option<(u32, usize, u64)>,
     depth: u32,
+    response_thread: bool,
 ) -> io::Result<Vec<Row>> {
     use ChannelImpl::{GlibcLockstep, UnixSocket};
+    if let (Some((workers, payload, iters)), true) = (shape, response_thread) {
+        let row = response_thread_row(options, workers, payload, depth, iters)?;
+        return Ok(vec![options.done(row)]);
+    }
     if let Some((workers, payload, iters)) = shape {
         let baselines = [GlibcLockstep, UnixSocket];
         let row = channel_row(options, workers, payload, depth, iters, &baselines, false)?;
@@ -319,7 +331,75 @@ pub fn channel(
         &[GlibcLockstep],
         false,
     )?);
-    Ok(vec![small, in_place, large, wide])
+    let threaded_small = options.done(response_thread_row(options, 1, 64, 4, options.ops(8_000))?);
+    let threaded_large = options.done(response_thread_row(
+        options,
+        1,
+        64 << 10,
+        4,
+        options.ops(2_000),
+    )?);
+    Ok(vec![
+        small,
+        in_place,
+        large,
+        wide,
+        threaded_small,
+        threaded_large,
+    ])
+}
+
+/// MindIE's coordinator layout (issue 35): one thread sends raw requests
+/// while the response thread gathers every answer, at depth 4, from Rust
+/// and from C++ (`nodeipc::Coordinator::on_response` over the C ABI),
+/// against lock-step send-then-gather on the same channel. The time per
+/// request at saturation (the sender never waits for an answer unless the
+/// ring is full).
+fn response_thread_row(
+    options: Options,
+    workers: u32,
+    payload: usize,
+    depth: u32,
+    iters: u64,
+) -> io::Result<Row> {
+    let mut contenders = vec![
+        channel_contender(
+            ChannelImpl::NodeipcResponseThread,
+            workers,
+            payload,
+            depth,
+            iters,
+        ),
+        channel_contender(ChannelImpl::NodeipcInPlace, workers, payload, 1, iters),
+    ];
+    let note = match crate::bench::kittens::unavailable() {
+        None => {
+            contenders.push(channel_contender(
+                ChannelImpl::CppResponseThread,
+                workers,
+                payload,
+                depth,
+                iters,
+            ));
+            None
+        }
+        Some(why) => Some(format!("no C++ row: {why}")),
+    };
+    let what =
+        format!("send thread + response thread, {workers} worker(s), {payload}-byte payload");
+    let (ours, baselines) = options.measure(&what, contenders)?;
+    Ok(Row {
+        bench: "channel",
+        what,
+        params: vec![
+            ("workers", u64::from(workers)),
+            ("payload", payload as u64),
+            ("depth", u64::from(depth)),
+        ],
+        ours,
+        baselines,
+        note,
+    })
 }
 
 /// The channel carrying raw bytes, read in place (a `Raw` channel's

@@ -260,7 +260,7 @@ pub fn all(options: Options) -> io::Result<Vec<Row>> {
     rows.extend(fdpass(options, None)?);
     rows.extend(barrier(options, None, None)?);
     rows.extend(kittens(options)?);
-    rows.extend(channel(options, None, 1)?);
+    rows.extend(channel(options, None, 1, false)?);
     rows.extend(monitor(options)?);
     rows.extend(queue(options)?);
     Ok(rows)

@@ -40,7 +40,7 @@ impl Drop for nodeipc_worker {
 unsafe impl Send for nodeipc_worker {}
 
 impl nodeipc_worker {
-    fn worker(&mut self) -> Outcome<&mut Worker<Raw, Raw>> {
+    pub(crate) fn worker(&mut self) -> Outcome<&mut Worker<Raw, Raw>> {
         if self.held.is_some() {
             return Err(Failure::invalid(
                 "this worker holds a request in place: respond or release it first",

@@ -54,13 +54,18 @@ pub enum nodeipc_status {
 
 pub(crate) use nodeipc_status::*;
 
-/// A failure on its way to C: the code, the words, the errno (0: none).
+/// A failure on its way to C: the code, the words, the errno (0: none), the
+/// worker it names (`NODEIPC_NO_RANK`: none).
 #[derive(Debug)]
 pub(crate) struct Failure {
     pub(crate) status: nodeipc_status,
     pub(crate) message: String,
     pub(crate) errno: i32,
+    pub(crate) rank: u32,
 }
+
+/// The rank of an error or a reply that names no worker.
+pub const NODEIPC_NO_RANK: u32 = u32::MAX;
 
 pub(crate) type Outcome<T = ()> = Result<T, Failure>;
 
@@ -70,6 +75,7 @@ impl Failure {
             status,
             message: message.into(),
             errno: 0,
+            rank: NODEIPC_NO_RANK,
         }
     }
 
@@ -91,6 +97,7 @@ impl Failure {
             status,
             message: error.to_string(),
             errno: errno_in(error),
+            rank: NODEIPC_NO_RANK,
         }
     }
 }
@@ -241,13 +248,15 @@ fn monitor_status(e: &nodeipc_monitor::Error) -> nodeipc_status {
 }
 
 thread_local! {
-    /// The calling thread's last failure: its words (NUL-free) and errno.
-    static LAST: RefCell<(CString, c_int)> = RefCell::new((CString::default(), 0));
+    /// The calling thread's last failure: its words (NUL-free), errno and
+    /// the rank it names.
+    static LAST: RefCell<(CString, c_int, u32)> =
+        RefCell::new((CString::default(), 0, NODEIPC_NO_RANK));
 }
 
-fn remember(message: String, errno: i32) {
+fn remember(message: String, errno: i32, rank: u32) {
     let text = CString::new(message.replace('\0', "\\0")).unwrap_or_default();
-    LAST.with(|last| *last.borrow_mut() = (text, errno));
+    LAST.with(|last| *last.borrow_mut() = (text, errno, rank));
 }
 
 /// Runs one entry point's body: its failure becomes a code and the thread's
@@ -256,7 +265,11 @@ pub(crate) fn guard(op: &'static str, body: impl FnOnce() -> Outcome) -> nodeipc
     match catch_unwind(AssertUnwindSafe(body)) {
         Ok(Ok(())) => NODEIPC_OK,
         Ok(Err(failure)) => {
-            remember(format!("{op}: {}", failure.message), failure.errno);
+            remember(
+                format!("{op}: {}", failure.message),
+                failure.errno,
+                failure.rank,
+            );
             failure.status
         }
         Err(panic) => {
@@ -268,6 +281,7 @@ pub(crate) fn guard(op: &'static str, body: impl FnOnce() -> Outcome) -> nodeipc
             remember(
                 format!("{op}: internal error (a bug in nodeipc): {what}"),
                 0,
+                NODEIPC_NO_RANK,
             );
             NODEIPC_ERR_PANIC
         }
@@ -291,6 +305,14 @@ pub extern "C" fn nodeipc_last_error() -> *const c_char {
 #[unsafe(no_mangle)]
 pub extern "C" fn nodeipc_last_errno() -> c_int {
     LAST.try_with(|last| last.borrow().1).unwrap_or(0)
+}
+
+/// The worker the calling thread's last error names (a dead one, one whose
+/// answer was unusable), or `NODEIPC_NO_RANK`.
+#[unsafe(no_mangle)]
+pub extern "C" fn nodeipc_last_error_rank() -> u32 {
+    LAST.try_with(|last| last.borrow().2)
+        .unwrap_or(NODEIPC_NO_RANK)
 }
 
 /// The name of a status code (`"NODEIPC_ERR_TIMEOUT"`), or `"unknown"`: a

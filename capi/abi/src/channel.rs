@@ -20,13 +20,16 @@ use super::status::{Failure, NODEIPC_ERR_TOO_LARGE, Outcome, guard, nodeipc_stat
 /// (`nodeipc_coordinator_send`) and one gathering thread
 /// (`nodeipc_coordinator_recv_all`, `_recv_aggregated`, `_recv_first`,
 /// `_drain`) may use it at once; a second sender or a second gatherer is
-/// refused (`NODEIPC_ERR_INVALID_ARGUMENT`, naming the rule). Free it from
-/// one thread once no other call runs.
+/// refused (`NODEIPC_ERR_INVALID_ARGUMENT`, naming the rule). Or a sending
+/// thread and the library's response thread
+/// (`nodeipc_coordinator_start_response_thread`; which calls may run
+/// beside it is said there). Free it from one thread once no other call
+/// runs.
 pub struct nodeipc_coordinator {
     magic: u64,
     /// The fork generation it was made in: a forked child may only free it.
     born: nodeipc_fdpass::ForkGeneration,
-    coordinator: Coordinator<Raw, Raw>,
+    pub(crate) coordinator: Coordinator<Raw, Raw>,
 }
 
 handle_type!(nodeipc_coordinator, 0x4e49_434f_4f52_4421);
@@ -50,7 +53,9 @@ impl From<nodeipc_channel::Error> for Failure {
             E::InvalidConfig { .. }
             | E::RankOutOfRange { .. }
             | E::NothingOutstanding { .. }
-            | E::Busy { .. } => NODEIPC_ERR_INVALID_ARGUMENT,
+            | E::Busy { .. }
+            // A call the response thread rules out while it runs.
+            | E::ResponseThread { .. } => NODEIPC_ERR_INVALID_ARGUMENT,
             E::TooLarge { .. } => NODEIPC_ERR_TOO_LARGE,
             E::Corrupt { .. } | E::Decode { .. } | E::Mismatch { .. } => NODEIPC_ERR_CORRUPT,
             E::Timeout { .. } => NODEIPC_ERR_TIMEOUT,
@@ -63,7 +68,11 @@ impl From<nodeipc_channel::Error> for Failure {
             E::Handshake(H::Rejected { .. } | H::Handshake { .. }) => NODEIPC_ERR_REFUSED,
             _ => NODEIPC_ERR_IO,
         };
-        Failure::from_error(status, &e)
+        let rank = e.rank().unwrap_or(super::status::NODEIPC_NO_RANK);
+        Failure {
+            rank,
+            ..Failure::from_error(status, &e)
+        }
     }
 }
 
@@ -436,7 +445,7 @@ pub unsafe extern "C" fn nodeipc_coordinator_recv_aggregated(
 }
 
 /// A callback's negative return as a status (an unknown code is corrupt).
-fn status_from_callback(code: i32) -> nodeipc_status {
+pub(crate) fn status_from_callback(code: i32) -> nodeipc_status {
     use super::status::*;
     [
         NODEIPC_ERR_INVALID_ARGUMENT,

@@ -1,0 +1,453 @@
+//! A `Raw` coordinator's response thread, the one the C ABI and the C++
+//! classes wrap: each request gathered in the mode recorded at its send,
+//! replies in send order, `First`'s leftovers drained on the thread, only a
+//! non-blocking send inside the handler, a dead worker reported by rank.
+
+use std::ops::ControlFlow;
+use std::sync::mpsc::{self, Receiver, Sender};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
+use std::thread::{self, JoinHandle};
+use std::time::{Duration, Instant};
+
+use nodeipc_channel::{Answers, Channel, Coordinator, Error, Gathered, Mode, Raw, Reply};
+use nodeipc_testkit::{Watchdog, spawn_child, this_test_in_a_child, unique_name};
+
+const LONG: Duration = Duration::from_secs(20);
+
+/// What a reply said, owned: `(id, mode, [(rank, bytes)])` or the error
+/// (its text, after the rank it names if any).
+type Heard = (u64, Mode, Result<Vec<(u32, Vec<u8>)>, String>);
+
+fn owned(reply: Reply<'_>) -> Heard {
+    let answers = reply
+        .answers
+        .map_err(|e| format!("{:?}: {e}", e.rank()))
+        .map(|a| match a {
+            Answers::All(all) => all.iter().map(|(r, b)| (r, b.to_vec())).collect(),
+            Answers::One(one) => vec![(one.rank(), one.bytes().to_vec())],
+        });
+    (reply.id, reply.mode, answers)
+}
+
+/// Worker threads answering each request with `[request[0], rank]`, worker
+/// `slow` (if any) after `delay`.
+fn workers(
+    channel: &nodeipc_channel::ChannelBuilder<Raw, Raw>,
+    count: u32,
+    slow: Option<(u32, Duration)>,
+) -> Vec<JoinHandle<()>> {
+    (0..count)
+        .map(|rank| {
+            let channel = channel.clone();
+            thread::spawn(move || {
+                let mut worker = channel.join(rank).unwrap();
+                loop {
+                    let request = match worker.recv() {
+                        Ok(request) => request,
+                        Err(Error::Closed { .. }) => return,
+                        Err(e) => panic!("worker {rank}: {e}"),
+                    };
+                    if let Some((r, delay)) = slow
+                        && r == rank
+                    {
+                        thread::sleep(delay);
+                    }
+                    match worker.respond(&[request[0], rank as u8]) {
+                        Ok(()) => {}
+                        // Closed with answers still owed: done.
+                        Err(Error::Closed { .. }) => return,
+                        Err(e) => panic!("worker {rank}: {e}"),
+                    }
+                }
+            })
+        })
+        .collect()
+}
+
+fn heard_channel() -> (Sender<Heard>, Receiver<Heard>) {
+    mpsc::channel()
+}
+
+#[test]
+fn each_request_is_gathered_in_the_mode_it_was_sent_with_in_send_order() {
+    let _dog = Watchdog::new("raw thread modes", Duration::from_secs(60));
+    let channel = Channel::builder(unique_name("raw-thread-modes"))
+        .workers(3)
+        .depth(4)
+        .timeout(LONG)
+        .raw();
+    let mut coordinator = channel.create().unwrap();
+    let threads = workers(&channel, 3, Some((2, Duration::from_millis(30))));
+    coordinator.wait_for_workers(LONG).unwrap();
+    // The rule picks the highest rank.
+    coordinator.set_aggregate(|all: &Gathered<'_>| Ok(all.len() as u32 - 1));
+    let (tx, rx) = heard_channel();
+    coordinator
+        .on_response(move |reply: Reply<'_>| {
+            tx.send(owned(reply)).unwrap();
+            ControlFlow::Continue(())
+        })
+        .unwrap();
+    coordinator.start_response_thread().unwrap();
+    let modes = [
+        Mode::All,
+        Mode::First,
+        Mode::Aggregated,
+        Mode::Rank0AfterAll,
+        Mode::First,
+        Mode::All,
+    ];
+    for (i, mode) in modes.iter().enumerate() {
+        coordinator.set_response_mode(*mode);
+        assert_eq!(coordinator.send(&[i as u8]).unwrap(), i as u64);
+    }
+    for (i, mode) in modes.iter().enumerate() {
+        let (id, heard_mode, answers) = rx.recv_timeout(LONG).unwrap();
+        assert_eq!((id, heard_mode), (i as u64, *mode));
+        let answers = answers.unwrap();
+        let b = i as u8;
+        match mode {
+            Mode::All => assert_eq!(
+                answers,
+                vec![(0, vec![b, 0]), (1, vec![b, 1]), (2, vec![b, 2])]
+            ),
+            Mode::Aggregated => assert_eq!(answers, vec![(2, vec![b, 2])]),
+            Mode::Rank0AfterAll => assert_eq!(answers, vec![(0, vec![b, 0])]),
+            // Worker 2 is slow: the first answer is another's.
+            Mode::First => {
+                assert_eq!(answers.len(), 1);
+                let (rank, bytes) = &answers[0];
+                assert_eq!(bytes, &vec![b, *rank as u8]);
+            }
+            Mode::Init => unreachable!(),
+        }
+    }
+    // A gather or a drain of the caller's is refused by name meanwhile.
+    match coordinator.try_recv(Mode::All) {
+        Err(Error::ResponseThread { reason, .. }) => {
+            assert!(reason.contains("response thread is running"), "{reason}")
+        }
+        other => panic!("{:?}", other.map(|o| o.is_some())),
+    }
+    assert!(matches!(
+        coordinator.drain(),
+        Err(Error::ResponseThread { .. })
+    ));
+    coordinator.stop_response_thread().unwrap();
+    // Every leftover of the First requests was drained on the thread.
+    assert_eq!(coordinator.try_drain().unwrap(), Some(0));
+    drop(coordinator);
+    threads.into_iter().for_each(|t| t.join().unwrap());
+}
+
+#[test]
+fn aggregated_without_a_rule_is_that_requests_error_and_the_channel_stays_in_step() {
+    let _dog = Watchdog::new("raw thread no rule", Duration::from_secs(60));
+    let channel = Channel::builder(unique_name("raw-thread-norule"))
+        .workers(2)
+        .timeout(LONG)
+        .raw();
+    let mut coordinator = channel.create().unwrap();
+    let threads = workers(&channel, 2, None);
+    coordinator.wait_for_workers(LONG).unwrap();
+    let (tx, rx) = heard_channel();
+    coordinator
+        .on_response(move |reply: Reply<'_>| {
+            tx.send(owned(reply)).unwrap();
+            ControlFlow::Continue(())
+        })
+        .unwrap();
+    assert_eq!(coordinator.response_mode(), Mode::Aggregated);
+    coordinator.start_response_thread().unwrap();
+    coordinator.send(&[7]).unwrap();
+    coordinator.set_response_mode(Mode::Rank0AfterAll);
+    coordinator.send(&[8]).unwrap();
+    let (id, _, first) = rx.recv_timeout(LONG).unwrap();
+    assert_eq!(id, 0);
+    assert!(first.unwrap_err().contains("no aggregation rule"));
+    let (id, _, second) = rx.recv_timeout(LONG).unwrap();
+    assert_eq!((id, second.unwrap()), (1, vec![(0, vec![8, 0])]));
+    drop(coordinator);
+    threads.into_iter().for_each(|t| t.join().unwrap());
+}
+
+#[test]
+fn inside_the_handler_only_try_send_is_allowed() {
+    let _dog = Watchdog::new("raw thread handler sends", Duration::from_secs(60));
+    let channel = Channel::builder(unique_name("raw-thread-inside"))
+        .workers(1)
+        .depth(2)
+        .timeout(LONG)
+        .raw();
+    let mut coordinator = channel.create().unwrap();
+    let threads = workers(&channel, 1, None);
+    coordinator.wait_for_workers(LONG).unwrap();
+    coordinator.set_response_mode(Mode::All);
+    let this: Arc<OnceLock<Weak<Coordinator<Raw, Raw>>>> = Arc::new(OnceLock::new());
+    let seen = Arc::clone(&this);
+    let (tx, rx) = mpsc::channel::<(u64, String)>();
+    coordinator
+        .on_response(move |reply: Reply<'_>| {
+            let coordinator = seen.get().and_then(Weak::upgrade).unwrap();
+            let said = if reply.id == 0 {
+                let blocking = match coordinator.send(&[1]) {
+                    Err(Error::ResponseThread { reason, .. }) => reason.to_owned(),
+                    other => format!("not refused: {other:?}"),
+                };
+                let tried = coordinator.try_send(&[2]).map(|s| format!("{s:?}"));
+                format!("{blocking} | {tried:?}")
+            } else {
+                format!("{:?}", reply.answers.map(|a| matches!(a, Answers::All(_))))
+            };
+            tx.send((reply.id, said)).unwrap();
+            ControlFlow::Continue(())
+        })
+        .unwrap();
+    coordinator.start_response_thread().unwrap();
+    let coordinator = Arc::new(coordinator);
+    this.set(Arc::downgrade(&coordinator)).unwrap();
+    coordinator.send(&[0]).unwrap();
+    let (id, said) = rx.recv_timeout(LONG).unwrap();
+    assert_eq!(id, 0);
+    assert_eq!(
+        said,
+        "inside a response handler a send may not wait: only try_send is allowed | Ok(\"Some(1)\")"
+    );
+    // The request the handler sent is answered like any other.
+    assert_eq!(rx.recv_timeout(LONG).unwrap(), (1, "Ok(true)".to_owned()));
+    // The handler's strong reference ends with its call.
+    let mut coordinator = coordinator;
+    let mut coordinator = loop {
+        match Arc::try_unwrap(coordinator) {
+            Ok(alone) => break alone,
+            Err(shared) => coordinator = shared,
+        }
+        thread::sleep(Duration::from_millis(1));
+    };
+    coordinator.stop_response_thread().unwrap();
+    drop(coordinator);
+    threads.into_iter().for_each(|t| t.join().unwrap());
+}
+
+#[test]
+fn a_send_waits_on_a_full_ring_only_never_on_the_handler() {
+    let _dog = Watchdog::new(
+        "raw thread send never waits on handler",
+        Duration::from_secs(60),
+    );
+    let channel = Channel::builder(unique_name("raw-thread-pipeline"))
+        .workers(1)
+        .depth(4)
+        .timeout(LONG)
+        .raw();
+    let mut coordinator = channel.create().unwrap();
+    let threads = workers(&channel, 1, None);
+    coordinator.wait_for_workers(LONG).unwrap();
+    coordinator.set_response_mode(Mode::First);
+    // The handler is held until the test lets it go: meanwhile the sender
+    // runs ahead as far as the ring and the slot let it, and no further.
+    let gate = Arc::new(Mutex::new(()));
+    let held = gate.lock().unwrap();
+    let handler_gate = Arc::clone(&gate);
+    let (tx, rx) = mpsc::channel::<u64>();
+    coordinator
+        .on_response(move |reply: Reply<'_>| {
+            drop(handler_gate.lock().unwrap());
+            tx.send(reply.id).unwrap();
+            ControlFlow::Continue(())
+        })
+        .unwrap();
+    coordinator.start_response_thread().unwrap();
+    // Sends go out until the ring stays full (a send times out).
+    let mut sent = 0u64;
+    loop {
+        match coordinator.send_timeout(&[sent as u8], Duration::from_millis(200)) {
+            Ok(id) => assert_eq!(id, sent),
+            Err(Error::Timeout { .. }) => break,
+            Err(e) => panic!("{e}"),
+        }
+        sent += 1;
+        assert!(sent < 64, "the ring never filled");
+    }
+    // At least the ring's depth went out while the handler was held.
+    assert!(sent >= 4, "{sent}");
+    assert_eq!(coordinator.try_send(&[0]).unwrap(), None);
+    drop(held);
+    for id in 0..sent {
+        assert_eq!(rx.recv_timeout(LONG).unwrap(), id);
+    }
+    coordinator.stop_response_thread().unwrap();
+    drop(coordinator);
+    threads.into_iter().for_each(|t| t.join().unwrap());
+}
+
+const DEAD_CHILD: &str = "NODEIPC_TEST_RAW_THREAD_DEAD_WORKER";
+
+#[test]
+fn a_dead_worker_reaches_the_handler_by_rank_within_a_second() {
+    if let Ok(name) = std::env::var(DEAD_CHILD) {
+        // The child: worker 1, which takes a request and dies without an
+        // answer (no destructor runs: it does not leave, it dies).
+        let channel = Channel::builder(&name).workers(2).timeout(LONG).raw();
+        let mut worker = channel.join(1).unwrap();
+        let _request = worker.recv().unwrap();
+        std::process::exit(0);
+    }
+    let _dog = Watchdog::new("raw thread dead worker", Duration::from_secs(60));
+    let name = unique_name("raw-thread-dead");
+    let channel = Channel::builder(&name).workers(2).timeout(LONG).raw();
+    let mut coordinator = channel.create().unwrap();
+    let threads = workers(&channel, 1, None);
+    let mut child = spawn_child(
+        this_test_in_a_child("a_dead_worker_reaches_the_handler_by_rank_within_a_second")
+            .env(DEAD_CHILD, &name),
+    );
+    coordinator.wait_for_workers(LONG).unwrap();
+    let (tx, rx) = heard_channel();
+    coordinator
+        .on_response(move |reply: Reply<'_>| {
+            tx.send(owned(reply)).unwrap();
+            ControlFlow::Continue(())
+        })
+        .unwrap();
+    coordinator.set_response_mode(Mode::All);
+    coordinator.start_response_thread().unwrap();
+    coordinator.send(&[5]).unwrap();
+    let status = child.wait_timeout(LONG);
+    let died = Instant::now();
+    assert!(status.success(), "{status}");
+    let (id, mode, answers) = rx.recv_timeout(LONG).unwrap();
+    let late = died.elapsed();
+    assert_eq!((id, mode), (0, Mode::All));
+    let error = answers.unwrap_err();
+    assert!(error.starts_with("Some(1): "), "{error}");
+    assert!(error.contains("worker 1"), "{error}");
+    assert!(
+        late <= Duration::from_secs(1),
+        "heard after {late:?}: {error}"
+    );
+    // StopOnError: the thread ended by itself.
+    let deadline = Instant::now() + LONG;
+    while coordinator.response_thread_running() && Instant::now() < deadline {
+        thread::sleep(Duration::from_millis(10));
+    }
+    assert!(!coordinator.response_thread_running());
+    drop(coordinator);
+    threads.into_iter().for_each(|t| t.join().unwrap());
+}
+
+#[test]
+fn a_handler_is_replaced_only_while_no_thread_runs() {
+    let _dog = Watchdog::new("raw thread handler replaced", Duration::from_secs(60));
+    let channel = Channel::builder(unique_name("raw-thread-replace"))
+        .workers(1)
+        .timeout(LONG)
+        .raw();
+    let mut coordinator = channel.create().unwrap();
+    let threads = workers(&channel, 1, None);
+    coordinator.wait_for_workers(LONG).unwrap();
+    assert!(coordinator.remove_response_handler().unwrap().is_none());
+    coordinator
+        .on_response(|_: Reply<'_>| ControlFlow::Continue(()))
+        .unwrap();
+    assert!(matches!(
+        coordinator.on_response(|_: Reply<'_>| ControlFlow::Continue(())),
+        Err(Error::ResponseThread { .. })
+    ));
+    assert!(coordinator.remove_response_handler().unwrap().is_some());
+    let (tx, rx) = heard_channel();
+    coordinator
+        .on_response(move |reply: Reply<'_>| {
+            tx.send(owned(reply)).unwrap();
+            ControlFlow::Continue(())
+        })
+        .unwrap();
+    coordinator.set_response_mode(Mode::All);
+    coordinator.start_response_thread().unwrap();
+    match coordinator.remove_response_handler() {
+        Err(Error::ResponseThread { reason, .. }) => {
+            assert!(reason.contains("stop it"), "{reason}")
+        }
+        other => panic!("{:?}", other.map(|h| h.is_some())),
+    }
+    coordinator.send(&[3]).unwrap();
+    assert_eq!(
+        rx.recv_timeout(LONG).unwrap(),
+        (0, Mode::All, Ok(vec![(0, vec![3, 0])]))
+    );
+    drop(coordinator);
+    threads.into_iter().for_each(|t| t.join().unwrap());
+}
+
+#[test]
+fn a_try_send_inside_the_handler_is_refused_while_another_thread_sends() {
+    let _dog = Watchdog::new("raw thread two senders", Duration::from_secs(60));
+    let channel = Channel::builder(unique_name("raw-thread-busy"))
+        .workers(1)
+        .depth(2)
+        .timeout(LONG)
+        .raw();
+    let mut coordinator = channel.create().unwrap();
+    let threads = workers(&channel, 1, None);
+    coordinator.wait_for_workers(LONG).unwrap();
+    coordinator.set_response_mode(Mode::All);
+    let this: Arc<OnceLock<Weak<Coordinator<Raw, Raw>>>> = Arc::new(OnceLock::new());
+    let seen = Arc::clone(&this);
+    let gate = Arc::new(Mutex::new(()));
+    let held = gate.lock().unwrap();
+    let handler_gate = Arc::clone(&gate);
+    let (tx, rx) = mpsc::channel::<String>();
+    coordinator
+        .on_response(move |reply: Reply<'_>| {
+            if reply.id == 0 {
+                drop(handler_gate.lock().unwrap());
+                let coordinator = seen.get().and_then(Weak::upgrade).unwrap();
+                // The other sender waits on the full ring with the sending
+                // turn; until it is there, a try finds the ring full.
+                let deadline = Instant::now() + LONG;
+                let said = loop {
+                    match coordinator.try_send(&[9]) {
+                        Err(Error::Busy { busy, .. }) => break busy.to_owned(),
+                        Ok(None) if Instant::now() < deadline => {
+                            thread::sleep(Duration::from_millis(1))
+                        }
+                        other => break format!("{other:?}"),
+                    }
+                };
+                tx.send(said).unwrap();
+            }
+            ControlFlow::Continue(())
+        })
+        .unwrap();
+    coordinator.start_response_thread().unwrap();
+    let coordinator = Arc::new(coordinator);
+    this.set(Arc::downgrade(&coordinator)).unwrap();
+    // Fill the ring while the handler is held on request 0.
+    let mut sent = 0u64;
+    while coordinator
+        .send_timeout(&[sent as u8], Duration::from_millis(200))
+        .is_ok()
+    {
+        sent += 1;
+        assert!(sent < 64, "the ring never filled");
+    }
+    let sender = {
+        let coordinator = Arc::clone(&coordinator);
+        thread::spawn(move || coordinator.send_timeout(&[8], LONG).map(|_| ()))
+    };
+    drop(held);
+    assert_eq!(rx.recv_timeout(LONG).unwrap(), "sending");
+    // The other sender's request goes out once the thread gathers.
+    sender.join().unwrap().unwrap();
+    let mut coordinator = coordinator;
+    let mut coordinator = loop {
+        match Arc::try_unwrap(coordinator) {
+            Ok(alone) => break alone,
+            Err(shared) => coordinator = shared,
+        }
+        thread::sleep(Duration::from_millis(1));
+    };
+    coordinator.stop_response_thread().unwrap();
+    drop(coordinator);
+    threads.into_iter().for_each(|t| t.join().unwrap());
+}
