@@ -85,6 +85,21 @@ pub enum Error {
         /// Which index, its value and what it should have been.
         what: String,
     },
+    /// A received message holds an invalid value (a `bool` that is not 0 or
+    /// 1, an enum discriminant not declared), found on the consumer's own
+    /// copy. The message was taken off the queue (it would fail again);
+    /// the next pop goes on with the one after it.
+    #[error("queue {queue}: message {index} (slot {slot}): {invalid}")]
+    Invalid {
+        /// The queue.
+        queue: String,
+        /// The message's number (messages published before it, wrapping).
+        index: u32,
+        /// The slot it was read from.
+        slot: u32,
+        /// The field, its offset and the value found.
+        invalid: crate::Invalid,
+    },
     /// The peer died; everything it published before dying has been returned.
     #[error("queue {queue}: the {role} (pid {pid}) died")]
     PeerDied {

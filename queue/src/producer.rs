@@ -5,7 +5,7 @@ use std::os::fd::OwnedFd;
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytemuck::Pod;
+use crate::Message;
 use nodeipc_shm::Region;
 use nodeipc_shm::wait::{Deadline, Spin, WaitError, wait_while};
 
@@ -33,7 +33,7 @@ pub struct Producer<T> {
     _message: PhantomData<fn(T)>,
 }
 
-impl<T: Pod> Producer<T> {
+impl<T: Message> Producer<T> {
     /// Takes the producer role of the queue in `region` (checked: magic,
     /// version, element size and alignment, capacity against the length,
     /// `schema`; a memfd must be sealed against shrinking). A role held by a
@@ -239,7 +239,7 @@ impl<T: Pod> Producer<T> {
 /// Slots reserved by [`Producer::reserve`]: filled in order, published at
 /// once. Dropping it unpublished publishes nothing.
 #[derive(Debug)]
-pub struct Batch<'p, T: Pod> {
+pub struct Batch<'p, T: Message> {
     ring: Ring<'p>,
     state: &'p mut ProducerState,
     reserved: u32,
@@ -247,7 +247,7 @@ pub struct Batch<'p, T: Pod> {
     _message: PhantomData<fn(T)>,
 }
 
-impl<T: Pod> Batch<'_, T> {
+impl<T: Message> Batch<'_, T> {
     /// Copies `value` into the next reserved slot; `false` when all are filled.
     #[inline]
     pub fn push(&mut self, value: &T) -> bool {

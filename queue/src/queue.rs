@@ -4,7 +4,7 @@ use std::marker::PhantomData;
 use std::os::fd::{AsFd, BorrowedFd};
 use std::sync::Arc;
 
-use bytemuck::Pod;
+use crate::Message;
 use nodeipc_shm::Region;
 
 use crate::layout::{self, Geometry, Header};
@@ -21,7 +21,7 @@ pub struct Queue<T> {
     _message: PhantomData<fn(T) -> T>,
 }
 
-impl<T: Pod> Queue<T> {
+impl<T: Message> Queue<T> {
     /// Creates a named queue of `capacity` slots (a power of two).
     ///
     /// # Errors

@@ -8,9 +8,8 @@
 //! looks full or empty. Every index read from shared memory is loaded once
 //! and checked against what the protocol allows before it is used.
 
-use bytemuck::Pod;
-
 use crate::layout::{Geometry, Header};
+use crate::message::{Incoming, Invalid, Message, Outgoing};
 use crate::sync::{AtomicU32, AtomicU64, Ordering, fence};
 
 /// An index the peer wrote that the protocol cannot produce.
@@ -74,11 +73,13 @@ impl<'a> Ring<'a> {
     }
 
     /// Copies `value` into the slot of `index` with relaxed word stores; its
-    /// publication (the release store of `tail`) orders them.
+    /// publication (the release store of `tail`) orders them. A checked
+    /// message is encoded first (padding zeroed); a plain one goes as it is.
     #[inline]
-    pub(crate) fn write_slot<T: Pod>(&self, index: u32, value: &T) {
+    pub(crate) fn write_slot<T: Message>(&self, index: u32, value: &T) {
         let words = self.slot_of::<T>(index);
-        let (chunks, rest) = bytemuck::bytes_of(value).as_chunks::<8>();
+        let out = Outgoing::new(value);
+        let (chunks, rest) = out.bytes().as_chunks::<8>();
         for (word, chunk) in words.iter().zip(chunks) {
             word.store(u64::from_ne_bytes(*chunk), Ordering::Relaxed);
         }
@@ -89,28 +90,32 @@ impl<'a> Ring<'a> {
         }
     }
 
-    /// Copies the slot of `index` out with relaxed word loads: whatever a
-    /// misbehaving writer leaves there is some value of `T` (`Pod`).
+    /// Copies the slot of `index` out with relaxed word loads into private
+    /// memory, then checks that copy ([`Message::check`]; nothing for plain
+    /// data, where whatever a misbehaving writer left is some value).
     #[inline]
-    pub(crate) fn read_slot<T: Pod>(&self, index: u32) -> T {
-        let mut value = T::zeroed();
-        self.read_into(index, &mut value);
-        value
-    }
-
-    /// As [`read_slot`](Ring::read_slot), into `value`.
-    #[inline]
-    pub(crate) fn read_into<T: Pod>(&self, index: u32, value: &mut T) {
-        let words = self.slot_of::<T>(index);
-        let (chunks, rest) = bytemuck::bytes_of_mut(value).as_chunks_mut::<8>();
-        let full = chunks.len();
-        for (chunk, word) in chunks.iter_mut().zip(words) {
-            *chunk = word.load(Ordering::Relaxed).to_ne_bytes();
+    pub(crate) fn read_slot<T: Message>(&self, index: u32) -> Result<T, Invalid> {
+        let size = size_of::<T>();
+        // Exactly the words a `T` covers (the slot is that long: the element
+        // size was checked at join; slicing would panic, never read short).
+        let words = &self.slot_of::<T>(index)[..size.div_ceil(8)];
+        let mut copy = Incoming::<T>::new();
+        let dst = copy.as_mut_ptr();
+        let full = size / 8;
+        for (k, word) in words[..full].iter().enumerate() {
+            let bytes = word.load(Ordering::Relaxed).to_ne_bytes();
+            // SAFETY: `k < size / 8`, so bytes `8k .. 8k + 8` lie inside the
+            // copy; unaligned writes, into memory only this thread sees.
+            unsafe { dst.add(8 * k).cast::<[u8; 8]>().write_unaligned(bytes) };
         }
-        if !rest.is_empty() {
+        if !size.is_multiple_of(8) {
             let last = words[full].load(Ordering::Relaxed).to_ne_bytes();
-            rest.copy_from_slice(&last[..rest.len()]);
+            // SAFETY: the last `size % 8` bytes of the copy, from a local.
+            unsafe { std::ptr::copy_nonoverlapping(last.as_ptr(), dst.add(8 * full), size % 8) };
         }
+        // SAFETY: `words` holds `size.div_ceil(8)` words, so the loop and the
+        // tail above wrote every one of the copy's `size` bytes.
+        unsafe { copy.finish() }
     }
 
     /// Free slots, reloading the consumer's head when the cache shows fewer

@@ -5,7 +5,7 @@
 use std::thread;
 use std::time::Duration;
 
-use bytemuck::Pod;
+use crate::Message;
 use nodeipc_shm::wait::{Deadline, PARK_ANY_MAX, SLICE, Spin, park_any};
 use rustix::io::Errno;
 
@@ -29,9 +29,9 @@ pub trait Waitable: sealed::Sealed {
     fn queue_label(&self) -> &str;
 }
 
-impl<T: Pod> sealed::Sealed for Consumer<T> {}
+impl<T: Message> sealed::Sealed for Consumer<T> {}
 
-impl<T: Pod> Waitable for Consumer<T> {
+impl<T: Message> Waitable for Consumer<T> {
     fn has_data(&mut self) -> Result<bool> {
         Ok(self.ready()? > 0)
     }
