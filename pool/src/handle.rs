@@ -159,6 +159,21 @@ impl Handle {
         self.me
     }
 
+    /// The region the pool lives in.
+    pub(crate) fn region(&self) -> &Arc<Region> {
+        &self.region
+    }
+
+    /// Reads `block` in place: checks it (as [`read_at`](Handle::read_at)
+    /// does) and returns a view of its words.
+    ///
+    /// # Errors
+    /// [`Error::NotABlock`], [`Error::Stale`], [`Error::NotAllocated`],
+    /// [`Error::Forged`].
+    pub fn view(&self, block: BlockRef) -> Result<crate::BlockView<'_>> {
+        crate::BlockView::new(self, block)
+    }
+
     fn label(&self) -> String {
         self.region.label().to_owned()
     }
@@ -586,9 +601,10 @@ impl Handle {
         first_forged.map_or(Ok(taken), Err)
     }
 
-    /// Checks `block` is live and `at..at + len` lies in it; returns the
-    /// region offset to copy at.
-    fn checked_range(&self, block: BlockRef, at: usize, len: usize) -> Result<usize> {
+    /// Checks `block` is live (its slab owned, its generation current, its
+    /// state allocated, and, in a slab of ours, handed out by us); returns
+    /// its region offset and size.
+    pub(crate) fn checked_block(&self, block: BlockRef) -> Result<(usize, u32)> {
         let loc = self.locate(block)?;
         let found = self.slab(loc.slab)?.descriptors[loc.index].load(Ordering::Acquire);
         if slab::generation(found) != block.generation() & slab::GEN_MASK
@@ -610,14 +626,21 @@ impl Handle {
         if Some(loc.owner) == self.me && !self.handed_out(loc.slab, loc.index) {
             return Err(self.forged(block.offset(), "allocated".to_owned(), NEVER_HANDED_OUT));
         }
+        Ok((block.offset() as usize, loc.class))
+    }
+
+    /// Checks `block` is live and `at..at + len` lies in it; returns the
+    /// region offset to copy at.
+    fn checked_range(&self, block: BlockRef, at: usize, len: usize) -> Result<usize> {
+        let (offset, size) = self.checked_block(block)?;
         match at.checked_add(len) {
-            Some(end) if end <= loc.class as usize => Ok(block.offset() as usize + at),
+            Some(end) if end <= size as usize => Ok(offset + at),
             _ => Err(Error::OutOfBlock {
                 pool: self.label(),
                 offset: block.offset(),
                 at,
                 len,
-                size: loc.class,
+                size,
             }),
         }
     }

@@ -16,6 +16,8 @@ mod occupancy;
 mod pool;
 #[cfg(not(loom))]
 mod slab_table;
+#[cfg(not(loom))]
+mod view;
 
 #[cfg(all(loom, test))]
 mod loom_model;
@@ -34,3 +36,5 @@ pub use occupancy::{Occupancy, inspect};
 #[cfg(not(loom))]
 pub use pool::Pool;
 pub use slab::MAX_BLOCKS;
+#[cfg(not(loom))]
+pub use view::BlockView;

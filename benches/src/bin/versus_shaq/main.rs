@@ -9,7 +9,9 @@
 //! - `floor-rt`: the cache-line round trip, two words in one mapping (ns);
 //! - `spsc-throughput`: 64 B one way in batches of 64 (messages/s);
 //! - `pool-local`, `pool-remote`: nodeipc-pool beside rts-alloc 5.1.0 (see
-//!   `pool_rows.rs`) (ns).
+//!   `pool_rows.rs`) (ns);
+//! - `pool-view-hash`: a 1232-byte transaction read and hashed in place
+//!   through a `BlockView`, beside copying it out first (ns).
 //!
 //! Each row's figure is the median of `--rounds` (default 21) interleaved
 //! rounds (every round measures every row, ours then the anchor's, with a

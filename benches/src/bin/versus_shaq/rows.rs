@@ -58,6 +58,7 @@ pub(crate) enum Row {
     Throughput,
     PoolLocal,
     PoolRemote,
+    PoolViewHash,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -65,6 +66,8 @@ pub(crate) enum Impl {
     Nodeipc,
     Shaq,
     RtsAlloc,
+    /// Copy a block out, then work on the copy.
+    CopyThenHash,
     /// Two words in one mapping: the floor any queue's round trip sits on.
     Floor,
 }
@@ -75,19 +78,21 @@ impl Impl {
             Impl::Nodeipc => "nodeipc",
             Impl::Shaq => "shaq",
             Impl::RtsAlloc => "rts-alloc",
+            Impl::CopyThenHash => "copy-then-hash",
             Impl::Floor => "floor",
         }
     }
 }
 
 impl Row {
-    pub(crate) const ALL: [Row; 6] = [
+    pub(crate) const ALL: [Row; 7] = [
         Row::RtPoll,
         Row::RtBlock,
         Row::Floor,
         Row::Throughput,
         Row::PoolLocal,
         Row::PoolRemote,
+        Row::PoolViewHash,
     ];
 
     pub(crate) fn name(self) -> &'static str {
@@ -98,6 +103,7 @@ impl Row {
             Row::Throughput => "spsc-throughput",
             Row::PoolLocal => "pool-local",
             Row::PoolRemote => "pool-remote",
+            Row::PoolViewHash => "pool-view-hash",
         }
     }
 
@@ -112,6 +118,7 @@ impl Row {
         match self {
             Row::Floor => &[Impl::Floor],
             Row::PoolLocal | Row::PoolRemote => &[Impl::Nodeipc, Impl::RtsAlloc],
+            Row::PoolViewHash => &[Impl::Nodeipc, Impl::CopyThenHash],
             _ => &[Impl::Nodeipc, Impl::Shaq],
         }
     }
@@ -156,6 +163,8 @@ pub(crate) fn sample(row: Row, imp: Impl, p: Params, pin: bool) -> io::Result<f6
         (Row::PoolLocal, Impl::RtsAlloc) => crate::pool_rows::local_rts(p.pool_n),
         (Row::PoolRemote, Impl::Nodeipc) => crate::pool_rows::remote_nodeipc(p.pool_n, pin),
         (Row::PoolRemote, Impl::RtsAlloc) => crate::pool_rows::remote_rts(p.pool_n, pin),
+        (Row::PoolViewHash, Impl::Nodeipc) => crate::pool_rows::view_hash_nodeipc(p.pool_n),
+        (Row::PoolViewHash, Impl::CopyThenHash) => crate::pool_rows::copy_hash(p.pool_n),
         (row, imp) => Err(io::Error::other(format!("no {imp:?} for {row:?}"))),
     }
 }
