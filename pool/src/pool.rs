@@ -44,12 +44,35 @@ impl Pool {
         })
     }
 
+    /// A pool received as a descriptor (a memfd its creator sealed, or a
+    /// named object's descriptor): the header is checked (magic, version,
+    /// geometry against the region's length; a memfd must be sealed
+    /// against shrinking) and handles are taken from it here.
+    ///
+    /// # Errors
+    /// [`Error::BadHeader`]; those of `Region::from_fd`.
+    pub fn from_fd(fd: std::os::fd::OwnedFd) -> Result<Pool> {
+        let region = Region::from_fd(fd)?;
+        read_geometry(&region)?;
+        Ok(Pool {
+            region: Arc::new(region),
+        })
+    }
+
     /// Takes a handle in this process.
     ///
     /// # Errors
     /// As [`Handle::join`].
     pub fn handle(&self) -> Result<Handle> {
         Handle::join(self.region.clone())
+    }
+
+    /// Takes handle `id` in this process.
+    ///
+    /// # Errors
+    /// As [`Handle::join_id`].
+    pub fn handle_id(&self, id: u32) -> Result<Handle> {
+        Handle::join_id(self.region.clone(), id)
     }
 
     /// A handle that only frees, reads and writes (it takes no handle slot).
