@@ -31,6 +31,8 @@ pub use handle::{Handle, Reclaimed};
 pub use layout::{
     MAGIC, MAX_CLASSES, MAX_HANDLES, MAX_SLABS, MIN_CLASS, PoolConfig, SLAB_SIZE, VERSION,
 };
+/// What backs an anonymous region (`anonymous_pages`): normal or huge pages.
+pub use nodeipc_shm::Pages;
 #[cfg(not(loom))]
 pub use occupancy::{Occupancy, inspect};
 #[cfg(not(loom))]

@@ -285,3 +285,17 @@ fn a_pool_received_as_a_descriptor_hands_out_handles() {
     let fd = region.as_fd().try_clone_to_owned().unwrap();
     assert!(matches!(Pool::from_fd(fd), Err(Error::BadHeader { .. })));
 }
+
+#[test]
+fn huge_pages_fall_back_to_normal_ones_and_say_so() {
+    use nodeipc_pool::Pages;
+    let pool = Pool::anonymous_pages(&PoolConfig::new(4, 2), Pages::HugeOrNormal).unwrap();
+    let mut h = pool.handle().unwrap();
+    let block = h.alloc(100).unwrap();
+    h.write_at(block, 0, b"x").unwrap();
+    if pool.huge_pages() {
+        return; // it/huge_pages tests the reserved case
+    }
+    let err = Pool::anonymous_pages(&PoolConfig::new(4, 2), Pages::Huge).unwrap_err();
+    assert!(err.to_string().contains("huge pages unavailable"), "{err}");
+}

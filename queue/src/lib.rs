@@ -39,6 +39,8 @@ pub use layout::{MAGIC, MAX_CAPACITY, MAX_ELEM_SIZE, SLOTS_OFFSET, VERSION};
 pub use message::{Invalid, Message};
 /// `#[derive(Message)]`: see [`Message`].
 pub use nodeipc_queue_derive::Message;
+/// What backs an anonymous region (`anonymous_pages`): normal or huge pages.
+pub use nodeipc_shm::Pages;
 #[cfg(not(loom))]
 pub use producer::{Batch, Producer};
 #[cfg(not(loom))]
