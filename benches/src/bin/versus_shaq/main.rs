@@ -19,6 +19,7 @@
 //! messages, to prove it runs.
 //!
 //! `cargo run --release -p nodeipc-benches --bin versus-shaq -- --json`
+//! (`--only spsc-rt-poll,floor-rt` measures those rows alone).
 
 mod peer;
 mod pool_rows;
@@ -43,6 +44,27 @@ fn main() -> io::Result<()> {
         None if quick => 3,
         None => 21,
     };
+    // `--only ROW[,ROW]`: measure those rows alone (for profiling one).
+    let only: Option<Vec<String>> = match args.iter().position(|a| a == "--only") {
+        Some(i) => Some(
+            args.get(i + 1)
+                .ok_or_else(|| io::Error::other("--only needs row names"))?
+                .split(',')
+                .map(str::to_owned)
+                .collect(),
+        ),
+        None => None,
+    };
+    let rows: Vec<Row> = Row::ALL
+        .into_iter()
+        .filter(|r| {
+            only.as_ref()
+                .is_none_or(|o| o.iter().any(|n| n == r.name()))
+        })
+        .collect();
+    if rows.is_empty() {
+        return Err(io::Error::other("--only names no row"));
+    }
     let params = if quick { Params::QUICK } else { Params::FULL };
     let pin = nodeipc_benches::machine::cores() >= 2;
     // Described before pinning narrows what this process sees.
@@ -65,7 +87,7 @@ fn main() -> io::Result<()> {
         );
     }
     let mut samples: Vec<(Row, Impl, Vec<f64>)> = Vec::new();
-    for row in Row::ALL {
+    for &row in &rows {
         for imp in row.impls() {
             samples.push((row, *imp, Vec::new()));
         }
@@ -75,7 +97,7 @@ fn main() -> io::Result<()> {
             values.push(rows::sample(*row, *imp, params, pin)?);
         }
     }
-    for row in Row::ALL {
+    for &row in &rows {
         let of = |imp: Impl| {
             samples
                 .iter()
