@@ -74,6 +74,36 @@ pub unsafe trait Message: Copy + 'static {
     /// # Errors
     /// The first invalid field, with its offset and value.
     fn check(bytes: &[u8]) -> Result<(), Invalid>;
+
+    /// Writes the value into `out` as a queue slot holds it (padding as
+    /// zeros): for a message kept somewhere else another process reads,
+    /// a pool block, say (Agave's response arrays).
+    ///
+    /// # Panics
+    /// When `out` is not `size_of::<Self>()` bytes long (a caller's bug).
+    fn write_bytes(&self, out: &mut [u8]) {
+        assert_eq!(out.len(), size_of::<Self>(), "Message::write_bytes: buffer size");
+        out.copy_from_slice(Outgoing::new(self).bytes());
+    }
+
+    /// Reads a value from `bytes` (a private copy: check never runs on
+    /// memory another process may write), checked as a queue checks what it
+    /// pops.
+    ///
+    /// # Errors
+    /// The first invalid field, as [`check`](Message::check) finds it.
+    ///
+    /// # Panics
+    /// When `bytes` is not `size_of::<Self>()` bytes long (a caller's bug).
+    fn read_bytes(bytes: &[u8]) -> Result<Self, Invalid> {
+        assert_eq!(bytes.len(), size_of::<Self>(), "Message::read_bytes: buffer size");
+        let mut copy = Incoming::<Self>::new();
+        // SAFETY: `bytes` holds `size_of::<Self>()` bytes (asserted), the
+        // copy as many; they do not overlap (the copy is a new local).
+        unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), copy.as_mut_ptr(), bytes.len()) };
+        // SAFETY: every byte of the copy was written just above.
+        unsafe { copy.finish() }
+    }
 }
 
 // SAFETY: `Pod` promises exactly `PLAIN`: any bit pattern is valid and

@@ -236,3 +236,14 @@ fn a_queue_of_an_enum_checks_the_discriminant() {
         "{err}"
     );
 }
+
+#[test]
+fn messages_written_to_bytes_and_read_back_are_checked_the_same_way() {
+    let mut bytes = [0xAAu8; 32];
+    work(4).write_bytes(&mut bytes);
+    assert_eq!(&bytes[1..8], &[0; 7], "padding written as zeros");
+    assert_eq!(Work::read_bytes(&bytes).unwrap(), work(4));
+    bytes[17] = 3; // `done`
+    let invalid = Work::read_bytes(&bytes).unwrap_err();
+    assert_eq!((invalid.field.as_str(), invalid.offset), ("done", 17));
+}
