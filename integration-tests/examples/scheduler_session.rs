@@ -1,9 +1,11 @@
-//! Agave's scheduler session on nodeipc, for a newcomer: a server (the
-//! validator) with 4 worker processes and an external scheduler process
-//! that logs on through `nodeipc-handshake` and receives the block pool,
-//! the TPU → scheduler queue, the progress queue and a queue pair per
-//! worker. Transactions (pool blocks referenced from queue messages, every
-//! byte checked by the workers) flow TPU → scheduler → workers → scheduler.
+//! Agave's scheduler session on nodeipc, for a newcomer, on Agave's own
+//! message types: a server (the validator) with 4 execution worker
+//! processes and an external scheduler process that logs on through
+//! `nodeipc-handshake` and receives the block pool, the TPU → scheduler
+//! queue, the progress queue, a queue pair per worker and its pool handle
+//! ids. Transactions (pool blocks referenced from `TpuToPackMessage`s,
+//! sent to workers in batches whose arrays live in pool blocks, read in
+//! place, every byte checked) flow TPU → scheduler → workers → scheduler.
 //!
 //! Prints messages per second with the pipeline full, then the latency of
 //! one transaction at a time (TPU → scheduler → worker → the server's
@@ -53,7 +55,7 @@ fn main() -> Result<()> {
 }
 
 fn run(dir: &Path, count: u64) -> Result<()> {
-    let server = SessionServer::start(
+    let mut server = SessionServer::start(
         &dir.join("session.sock"),
         Setup {
             workers: WORKERS,
@@ -67,11 +69,7 @@ fn run(dir: &Path, count: u64) -> Result<()> {
     for w in 0..WORKERS {
         let mut worker = Peer::spawn(&["worker".into(), socket.clone(), w.to_string()])?;
         worker.wait_line("WORKER-READY")?;
-        sessions.push(
-            server
-                .next_session(Duration::from_secs(5))
-                .ok_or("no worker session")?,
-        );
+        sessions.push(server.accept(Duration::from_secs(5))?);
         peers.push(worker);
     }
     let mut scheduler = Peer::spawn(&[
@@ -81,11 +79,7 @@ fn run(dir: &Path, count: u64) -> Result<()> {
         HANDLES.to_string(),
     ])?;
     scheduler.wait_line("SCHEDULER-READY")?;
-    sessions.push(
-        server
-            .next_session(Duration::from_secs(5))
-            .ok_or("no scheduler session")?,
-    );
+    sessions.push(server.accept(Duration::from_secs(5))?);
     println!(
         "session: {WORKERS} workers and a scheduler logged on ({} descriptors to the scheduler)",
         3 + 2 * WORKERS
@@ -112,7 +106,7 @@ fn run(dir: &Path, count: u64) -> Result<()> {
     let full = stream(count, nodeipc_integration_tests::scheduler_session::WINDOW)?;
     println!(
         "throughput: {count} transactions in {:.3} s: {:.0} transactions/s \
-         (each a pool block, 64-208 B, every byte checked)",
+         (each a pool block, 64-1144 B, read in place, every byte checked)",
         full.elapsed.as_secs_f64(),
         count as f64 / full.elapsed.as_secs_f64()
     );
@@ -134,9 +128,15 @@ fn run(dir: &Path, count: u64) -> Result<()> {
     for peer in &mut peers {
         peer.wait_line("WORKER-DONE")?;
     }
-    handle.clean_remote_frees()?;
-    let held: usize = handle.occupancy_all()?.iter().map(|o| o.blocks).sum();
-    println!("pool: {held} blocks held after the session");
+    let held: usize = server
+        .blocks_left(&mut handle)?
+        .iter()
+        .map(|(_, n)| n)
+        .sum();
+    println!(
+        "pool: {held} blocks held after the session (huge pages: {})",
+        server.huge_pages()
+    );
     if held != 0 {
         return Err(format!("{held} blocks still held").into());
     }

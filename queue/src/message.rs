@@ -82,7 +82,11 @@ pub unsafe trait Message: Copy + 'static {
     /// # Panics
     /// When `out` is not `size_of::<Self>()` bytes long (a caller's bug).
     fn write_bytes(&self, out: &mut [u8]) {
-        assert_eq!(out.len(), size_of::<Self>(), "Message::write_bytes: buffer size");
+        assert_eq!(
+            out.len(),
+            size_of::<Self>(),
+            "Message::write_bytes: buffer size"
+        );
         out.copy_from_slice(Outgoing::new(self).bytes());
     }
 
@@ -96,7 +100,11 @@ pub unsafe trait Message: Copy + 'static {
     /// # Panics
     /// When `bytes` is not `size_of::<Self>()` bytes long (a caller's bug).
     fn read_bytes(bytes: &[u8]) -> Result<Self, Invalid> {
-        assert_eq!(bytes.len(), size_of::<Self>(), "Message::read_bytes: buffer size");
+        assert_eq!(
+            bytes.len(),
+            size_of::<Self>(),
+            "Message::read_bytes: buffer size"
+        );
         let mut copy = Incoming::<Self>::new();
         // SAFETY: `bytes` holds `size_of::<Self>()` bytes (asserted), the
         // copy as many; they do not overlap (the copy is a new local).
@@ -176,6 +184,8 @@ impl std::fmt::Display for Invalid {
         )
     }
 }
+
+impl std::error::Error for Invalid {}
 
 /// The bytes of a value on its way out: the value itself when plain, else
 /// its fields written into a zeroed copy. Private memory either way.

@@ -1,6 +1,7 @@
-//! The two kinds of peer process: a worker (the server's own) and the
-//! external scheduler. Each logs on, takes its descriptors by role, and
-//! runs until the server ends its session.
+//! The two kinds of peer process: an execution worker (the server's own)
+//! and the external scheduler. Each logs on, takes its descriptors by role
+//! and its pool handles by the ids the server granted, and runs until the
+//! server ends its session.
 
 use std::collections::{HashMap, VecDeque};
 use std::path::Path;
@@ -8,13 +9,19 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use nodeipc_handshake::{ClientSession, connect, logon};
-use nodeipc_pool::{BlockRef, Handle};
-use nodeipc_queue::{Consumer, PeerState, Producer, Waitable, Zeroable};
+use nodeipc_pool::{BlockRef, BlockView, Handle};
+use nodeipc_queue::{Consumer, Message, PeerState, Producer, Waitable};
 use nodeipc_shm::Region;
 
 use super::{
-    CORRUPT, DONE_SCHEMA, Done, PROGRESS_SCHEMA, Progress, TICK, TX_SCHEMA, Tx, monotonic_ns,
-    roles, tx_bytes, tx_len, tx_sum,
+    CORRUPT, DONE_SCHEMA, Done, FROM_WORKER_SCHEMA, Grant, INCLUDED, INVALID, MAX_BATCH, PROCESSED,
+    PROGRESS_SCHEMA, TICK, TO_WORKER_SCHEMA, TPU_SCHEMA, WRONG_BYTES, monotonic_ns, roles,
+    tx_bytes, tx_len, tx_sum,
+};
+use crate::agave_bindings::worker_message_types::ExecutionResponse;
+use crate::agave_bindings::{
+    ExecutionResponseRegion, ExecutionWorkerToPackMessage, PackToExecutionWorkerMessage,
+    ProgressMessage, SharableTransactionBatchRegion, SharableTransactionRegion, TpuToPackMessage,
 };
 
 type Result<T> = std::result::Result<T, Box<dyn std::error::Error>>;
@@ -26,6 +33,10 @@ const SESSION_CHECK: Duration = Duration::from_millis(20);
 pub const FLUSH_AFTER: Duration = Duration::from_millis(200);
 /// How often the scheduler checks a quiet worker's liveness.
 const WORKER_CHECK: Duration = Duration::from_millis(5);
+/// Bytes of a `SharableTransactionRegion` in a batch's array.
+const REGION: usize = size_of::<SharableTransactionRegion>();
+/// Bytes of an `ExecutionResponse` in a response array.
+const RESPONSE: usize = size_of::<ExecutionResponse>();
 
 fn pool_region(session: &mut ClientSession) -> Result<Arc<Region>> {
     Ok(Arc::new(Region::from_fd(
@@ -33,9 +44,50 @@ fn pool_region(session: &mut ClientSession) -> Result<Arc<Region>> {
     )?))
 }
 
-/// Worker `w`: pops transactions, checks every byte against its id, and
-/// answers the scheduler and the server. Runs until the server ends the
-/// session.
+/// The `k`-th `T` of an array in a pool block, read in place into a
+/// private copy and checked as a queue checks what it pops.
+fn element<T: Message>(view: &BlockView<'_>, k: usize) -> Result<T> {
+    let mut bytes = [0u8; 64];
+    let bytes = &mut bytes[..size_of::<T>()];
+    view.copy_to(k * size_of::<T>(), bytes)?;
+    Ok(T::read_bytes(bytes)?)
+}
+
+/// The id of the transaction in `block` (its first 8 bytes, little-endian),
+/// read in place; checks its length and, with `check_bytes`, every byte,
+/// returning the sum of its bytes, or [`CORRUPT`].
+fn read_transaction(pool: &Handle, block: BlockRef, length: u32) -> (Option<u64>, u64) {
+    let Ok(view) = pool.view(block) else {
+        return (None, CORRUPT);
+    };
+    let Ok(id) = view.read_u64_le(0) else {
+        return (None, CORRUPT);
+    };
+    let len = length as usize;
+    if id >= 1 << 40 || len != tx_len(id) {
+        return (Some(id), CORRUPT);
+    }
+    let mut expected = [0u8; 2048];
+    tx_bytes(id, &mut expected[..len]);
+    // Through a small stack buffer: no copy of the transaction anywhere.
+    let mut chunk = [0u8; 128];
+    let (mut sum, mut same) = (0u64, true);
+    let read = view.chunks(0, len, &mut chunk, |at, bytes| {
+        same &= bytes == &expected[at..at + bytes.len()];
+        sum += bytes.iter().map(|&b| u64::from(b)).sum::<u64>();
+    });
+    // Bytes read while the block was not the one referenced are not its.
+    if read.is_err() || view.verify().is_err() || !same {
+        return (Some(id), CORRUPT);
+    }
+    (Some(id), sum)
+}
+
+/// Execution worker `w`: pops batches, reads the batch and each
+/// transaction in place, checks every byte against the transaction's id,
+/// writes an `ExecutionResponse` per transaction into a block of its own
+/// handle (the sum of its bytes as `cost_units`), and answers the scheduler
+/// and the server. Runs until the server ends the session.
 ///
 /// # Errors
 /// The logon, or a queue or pool failure of our own.
@@ -51,18 +103,34 @@ pub fn run_worker(socket: &Path, w: u32) -> Result<()> {
         roles::from_worker(w),
         roles::REPORT.to_owned(),
     ])?;
-    let pool = Handle::free_only(pool_region(&mut session)?)?;
-    let mut to = Consumer::<Tx>::from_fd(session.take_role(&roles::to_worker(w))?.fd, TX_SCHEMA)?;
-    let mut from =
-        Producer::<Done>::from_fd(session.take_role(&roles::from_worker(w))?.fd, DONE_SCHEMA)?;
+    let [id] = Grant::handles_in(session.payload())[..] else {
+        return Err("the server granted no pool handle".into());
+    };
+    let mut pool = Handle::join_id(pool_region(&mut session)?, id)?;
+    let mut to = Consumer::<PackToExecutionWorkerMessage>::from_fd(
+        session.take_role(&roles::to_worker(w))?.fd,
+        TO_WORKER_SCHEMA,
+    )?;
+    let mut from = Producer::<ExecutionWorkerToPackMessage>::from_fd(
+        session.take_role(&roles::from_worker(w))?.fd,
+        FROM_WORKER_SCHEMA,
+    )?;
     let mut report = Producer::<Done>::from_fd(session.take_role(roles::REPORT)?.fd, DONE_SCHEMA)?;
     println!("WORKER-READY {w}");
-    let mut txs = [Tx::zeroed(); 64];
-    let (mut block, mut expected) = ([0u8; 256], [0u8; 256]);
+    let empty = PackToExecutionWorkerMessage {
+        flags: 0,
+        max_working_slot: 0,
+        batch: SharableTransactionBatchRegion {
+            num_transactions: 0,
+            transactions_offset: 0,
+        },
+    };
+    let mut batches = [empty; 16];
+    let mut responses = [0u8; MAX_BATCH * RESPONSE];
     let (mut processed, mut corrupt) = (0u64, 0u64);
     let mut checked = Instant::now();
     loop {
-        let n = match to.pop_into_timeout(&mut txs, TICK) {
+        let n = match to.pop_into_timeout(&mut batches, TICK) {
             Ok(n) => n,
             Err(nodeipc_queue::Error::TimedOut { .. }) => 0,
             // The scheduler is gone; the next one takes its role over.
@@ -72,29 +140,58 @@ pub fn run_worker(socket: &Path, w: u32) -> Result<()> {
             }
             Err(e) => return Err(e.into()),
         };
-        for tx in &txs[..n] {
-            let len = tx.len as usize;
-            let sum = if len != tx_len(tx.id) {
-                CORRUPT
-            } else {
-                let read = pool.read_at(BlockRef::from_bits(tx.block), 0, &mut block[..len]);
-                tx_bytes(tx.id, &mut expected[..len]);
-                if read.is_ok() && block[..len] == expected[..len] {
-                    block[..len].iter().map(|&b| u64::from(b)).sum()
-                } else {
-                    CORRUPT
+        for message in &batches[..n] {
+            let stamp = monotonic_ns();
+            let count = usize::from(message.batch.num_transactions);
+            let batch = BlockRef::from_bits(message.batch.transactions_offset as u64);
+            let answer = match pool.view(batch) {
+                Ok(view) if count <= MAX_BATCH && view.len() >= count * REGION => {
+                    let mut sums = [0u64; MAX_BATCH];
+                    for (k, sum) in sums[..count].iter_mut().enumerate() {
+                        let region: SharableTransactionRegion = element(&view, k)?;
+                        let block = BlockRef::from_bits(region.offset as u64);
+                        let (id, s) = read_transaction(&pool, block, region.length);
+                        *sum = s;
+                        corrupt += u64::from(s == CORRUPT);
+                        let done = Done {
+                            id: id.unwrap_or(u64::MAX),
+                            block: block.to_bits(),
+                            stamp,
+                            sum: s,
+                        };
+                        report.push_timeout(&done, Duration::from_secs(5))?;
+                        ExecutionResponse {
+                            execution_slot: 1,
+                            not_included_reason: if s == CORRUPT { WRONG_BYTES } else { INCLUDED },
+                            execution_status: 0,
+                            cost_units: s,
+                            fee_payer_balance: 0,
+                        }
+                        .write_bytes(&mut responses[k * RESPONSE..(k + 1) * RESPONSE]);
+                    }
+                    let block = pool.alloc(count.max(1) * RESPONSE)?;
+                    pool.write_at(block, 0, &responses[..count * RESPONSE])?;
+                    processed += count as u64;
+                    ExecutionWorkerToPackMessage {
+                        batch: message.batch,
+                        processed_code: PROCESSED,
+                        responses: ExecutionResponseRegion {
+                            num_transaction_responses: count as u8,
+                            transaction_responses_offset: block.to_bits() as usize,
+                        },
+                    }
                 }
+                _ => ExecutionWorkerToPackMessage {
+                    batch: message.batch,
+                    processed_code: INVALID,
+                    responses: ExecutionResponseRegion {
+                        num_transaction_responses: 0,
+                        transaction_responses_offset: 0,
+                    },
+                },
             };
-            corrupt += u64::from(sum == CORRUPT);
-            let done = Done {
-                id: tx.id,
-                block: tx.block,
-                stamp: tx.stamp,
-                sum,
-            };
-            report.push_timeout(&done, Duration::from_secs(5))?;
             // A scheduler that died leaves its answers to the next one.
-            while let Err(e) = from.push_timeout(&done, TICK) {
+            while let Err(e) = from.push_timeout(&answer, TICK) {
                 match e {
                     nodeipc_queue::Error::TimedOut { .. }
                     | nodeipc_queue::Error::PeerDied { .. }
@@ -103,14 +200,15 @@ pub fn run_worker(socket: &Path, w: u32) -> Result<()> {
                             println!("WORKER-DONE {w} processed={processed} corrupt={corrupt}");
                             return Ok(());
                         }
+                        std::thread::sleep(TICK);
                     }
                     e => return Err(e.into()),
                 }
             }
-            processed += 1;
         }
         if n == 0 && checked.elapsed() > SESSION_CHECK {
             checked = Instant::now();
+            let _ = pool.clean_remote_frees();
             if !session.server_alive() {
                 break;
             }
@@ -120,19 +218,35 @@ pub fn run_worker(socket: &Path, w: u32) -> Result<()> {
     Ok(())
 }
 
+/// A transaction the scheduler holds: its id and its region.
+#[derive(Clone, Copy, Debug)]
+struct Tx {
+    id: u64,
+    region: SharableTransactionRegion,
+}
+
+/// A batch sent to a worker and not answered yet.
+#[derive(Debug)]
+struct InFlight {
+    txs: Vec<Tx>,
+    stamp: u64,
+}
+
 /// One worker as the scheduler sees it.
 struct WorkerEnds {
     w: u32,
-    to: Producer<Tx>,
-    from: Consumer<Done>,
+    to: Producer<PackToExecutionWorkerMessage>,
+    from: Consumer<ExecutionWorkerToPackMessage>,
     alive: bool,
-    in_flight: HashMap<u64, Tx>,
+    /// Batches sent, by their block's reference.
+    in_flight: HashMap<u64, InFlight>,
     checked: Instant,
 }
 
-/// Frees are batched per handle (`free_batch`, as rts-alloc batches its
-/// remote frees): a scheduler killed mid-stream holds up to this many
-/// blocks, which the TPU's ledger then frees.
+/// Transactions' frees are batched per handle (`free_batch`, as rts-alloc
+/// batches its remote frees): a scheduler killed mid-stream holds up to
+/// this many, which the TPU's ledger then frees (it knows every
+/// transaction's block). Batches and responses are freed at once.
 const FREE_BATCH: usize = 128;
 
 /// What the scheduler did.
@@ -140,7 +254,9 @@ const FREE_BATCH: usize = 128;
 struct Counts {
     to_free: Vec<Vec<BlockRef>>,
     forwarded: u64,
+    batches: u64,
     completed: u64,
+    orphans: u64,
     corrupt: u64,
     free_errors: u64,
     progress: u64,
@@ -148,12 +264,24 @@ struct Counts {
     rtt_ns: Vec<u64>,
 }
 
+impl Counts {
+    /// Queues `block` to be freed through handle `h`.
+    fn free(&mut self, pool: &mut [Handle], h: usize, block: BlockRef) {
+        self.to_free[h].push(block);
+        if self.to_free[h].len() >= FREE_BATCH {
+            flush_frees(pool, self, h);
+        }
+    }
+}
+
 /// The external scheduler: logs on asking for `workers` workers and
-/// `handles` pool handles, and forwards transactions from the TPU to the
-/// workers round robin, freeing each block when its worker is done. A
-/// worker that dies is dropped (its queues' operations say `PeerDied`) and
-/// what it held is sent to the others. Runs until the server ends the
-/// session.
+/// `handles` pool handles (taken by the ids the server grants), and sends
+/// the TPU's transactions to the workers in batches, round robin, freeing
+/// each transaction, its batch and the worker's responses when the answer
+/// comes. A worker that dies is dropped (its queues' operations say
+/// `PeerDied`, a push to it included) and what it held is sent to the
+/// others. Answers to batches a dead scheduler sent are taken as orphans:
+/// checked and freed all the same. Runs until the server ends the session.
 ///
 /// `buffer`: transactions kept in the scheduler's own container before it
 /// forwards (as Agave's scheduler holds a priority container), flushed
@@ -185,41 +313,92 @@ pub fn run_scheduler(socket: &Path, workers: u32, handles: u32, buffer: usize) -
         expected.push(roles::from_worker(w));
     }
     session.expect_roles(&expected)?;
+    let ids = Grant::handles_in(session.payload());
+    if ids.is_empty() {
+        return Err("the server granted no pool handle".into());
+    }
     let region = pool_region(&mut session)?;
-    let mut pool: Vec<Handle> = (0..handles.max(1))
-        .map(|_| Handle::join(Arc::clone(&region)))
+    let mut pool: Vec<Handle> = ids
+        .iter()
+        .map(|&id| Handle::join_id(Arc::clone(&region), id))
         .collect::<nodeipc_pool::Result<_>>()?;
-    let mut tpu = Consumer::<Tx>::from_fd(session.take_role(roles::TPU)?.fd, TX_SCHEMA)?;
-    let mut progress =
-        Consumer::<Progress>::from_fd(session.take_role(roles::PROGRESS)?.fd, PROGRESS_SCHEMA)?;
+    let mut tpu =
+        Consumer::<TpuToPackMessage>::from_fd(session.take_role(roles::TPU)?.fd, TPU_SCHEMA)?;
+    let mut progress = Consumer::<ProgressMessage>::from_fd(
+        session.take_role(roles::PROGRESS)?.fd,
+        PROGRESS_SCHEMA,
+    )?;
     let mut ends = Vec::new();
     for w in 0..workers {
         ends.push(WorkerEnds {
             w,
-            to: Producer::from_fd(session.take_role(&roles::to_worker(w))?.fd, TX_SCHEMA)?,
-            from: Consumer::from_fd(session.take_role(&roles::from_worker(w))?.fd, DONE_SCHEMA)?,
+            to: Producer::from_fd(
+                session.take_role(&roles::to_worker(w))?.fd,
+                TO_WORKER_SCHEMA,
+            )?,
+            from: Consumer::from_fd(
+                session.take_role(&roles::from_worker(w))?.fd,
+                FROM_WORKER_SCHEMA,
+            )?,
             alive: true,
             in_flight: HashMap::new(),
             checked: Instant::now(),
         });
     }
-    println!("SCHEDULER-READY pid={}", std::process::id());
+    println!("SCHEDULER-READY pid={} handles={ids:?}", std::process::id());
     let mut counts = Counts {
         to_free: vec![Vec::new(); pool.len()],
         ..Counts::default()
     };
     let mut pending: VecDeque<Tx> = VecDeque::new();
-    let mut txs = [Tx::zeroed(); 64];
-    let mut dones = [Done::zeroed(); 64];
-    let mut ticks = [Progress::zeroed(); 16];
+    let empty_region = SharableTransactionRegion {
+        offset: 0,
+        length: 0,
+    };
+    let mut arrivals = [TpuToPackMessage {
+        transaction: empty_region,
+        flags: 0,
+        src_addr: [0; 16],
+    }; 64];
+    let mut answers = [ExecutionWorkerToPackMessage {
+        batch: SharableTransactionBatchRegion {
+            num_transactions: 0,
+            transactions_offset: 0,
+        },
+        processed_code: 0,
+        responses: ExecutionResponseRegion {
+            num_transaction_responses: 0,
+            transaction_responses_offset: 0,
+        },
+    }; 32];
+    let mut ticks = [ProgressMessage {
+        leader_state: 0,
+        current_slot_progress: 0,
+        epoch: 0,
+        current_slot: 0,
+        next_leader_slot: 0,
+        leader_range_end: 0,
+        remaining_cost_units: 0,
+        remaining_allocated_accounts_data_size: 0,
+        latest_blockhash: [0; 32],
+        target_bank_time_ms: 0,
+    }; 16];
     let mut next_worker = 0usize;
     let mut checked = Instant::now();
     let mut arrived = Instant::now();
     loop {
         let mut busy = false;
         if pending.len() < 1024 + buffer {
-            let n = tpu.try_pop_into(&mut txs)?;
-            pending.extend(&txs[..n]);
+            let n = tpu.try_pop_into(&mut arrivals)?;
+            for message in &arrivals[..n] {
+                let region = message.transaction;
+                let block = BlockRef::from_bits(region.offset as u64);
+                // The id, read in place from the transaction's first bytes.
+                match pool[0].view(block).and_then(|v| v.read_u64_le(0)) {
+                    Ok(id) => pending.push_back(Tx { id, region }),
+                    Err(_) => counts.corrupt += 1,
+                }
+            }
             if n > 0 {
                 busy = true;
                 arrived = Instant::now();
@@ -230,9 +409,8 @@ pub fn run_scheduler(socket: &Path, workers: u32, handles: u32, buffer: usize) -
         } else {
             buffer
         };
-        // Forward round robin to the live workers with room.
+        // Forward round robin, a batch at a time, to the live workers with room.
         'forward: while pending.len() > keep {
-            let Some(&tx) = pending.front() else { break };
             let workers = ends.len();
             for _ in 0..workers {
                 let end = &mut ends[next_worker % workers];
@@ -240,28 +418,59 @@ pub fn run_scheduler(socket: &Path, workers: u32, handles: u32, buffer: usize) -
                 if !end.alive {
                     continue;
                 }
-                let tx = Tx {
-                    stamp: monotonic_ns(),
-                    ..tx
-                };
-                if end.to.try_push(&tx)? {
-                    end.in_flight.insert(tx.id, tx);
-                    pending.pop_front();
-                    counts.forwarded += 1;
-                    busy = true;
-                    continue 'forward;
+                let take = (pending.len() - keep).min(MAX_BATCH);
+                let txs: Vec<Tx> = pending.iter().take(take).copied().collect();
+                let mut array = [0u8; MAX_BATCH * REGION];
+                for (k, tx) in txs.iter().enumerate() {
+                    tx.region
+                        .write_bytes(&mut array[k * REGION..(k + 1) * REGION]);
                 }
+                let batch = pool[0].alloc(take * REGION)?;
+                pool[0].write_at(batch, 0, &array[..take * REGION])?;
+                let message = PackToExecutionWorkerMessage {
+                    flags: 0,
+                    max_working_slot: u64::MAX,
+                    batch: SharableTransactionBatchRegion {
+                        num_transactions: take as u8,
+                        transactions_offset: batch.to_bits() as usize,
+                    },
+                };
+                let pushed = match end.to.try_push(&message) {
+                    Ok(pushed) => pushed,
+                    Err(nodeipc_queue::Error::PeerDied { .. }) => false,
+                    Err(e) => return Err(e.into()),
+                };
+                if !pushed {
+                    pool[0].free(batch)?;
+                    continue;
+                }
+                pending.drain(..take);
+                end.in_flight.insert(
+                    batch.to_bits(),
+                    InFlight {
+                        txs,
+                        stamp: monotonic_ns(),
+                    },
+                );
+                counts.forwarded += take as u64;
+                counts.batches += 1;
+                busy = true;
+                continue 'forward;
             }
             break;
         }
         for end in ends.iter_mut().filter(|e| e.alive) {
-            let n = end.from.try_pop_into(&mut dones)?;
-            complete(&dones[..n], end, &mut pool, &mut counts);
+            // One answer at a time: killed between a pop and its frees, a
+            // scheduler strands one answer's batch and responses at most.
+            let n = end.from.try_pop_into(&mut answers[..1])?;
+            for answer in &answers[..n] {
+                complete(answer, end, &mut pool, &mut counts);
+            }
             busy |= n > 0;
             if n == 0 && end.checked.elapsed() > WORKER_CHECK {
                 end.checked = Instant::now();
                 if let PeerState::Died(pid) = end.from.peer() {
-                    worker_died(end, pid, &mut pool, &mut counts, &mut pending, &mut dones);
+                    worker_died(end, pid, &mut pool, &mut counts, &mut pending, &mut answers);
                 }
             }
         }
@@ -299,9 +508,11 @@ pub fn run_scheduler(socket: &Path, workers: u32, handles: u32, buffer: usize) -
             .unwrap_or(0)
     };
     println!(
-        "SCHEDULER-DONE forwarded={} completed={} corrupt={} free_errors={} progress={} rerouted={} rtt_p50_ns={} rtt_p99_ns={}",
+        "SCHEDULER-DONE forwarded={} batches={} completed={} orphans={} corrupt={} free_errors={} progress={} rerouted={} rtt_p50_ns={} rtt_p99_ns={}",
         counts.forwarded,
+        counts.batches,
         counts.completed,
+        counts.orphans,
         counts.corrupt,
         counts.free_errors,
         counts.progress,
@@ -312,22 +523,77 @@ pub fn run_scheduler(socket: &Path, workers: u32, handles: u32, buffer: usize) -
     Ok(())
 }
 
-/// Answers from a worker: check, free the block, note the round trip.
-fn complete(dones: &[Done], end: &mut WorkerEnds, pool: &mut [Handle], counts: &mut Counts) {
+/// A worker's answer: read the responses in place, check each against its
+/// transaction, and free the transactions, the batch and the responses. An
+/// answer to a batch this scheduler did not send (a dead scheduler's) is an
+/// orphan: its transactions are found in the batch itself.
+fn complete(
+    answer: &ExecutionWorkerToPackMessage,
+    end: &mut WorkerEnds,
+    pool: &mut [Handle],
+    counts: &mut Counts,
+) {
     let now = monotonic_ns();
-    for done in dones {
-        end.in_flight.remove(&done.id);
-        if done.sum == CORRUPT || done.sum != tx_sum(done.id) {
-            counts.corrupt += 1;
+    let batch = BlockRef::from_bits(answer.batch.transactions_offset as u64);
+    let sent = end.in_flight.remove(&batch.to_bits());
+    let txs = match sent {
+        Some(InFlight { txs, stamp }) => {
+            counts.rtt_ns.push(now.saturating_sub(stamp));
+            txs
         }
-        let h = (done.id % pool.len() as u64) as usize;
-        counts.to_free[h].push(BlockRef::from_bits(done.block));
-        if counts.to_free[h].len() >= FREE_BATCH {
-            flush_frees(pool, counts, h);
+        None => {
+            counts.orphans += 1;
+            orphan_batch(&pool[0], answer)
         }
+    };
+    let responses = BlockRef::from_bits(answer.responses.transaction_responses_offset as u64);
+    let count = usize::from(answer.responses.num_transaction_responses);
+    let checked = answer.processed_code == PROCESSED && count == txs.len();
+    let good: Vec<bool> = {
+        let view = pool[0].view(responses).ok().filter(|_| checked);
+        txs.iter()
+            .enumerate()
+            .map(|(k, tx)| {
+                view.as_ref()
+                    .and_then(|view| element::<ExecutionResponse>(view, k).ok())
+                    .is_some_and(|r| {
+                        r.not_included_reason == INCLUDED && r.cost_units == tx_sum(tx.id)
+                    })
+            })
+            .collect()
+    };
+    for (tx, ok) in txs.iter().zip(good) {
+        counts.corrupt += u64::from(!ok);
         counts.completed += 1;
-        counts.rtt_ns.push(now.saturating_sub(done.stamp));
+        let h = (tx.id % pool.len() as u64) as usize;
+        counts.free(pool, h, BlockRef::from_bits(tx.region.offset as u64));
     }
+    // The batch and the responses at once (nobody else can find them if
+    // this process dies); the transactions in batches (the TPU's ledger can).
+    if pool[0].free(batch).is_err() {
+        counts.free_errors += 1;
+    }
+    if answer.processed_code == PROCESSED && pool[0].free(responses).is_err() {
+        counts.free_errors += 1;
+    }
+}
+
+/// The transactions of a batch another scheduler sent, read from the batch
+/// block in place.
+fn orphan_batch(pool: &Handle, answer: &ExecutionWorkerToPackMessage) -> Vec<Tx> {
+    let batch = BlockRef::from_bits(answer.batch.transactions_offset as u64);
+    let Ok(view) = pool.view(batch) else {
+        return Vec::new();
+    };
+    let count = usize::from(answer.batch.num_transactions).min(MAX_BATCH);
+    (0..count)
+        .filter_map(|k| {
+            let region: SharableTransactionRegion = element(&view, k).ok()?;
+            let block = BlockRef::from_bits(region.offset as u64);
+            let id = pool.view(block).ok()?.read_u64_le(0).ok()?;
+            Some(Tx { id, region })
+        })
+        .collect()
 }
 
 /// Frees handle `h`'s batch.
@@ -341,41 +607,68 @@ fn flush_frees(pool: &mut [Handle], counts: &mut Counts, h: usize) {
     counts.to_free[h].clear();
 }
 
-/// A worker died: take what it answered, say how its queues answer now,
-/// and send what it still held to the others.
+/// A worker died: take what it answered, say how its queues answer now (a
+/// pop, and a push: both `PeerDied`), and send what it still held to the
+/// others.
 fn worker_died(
     end: &mut WorkerEnds,
     pid: u32,
     pool: &mut [Handle],
     counts: &mut Counts,
     pending: &mut VecDeque<Tx>,
-    dones: &mut [Done],
+    answers: &mut [ExecutionWorkerToPackMessage],
 ) {
     loop {
-        match end.from.try_pop_into(dones) {
+        match end.from.try_pop_into(answers) {
             Ok(0) | Err(_) => break,
-            Ok(n) => complete(&dones[..n], end, pool, counts),
+            Ok(n) => {
+                for answer in &answers[..n] {
+                    complete(answer, end, pool, counts);
+                }
+            }
         }
     }
     let seen = monotonic_ns();
     // The pop checks the producer at least every 50 ms: PeerDied, not a
-    // timeout. A push is not tried: it would succeed while there is room.
+    // timeout.
     let pop = end.from.pop_timeout(Duration::from_millis(200));
-    let to = match end.to.peer() {
-        PeerState::Died(_) => "PeerDied".to_owned(),
-        other => format!("{other:?}").replace(' ', "_"),
+    // A push looks at its consumer at least every 50 ms of pushing: an
+    // empty batch (no block) is pushed until it says so, within 1 s.
+    let probe = PackToExecutionWorkerMessage {
+        flags: 0,
+        max_working_slot: 0,
+        batch: SharableTransactionBatchRegion {
+            num_transactions: 0,
+            transactions_offset: 0,
+        },
+    };
+    let started = Instant::now();
+    let push = loop {
+        match end.to.try_push(&probe) {
+            Ok(_) if started.elapsed() < Duration::from_secs(1) => {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            other => break other.map(drop),
+        }
     };
     println!(
-        "WORKER-DIED {} pid={pid} at_ns={seen} pop={} to={to}",
+        "WORKER-DIED {} pid={pid} at_ns={seen} pop={} push={} push_after_ms={}",
         end.w,
         describe(pop.map(drop)),
+        describe(push),
+        started.elapsed().as_millis(),
     );
     end.alive = false;
-    let mut held: Vec<Tx> = end.in_flight.drain().map(|(_, tx)| tx).collect();
-    held.sort_unstable_by_key(|tx| tx.id);
-    counts.rerouted += held.len() as u64;
-    for tx in held.into_iter().rev() {
-        pending.push_front(tx);
+    let mut held: Vec<(u64, InFlight)> = end.in_flight.drain().collect();
+    held.sort_unstable_by_key(|(_, f)| f.txs.first().map_or(0, |t| t.id));
+    for (batch, flight) in held.into_iter().rev() {
+        if pool[0].free(BlockRef::from_bits(batch)).is_err() {
+            counts.free_errors += 1;
+        }
+        counts.rerouted += flight.txs.len() as u64;
+        for tx in flight.txs.into_iter().rev() {
+            pending.push_front(tx);
+        }
     }
 }
 
