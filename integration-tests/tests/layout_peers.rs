@@ -163,7 +163,13 @@ fn a_c_consumer_from_the_readme_drains_a_rust_producer_and_leaves() {
     assert_eq!(c.line(), format!("done {COUNT}"));
     c.succeeds();
     assert_eq!(tx.peer(), PeerState::Left);
-    while tx.try_push(&msg(0)).unwrap() {}
+    // A push looks at the consumer at least every 50 ms: it says so.
+    let deadline = std::time::Instant::now() + Duration::from_secs(2);
+    while matches!(tx.try_push(&msg(0)), Ok(_)) {
+        assert!(std::time::Instant::now() < deadline, "pushes go on");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert!(matches!(tx.try_push(&msg(0)), Err(Error::PeerLeft { .. })));
     assert!(matches!(
         tx.push_timeout(&msg(0), Duration::from_secs(1)),
         Err(Error::PeerLeft { .. })

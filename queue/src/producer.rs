@@ -128,8 +128,9 @@ impl<T: Message> Producer<T> {
 
     #[cold]
     fn consumer_gone(&mut self, now: u64) -> Result<()> {
-        self.next_look = now.saturating_add(SLICE.as_nanos() as u64);
         match self.end.peer() {
+            // Gone stays gone until a consumer joins: the next push looks
+            // again (a gone consumer is an error, not the fast path).
             PeerState::Died(pid) => Err(Error::PeerDied {
                 queue: self.end.label.clone(),
                 role: Role::Consumer,
@@ -139,7 +140,10 @@ impl<T: Message> Producer<T> {
                 queue: self.end.label.clone(),
                 role: Role::Consumer,
             }),
-            PeerState::NotJoined | PeerState::Alive(_) => Ok(()),
+            PeerState::NotJoined | PeerState::Alive(_) => {
+                self.next_look = now.saturating_add(SLICE.as_nanos() as u64);
+                Ok(())
+            }
         }
     }
 
