@@ -74,7 +74,7 @@ impl<T: Message> Consumer<T> {
     /// [`Error::Corrupt`] when the producer's tail is impossible;
     /// [`Error::Invalid`] for a message whose checked fields hold invalid
     /// values (taken off the queue: the next pop goes on).
-    #[inline]
+    #[inline(always)]
     pub fn try_pop(&mut self) -> Result<Option<T>> {
         let ring = self.end.ring();
         if ring
@@ -108,8 +108,8 @@ impl<T: Message> Consumer<T> {
         let n = ready.min(out.len());
         for (i, slot) in out[..n].iter_mut().enumerate() {
             let index = self.state.head.wrapping_add(i as u32);
-            match ring.read_slot(index) {
-                Ok(value) => *slot = value,
+            match ring.read_slot_into(index, slot) {
+                Ok(()) => {}
                 Err(invalid) if i == 0 => {
                     ring.release(&mut self.state, 1);
                     return Err(self.end.invalid(index, invalid));

@@ -155,7 +155,7 @@ impl<T: Message> Producer<T> {
     /// every 50 ms of pushing: a push to a dead consumer does not succeed
     /// for as long as there is room. [`Error::Corrupt`] when the consumer's
     /// head is impossible.
-    #[inline]
+    #[inline(always)]
     pub fn try_push(&mut self, value: &T) -> Result<bool> {
         let now = self.look_at_consumer()?;
         let (reload, head_before) = (self.will_reload(1), self.state.head_seen);
