@@ -171,7 +171,11 @@ impl<'a> Ring<'a> {
 
     /// As [`read_slot`](Ring::read_slot), into `dst` ([`load_words_into`]).
     #[inline]
-    pub(crate) fn read_slot_into<T: Message>(&self, index: u32, dst: &mut T) -> Result<(), Invalid> {
+    pub(crate) fn read_slot_into<T: Message>(
+        &self,
+        index: u32,
+        dst: &mut T,
+    ) -> Result<(), Invalid> {
         load_words_into(self.slot_of::<T>(index), dst)
     }
 
