@@ -76,6 +76,21 @@ pub enum Error {
         /// Its holder.
         pid: u32,
     },
+    /// Every place of the role (an MPMC ring's producers or consumers,
+    /// fixed at creation) is held by a live process.
+    #[error(
+        "queue {queue}: all {places} {role} places are held by live processes (pids {holders:?})"
+    )]
+    NoPlace {
+        /// The queue.
+        queue: String,
+        /// The role asked for.
+        role: Role,
+        /// How many places of it the ring has.
+        places: u32,
+        /// Their holders.
+        holders: Vec<u32>,
+    },
     /// An index in shared memory that the protocol cannot produce: the peer
     /// (or something else) wrote it. Nothing was read or written past it.
     #[error("queue {queue}: corrupt index: {what}")]

@@ -8,6 +8,7 @@ extern crate self as nodeipc_queue;
 
 mod layout;
 mod message;
+mod mpmc;
 mod ring;
 mod sync;
 
@@ -37,6 +38,9 @@ pub use error::{Error, Result, Role};
 pub use inspect::{QueueInfo, inspect};
 pub use layout::{MAGIC, MAX_CAPACITY, MAX_ELEM_SIZE, SLOTS_OFFSET, VERSION};
 pub use message::{Invalid, Message};
+pub use mpmc::{MAX_PLACES, MPMC_MAGIC, MPMC_MAX_CAPACITY, MPMC_VERSION};
+#[cfg(not(loom))]
+pub use mpmc::{MpmcConsumer, MpmcProducer, MpmcQueue};
 /// `#[derive(Message)]`: see [`Message`].
 pub use nodeipc_queue_derive::Message;
 /// What backs an anonymous region (`anonymous_pages`): normal or huge pages.
