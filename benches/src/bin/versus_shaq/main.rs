@@ -11,7 +11,9 @@
 //! - `pool-local`, `pool-remote`: nodeipc-pool beside rts-alloc 5.1.0 (see
 //!   `pool_rows.rs`) (ns);
 //! - `pool-view-hash`: a 1232-byte transaction read and hashed in place
-//!   through a `BlockView`, beside copying it out first (ns).
+//!   through a `BlockView`, beside copying it out first (ns);
+//! - `mpmc-rt-1x1`, `mpmc-rt-2x2`, `mpmc-tp-1x1`, `mpmc-tp-2x2`:
+//!   `MpmcQueue` beside shaq's `mpmc` (see `mpmc_rows.rs`).
 //!
 //! Each row's figure is the median of `--rounds` (default 21) interleaved
 //! rounds (every round measures every row, ours then the anchor's, with a
@@ -21,6 +23,7 @@
 //! `cargo run --release -p nodeipc-benches --bin versus-shaq -- --json`
 //! (`--only spsc-rt-poll,floor-rt` measures those rows alone).
 
+mod mpmc_rows;
 mod peer;
 mod pool_rows;
 mod rows;
