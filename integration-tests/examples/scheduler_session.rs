@@ -3,9 +3,10 @@
 //! processes and an external scheduler process that logs on through
 //! `nodeipc-handshake` and receives the block pool, the TPU → scheduler
 //! queue, the progress queue, a queue pair per worker and its pool handle
-//! ids. Transactions (pool blocks referenced from `TpuToPackMessage`s,
-//! sent to workers in batches whose arrays live in pool blocks, read in
-//! place, every byte checked) flow TPU → scheduler → workers → scheduler.
+//! ids, and 2 check worker processes on two MPMC rings. Transactions
+//! (pool blocks referenced from `TpuToPackMessage`s, sent in batches whose
+//! arrays live in pool blocks, read in place, every byte checked) flow
+//! TPU → scheduler → check workers → scheduler → workers → scheduler.
 //!
 //! Prints messages per second with the pipeline full, then the latency of
 //! one transaction at a time (TPU → scheduler → worker → the server's
@@ -26,11 +27,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use nodeipc_integration_tests::scheduler_session::{
-    Ledger, SessionServer, Setup, TpuProgress, run_scheduler, run_worker,
+    Ledger, SessionServer, Setup, TpuProgress, run_checker, run_scheduler, run_worker,
 };
 
 const WORKERS: u32 = 4;
 const HANDLES: u32 = 2;
+const CHECKERS: u32 = 2;
 
 type Result<T> = std::result::Result<T, Box<dyn std::error::Error>>;
 
@@ -39,6 +41,7 @@ fn main() -> Result<()> {
     // The peers are this same program, run again.
     match args.first().map(String::as_str) {
         Some("worker") => return run_worker(Path::new(&args[1]), args[2].parse()?),
+        Some("checker") => return run_checker(Path::new(&args[1]), args[2].parse()?),
         Some("scheduler") => {
             return run_scheduler(Path::new(&args[1]), args[2].parse()?, args[3].parse()?, 0);
         }
@@ -60,6 +63,7 @@ fn run(dir: &Path, count: u64) -> Result<()> {
         Setup {
             workers: WORKERS,
             scheduler_handles: HANDLES,
+            checkers: CHECKERS,
         },
         512,
     )?;
@@ -72,6 +76,12 @@ fn run(dir: &Path, count: u64) -> Result<()> {
         sessions.push(server.accept(Duration::from_secs(5))?);
         peers.push(worker);
     }
+    for c in 0..CHECKERS {
+        let mut checker = Peer::spawn(&["checker".into(), socket.clone(), c.to_string()])?;
+        checker.wait_line("CHECKER-READY")?;
+        sessions.push(server.accept(Duration::from_secs(5))?);
+        peers.push(checker);
+    }
     let mut scheduler = Peer::spawn(&[
         "scheduler".into(),
         socket,
@@ -81,8 +91,9 @@ fn run(dir: &Path, count: u64) -> Result<()> {
     scheduler.wait_line("SCHEDULER-READY")?;
     sessions.push(server.accept(Duration::from_secs(5))?);
     println!(
-        "session: {WORKERS} workers and a scheduler logged on ({} descriptors to the scheduler)",
-        3 + 2 * WORKERS
+        "session: {WORKERS} workers, {CHECKERS} check workers and a scheduler logged on \
+         ({} descriptors to the scheduler)",
+        5 + 2 * WORKERS
     );
 
     let (mut tpu, mut progress, mut reports, mut handle) = server.tpu_ends()?;
@@ -125,8 +136,13 @@ fn run(dir: &Path, count: u64) -> Result<()> {
     let summary = scheduler.wait_line("SCHEDULER-DONE")?;
     // Its round trips mix both phases: mostly queueing under full load.
     println!("scheduler: {summary}");
-    for peer in &mut peers {
-        peer.wait_line("WORKER-DONE")?;
+    for (i, peer) in peers.iter_mut().enumerate() {
+        // The workers first, then the check workers.
+        peer.wait_line(if i < WORKERS as usize {
+            "WORKER-DONE"
+        } else {
+            "CHECKER-DONE"
+        })?;
     }
     let held: usize = server
         .blocks_left(&mut handle)?

@@ -4,7 +4,10 @@
 //! workers and 2 pool handles and receives the pool, the TPU → scheduler
 //! queue, the progress queue and a queue pair per worker, and the ids of
 //! its pool handles; the server takes each session with `accept`, which
-//! returns what it granted. Transactions (pool blocks referenced from
+//! returns what it granted. Two check worker processes share two MPMC
+//! rings with the scheduler: every transaction is checked (in place, every
+//! byte) before it goes to execution, and the second scheduler takes the
+//! dead one's MPMC place over. Transactions (pool blocks referenced from
 //! `TpuToPackMessage`s) flow TPU → scheduler → workers (in batches: arrays
 //! of `SharableTransactionRegion`s in pool blocks, read in place, every
 //! byte checked) → scheduler (`ExecutionResponse` arrays in the workers'
@@ -15,7 +18,7 @@
 //! on its queues say PeerDied; the others go on). Every transaction is
 //! delivered at least once, duplicates counted, and once the TPU has freed
 //! what the dead scheduler held, the pool holds at most the few blocks the
-//! killed processes had allocated and not yet handed over (3 for the
+//! killed processes had allocated and not yet handed over (6 for the
 //! scheduler, 1 for the worker: a known limit of the pool, SECURITY.md).
 //!
 //! 200 000 transactions by default (a few seconds in a debug build); the
@@ -34,6 +37,8 @@ use nodeipc_testkit::{ChildGuard, TempDir, Watchdog, spawn_child};
 
 const WORKERS: u32 = 4;
 const HANDLES: u32 = 2;
+/// Check workers, on the two MPMC rings.
+const CHECKERS: u32 = 2;
 /// Transactions the first scheduler holds unforwarded.
 const BUFFER: usize = 512;
 
@@ -122,6 +127,7 @@ fn the_scheduler_session_survives_a_killed_scheduler_and_a_killed_worker() {
         Setup {
             workers: WORKERS,
             scheduler_handles: HANDLES,
+            checkers: CHECKERS,
         },
         512,
     )
@@ -138,6 +144,22 @@ fn the_scheduler_session_survives_a_killed_scheduler_and_a_killed_worker() {
                 .accept(Duration::from_secs(5))
                 .expect("worker session"),
         );
+    }
+    let mut checkers: Vec<Peer> = (0..CHECKERS)
+        .map(|c| Peer::spawn(&["checker".into(), socket.clone(), c.to_string()]))
+        .collect();
+    let mut checker_sessions = Vec::new();
+    for checker in &mut checkers {
+        checker.wait_line("CHECKER-READY", Duration::from_secs(20));
+        let session = server
+            .accept(Duration::from_secs(5))
+            .expect("checker session");
+        assert!(
+            matches!(session.made, Grant::Checker { .. }),
+            "{:?}",
+            session.made
+        );
+        checker_sessions.push(session);
     }
     // Sessions come out in logon order; each worker granted its own handle.
     for session in &worker_sessions {
@@ -169,7 +191,7 @@ fn the_scheduler_session_survives_a_killed_scheduler_and_a_killed_worker() {
     assert_eq!(
         first_session.made,
         Grant::Scheduler {
-            handles: vec![5, 6]
+            handles: vec![7, 8]
         }
     );
 
@@ -224,7 +246,7 @@ fn the_scheduler_session_survives_a_killed_scheduler_and_a_killed_worker() {
     assert_eq!(
         second_session.made,
         Grant::Scheduler {
-            handles: vec![7, 8]
+            handles: vec![9, 10]
         }
     );
     watch.hold.store(false, Ordering::Relaxed);
@@ -259,6 +281,7 @@ fn the_scheduler_session_survives_a_killed_scheduler_and_a_killed_worker() {
     // End the sessions: the scheduler and the workers see it and exit.
     drop(second_session);
     drop(worker_sessions);
+    drop(checker_sessions);
     let summary = second.wait_line("SCHEDULER-DONE", Duration::from_secs(20));
     assert_eq!(field(&summary, "corrupt"), "0", "{summary}");
     assert_eq!(field(&summary, "free_errors"), "0", "{summary}");
@@ -270,6 +293,18 @@ fn the_scheduler_session_survives_a_killed_scheduler_and_a_killed_worker() {
         let done = worker.wait_line("WORKER-DONE", Duration::from_secs(20));
         assert_eq!(field(&done, "corrupt"), "0", "{done}");
         assert!(worker.guard.wait_timeout(Duration::from_secs(20)).success());
+    }
+    let mut check_lines = Vec::new();
+    for checker in &mut checkers {
+        let done = checker.wait_line("CHECKER-DONE", Duration::from_secs(20));
+        assert_eq!(field(&done, "corrupt"), "0", "{done}");
+        assert!(
+            checker
+                .guard
+                .wait_timeout(Duration::from_secs(20))
+                .success()
+        );
+        check_lines.push(done);
     }
 
     // Free, from the TPU's ledger, what the dead scheduler held (and every
@@ -285,11 +320,12 @@ fn the_scheduler_session_survives_a_killed_scheduler_and_a_killed_worker() {
     let held = server.blocks_left(&mut handle).expect("blocks left");
     let left: usize = held.iter().map(|(_, n)| n).sum();
     // What a killed process allocated and never handed over, nobody else
-    // knows of: a scheduler's batch allocated and not yet sent, and the
-    // batch and responses of the one answer it popped and had not freed
-    // yet (3 blocks at most); a worker's responses not yet sent (1).
+    // knows of: a scheduler's check batch and execution batch allocated and
+    // not yet sent, and the batch and responses of the one check answer
+    // and the one execution answer it popped and had not freed yet (6
+    // blocks at most); a worker's responses not yet sent (1).
     assert!(
-        left <= 4,
+        left <= 7,
         "{left} blocks still held after the session (handle, blocks): {held:?}"
     );
     let rate = count as f64 / ledger.elapsed.as_secs_f64();
@@ -299,7 +335,7 @@ fn the_scheduler_session_survives_a_killed_scheduler_and_a_killed_worker() {
          scheduler saw worker {victim} die after {worker_seen:?} ({died}); \
          ledger freed {freed} blocks the dead scheduler held ({before} already freed); \
          {left} blocks left allocated by the killed processes; huge pages: {}; \
-         second scheduler: {summary}",
+         second scheduler: {summary}; check workers: {check_lines:?}",
         ledger.elapsed,
         tally.duplicates,
         ledger.resent,

@@ -10,7 +10,12 @@
 //!
 //! A transaction is a pool block (64 to 1144 bytes, each a function of its
 //! id, which its first 8 bytes hold), referenced by a `TpuToPackMessage`.
-//! The scheduler gathers transactions into batches: an array of
+//! The scheduler first sends transactions to the check workers, in
+//! batches (`PackToCheckWorkerMessage`) on an MPMC ring they all pop; a
+//! check worker reads every transaction in place, answers a
+//! `CheckResponse` per transaction in a block of its own, on a second
+//! MPMC ring (`CheckWorkerToPackMessage`). Checked transactions go on
+//! to execution. The scheduler gathers transactions into batches: an array of
 //! `SharableTransactionRegion`s in a pool block, referenced by a
 //! `PackToExecutionWorkerMessage`. A worker reads the batch and every
 //! transaction in place (`BlockView`), checks every byte, writes an
@@ -29,7 +34,7 @@ use std::time::Duration;
 
 use nodeipc_queue::{Pod, Zeroable};
 
-pub use peers::{FLUSH_AFTER, run_scheduler, run_worker};
+pub use peers::{FLUSH_AFTER, run_checker, run_scheduler, run_worker};
 pub use server::{Grant, SessionServer, Setup};
 pub use tpu::{Ledger, Tally, TpuProgress, WINDOW};
 
@@ -59,6 +64,13 @@ pub const TO_WORKER_SCHEMA: u64 = 0x5041_434b_0008;
 pub const FROM_WORKER_SCHEMA: u64 = 0x574f_524b_0008;
 /// [`Done`].
 pub const DONE_SCHEMA: u64 = 0x444f_4e45_0001;
+/// `PackToCheckWorkerMessage`.
+pub const TO_CHECK_SCHEMA: u64 = 0x4348_4b49_0008;
+/// `CheckWorkerToPackMessage`.
+pub const FROM_CHECK_SCHEMA: u64 = 0x4348_4b4f_0008;
+/// `parsing_and_sanitization_flags`' `FAILED` bit of the bindings: the
+/// check worker found the transaction's bytes wrong.
+pub const CHECK_FAILED: u8 = 1;
 /// A [`Done::sum`] that says a byte was wrong.
 pub const CORRUPT: u64 = u64::MAX;
 /// `processed_codes::PROCESSED` of the bindings: the batch was processed.
@@ -91,6 +103,10 @@ pub mod roles {
     }
     /// Worker `w` → server (what it processed).
     pub const REPORT: &str = "report";
+    /// Scheduler → check workers (an MPMC ring).
+    pub const TO_CHECK: &str = "pack_to_check";
+    /// Check workers → scheduler (an MPMC ring).
+    pub const FROM_CHECK: &str = "check_to_pack";
 }
 
 /// The length of transaction `id`: 64 to 1144 bytes.

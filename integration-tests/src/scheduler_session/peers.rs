@@ -1,5 +1,5 @@
-//! The two kinds of peer process: an execution worker (the server's own)
-//! and the external scheduler. Each logs on, takes its descriptors by role
+//! The three kinds of peer process: an execution worker and a check
+//! worker (the server's own) and the external scheduler. Each logs on, takes its descriptors by role
 //! and its pool handles by the ids the server granted, and runs until the
 //! server ends its session.
 
@@ -10,18 +10,20 @@ use std::time::{Duration, Instant};
 
 use nodeipc_handshake::{ClientSession, connect, logon};
 use nodeipc_pool::{BlockRef, BlockView, Handle};
-use nodeipc_queue::{Consumer, Message, PeerState, Producer, Waitable};
+use nodeipc_queue::{Consumer, Message, MpmcConsumer, MpmcProducer, PeerState, Producer, Waitable};
 use nodeipc_shm::Region;
 
 use super::{
-    CORRUPT, DONE_SCHEMA, Done, FROM_WORKER_SCHEMA, Grant, INCLUDED, INVALID, MAX_BATCH, PROCESSED,
-    PROGRESS_SCHEMA, TICK, TO_WORKER_SCHEMA, TPU_SCHEMA, WRONG_BYTES, monotonic_ns, roles,
-    tx_bytes, tx_len, tx_sum,
+    CHECK_FAILED, CORRUPT, DONE_SCHEMA, Done, FROM_CHECK_SCHEMA, FROM_WORKER_SCHEMA, Grant,
+    INCLUDED, INVALID, MAX_BATCH, PROCESSED, PROGRESS_SCHEMA, TICK, TO_CHECK_SCHEMA,
+    TO_WORKER_SCHEMA, TPU_SCHEMA, WRONG_BYTES, monotonic_ns, roles, tx_bytes, tx_len, tx_sum,
 };
-use crate::agave_bindings::worker_message_types::ExecutionResponse;
+use crate::agave_bindings::worker_message_types::{CheckResponse, ExecutionResponse};
 use crate::agave_bindings::{
-    ExecutionResponseRegion, ExecutionWorkerToPackMessage, PackToExecutionWorkerMessage,
-    ProgressMessage, SharableTransactionBatchRegion, SharableTransactionRegion, TpuToPackMessage,
+    CheckResponseRegion, CheckWorkerToPackMessage, ExecutionResponseRegion,
+    ExecutionWorkerToPackMessage, PackToCheckWorkerMessage, PackToExecutionWorkerMessage,
+    ProgressMessage, SharablePubkeys, SharableTransactionBatchRegion, SharableTransactionRegion,
+    TpuToPackMessage,
 };
 
 type Result<T> = std::result::Result<T, Box<dyn std::error::Error>>;
@@ -37,6 +39,8 @@ const WORKER_CHECK: Duration = Duration::from_millis(5);
 const REGION: usize = size_of::<SharableTransactionRegion>();
 /// Bytes of an `ExecutionResponse` in a response array.
 const RESPONSE: usize = size_of::<ExecutionResponse>();
+/// Bytes of a `CheckResponse` in a response array.
+const CHECKED: usize = size_of::<CheckResponse>();
 
 fn pool_region(session: &mut ClientSession) -> Result<Arc<Region>> {
     Ok(Arc::new(Region::from_fd(
@@ -47,7 +51,7 @@ fn pool_region(session: &mut ClientSession) -> Result<Arc<Region>> {
 /// The `k`-th `T` of an array in a pool block, read in place into a
 /// private copy and checked as a queue checks what it pops.
 fn element<T: Message>(view: &BlockView<'_>, k: usize) -> Result<T> {
-    let mut bytes = [0u8; 64];
+    let mut bytes = [0u8; 256];
     let bytes = &mut bytes[..size_of::<T>()];
     view.copy_to(k * size_of::<T>(), bytes)?;
     Ok(T::read_bytes(bytes)?)
@@ -218,6 +222,141 @@ pub fn run_worker(socket: &Path, w: u32) -> Result<()> {
     Ok(())
 }
 
+/// Check worker `c`: pops check batches from the MPMC ring all check
+/// workers share, reads each transaction in place, checks every byte, and
+/// answers a `CheckResponse` per transaction (its byte sum as the
+/// estimated cost) in a block of its own handle, on the second MPMC ring.
+/// Runs until the server ends the session.
+///
+/// # Errors
+/// The logon, or a queue or pool failure of our own.
+pub fn run_checker(socket: &Path, c: u32) -> Result<()> {
+    let mut session = connect(
+        socket,
+        &logon(&[("checker", u64::from(c))], b"checker".to_vec()),
+        Duration::from_secs(10),
+    )?;
+    session.expect_roles(&[
+        roles::POOL.to_owned(),
+        roles::TO_CHECK.to_owned(),
+        roles::FROM_CHECK.to_owned(),
+    ])?;
+    let [id] = Grant::handles_in(session.payload())[..] else {
+        return Err("the server granted no pool handle".into());
+    };
+    let mut pool = Handle::join_id(pool_region(&mut session)?, id)?;
+    let mut rx = MpmcConsumer::<PackToCheckWorkerMessage>::from_fd(
+        session.take_role(roles::TO_CHECK)?.fd,
+        TO_CHECK_SCHEMA,
+    )?;
+    let mut tx = MpmcProducer::<CheckWorkerToPackMessage>::from_fd(
+        session.take_role(roles::FROM_CHECK)?.fd,
+        FROM_CHECK_SCHEMA,
+    )?;
+    println!("CHECKER-READY {c} place={}", rx.place());
+    let mut responses = [0u8; MAX_BATCH * CHECKED];
+    let (mut checked, mut corrupt) = (0u64, 0u64);
+    let mut looked = Instant::now();
+    loop {
+        let message = match rx.pop_timeout(TICK) {
+            Ok(message) => message,
+            Err(nodeipc_queue::Error::TimedOut { .. }) => {
+                if looked.elapsed() > SESSION_CHECK {
+                    looked = Instant::now();
+                    let _ = pool.clean_remote_frees();
+                    if !session.server_alive() {
+                        break;
+                    }
+                }
+                continue;
+            }
+            // No scheduler right now: the next one takes its place over.
+            Err(nodeipc_queue::Error::PeerDied { .. } | nodeipc_queue::Error::PeerLeft { .. }) => {
+                if !session.server_alive() {
+                    break;
+                }
+                std::thread::sleep(TICK);
+                continue;
+            }
+            Err(e) => return Err(e.into()),
+        };
+        let count = usize::from(message.batch.num_transactions);
+        let batch = BlockRef::from_bits(message.batch.transactions_offset as u64);
+        let answer = match pool.view(batch) {
+            Ok(view) if count <= MAX_BATCH && view.len() >= count * REGION => {
+                for k in 0..count {
+                    let region: SharableTransactionRegion = element(&view, k)?;
+                    let block = BlockRef::from_bits(region.offset as u64);
+                    let (_, sum) = read_transaction(&pool, block, region.length);
+                    corrupt += u64::from(sum == CORRUPT);
+                    CheckResponse {
+                        parsing_and_sanitization_flags: if sum == CORRUPT {
+                            CHECK_FAILED
+                        } else {
+                            0
+                        },
+                        status_cache_check_flags: 0,
+                        fee_payer_balance_flags: 0,
+                        resolve_flags: 0,
+                        scheduling_details_flags: 0,
+                        age_nonce_check_flags: 0,
+                        included_slot: 0,
+                        transaction_fee: 5000,
+                        prioritization_fee: 0,
+                        estimated_cost_units: sum,
+                        allocated_accounts_data_size: 0,
+                        balance_slot: 0,
+                        fee_payer_balance: 0,
+                        resolution_slot: 0,
+                        min_alt_deactivation_slot: u64::MAX,
+                        resolved_pubkeys: SharablePubkeys {
+                            offset: 0,
+                            num_pubkeys: 0,
+                        },
+                    }
+                    .write_bytes(&mut responses[k * CHECKED..(k + 1) * CHECKED]);
+                }
+                let block = pool.alloc(count.max(1) * CHECKED)?;
+                pool.write_at(block, 0, &responses[..count * CHECKED])?;
+                checked += count as u64;
+                CheckWorkerToPackMessage {
+                    batch: message.batch,
+                    processed_code: PROCESSED,
+                    responses: CheckResponseRegion {
+                        num_transaction_responses: count as u8,
+                        transaction_responses_offset: block.to_bits() as usize,
+                    },
+                }
+            }
+            _ => CheckWorkerToPackMessage {
+                batch: message.batch,
+                processed_code: INVALID,
+                responses: CheckResponseRegion {
+                    num_transaction_responses: 0,
+                    transaction_responses_offset: 0,
+                },
+            },
+        };
+        // A scheduler that died leaves its answers to the next one.
+        while let Err(e) = tx.push_timeout(&answer, TICK) {
+            match e {
+                nodeipc_queue::Error::TimedOut { .. }
+                | nodeipc_queue::Error::PeerDied { .. }
+                | nodeipc_queue::Error::PeerLeft { .. } => {
+                    if !session.server_alive() {
+                        println!("CHECKER-DONE {c} checked={checked} corrupt={corrupt}");
+                        return Ok(());
+                    }
+                    std::thread::sleep(TICK);
+                }
+                e => return Err(e.into()),
+            }
+        }
+    }
+    println!("CHECKER-DONE {c} checked={checked} corrupt={corrupt}");
+    Ok(())
+}
+
 /// A transaction the scheduler holds: its id and its region.
 #[derive(Clone, Copy, Debug)]
 struct Tx {
@@ -255,6 +394,9 @@ struct Counts {
     to_free: Vec<Vec<BlockRef>>,
     forwarded: u64,
     batches: u64,
+    check_batches: u64,
+    check_orphans: u64,
+    check_failed: u64,
     completed: u64,
     orphans: u64,
     corrupt: u64,
@@ -307,6 +449,8 @@ pub fn run_scheduler(socket: &Path, workers: u32, handles: u32, buffer: usize) -
         roles::POOL.to_owned(),
         roles::TPU.to_owned(),
         roles::PROGRESS.to_owned(),
+        roles::TO_CHECK.to_owned(),
+        roles::FROM_CHECK.to_owned(),
     ];
     for w in 0..workers {
         expected.push(roles::to_worker(w));
@@ -328,6 +472,18 @@ pub fn run_scheduler(socket: &Path, workers: u32, handles: u32, buffer: usize) -
         session.take_role(roles::PROGRESS)?.fd,
         PROGRESS_SCHEMA,
     )?;
+    let mut to_check = MpmcProducer::<PackToCheckWorkerMessage>::from_fd(
+        session.take_role(roles::TO_CHECK)?.fd,
+        TO_CHECK_SCHEMA,
+    )?;
+    let mut from_check = MpmcConsumer::<CheckWorkerToPackMessage>::from_fd(
+        session.take_role(roles::FROM_CHECK)?.fd,
+        FROM_CHECK_SCHEMA,
+    )?;
+    // Check batches sent and not answered, by their block's reference.
+    let mut checking: HashMap<u64, Vec<Tx>> = HashMap::new();
+    // Transactions the check workers passed, on their way to execution.
+    let mut ready: VecDeque<Tx> = VecDeque::new();
     let mut ends = Vec::new();
     for w in 0..workers {
         ends.push(WorkerEnds {
@@ -409,8 +565,60 @@ pub fn run_scheduler(socket: &Path, workers: u32, handles: u32, buffer: usize) -
         } else {
             buffer
         };
+        // To the check workers, a batch at a time, on their shared ring.
+        while pending.len() > keep {
+            let take = (pending.len() - keep).min(MAX_BATCH);
+            let txs: Vec<Tx> = pending.iter().take(take).copied().collect();
+            let batch = write_batch(&mut pool[0], &txs)?;
+            let message = PackToCheckWorkerMessage {
+                flags: 0,
+                batch: SharableTransactionBatchRegion {
+                    num_transactions: take as u8,
+                    transactions_offset: batch.to_bits() as usize,
+                },
+            };
+            let pushed = match to_check.try_push(&message) {
+                Ok(pushed) => pushed,
+                // No check worker right now: try again later.
+                Err(
+                    nodeipc_queue::Error::PeerDied { .. } | nodeipc_queue::Error::PeerLeft { .. },
+                ) => false,
+                Err(e) => return Err(e.into()),
+            };
+            if !pushed {
+                pool[0].free(batch)?;
+                break;
+            }
+            pending.drain(..take);
+            checking.insert(batch.to_bits(), txs);
+            counts.check_batches += 1;
+            busy = true;
+        }
+        // Their answers, one at a time (a scheduler killed between a pop
+        // and its frees strands one answer's blocks at most).
+        let mut answer = [CheckWorkerToPackMessage {
+            batch: SharableTransactionBatchRegion {
+                num_transactions: 0,
+                transactions_offset: 0,
+            },
+            processed_code: 0,
+            responses: CheckResponseRegion {
+                num_transaction_responses: 0,
+                transaction_responses_offset: 0,
+            },
+        }];
+        if from_check.try_pop_into(&mut answer)? == 1 {
+            check_answered(
+                &answer[0],
+                &mut checking,
+                &mut pool,
+                &mut counts,
+                &mut ready,
+            );
+            busy = true;
+        }
         // Forward round robin, a batch at a time, to the live workers with room.
-        'forward: while pending.len() > keep {
+        'forward: while !ready.is_empty() {
             let workers = ends.len();
             for _ in 0..workers {
                 let end = &mut ends[next_worker % workers];
@@ -418,15 +626,9 @@ pub fn run_scheduler(socket: &Path, workers: u32, handles: u32, buffer: usize) -
                 if !end.alive {
                     continue;
                 }
-                let take = (pending.len() - keep).min(MAX_BATCH);
-                let txs: Vec<Tx> = pending.iter().take(take).copied().collect();
-                let mut array = [0u8; MAX_BATCH * REGION];
-                for (k, tx) in txs.iter().enumerate() {
-                    tx.region
-                        .write_bytes(&mut array[k * REGION..(k + 1) * REGION]);
-                }
-                let batch = pool[0].alloc(take * REGION)?;
-                pool[0].write_at(batch, 0, &array[..take * REGION])?;
+                let take = ready.len().min(MAX_BATCH);
+                let txs: Vec<Tx> = ready.iter().take(take).copied().collect();
+                let batch = write_batch(&mut pool[0], &txs)?;
                 let message = PackToExecutionWorkerMessage {
                     flags: 0,
                     max_working_slot: u64::MAX,
@@ -444,7 +646,7 @@ pub fn run_scheduler(socket: &Path, workers: u32, handles: u32, buffer: usize) -
                     pool[0].free(batch)?;
                     continue;
                 }
-                pending.drain(..take);
+                ready.drain(..take);
                 end.in_flight.insert(
                     batch.to_bits(),
                     InFlight {
@@ -470,7 +672,7 @@ pub fn run_scheduler(socket: &Path, workers: u32, handles: u32, buffer: usize) -
             if n == 0 && end.checked.elapsed() > WORKER_CHECK {
                 end.checked = Instant::now();
                 if let PeerState::Died(pid) = end.from.peer() {
-                    worker_died(end, pid, &mut pool, &mut counts, &mut pending, &mut answers);
+                    worker_died(end, pid, &mut pool, &mut counts, &mut ready, &mut answers);
                 }
             }
         }
@@ -486,7 +688,7 @@ pub fn run_scheduler(socket: &Path, workers: u32, handles: u32, buffer: usize) -
                     break;
                 }
             }
-            let mut waitable: Vec<&mut dyn Waitable> = vec![&mut tpu];
+            let mut waitable: Vec<&mut dyn Waitable> = vec![&mut tpu, &mut from_check];
             waitable.extend(
                 ends.iter_mut()
                     .filter(|e| e.alive)
@@ -508,9 +710,12 @@ pub fn run_scheduler(socket: &Path, workers: u32, handles: u32, buffer: usize) -
             .unwrap_or(0)
     };
     println!(
-        "SCHEDULER-DONE forwarded={} batches={} completed={} orphans={} corrupt={} free_errors={} progress={} rerouted={} rtt_p50_ns={} rtt_p99_ns={}",
+        "SCHEDULER-DONE forwarded={} batches={} check_batches={} check_orphans={} check_failed={} completed={} orphans={} corrupt={} free_errors={} progress={} rerouted={} rtt_p50_ns={} rtt_p99_ns={}",
         counts.forwarded,
         counts.batches,
+        counts.check_batches,
+        counts.check_orphans,
+        counts.check_failed,
         counts.completed,
         counts.orphans,
         counts.corrupt,
@@ -521,6 +726,73 @@ pub fn run_scheduler(socket: &Path, workers: u32, handles: u32, buffer: usize) -
         at(0.99)
     );
     Ok(())
+}
+
+/// A batch of `txs` (their regions, in order) written into a block of
+/// `pool`'s.
+fn write_batch(pool: &mut Handle, txs: &[Tx]) -> Result<BlockRef> {
+    let mut array = [0u8; MAX_BATCH * REGION];
+    for (k, tx) in txs.iter().enumerate() {
+        tx.region
+            .write_bytes(&mut array[k * REGION..(k + 1) * REGION]);
+    }
+    let batch = pool.alloc(txs.len() * REGION)?;
+    pool.write_at(batch, 0, &array[..txs.len() * REGION])?;
+    Ok(batch)
+}
+
+/// A check worker's answer: read its responses in place; the transactions
+/// that pass go on to execution (`ready`), the others are freed; the batch
+/// and the responses are freed at once. An answer to a batch a dead
+/// scheduler sent (an orphan) is taken all the same, its transactions
+/// found through the batch itself.
+fn check_answered(
+    answer: &CheckWorkerToPackMessage,
+    checking: &mut HashMap<u64, Vec<Tx>>,
+    pool: &mut [Handle],
+    counts: &mut Counts,
+    ready: &mut VecDeque<Tx>,
+) {
+    let batch = BlockRef::from_bits(answer.batch.transactions_offset as u64);
+    let txs = match checking.remove(&batch.to_bits()) {
+        Some(txs) => txs,
+        None => {
+            counts.check_orphans += 1;
+            orphan_batch(&pool[0], &answer.batch)
+        }
+    };
+    let responses = BlockRef::from_bits(answer.responses.transaction_responses_offset as u64);
+    let count = usize::from(answer.responses.num_transaction_responses);
+    let usable = answer.processed_code == PROCESSED && count == txs.len();
+    let passed: Vec<bool> = {
+        let view = pool[0].view(responses).ok().filter(|_| usable);
+        txs.iter()
+            .enumerate()
+            .map(|(k, tx)| {
+                view.as_ref()
+                    .and_then(|view| element::<CheckResponse>(view, k).ok())
+                    .is_some_and(|r| {
+                        r.parsing_and_sanitization_flags & CHECK_FAILED == 0
+                            && r.estimated_cost_units == tx_sum(tx.id)
+                    })
+            })
+            .collect()
+    };
+    for (tx, ok) in txs.into_iter().zip(passed) {
+        if ok {
+            ready.push_back(tx);
+        } else {
+            counts.check_failed += 1;
+            let h = (tx.id % pool.len() as u64) as usize;
+            counts.free(pool, h, BlockRef::from_bits(tx.region.offset as u64));
+        }
+    }
+    if pool[0].free(batch).is_err() {
+        counts.free_errors += 1;
+    }
+    if answer.processed_code == PROCESSED && pool[0].free(responses).is_err() {
+        counts.free_errors += 1;
+    }
 }
 
 /// A worker's answer: read the responses in place, check each against its
@@ -543,7 +815,7 @@ fn complete(
         }
         None => {
             counts.orphans += 1;
-            orphan_batch(&pool[0], answer)
+            orphan_batch(&pool[0], &answer.batch)
         }
     };
     let responses = BlockRef::from_bits(answer.responses.transaction_responses_offset as u64);
@@ -580,12 +852,12 @@ fn complete(
 
 /// The transactions of a batch another scheduler sent, read from the batch
 /// block in place.
-fn orphan_batch(pool: &Handle, answer: &ExecutionWorkerToPackMessage) -> Vec<Tx> {
-    let batch = BlockRef::from_bits(answer.batch.transactions_offset as u64);
+fn orphan_batch(pool: &Handle, batch: &SharableTransactionBatchRegion) -> Vec<Tx> {
+    let count = usize::from(batch.num_transactions).min(MAX_BATCH);
+    let batch = BlockRef::from_bits(batch.transactions_offset as u64);
     let Ok(view) = pool.view(batch) else {
         return Vec::new();
     };
-    let count = usize::from(answer.batch.num_transactions).min(MAX_BATCH);
     (0..count)
         .filter_map(|k| {
             let region: SharableTransactionRegion = element(&view, k).ok()?;

@@ -11,14 +11,16 @@ use nodeipc_handshake::{
     RejectCode, count, reject,
 };
 use nodeipc_pool::{Handle, Pool, PoolConfig};
-use nodeipc_queue::{Consumer, Pages, Producer, Queue};
+use nodeipc_queue::{Consumer, MpmcQueue, Pages, Producer, Queue};
 use nodeipc_shm::Region;
 
 use super::{
-    DONE_SCHEMA, Done, FROM_WORKER_SCHEMA, PROGRESS_SCHEMA, TO_WORKER_SCHEMA, TPU_SCHEMA, roles,
+    DONE_SCHEMA, Done, FROM_CHECK_SCHEMA, FROM_WORKER_SCHEMA, PROGRESS_SCHEMA, TO_CHECK_SCHEMA,
+    TO_WORKER_SCHEMA, TPU_SCHEMA, roles,
 };
 use crate::agave_bindings::{
-    ExecutionWorkerToPackMessage, PackToExecutionWorkerMessage, ProgressMessage, TpuToPackMessage,
+    CheckWorkerToPackMessage, ExecutionWorkerToPackMessage, PackToCheckWorkerMessage,
+    PackToExecutionWorkerMessage, ProgressMessage, TpuToPackMessage,
 };
 
 /// The session's shape.
@@ -28,6 +30,8 @@ pub struct Setup {
     pub workers: u32,
     /// Pool handles a scheduler may take.
     pub scheduler_handles: u32,
+    /// Check worker processes (on the two MPMC rings).
+    pub checkers: u32,
 }
 
 impl Setup {
@@ -35,13 +39,13 @@ impl Setup {
     /// schedulers' worth (a dead scheduler's handles stay taken until a
     /// later one is granted them again and takes them over by id).
     fn handles(&self) -> u32 {
-        1 + self.workers + 2 * self.scheduler_handles
+        1 + self.workers + self.checkers + 2 * self.scheduler_handles
     }
 
     /// Handle ids granted to the `k`-th scheduler: every other scheduler
     /// is granted the same ones again (by then the one before it is dead).
     fn scheduler_handles(&self, k: u32) -> Vec<u32> {
-        let base = 1 + self.workers + (k % 2) * self.scheduler_handles;
+        let base = 1 + self.workers + self.checkers + (k % 2) * self.scheduler_handles;
         (base..base + self.scheduler_handles).collect()
     }
 }
@@ -56,6 +60,13 @@ pub enum Grant {
         /// Its pool handle id.
         handle: u32,
     },
+    /// Check worker `c`, with the pool handle id it allocates responses from.
+    Checker {
+        /// Its index.
+        c: u32,
+        /// Its pool handle id.
+        handle: u32,
+    },
     /// A scheduler, with the pool handle ids it may take.
     Scheduler {
         /// Its pool handle ids.
@@ -67,7 +78,9 @@ impl Grant {
     /// The handle ids, as the accept's payload carries them (u32 LE each).
     fn payload(&self) -> Vec<u8> {
         let ids: &[u32] = match self {
-            Grant::Worker { handle, .. } => std::slice::from_ref(handle),
+            Grant::Worker { handle, .. } | Grant::Checker { handle, .. } => {
+                std::slice::from_ref(handle)
+            }
             Grant::Scheduler { handles } => handles,
         };
         ids.iter().flat_map(|id| id.to_le_bytes()).collect()
@@ -92,6 +105,8 @@ struct Regions {
     to: Vec<Queue<PackToExecutionWorkerMessage>>,
     from: Vec<Queue<ExecutionWorkerToPackMessage>>,
     report: Vec<Queue<Done>>,
+    to_check: MpmcQueue<PackToCheckWorkerMessage>,
+    from_check: MpmcQueue<CheckWorkerToPackMessage>,
     setup: Setup,
     /// The scheduler holding a session, by pid (one at a time), and how
     /// many have been granted one.
@@ -141,6 +156,16 @@ impl SessionServer {
             to: queues(setup.workers, 256)?,
             from: answers(setup.workers, 256)?,
             report: reports(setup.workers, 4096)?,
+            // Two scheduler places: a killed one's stays held until the
+            // next scheduler takes it over (or takes the other).
+            to_check: MpmcQueue::anonymous_pages(256, 2, setup.checkers, TO_CHECK_SCHEMA, pages)?,
+            from_check: MpmcQueue::anonymous_pages(
+                256,
+                setup.checkers,
+                2,
+                FROM_CHECK_SCHEMA,
+                pages,
+            )?,
             setup,
             scheduler: Mutex::new((None, 0)),
         });
@@ -242,8 +267,9 @@ impl SessionServer {
 
 impl Regions {
     /// Per logon: a worker gets its pair and its report queue and a pool
-    /// handle id; the one scheduler gets the pool, the TPU and progress
-    /// queues, a pair per worker and its pool handle ids; anything else is
+    /// handle id; a check worker the two check rings and a handle id; the
+    /// one scheduler gets the pool, the TPU and progress queues, the check
+    /// rings, a pair per worker and its pool handle ids; anything else is
     /// refused, saying why.
     fn decide(&self, logon: &Logon, peer: &Credentials) -> Result<(Offer, Grant), Reject> {
         let fd = |region: &Region| -> Result<OwnedFd, Reject> {
@@ -276,6 +302,25 @@ impl Regions {
                     .fd(FdKind::Queue, roles::to_worker(w), size(to), fd(to)?)
                     .fd(FdKind::Queue, roles::from_worker(w), size(from), fd(from)?)
                     .fd(FdKind::Queue, roles::REPORT, size(report), fd(report)?)
+                    .payload(grant.payload());
+                Ok((offer, grant))
+            }
+            b"checker" => {
+                let c = count(logon, "checker").unwrap_or(u64::MAX);
+                let Some(c) = u32::try_from(c).ok().filter(|&c| c < self.setup.checkers) else {
+                    return Err(reject(
+                        RejectCode::RankOutOfRange,
+                        format!("checker {c}: this server has {}", self.setup.checkers),
+                    ));
+                };
+                let (to, from) = (self.to_check.region(), self.from_check.region());
+                let grant = Grant::Checker {
+                    c,
+                    handle: 1 + self.setup.workers + c,
+                };
+                let offer = offer
+                    .fd(FdKind::Queue, roles::TO_CHECK, size(to), fd(to)?)
+                    .fd(FdKind::Queue, roles::FROM_CHECK, size(from), fd(from)?)
                     .payload(grant.payload());
                 Ok((offer, grant))
             }
@@ -321,6 +366,10 @@ impl Regions {
                     size(progress),
                     fd(progress)?,
                 );
+                let (to, from) = (self.to_check.region(), self.from_check.region());
+                offer = offer
+                    .fd(FdKind::Queue, roles::TO_CHECK, size(to), fd(to)?)
+                    .fd(FdKind::Queue, roles::FROM_CHECK, size(from), fd(from)?);
                 for w in 0..workers as u32 {
                     let (to, from) = (self.to[w as usize].region(), self.from[w as usize].region());
                     offer = offer
@@ -332,7 +381,7 @@ impl Regions {
             other => Err(reject(
                 RejectCode::Malformed,
                 format!(
-                    "request {:?}: this server knows \"worker\" and \"scheduler\"",
+                    "request {:?}: this server knows \"worker\", \"checker\" and \"scheduler\"",
                     String::from_utf8_lossy(other)
                 ),
             )),
