@@ -25,10 +25,10 @@ if [ ${#missing[@]} -gt 0 ]; then
     ${sudo_} apt-get update -qq
     DEBIAN_FRONTEND=noninteractive ${sudo_} apt-get install -y -qq "${missing[@]}"
 fi
-cc --version | head -n1
-g++ --version | head -n1
+cc --version | sed -n 1p
+g++ --version | sed -n 1p
 pkg-config --version
-cmake --version | head -n1
+cmake --version | sed -n 1p
 protoc --version
 
 # `cargo test` never builds a static library (no test can depend on one):
@@ -43,6 +43,7 @@ cargo test --workspace --locked --test header
 
 step "C and C++ programs against the header and the static library"
 cargo test --workspace --locked --test c_api --test mixed_group --test kittens_broker \
-    --test monitor_client --test install --test readme --test cpp_classes --test channel
+    --test monitor_client --test install --test readme --test cpp_classes --test channel \
+    --test fork
 
 step "done"

@@ -20,7 +20,7 @@ if ! command -v openssl >/dev/null 2>&1; then
     export DEBIAN_FRONTEND=noninteractive
     apt-get update -qq && apt-get install -y -qq openssl >/dev/null
 fi
-etcd --version | head -1
+etcd --version | sed -n 1p
 echo "etcd: installed in $(( $(date +%s) - started ))s"
 tests_started=$(date +%s)
 cargo test --workspace --locked --test etcd_rounds --test etcd_faults --test etcd_elastic --test etcd_tls

@@ -14,7 +14,7 @@ fi
 log=$(mktemp)
 trap 'rm -f "${log}"' EXIT
 if ! cargo test --locked --no-fail-fast -p nodeipc-monitor >"${log}" 2>&1; then
-    grep -E 'FAILED|panicked|^error' "${log}" | head -n 40 || tail -n 40 "${log}"
+    grep -E 'FAILED|panicked|^error' "${log}" | sed -n 1,40p || tail -n 40 "${log}"
     echo "nodeipc-monitor tests without the json feature failed"
     exit 1
 fi

@@ -32,12 +32,13 @@ grep -E '^ *Packaged' "${log}" || true
 
 say "the umbrella crate: each feature pulls its layer and those under it, nothing else"
 declare -A layers=(
-    [fs]="fs" [shm]="fs shm" [sem]="fs sem shm" [fdpass]="fdpass"
-    [barrier]="barrier fdpass fs shm" [proto]="proto"
-    [handshake]="fdpass handshake proto"
-    [channel]="channel fdpass fs handshake proto sem shm" [monitor]="fdpass fs monitor proto shm"
-    [queue]="fdpass fs queue shm" [pool]="fdpass fs pool shm"
-    [launch]="fdpass fs launch monitor proto shm"
+    [text]="text" [fs]="fs" [shm]="fs shm text" [sem]="fs sem shm text"
+    [fdpass]="fdpass fs shm text"
+    [barrier]="barrier fdpass fs shm text" [proto]="proto"
+    [handshake]="fdpass fs handshake proto shm text"
+    [channel]="channel fdpass fs handshake proto sem shm text" [monitor]="fdpass fs monitor proto shm text"
+    [queue]="fdpass fs queue shm text" [pool]="fdpass fs pool shm text"
+    [launch]="fdpass fs launch monitor proto shm text"
 )
 for feature in "${!layers[@]}"; do
     tree=$(cargo tree --locked -p nodeipc --no-default-features -F "${feature}" -e normal --prefix none)

@@ -29,10 +29,10 @@ fi
 step "the programs the tests drive"
 cargo build --locked -p nodeipc-cli --bin nodeipc -p nodeipc-integration-tests --bin rank
 
-step "wheel (maturin build, debug profile, shared target folder)"
+step "wheel (maturin build, debug profile, shared target folder, the debug nodeipc in it)"
 wheels="${target}/wheels"
 rm -rf "${wheels}"
-"${venv}/bin/maturin" build --locked -m python/Cargo.toml -o "${wheels}"
+MATURIN="${venv}/bin/maturin" bash python/build-wheel.sh "${target}/debug/nodeipc" --locked -o "${wheels}"
 "${venv}/bin/python" -m pip install --quiet --disable-pip-version-check "${wheels}"/nodeipc-*.whl
 
 step "pytest"

@@ -3,6 +3,8 @@
 use std::io;
 use std::time::Duration;
 
+use nodeipc_text::InWords;
+
 /// What can go wrong in a rank group. Every variant names the group, and the
 /// rank or values involved, so a log line says which job failed and why.
 #[derive(Debug, thiserror::Error)]
@@ -71,7 +73,8 @@ pub enum Error {
 
     /// A bounded wait ran out: not every rank arrived.
     #[error(
-        "group {group}: rank {rank} timed out in {op} after {waited:?} with {arrived} of {expected} ranks arrived; the group is unusable"
+        "group {group}: rank {rank} timed out in {op} after {} with {arrived} of {expected} ranks arrived; the group is unusable",
+        InWords(*waited)
     )]
     Timeout {
         /// The group name.
@@ -92,7 +95,7 @@ pub enum Error {
     /// ([`nodeipc_shm::wait::with_cancel_hook`]: Ctrl-C in a binding) ended
     /// a wait. An interrupted collective poisons the group (this rank is
     /// going down); an interrupted join leaves nothing behind.
-    #[error("group {group}: rank {rank} was interrupted in {op} after {waited:?}")]
+    #[error("group {group}: rank {rank} was interrupted in {op} after {}", InWords(*waited))]
     Interrupted {
         /// The group name.
         group: String,
@@ -142,6 +145,36 @@ pub enum Error {
         len: u64,
         /// The slot size.
         slot_size: usize,
+    },
+
+    /// Another thread of this process is in a call on this rank's group: a
+    /// group is used by one thread at a time (every rank makes the same
+    /// calls in the same order). Nothing was done; the group is intact.
+    #[error(
+        "group {group}: rank {rank}: {op} refused: another thread of this process is in a call \
+         on this group, and a group is used by one thread at a time"
+    )]
+    Busy {
+        /// The group name.
+        group: String,
+        /// This rank.
+        rank: u32,
+        /// The call refused.
+        op: &'static str,
+    },
+
+    /// A barrier of the first `n` ranks with an `n` that names none or
+    /// more than the group has, or called by a rank not among them.
+    #[error("group {group}: rank {rank}: {}", subset_reason(*n, *world_size))]
+    SubsetOutOfRange {
+        /// The group name.
+        group: String,
+        /// This rank.
+        rank: u32,
+        /// The `n` of the call.
+        n: u32,
+        /// The group's size.
+        world_size: u32,
     },
 
     /// A rank argument outside the group.
@@ -206,13 +239,33 @@ pub enum Error {
     },
 }
 
+/// What is wrong with a barrier of the first `n` ranks (the caller being
+/// at or past `n` when `n` itself is right).
+fn subset_reason(n: u32, world_size: u32) -> String {
+    if n == 0 || n > world_size {
+        format!(
+            "a barrier of the first {n} ranks in a group of {world_size}: it takes 1 to \
+             {world_size} ranks"
+        )
+    } else {
+        format!(
+            "not among the first {n} ranks (0..{n}), the only ones that may call a barrier \
+             of the first {n}"
+        )
+    }
+}
+
 impl Error {
     /// Whether the group is unusable after this error (every error from a
     /// collective operation but a caller mistake).
     pub fn poisons(&self) -> bool {
         !matches!(
             self,
-            Error::InvalidOptions { .. } | Error::TooLarge { .. } | Error::RankOutOfRange { .. }
+            Error::InvalidOptions { .. }
+                | Error::TooLarge { .. }
+                | Error::RankOutOfRange { .. }
+                | Error::SubsetOutOfRange { .. }
+                | Error::Busy { .. }
         )
     }
 }
@@ -232,7 +285,9 @@ impl From<Error> for io::Error {
             }
             Error::InvalidOptions { .. }
             | Error::TooLarge { .. }
-            | Error::RankOutOfRange { .. } => io::ErrorKind::InvalidInput,
+            | Error::RankOutOfRange { .. }
+            | Error::SubsetOutOfRange { .. } => io::ErrorKind::InvalidInput,
+            Error::Busy { .. } => io::ErrorKind::ResourceBusy,
             Error::NameTaken { .. } => io::ErrorKind::AlreadyExists,
             _ => io::ErrorKind::Other,
         };

@@ -236,7 +236,7 @@ fn barrier_subset_syncs_only_the_first_ranks() {
             } else {
                 assert!(matches!(
                     group.barrier_subset(2),
-                    Err(Error::RankOutOfRange { .. })
+                    Err(Error::SubsetOutOfRange { n: 2, .. })
                 ));
             }
             group.barrier().unwrap();
@@ -448,4 +448,75 @@ fn regression_a_peer_leaving_right_after_the_barrier_does_not_fail_it() {
         }
     }
     assert!(shm_leftovers(&prefix).is_empty());
+}
+
+#[test]
+fn regression_a_second_thread_in_a_barrier_of_the_same_rank_is_refused_by_name() {
+    let _dog = Watchdog::new("second thread in a barrier", Duration::from_secs(60));
+    let name = unique_name("busy");
+    let second = {
+        let name = name.clone();
+        thread::spawn(move || Group::join(opts(&name, 1, 2)).unwrap())
+    };
+    let rank0 = Arc::new(Group::join(opts(&name, 0, 2)).unwrap());
+    let rank1 = second.join().unwrap();
+    let waiting = {
+        let rank0 = Arc::clone(&rank0);
+        thread::spawn(move || rank0.barrier())
+    };
+    // Let the first thread arrive and wait for rank 1.
+    thread::sleep(Duration::from_millis(100));
+    match rank0.barrier() {
+        Err(Error::Busy { rank: 0, op, .. }) => assert_eq!(op, "barrier"),
+        other => panic!("a second thread's barrier of rank 0 was not refused: {other:?}"),
+    }
+    let refused = rank0.barrier_subset(1).unwrap_err().to_string();
+    assert!(
+        refused.contains(&name) && refused.contains("one thread at a time"),
+        "{refused}"
+    );
+    // Nothing was counted or poisoned: rank 1 releases the first thread.
+    rank1.barrier().unwrap();
+    waiting.join().unwrap().unwrap();
+    let again = thread::spawn(move || rank1.barrier());
+    rank0.barrier().unwrap();
+    again.join().unwrap().unwrap();
+}
+
+#[test]
+fn regression_a_barrier_of_the_first_ranks_says_what_is_wrong_with_n() {
+    let _dog = Watchdog::new("barrier_subset messages", Duration::from_secs(60));
+    let name = unique_name("subset-words");
+    let messages = run_group(
+        2,
+        {
+            let name = name.clone();
+            move |r| opts(&name, r, 2)
+        },
+        |group| {
+            let said = |n| match group.barrier_subset(n) {
+                Err(e @ Error::SubsetOutOfRange { .. }) => e.to_string(),
+                other => panic!("barrier_subset({n}): {other:?}"),
+            };
+            let words = (said(0), said(99), (group.rank() == 1).then(|| said(1)));
+            group.barrier().unwrap();
+            words
+        },
+    );
+    let (none, too_many, _) = &messages[0];
+    assert!(none.contains("the first 0 ranks in a group of 2"), "{none}");
+    assert!(
+        too_many.contains("the first 99 ranks in a group of 2"),
+        "{too_many}"
+    );
+    assert_ne!(none, too_many);
+    for said in [none, too_many] {
+        assert!(said.contains("it takes 1 to 2 ranks"), "{said}");
+        assert!(!said.contains("outside a group"), "{said}");
+    }
+    let outside = messages[1].2.as_ref().unwrap();
+    assert!(
+        outside.contains("rank 1: not among the first 1 ranks (0..1)"),
+        "{outside}"
+    );
 }

@@ -24,6 +24,18 @@ fn rounds(payload: usize) -> u64 {
     (2_000_000 / (payload as u64 + 2_000)).clamp(20, 2_000)
 }
 
+/// Writes an output file the way every nodeipc output is written
+/// ([`nodeipc_fs::create_output`]): a link, a FIFO or another user's file
+/// planted at the path is refused by name, never written through.
+fn write_output(path: &std::path::Path, bytes: &[u8]) {
+    use std::io::Write as _;
+    let fd = nodeipc_fs::create_output(path, 0o644, nodeipc_fs::Existing::Truncate)
+        .unwrap_or_else(|e| panic!("{e}"));
+    std::fs::File::from(fd)
+        .write_all(bytes)
+        .unwrap_or_else(|e| panic!("writing {}: {e}", path.display()));
+}
+
 /// What the chart calls iceoryx2.
 const ICEORYX2: &str = "iceoryx2 request-response (raw bytes, polling)";
 
@@ -93,8 +105,8 @@ fn main() {
     if let Some(dir) = std::path::Path::new(&out).parent() {
         std::fs::create_dir_all(dir).expect("create the output directory");
     }
-    std::fs::write(&csv_path, &csv).expect("write CSV");
-    std::fs::write(&out, svg(&series)).expect("write SVG");
+    write_output(&csv_path, csv.as_bytes());
+    write_output(std::path::Path::new(&out), svg(&series).as_bytes());
     println!("wrote {out} and {}", csv_path.display());
     print!("{csv}");
 }

@@ -71,6 +71,10 @@ enum nodeipc_status
   NODEIPC_ERR_BAD_HANDLE = -15,
   // A bug of ours was caught at the boundary (a Rust panic).
   NODEIPC_ERR_PANIC = -16,
+  // The handle was made by the process this one was forked from: a
+  // forked child may only free it (which closes its descriptors, unmaps
+  // its memory and leaves everything else to the parent).
+  NODEIPC_ERR_FORKED = -17,
 };
 #ifndef __cplusplus
 #if __STDC_VERSION__ >= 202311L
@@ -111,7 +115,12 @@ typedef int32_t nodeipc_monitor_state;
 #endif // __STDC_VERSION__ >= 202311L
 #endif // __cplusplus
 
-// A coordinator's end of a channel. One thread at a time.
+// A coordinator's end of a channel. One sending thread
+// (`nodeipc_coordinator_send`) and one gathering thread
+// (`nodeipc_coordinator_recv_all`, `_recv_aggregated`, `_recv_first`,
+// `_drain`) may use it at once; a second sender or a second gatherer is
+// refused (`NODEIPC_ERR_INVALID_ARGUMENT`, naming the rule). Free it from
+// one thread once no other call runs.
 typedef struct nodeipc_coordinator nodeipc_coordinator;
 
 // One rank's membership of a group. One thread at a time: a group's calls
@@ -231,7 +240,7 @@ nodeipc_status nodeipc_coordinator_fds(const nodeipc_coordinator *coordinator,
                                        int32_t *out_response_fd);
 
 // Waits until every worker has joined (then no name of the channel is left
-// anywhere).
+// anywhere), up to `timeout_ms` (negative: forever).
 //
 // # Safety
 // `coordinator` is a live coordinator handle.
@@ -239,8 +248,8 @@ nodeipc_status nodeipc_coordinator_wait_for_workers(const nodeipc_coordinator *c
                                                     int64_t timeout_ms);
 
 // Broadcasts `len` bytes at `data` to every worker; `*out_index` (if not
-// NULL) gets the request's index. Waits up to `timeout_ms` for every worker
-// to have a free frame; a timeout sends nothing.
+// NULL) gets the request's index. Waits up to `timeout_ms` (negative:
+// forever) for every worker to have a free frame; a timeout sends nothing.
 //
 // # Safety
 // `coordinator` is a live coordinator handle; `data` points at `len`
@@ -253,8 +262,8 @@ nodeipc_status nodeipc_coordinator_send(nodeipc_coordinator *coordinator,
 
 // Gathers every worker's response to the oldest request not yet gathered
 // into the caller's buffers: worker `i`'s at `buffer + i * stride`, its
-// length in `lengths[i]`. Within `timeout_ms`; a timeout keeps what was
-// gathered, and the next call resumes there.
+// length in `lengths[i]`. Within `timeout_ms` (negative: forever); a
+// timeout keeps what was gathered, and the next call resumes there.
 //
 // # Safety
 // `coordinator` is a live coordinator handle; `buffer` points at `stride *
@@ -313,8 +322,8 @@ nodeipc_status nodeipc_coordinator_free(nodeipc_coordinator *coordinator);
 
 // Logs on to the coordinator's handshake server at `socket_path` as worker
 // `rank` and joins the channel with the regions it hands over (the request
-// ring read-only). `timeout_ms` bounds the logon and every later call that
-// takes no timeout of its own.
+// ring read-only). `timeout_ms` (negative: forever) bounds the logon and
+// every later call that takes no timeout of its own.
 //
 // # Safety
 // `socket_path` is a NUL-terminated string; `out_worker` points at a
@@ -326,7 +335,9 @@ nodeipc_status nodeipc_worker_connect(const char *socket_path,
 
 // Joins as worker `rank` over region descriptors (from
 // `nodeipc_coordinator_fds`, passed over a socket or inherited), which it
-// takes over (closing them on failure too). `name` labels errors.
+// takes over (closing them on failure too). `name` labels errors;
+// `timeout_ms` (negative: forever) bounds every later call that takes no
+// timeout of its own.
 //
 // # Safety
 // `name` is a NUL-terminated string; the descriptors are open and owned by
@@ -345,7 +356,8 @@ nodeipc_status nodeipc_worker_from_fds(const char *name,
 // `worker` is a live worker handle; `out_rank` is writable.
 nodeipc_status nodeipc_worker_rank(nodeipc_worker *worker, uint32_t *out_rank);
 
-// Takes the next request (waiting up to `timeout_ms`) and holds it in
+// Takes the next request (waiting up to `timeout_ms`, negative: forever)
+// and holds it in
 // place: `*data` points at its bytes in the read-only ring, `*length` is
 // their count, valid until `nodeipc_worker_respond` or
 // `nodeipc_worker_release`. No copy. While a request is held the
@@ -359,7 +371,8 @@ nodeipc_status nodeipc_worker_recv_in_place(nodeipc_worker *worker,
                                             const uint8_t **data,
                                             size_t *length);
 
-// Takes the next request (waiting up to `timeout_ms`) and copies it into
+// Takes the next request (waiting up to `timeout_ms`, negative: forever)
+// and copies it into
 // `buffer` (`capacity` bytes), its length in `*length`, releasing its frame.
 // A request longer than `capacity` is `NODEIPC_ERR_TOO_LARGE` with
 // `*length` set to what it needs, and stays held: call again with a larger

@@ -2,20 +2,33 @@
 // Header-only; link libnodeipc.a (-lpthread -ldl -lm -lrt) or libnodeipc.so.
 //
 // Every failure throws nodeipc::Error, which carries the C status code and
-// the library's message. Timeouts are std::chrono durations; a negative
-// duration (or nodeipc::forever) waits without limit.
+// the library's message. Timeouts are std::chrono durations of any
+// representation: a negative one (or nodeipc::forever) waits without limit,
+// as every C call taking a timeout documents; one past INT64_MAX ms
+// saturates there (the C API waits without limit then too); a part of a
+// millisecond rounds up; NaN is refused (NODEIPC_ERR_INVALID_ARGUMENT).
+// Names and paths are std::strings: one holding a NUL byte is refused
+// (the C API would stop reading at it), never cut short.
 //
 // Thread safety is that of the C handles: Region and Semaphore may be used
-// from several threads at once; Group, MonitorClient, Coordinator and Worker
-// one thread at a time.
+// from several threads at once; a Coordinator by one sending and one
+// gathering thread; Group, MonitorClient and Worker one thread at a time.
+//
+// After fork(), an object is its parent's: in the child every call throws
+// Error with NODEIPC_ERR_FORKED, and destroying it only closes and unmaps
+// the child's copy (see the README, "After fork()").
 #ifndef NODEIPC_HPP
 #define NODEIPC_HPP
 
 #include <chrono>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <limits>
+#include <ratio>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -49,10 +62,75 @@ using Millis = std::chrono::milliseconds;
 // Wait without limit.
 constexpr Millis forever{-1};
 
+namespace detail {
+// Throws NODEIPC_ERR_INVALID_ARGUMENT with `message`, as check() words it.
+[[noreturn]] inline void invalid(const std::string& message) {
+    throw Error(NODEIPC_ERR_INVALID_ARGUMENT,
+                std::string(nodeipc_status_name(NODEIPC_ERR_INVALID_ARGUMENT)) + ": " + message);
+}
+
+// A name or path for the C API: refused when it holds a NUL byte, where the
+// C API would stop reading ("/x\0-rest" would name "/x").
+inline const char* c_str(const std::string& s, const char* what) {
+    const auto nul = s.find('\0');
+    if (nul != std::string::npos) {
+        invalid(std::string(what) + " holds a NUL byte at offset " + std::to_string(nul) +
+                " (of " + std::to_string(s.size()) + "): a C string would end there");
+    }
+    return s.c_str();
+}
+
+// a × b, refused when it overflows a size_t.
+inline size_t checked_mul(size_t a, size_t b, const char* what) {
+    if (b != 0 && a > std::numeric_limits<size_t>::max() / b) {
+        invalid(std::string(what) + ": " + std::to_string(a) + " × " + std::to_string(b) +
+                " bytes overflows");
+    }
+    return a * b;
+}
+}  // namespace detail
+
+// A timeout in whole milliseconds for the C API, from any std::chrono
+// duration, with no overflow: negative (and -inf) is -1, "wait without
+// limit", which is what a negative timeout means to every C call taking one;
+// past INT64_MAX ms (+inf included) saturates at INT64_MAX, which the C API
+// also takes as without limit; a positive part of a millisecond rounds up,
+// so no wait is cut to "look once"; NaN has no meaning and is refused.
 template <class Rep, class Period>
 int64_t to_ms(std::chrono::duration<Rep, Period> d) {
-    if (d < std::chrono::duration<Rep, Period>::zero()) return -1;
-    return static_cast<int64_t>(std::chrono::duration_cast<Millis>(d).count());
+    // Milliseconds per tick, as a reduced ratio num/den (both positive).
+    using per_tick = std::ratio_divide<Period, std::milli>;
+    constexpr intmax_t num = per_tick::num;
+    constexpr intmax_t den = per_tick::den;
+    static_assert(num > 0 && den > 0, "a duration's period must be positive");
+    constexpr int64_t most = std::numeric_limits<int64_t>::max();
+    if constexpr (std::is_floating_point<Rep>::value) {
+        const long double ticks = static_cast<long double>(d.count());
+        if (std::isnan(ticks)) detail::invalid("a timeout of NaN has no meaning");
+        if (ticks < 0) return -1;
+        const long double ms = std::ceil(ticks * static_cast<long double>(num) /
+                                         static_cast<long double>(den));
+        // 2^63 is exact in a long double; this is also false for +inf.
+        if (!(ms < 9223372036854775808.0L)) return most;
+        return static_cast<int64_t>(ms);
+    } else {
+        static_assert(std::is_integral<Rep>::value && sizeof(Rep) <= sizeof(std::uintmax_t),
+                      "a duration of an integer representation of at most 64 bits");
+        if constexpr (std::is_signed<Rep>::value) {
+            if (d.count() < 0) return -1;
+        }
+        using U = std::uintmax_t;
+        const U ticks = static_cast<U>(d.count());
+        const U unum = static_cast<U>(num), uden = static_cast<U>(den);
+        // ceil(ticks × num / den) without forming ticks × num: whole
+        // periods of den ticks first, then the rest (below den).
+        const U whole = ticks / uden, rest = ticks % uden;
+        if (whole > static_cast<U>(most) / unum) return most;
+        const U ms = whole * unum;
+        const U part = (rest * unum + uden - 1) / uden;
+        if (ms > static_cast<U>(most) - part) return most;
+        return static_cast<int64_t>(ms + part);
+    }
 }
 
 namespace detail {
@@ -89,13 +167,14 @@ class Region {
   public:
     static Region create(const std::string& name, size_t size) {
         nodeipc_region* r = nullptr;
-        check(nodeipc_region_create(name.c_str(), size, &r));
+        check(nodeipc_region_create(detail::c_str(name, "nodeipc::Region::create: name"), size, &r));
         return Region(r);
     }
     template <class D = Millis>
     static Region open(const std::string& name, size_t min_size, D timeout = Millis(0)) {
         nodeipc_region* r = nullptr;
-        check(nodeipc_region_open(name.c_str(), min_size, to_ms(timeout), &r));
+        check(nodeipc_region_open(detail::c_str(name, "nodeipc::Region::open: name"), min_size,
+                                  to_ms(timeout), &r));
         return Region(r);
     }
     static Region anonymous(size_t size) {
@@ -149,13 +228,14 @@ class Semaphore {
   public:
     static Semaphore create(const std::string& name, uint32_t value) {
         nodeipc_sem* s = nullptr;
-        check(nodeipc_sem_create(name.c_str(), value, &s));
+        check(nodeipc_sem_create(detail::c_str(name, "nodeipc::Semaphore::create: name"), value, &s));
         return Semaphore(s);
     }
     template <class D = Millis>
     static Semaphore open(const std::string& name, D timeout = Millis(0)) {
         nodeipc_sem* s = nullptr;
-        check(nodeipc_sem_open(name.c_str(), to_ms(timeout), &s));
+        check(nodeipc_sem_open(detail::c_str(name, "nodeipc::Semaphore::open: name"), to_ms(timeout),
+                               &s));
         return Semaphore(s);
     }
     // At `offset` in `region` (NODEIPC_SEM_SIZE bytes); `init` sets the count.
@@ -196,7 +276,8 @@ class Group {
     static Group join(const std::string& name, uint32_t rank, uint32_t world_size,
                       D timeout = std::chrono::seconds(60), size_t slot_size = 0) {
         nodeipc_group* g = nullptr;
-        check(nodeipc_group_join(name.c_str(), rank, world_size, slot_size, to_ms(timeout), &g));
+        check(nodeipc_group_join(detail::c_str(name, "nodeipc::Group::join: name"), rank, world_size,
+                                 slot_size, to_ms(timeout), &g));
         return Group(g);
     }
     uint32_t rank() const {
@@ -224,7 +305,8 @@ class Group {
                                        static_cast<uint8_t*>(out), out_len));
     }
     std::vector<uint8_t> all_gather(const void* data, size_t len) {
-        std::vector<uint8_t> out(static_cast<size_t>(world_size()) * len);
+        std::vector<uint8_t> out(
+            detail::checked_mul(world_size(), len, "nodeipc::Group::all_gather: world size × len"));
         all_gather(data, len, out.data(), out.size());
         return out;
     }
@@ -253,7 +335,8 @@ class MonitorClient {
     template <class D = std::chrono::seconds>
     static MonitorClient connect(const std::string& path, D timeout = std::chrono::seconds(10)) {
         nodeipc_monitor* m = nullptr;
-        check(nodeipc_monitor_connect(path.c_str(), to_ms(timeout), &m));
+        check(nodeipc_monitor_connect(detail::c_str(path, "nodeipc::MonitorClient::connect: path"),
+                                      to_ms(timeout), &m));
         return MonitorClient(m);
     }
     // Registers this process; returns whether the shared-memory heartbeat
@@ -269,10 +352,12 @@ class MonitorClient {
     }
     void heartbeat_fast() const { check(nodeipc_monitor_heartbeat_fast(h_.get())); }
     void start_section(const std::string& name) {
-        check(nodeipc_monitor_start_section(h_.get(), name.c_str()));
+        check(nodeipc_monitor_start_section(
+            h_.get(), detail::c_str(name, "nodeipc::MonitorClient::start_section: name")));
     }
     void end_section(const std::string& name) {
-        check(nodeipc_monitor_end_section(h_.get(), name.c_str()));
+        check(nodeipc_monitor_end_section(
+            h_.get(), detail::c_str(name, "nodeipc::MonitorClient::end_section: name")));
     }
     void end_all_sections() { check(nodeipc_monitor_end_all_sections(h_.get())); }
     nodeipc_monitor_status status() {

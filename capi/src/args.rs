@@ -4,15 +4,18 @@
 use std::ffi::{CStr, c_char};
 use std::time::Duration;
 
-use super::status::{Failure, NODEIPC_ERR_BAD_HANDLE, Outcome};
+use nodeipc_fdpass::ForkGeneration;
+
+use super::status::{Failure, NODEIPC_ERR_BAD_HANDLE, NODEIPC_ERR_FORKED, Outcome};
 
 /// What "wait forever" (a negative C timeout) becomes: a hundred years, which
 /// every clock computation of the layers below takes without overflowing.
 const FOREVER: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
 
-/// A C timeout in milliseconds: negative waits forever.
+/// A C timeout in milliseconds: negative waits forever, and so does anything
+/// longer than that (up to `INT64_MAX`, where C++'s `to_ms` saturates).
 pub(crate) fn millis(ms: i64) -> Duration {
-    u64::try_from(ms).map_or(FOREVER, Duration::from_millis)
+    u64::try_from(ms).map_or(FOREVER, |ms| Duration::from_millis(ms).min(FOREVER))
 }
 
 /// A C string argument as UTF-8.
@@ -92,7 +95,9 @@ pub(crate) unsafe fn out<'a, T>(p: *mut T, what: &str) -> Outcome<&'a mut T> {
 
 /// A C handle: a boxed Rust value behind a magic word, so that a pointer to
 /// something else (another handle type, a freed one whose memory was not
-/// reused yet) is refused cheaply instead of used.
+/// reused yet) is refused cheaply instead of used; and with the fork
+/// generation it was made in, so that a forked child's use of its parent's
+/// handle is refused (`NODEIPC_ERR_FORKED`) and only its free is allowed.
 pub(crate) trait Handle: Sized {
     /// This type's magic.
     const MAGIC: u64;
@@ -102,6 +107,8 @@ pub(crate) trait Handle: Sized {
     fn magic(&self) -> u64;
     /// Overwrites the magic (with [`FREED`] when freeing).
     fn set_magic(&mut self, magic: u64);
+    /// The fork generation the handle was made in.
+    fn born(&self) -> ForkGeneration;
 }
 
 /// The magic a handle holds once freed.
@@ -113,6 +120,18 @@ pub(crate) fn publish<T: Handle>(value: T, out: &mut *mut T) {
 }
 
 fn check<T: Handle>(h: &T) -> Outcome<()> {
+    check_magic(h)?;
+    // One load and a compare: no system call, and no allocation (the words
+    // are made only in a forked child), on the way to a 3 ns heartbeat.
+    if !h.born().is_forked() {
+        return Ok(());
+    }
+    h.born()
+        .check(&format!("the {} handle", T::NAME))
+        .map_err(|forked| Failure::new(NODEIPC_ERR_FORKED, forked.to_string()))
+}
+
+fn check_magic<T: Handle>(h: &T) -> Outcome<()> {
     if h.magic() == T::MAGIC {
         return Ok(());
     }
@@ -155,15 +174,19 @@ pub(crate) unsafe fn handle_mut<'a, T: Handle>(p: *mut T) -> Outcome<&'a mut T> 
 }
 
 /// Frees a handle: null is a no-op, a bad magic is refused (and nothing freed).
+/// In a child forked since the handle was made this is allowed too: the
+/// Rust values' drops then close and unmap the child's copies and leave
+/// everything else (threads, locks, names, peers) to the parent.
 ///
 /// # Safety
 /// As [`handle_mut`]; the pointer is not used again.
 pub(crate) unsafe fn free<T: Handle>(p: *mut T) -> Outcome<()> {
-    if p.is_null() {
+    // SAFETY: per the caller's contract, non-null means a live `T` of ours
+    // that only this thread uses.
+    let Some(h) = (unsafe { p.as_mut() }) else {
         return Ok(());
-    }
-    // SAFETY: non-null: a `T` of ours per the caller's contract.
-    let h = unsafe { handle_mut(p) }?;
+    };
+    check_magic(h)?;
     h.set_magic(FREED);
     // SAFETY: `p` came from `Box::into_raw` in `publish` and was not freed
     // (its magic was intact); the caller does not use it again.
@@ -171,8 +194,9 @@ pub(crate) unsafe fn free<T: Handle>(p: *mut T) -> Outcome<()> {
     Ok(())
 }
 
-/// Implements [`Handle`] for a struct with a `magic: u64` field. The structs
-/// themselves are written out in full: cbindgen does not expand macros.
+/// Implements [`Handle`] for a struct with a `magic: u64` field and a
+/// `born: ForkGeneration` field. The structs themselves are written out in
+/// full: cbindgen does not expand macros.
 macro_rules! handle_type {
     ($name:ident, $magic:expr) => {
         impl super::args::Handle for $name {
@@ -183,6 +207,9 @@ macro_rules! handle_type {
             }
             fn set_magic(&mut self, magic: u64) {
                 self.magic = magic;
+            }
+            fn born(&self) -> nodeipc_fdpass::ForkGeneration {
+                self.born
             }
         }
     };

@@ -11,14 +11,19 @@ use std::os::fd::IntoRawFd;
 
 use nodeipc_channel::{ChannelConfig, Coordinator, Gathered, HandshakeOptions, HandshakeServer};
 
-use super::args::{
-    self, Handle, bytes, bytes_mut, handle, handle_mut, handle_type, millis, out, text,
-};
+use super::args::{self, Handle, bytes, bytes_mut, handle, handle_type, millis, out, text};
 use super::status::{Failure, NODEIPC_ERR_TOO_LARGE, Outcome, guard, nodeipc_status};
 
-/// A coordinator's end of a channel. One thread at a time.
+/// A coordinator's end of a channel. One sending thread
+/// (`nodeipc_coordinator_send`) and one gathering thread
+/// (`nodeipc_coordinator_recv_all`, `_recv_aggregated`, `_recv_first`,
+/// `_drain`) may use it at once; a second sender or a second gatherer is
+/// refused (`NODEIPC_ERR_INVALID_ARGUMENT`, naming the rule). Free it from
+/// one thread once no other call runs.
 pub struct nodeipc_coordinator {
     magic: u64,
+    /// The fork generation it was made in: a forked child may only free it.
+    born: nodeipc_fdpass::ForkGeneration,
     coordinator: Coordinator,
 }
 
@@ -27,6 +32,8 @@ handle_type!(nodeipc_coordinator, 0x4e49_434f_4f52_4421);
 /// A handshake server handing a coordinator's regions to workers that log on.
 pub struct nodeipc_handshake_server {
     magic: u64,
+    /// The fork generation it was made in: a forked child may only free it.
+    born: nodeipc_fdpass::ForkGeneration,
     _server: HandshakeServer,
 }
 
@@ -37,9 +44,11 @@ impl From<nodeipc_channel::Error> for Failure {
         use super::status::*;
         use nodeipc_channel::Error as E;
         let status = match &e {
-            E::InvalidConfig { .. } | E::RankOutOfRange { .. } | E::NothingOutstanding { .. } => {
-                NODEIPC_ERR_INVALID_ARGUMENT
-            }
+            // Busy: a second thread's call on a handle taken one thread at a time.
+            E::InvalidConfig { .. }
+            | E::RankOutOfRange { .. }
+            | E::NothingOutstanding { .. }
+            | E::Busy { .. } => NODEIPC_ERR_INVALID_ARGUMENT,
             E::TooLarge { .. } => NODEIPC_ERR_TOO_LARGE,
             E::Corrupt { .. } | E::Decode { .. } | E::Mismatch { .. } => NODEIPC_ERR_CORRUPT,
             E::Timeout { .. } => NODEIPC_ERR_TIMEOUT,
@@ -91,6 +100,7 @@ pub unsafe extern "C" fn nodeipc_coordinator_create(
         args::publish(
             nodeipc_coordinator {
                 magic: nodeipc_coordinator::MAGIC,
+                born: nodeipc_fdpass::ForkGeneration::current(),
                 coordinator,
             },
             slot,
@@ -138,6 +148,7 @@ pub unsafe extern "C" fn nodeipc_coordinator_serve(
         args::publish(
             nodeipc_handshake_server {
                 magic: nodeipc_handshake_server::MAGIC,
+                born: nodeipc_fdpass::ForkGeneration::current(),
                 _server: server,
             },
             slot,
@@ -195,7 +206,7 @@ pub unsafe extern "C" fn nodeipc_coordinator_fds(
 }
 
 /// Waits until every worker has joined (then no name of the channel is left
-/// anywhere).
+/// anywhere), up to `timeout_ms` (negative: forever).
 ///
 /// # Safety
 /// `coordinator` is a live coordinator handle.
@@ -212,8 +223,8 @@ pub unsafe extern "C" fn nodeipc_coordinator_wait_for_workers(
 }
 
 /// Broadcasts `len` bytes at `data` to every worker; `*out_index` (if not
-/// NULL) gets the request's index. Waits up to `timeout_ms` for every worker
-/// to have a free frame; a timeout sends nothing.
+/// NULL) gets the request's index. Waits up to `timeout_ms` (negative:
+/// forever) for every worker to have a free frame; a timeout sends nothing.
 ///
 /// # Safety
 /// `coordinator` is a live coordinator handle; `data` points at `len`
@@ -228,7 +239,7 @@ pub unsafe extern "C" fn nodeipc_coordinator_send(
 ) -> nodeipc_status {
     guard("nodeipc_coordinator_send", || {
         // SAFETY: the caller's contract above.
-        let (c, data) = unsafe { (handle_mut(coordinator)?, bytes(data, len, "data")?) };
+        let (c, data) = unsafe { (handle(coordinator)?, bytes(data, len, "data")?) };
         let index = c.coordinator.send_bytes_timeout(data, millis(timeout_ms))?;
         // SAFETY: NULL or writable, per the contract above.
         if let Some(slot) = unsafe { out_index.as_mut() } {
@@ -300,8 +311,8 @@ unsafe fn gather_buffers<'a>(
 
 /// Gathers every worker's response to the oldest request not yet gathered
 /// into the caller's buffers: worker `i`'s at `buffer + i * stride`, its
-/// length in `lengths[i]`. Within `timeout_ms`; a timeout keeps what was
-/// gathered, and the next call resumes there.
+/// length in `lengths[i]`. Within `timeout_ms` (negative: forever); a
+/// timeout keeps what was gathered, and the next call resumes there.
 ///
 /// # Safety
 /// `coordinator` is a live coordinator handle; `buffer` points at `stride *
@@ -316,7 +327,7 @@ pub unsafe extern "C" fn nodeipc_coordinator_recv_all(
 ) -> nodeipc_status {
     guard("nodeipc_coordinator_recv_all", || {
         // SAFETY: the caller's contract above.
-        let c = unsafe { handle_mut(coordinator)? };
+        let c = unsafe { handle(coordinator)? };
         let workers = c.coordinator.config().workers;
         // SAFETY: the caller's contract above.
         let (buffer, lengths) = unsafe { gather_buffers(workers, buffer, stride, lengths)? };
@@ -362,7 +373,7 @@ pub unsafe extern "C" fn nodeipc_coordinator_recv_aggregated(
         // SAFETY: the caller's contract above.
         let (c, buffer, length, rank) = unsafe {
             (
-                handle_mut(coordinator)?,
+                handle(coordinator)?,
                 bytes_mut(buffer, capacity, "buffer")?,
                 out(length, "length")?,
                 out(rank, "rank")?,
@@ -446,7 +457,7 @@ pub unsafe extern "C" fn nodeipc_coordinator_recv_first(
         // SAFETY: the caller's contract above.
         let (c, buffer, length, rank) = unsafe {
             (
-                handle_mut(coordinator)?,
+                handle(coordinator)?,
                 bytes_mut(buffer, capacity, "buffer")?,
                 out(length, "length")?,
                 out(rank, "rank")?,
@@ -482,7 +493,7 @@ pub unsafe extern "C" fn nodeipc_coordinator_drain(
 ) -> nodeipc_status {
     guard("nodeipc_coordinator_drain", || {
         // SAFETY: the caller's contract above.
-        let c = unsafe { handle_mut(coordinator)? };
+        let c = unsafe { handle(coordinator)? };
         let drained = c.coordinator.drain()?;
         // SAFETY: NULL or writable, per the contract above.
         if let Some(slot) = unsafe { out_count.as_mut() } {

@@ -14,6 +14,8 @@ use super::status::{Failure, NODEIPC_ERR_TOO_LARGE, Outcome, guard, nodeipc_stat
 /// A worker's end of a channel. One thread at a time.
 pub struct nodeipc_worker {
     magic: u64,
+    /// The fork generation it was made in: a forked child may only free it.
+    born: nodeipc_fdpass::ForkGeneration,
     /// The request this worker holds in place, if any; it borrows `*worker`,
     /// so it is always dropped first.
     held: Option<InPlace<'static, nodeipc_proto_types::Request, nodeipc_proto_types::Response>>,
@@ -61,6 +63,7 @@ fn publish_worker(worker: Worker, slot: &mut *mut nodeipc_worker) {
     args::publish(
         nodeipc_worker {
             magic: nodeipc_worker::MAGIC,
+            born: nodeipc_fdpass::ForkGeneration::current(),
             held: None,
             worker: NonNull::from(Box::leak(Box::new(worker))),
         },
@@ -70,8 +73,8 @@ fn publish_worker(worker: Worker, slot: &mut *mut nodeipc_worker) {
 
 /// Logs on to the coordinator's handshake server at `socket_path` as worker
 /// `rank` and joins the channel with the regions it hands over (the request
-/// ring read-only). `timeout_ms` bounds the logon and every later call that
-/// takes no timeout of its own.
+/// ring read-only). `timeout_ms` (negative: forever) bounds the logon and
+/// every later call that takes no timeout of its own.
 ///
 /// # Safety
 /// `socket_path` is a NUL-terminated string; `out_worker` points at a
@@ -100,7 +103,9 @@ pub unsafe extern "C" fn nodeipc_worker_connect(
 
 /// Joins as worker `rank` over region descriptors (from
 /// `nodeipc_coordinator_fds`, passed over a socket or inherited), which it
-/// takes over (closing them on failure too). `name` labels errors.
+/// takes over (closing them on failure too). `name` labels errors;
+/// `timeout_ms` (negative: forever) bounds every later call that takes no
+/// timeout of its own.
 ///
 /// # Safety
 /// `name` is a NUL-terminated string; the descriptors are open and owned by
@@ -154,7 +159,8 @@ pub unsafe extern "C" fn nodeipc_worker_rank(
     })
 }
 
-/// Takes the next request (waiting up to `timeout_ms`) and holds it in
+/// Takes the next request (waiting up to `timeout_ms`, negative: forever)
+/// and holds it in
 /// place: `*data` points at its bytes in the read-only ring, `*length` is
 /// their count, valid until `nodeipc_worker_respond` or
 /// `nodeipc_worker_release`. No copy. While a request is held the
@@ -203,7 +209,8 @@ fn hold(w: &mut nodeipc_worker, timeout_ms: i64) -> Outcome<()> {
     Ok(())
 }
 
-/// Takes the next request (waiting up to `timeout_ms`) and copies it into
+/// Takes the next request (waiting up to `timeout_ms`, negative: forever)
+/// and copies it into
 /// `buffer` (`capacity` bytes), its length in `*length`, releasing its frame.
 /// A request longer than `capacity` is `NODEIPC_ERR_TOO_LARGE` with
 /// `*length` set to what it needs, and stays held: call again with a larger

@@ -33,14 +33,17 @@ fn pid_arg(pid: u32) -> Outcome<u32> {
     Ok(pid)
 }
 
-/// A caller's descriptor, borrowed for the call; negatives refused.
+/// A caller's descriptor, borrowed for the call: a negative one is an
+/// invalid argument, one that is not open `NODEIPC_ERR_NOT_FOUND` with
+/// errno `EBADF` (before any call that would not notice, as an export).
 pub(crate) fn borrow(fd: c_int, what: &str) -> Outcome<BorrowedFd<'static>> {
     if fd < 0 {
         return Err(Failure::invalid(format!("{what} {fd} is negative")));
     }
-    // SAFETY: the descriptor is only used during the call that got it; one
-    // that is not open makes the system call fail with `EBADF`, reported.
-    Ok(unsafe { BorrowedFd::borrow_raw(fd) })
+    // SAFETY: the descriptor is the caller's, used only during the call
+    // that got it, which it keeps open (the C API's contract).
+    unsafe { nodeipc_fdpass::borrow_open(fd) }
+        .map_err(|e| Failure::from_error(super::status::NODEIPC_ERR_NOT_FOUND, &e).context(what))
 }
 
 /// Sends `len` bytes of `payload` (at least 1) with `nfds` descriptors over
@@ -224,6 +227,8 @@ pub unsafe extern "C" fn nodeipc_fd_import_pid_fd(
 /// `nodeipc_pidfd_send_signal`/`_is_alive`/`_fd` only.
 pub struct nodeipc_pidfd {
     magic: u64,
+    /// The fork generation it was made in: a forked child may only free it.
+    born: nodeipc_fdpass::ForkGeneration,
     pidfd: Pidfd,
 }
 
@@ -245,6 +250,7 @@ pub unsafe extern "C" fn nodeipc_pidfd_open(
         args::publish(
             nodeipc_pidfd {
                 magic: nodeipc_pidfd::MAGIC,
+                born: nodeipc_fdpass::ForkGeneration::current(),
                 pidfd,
             },
             slot,

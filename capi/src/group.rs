@@ -16,6 +16,8 @@ use super::status::{Failure, NODEIPC_ERR_INVALID_ARGUMENT, Outcome, guard, nodei
 /// must not overlap (as every rank's calls follow the same order anyway).
 pub struct nodeipc_group {
     magic: u64,
+    /// The fork generation it was made in: a forked child may only free it.
+    born: nodeipc_fdpass::ForkGeneration,
     group: Group,
 }
 
@@ -49,6 +51,7 @@ pub unsafe extern "C" fn nodeipc_group_join(
         args::publish(
             nodeipc_group {
                 magic: nodeipc_group::MAGIC,
+                born: nodeipc_fdpass::ForkGeneration::current(),
                 group,
             },
             slot,

@@ -49,7 +49,7 @@ fn a_message_with_a_nul_is_kept_whole() {
 
 #[test]
 fn every_status_has_its_name() {
-    for code in -16..=0 {
+    for code in -17..=0 {
         // SAFETY: a static NUL-terminated string.
         let name = unsafe { CStr::from_ptr(nodeipc_status_name(code)) };
         assert!(name.to_str().unwrap().starts_with("NODEIPC_"), "{code}");
@@ -86,4 +86,21 @@ fn thread_safe_handles_are_send_and_sync() {
     both::<nodeipc_region>();
     both::<super::sem::nodeipc_sem>();
     both::<super::fdpass::nodeipc_pidfd>();
+}
+
+/// A second thread's call on a group is the caller's mistake, said so.
+#[test]
+fn a_busy_group_is_an_invalid_argument_naming_the_rule() {
+    let busy = nodeipc_barrier::Error::Busy {
+        group: "/g".into(),
+        rank: 0,
+        op: "barrier",
+    };
+    let failure = Failure::from(busy);
+    assert_eq!(failure.status, NODEIPC_ERR_INVALID_ARGUMENT);
+    assert!(
+        failure.message.contains("one thread at a time"),
+        "{}",
+        failure.message
+    );
 }

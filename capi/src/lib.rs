@@ -29,4 +29,6 @@ pub extern "C" fn nodeipc_version() -> *const std::ffi::c_char {
 }
 
 #[cfg(test)]
+mod alloc_tests;
+#[cfg(test)]
 mod guard_tests;

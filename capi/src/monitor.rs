@@ -13,6 +13,8 @@ use super::status::{Failure, NODEIPC_ERR_TOO_LARGE, Outcome, guard, nodeipc_stat
 /// included (a thread that beats while another calls must hold a lock).
 pub struct nodeipc_monitor {
     magic: u64,
+    /// The fork generation it was made in: a forked child may only free it.
+    born: nodeipc_fdpass::ForkGeneration,
     client: MonitorClient,
 }
 
@@ -90,6 +92,7 @@ pub unsafe extern "C" fn nodeipc_monitor_connect(
         args::publish(
             nodeipc_monitor {
                 magic: nodeipc_monitor::MAGIC,
+                born: nodeipc_fdpass::ForkGeneration::current(),
                 client,
             },
             slot,

@@ -1,7 +1,7 @@
 //! Shared-memory regions (`nodeipc_shm::Region`) for C.
 
 use std::ffi::{c_char, c_int, c_void};
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
+use std::os::fd::{AsFd, AsRawFd};
 use std::sync::Arc;
 
 use nodeipc_shm::{OpenOptions, Region};
@@ -15,6 +15,8 @@ use super::status::{Failure, Outcome, guard, nodeipc_status};
 /// freed.
 pub struct nodeipc_region {
     magic: u64,
+    /// The fork generation it was made in: a forked child may only free it.
+    born: nodeipc_fdpass::ForkGeneration,
     pub(crate) region: Arc<Region>,
 }
 
@@ -24,6 +26,7 @@ fn publish(region: Region, out: &mut *mut nodeipc_region) {
     args::publish(
         nodeipc_region {
             magic: nodeipc_region::MAGIC,
+            born: nodeipc_fdpass::ForkGeneration::current(),
             region: Arc::new(region),
         },
         out,
@@ -116,14 +119,10 @@ pub unsafe extern "C" fn nodeipc_region_from_fd(
     })
 }
 
-/// A close-on-exec duplicate of a caller's descriptor, refusing negatives.
+/// A close-on-exec duplicate of a caller's descriptor, refusing negatives
+/// and numbers that are not open (as every call taking one does).
 pub(crate) fn duplicate(fd: c_int) -> Outcome<std::os::fd::OwnedFd> {
-    if fd < 0 {
-        return Err(Failure::invalid(format!("descriptor {fd} is negative")));
-    }
-    // SAFETY: only borrowed for the duplicating call; an fd that is not open
-    // makes `fcntl` fail with `EBADF`, which is reported.
-    let borrowed = unsafe { BorrowedFd::borrow_raw(fd) };
+    let borrowed = super::fdpass::borrow(fd, "fd")?;
     rustix::io::fcntl_dupfd_cloexec(borrowed, 0).map_err(|e| {
         let mut f = Failure::new(
             super::status::NODEIPC_ERR_IO,

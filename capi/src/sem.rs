@@ -25,6 +25,8 @@ enum Kind {
 /// once no thread uses it.
 pub struct nodeipc_sem {
     magic: u64,
+    /// The fork generation it was made in: a forked child may only free it.
+    born: nodeipc_fdpass::ForkGeneration,
     kind: Kind,
 }
 
@@ -43,6 +45,7 @@ fn publish(kind: Kind, out: &mut *mut nodeipc_sem) {
     args::publish(
         nodeipc_sem {
             magic: nodeipc_sem::MAGIC,
+            born: nodeipc_fdpass::ForkGeneration::current(),
             kind,
         },
         out,

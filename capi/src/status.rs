@@ -46,6 +46,10 @@ pub enum nodeipc_status {
     NODEIPC_ERR_BAD_HANDLE = -15,
     /// A bug of ours was caught at the boundary (a Rust panic).
     NODEIPC_ERR_PANIC = -16,
+    /// The handle was made by the process this one was forked from: a
+    /// forked child may only free it (which closes its descriptors, unmaps
+    /// its memory and leaves everything else to the parent).
+    NODEIPC_ERR_FORKED = -17,
 }
 
 pub(crate) use nodeipc_status::*;
@@ -73,6 +77,12 @@ impl Failure {
         Failure::new(NODEIPC_ERR_INVALID_ARGUMENT, message)
     }
 
+    /// The same failure, its message saying which argument it is about.
+    pub(crate) fn context(mut self, what: &str) -> Failure {
+        self.message = format!("{what}: {}", self.message);
+        self
+    }
+
     pub(crate) fn from_error(
         status: nodeipc_status,
         error: &(dyn std::error::Error + 'static),
@@ -85,14 +95,30 @@ impl Failure {
     }
 }
 
-/// The first raw errno in an error's chain of sources.
+/// The first errno in an error's chain of sources: a failed system call's
+/// own, or the one a layer's error stands for (`EPERM` for a refused
+/// `pidfd_getfd`, `ESRCH` for a process gone, `EBADF` for a descriptor it
+/// does not have, `ENOENT`/`EEXIST` for a name: see each layer's
+/// `raw_os_error`).
 fn errno_in(error: &(dyn std::error::Error + 'static)) -> i32 {
     let mut next = Some(error);
     while let Some(e) = next {
-        if let Some(code) = e
+        let code = e
             .downcast_ref::<std::io::Error>()
             .and_then(std::io::Error::raw_os_error)
-        {
+            .or_else(|| {
+                e.downcast_ref::<nodeipc_fdpass::Error>()
+                    .and_then(nodeipc_fdpass::Error::raw_os_error)
+            })
+            .or_else(|| {
+                e.downcast_ref::<nodeipc_shm::Error>()
+                    .and_then(nodeipc_shm::Error::raw_os_error)
+            })
+            .or_else(|| {
+                e.downcast_ref::<nodeipc_sem::Error>()
+                    .and_then(nodeipc_sem::Error::raw_os_error)
+            });
+        if let Some(code) = code {
             return code;
         }
         next = e.source();
@@ -176,7 +202,11 @@ fn fdpass_status(e: &nodeipc_fdpass::Error) -> nodeipc_status {
 fn barrier_status(e: &nodeipc_barrier::Error) -> nodeipc_status {
     use nodeipc_barrier::Error as E;
     match e {
-        E::InvalidOptions { .. } | E::RankOutOfRange { .. } => NODEIPC_ERR_INVALID_ARGUMENT,
+        // Busy: a second thread's call on a handle taken one thread at a time.
+        E::InvalidOptions { .. }
+        | E::RankOutOfRange { .. }
+        | E::SubsetOutOfRange { .. }
+        | E::Busy { .. } => NODEIPC_ERR_INVALID_ARGUMENT,
         E::Mismatch { .. } | E::NotAVault { .. } | E::Corrupt { .. } | E::Protocol { .. } => {
             NODEIPC_ERR_CORRUPT
         }
@@ -285,6 +315,7 @@ pub extern "C" fn nodeipc_status_name(status: i32) -> *const c_char {
         -14 => c"NODEIPC_ERR_IO",
         -15 => c"NODEIPC_ERR_BAD_HANDLE",
         -16 => c"NODEIPC_ERR_PANIC",
+        -17 => c"NODEIPC_ERR_FORKED",
         _ => c"unknown",
     };
     name.as_ptr()

@@ -37,6 +37,9 @@ fn c_program_uses_every_layer_and_gets_codes_for_bad_arguments() {
         .split_whitespace()
         .collect();
     assert_eq!(summary.first(), Some(&"0"), "{stdout}");
+    if let Some(line) = stdout.lines().find(|l| l.starts_with("eperm skip:")) {
+        nodeipc_testkit::skip("the C API's EPERM check", line);
+    }
     let checks: u32 = summary.get(2).and_then(|n| n.parse().ok()).unwrap_or(0);
     assert!(checks > 100, "only {checks} checks ran:\n{stdout}");
     assert!(

@@ -92,6 +92,32 @@ fn a_c_coordinator_serves_c_workers_through_every_gather() {
 }
 
 #[test]
+fn a_c_coordinator_takes_one_sending_and_one_gathering_thread() {
+    let _dog = Watchdog::new("c_coordinator_threads", Duration::from_secs(120));
+    let dir = private_dir("capi-chan-threads");
+    let Some(program) = common::compile("coordinator_threads.c", &dir) else {
+        return;
+    };
+    let name = unique_name("capi-threads");
+    let out = run(&program, &[&name]).output_timeout(Duration::from_secs(60));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}\n{stdout}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let checks: u32 = stdout
+        .lines()
+        .last()
+        .and_then(|l| l.strip_prefix("0 of "))
+        .and_then(|rest| rest.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0);
+    assert!(checks > 400, "{stdout}");
+}
+
+#[test]
 fn c_workers_and_a_rust_worker_share_one_channel() {
     let _dog = Watchdog::new("c_and_rust_workers", Duration::from_secs(120));
     let dir = private_dir("capi-chan-mixed");
@@ -101,7 +127,7 @@ fn c_workers_and_a_rust_worker_share_one_channel() {
     let config = ChannelConfig::new(unique_name("capi-chan"), 3)
         .request_capacity(8 << 10)
         .timeout(Duration::from_secs(20));
-    let mut coordinator = Coordinator::create_anonymous(config).unwrap();
+    let coordinator = Coordinator::create_anonymous(config).unwrap();
     let server = serve(&coordinator, &dir);
     let socket = server.path().to_owned();
     let rounds = 20u64;
@@ -211,7 +237,7 @@ fn a_cpp_execute_worker_and_a_rust_worker_answer_execute_requests() {
         .request_capacity(64 << 10)
         .depth(2)
         .timeout(Duration::from_secs(20));
-    let mut coordinator = Coordinator::create_anonymous(config).unwrap();
+    let coordinator = Coordinator::create_anonymous(config).unwrap();
     let server = serve(&coordinator, &dir);
     let socket = server.path().to_owned();
     let rounds = 25u64;

@@ -70,7 +70,7 @@ fn coordinator() -> Result<()> {
     let dir = PrivateDir::create(&format!("nodeipc-example-channel-{me}"))?;
     let config =
         ChannelConfig::new(format!("/nodeipc-example-channel-{me}"), WORKERS).timeout(STEP);
-    let mut coordinator = Coordinator::create_anonymous(config)?;
+    let coordinator = Coordinator::create_anonymous(config)?;
     let offer = coordinator.offer()?;
     let server = HandshakeServer::bind(
         dir.0.join("logon.sock"),

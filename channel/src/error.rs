@@ -3,6 +3,8 @@
 use std::io;
 use std::time::Duration;
 
+use nodeipc_text::InWords;
+
 /// What can go wrong on an execute channel or its handshake. Every variant
 /// names the channel, and the worker where one is involved.
 #[derive(Debug, thiserror::Error)]
@@ -105,7 +107,7 @@ pub enum Error {
     },
 
     /// A bounded wait ran out.
-    #[error("channel {channel}: timed out after {waited:?} {op}")]
+    #[error("channel {channel}: timed out after {} {op}", InWords(*waited))]
     Timeout {
         /// The channel.
         channel: String,
@@ -176,6 +178,22 @@ pub enum Error {
         rank: u32,
         /// The worker count.
         workers: u32,
+    },
+
+    /// Another thread of this process is in a call this one may not
+    /// overlap: a coordinator takes one sending and one gathering thread at
+    /// a time (a second sender or a second gatherer is refused). Nothing
+    /// was done; the channel is intact.
+    #[error("channel {channel}: {op} refused: another thread is {busy}; {rule}")]
+    Busy {
+        /// The channel.
+        channel: String,
+        /// The call refused (`send`, `recv_all`, …).
+        op: &'static str,
+        /// What the other thread is doing (`sending`, `gathering`).
+        busy: &'static str,
+        /// The rule the call would break.
+        rule: &'static str,
     },
 
     /// The response thread or handler is in a state that forbids the call.

@@ -65,7 +65,7 @@ fn send_allocates_nothing_in_steady_state() {
     let config = ChannelConfig::new(&name, 1)
         .depth(4)
         .timeout(Duration::from_secs(10));
-    let mut coordinator = Coordinator::create(config.clone()).unwrap();
+    let coordinator = Coordinator::create(config.clone()).unwrap();
     let worker = std::thread::spawn(move || {
         let mut worker = Worker::join(config, 0).unwrap();
         let mut request = ExecuteRequest::default();
@@ -117,7 +117,7 @@ fn a_worker_reads_in_place_and_responds_without_allocating_in_steady_state() {
     let config = ChannelConfig::new(&name, 1)
         .depth(4)
         .timeout(Duration::from_secs(10));
-    let mut coordinator = Coordinator::create(config.clone()).unwrap();
+    let coordinator = Coordinator::create(config.clone()).unwrap();
     const ROUNDS: u64 = 2_000;
     const STEADY: u64 = 100;
     let worker = std::thread::spawn(move || {

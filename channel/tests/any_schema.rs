@@ -134,7 +134,7 @@ fn a_channel_of_a_stacks_own_messages_round_trips_and_aggregates_by_its_rule() {
 fn a_response_that_is_not_the_stacks_message_is_a_decode_error_naming_the_rank() {
     let _dog = Watchdog::new("any_schema_decode", Duration::from_secs(60));
     let config = ChannelConfig::new(unique_name("schema-bad"), 2).timeout(Duration::from_secs(10));
-    let mut coordinator = Coordinator::<Prompt, Tokens>::create_typed(config.clone()).unwrap();
+    let coordinator = Coordinator::<Prompt, Tokens>::create_typed(config.clone()).unwrap();
     let handles: Vec<_> = (0..2u32)
         .map(|rank| {
             let config = config.clone();

@@ -25,7 +25,7 @@ fn raw_frames_round_trip_read_in_place_and_answered_with_digests() {
         .request_capacity(256 << 10)
         .depth(2)
         .timeout(Duration::from_secs(10));
-    let mut coordinator = Coordinator::create_anonymous(config).unwrap();
+    let coordinator = Coordinator::create_anonymous(config).unwrap();
     let rounds = 50u64;
     let handles: Vec<_> = (0..2u32)
         .map(|rank| {
@@ -74,7 +74,7 @@ fn raw_frames_round_trip_read_in_place_and_answered_with_digests() {
 fn recv_bytes_and_the_first_gather_as_bytes() {
     let _dog = Watchdog::new("recv_bytes", Duration::from_secs(60));
     let config = ChannelConfig::new(unique_name("bytes-first"), 2).timeout(Duration::from_secs(10));
-    let mut coordinator = Coordinator::create(config.clone()).unwrap();
+    let coordinator = Coordinator::create(config.clone()).unwrap();
     let handles: Vec<_> = (0..2u32)
         .map(|rank| {
             let config = config.clone();
@@ -108,7 +108,7 @@ fn recv_bytes_and_the_first_gather_as_bytes() {
 fn a_guard_held_past_the_timeout_makes_send_time_out_naming_the_rank_and_nothing_breaks() {
     let _dog = Watchdog::new("guard_held", Duration::from_secs(60));
     let config = ChannelConfig::new(unique_name("held"), 2).timeout(Duration::from_secs(10));
-    let mut coordinator = Coordinator::create(config.clone()).unwrap();
+    let coordinator = Coordinator::create(config.clone()).unwrap();
     let (held_tx, held_rx) = std::sync::mpsc::channel();
     let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
     // Worker 0 answers every request at once; worker 1 holds its first

@@ -25,7 +25,7 @@ fn full_ring(sems: SemKind, depth: u32) {
         .depth(depth)
         .sems(sems)
         .timeout(TIMEOUT);
-    let mut coordinator = Coordinator::create(config.clone()).unwrap();
+    let coordinator = Coordinator::create(config.clone()).unwrap();
     let mut worker = Worker::join(config, 0).unwrap();
     coordinator
         .wait_for_workers(Duration::from_secs(10))
@@ -104,7 +104,7 @@ fn a_send_timed_out_on_one_worker_leaves_the_others_frames_free() {
     let _dog = Watchdog::new("timed-out send frees frames", Duration::from_secs(60));
     let name = unique_name("depth-two");
     let config = ChannelConfig::new(&name, 2).timeout(TIMEOUT);
-    let mut coordinator = Coordinator::create(config.clone()).unwrap();
+    let coordinator = Coordinator::create(config.clone()).unwrap();
     let mut prompt = Worker::join(config.clone(), 0).unwrap();
     let mut behind = Worker::join(config, 1).unwrap();
     coordinator

@@ -69,7 +69,7 @@ fn an_accepted_worker_gets_both_regions_and_serves() {
     let _dog = Watchdog::new("accept", Duration::from_secs(30));
     let dir = private_dir();
     let config = ChannelConfig::new(unique_name("hs"), 1).timeout(Duration::from_secs(5));
-    let mut coordinator = Coordinator::create_anonymous(config).unwrap();
+    let coordinator = Coordinator::create_anonymous(config).unwrap();
     let server = server(&dir, &coordinator, quick());
     let session = connect(server.path(), &worker_logon(0), Duration::from_secs(5)).unwrap();
     let kinds: Vec<FdKind> = session.fds.iter().map(|(k, _)| *k).collect();

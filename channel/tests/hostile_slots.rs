@@ -84,7 +84,7 @@ fn a_response_length_past_the_slot_is_corrupt_naming_slot_and_size() {
         (SLOT as u32 - 3, true),
         (u32::MAX, true),
     ] {
-        let (mut coordinator, mut worker, _, response) = channel("hostile-len");
+        let (coordinator, mut worker, _, response) = channel("hostile-len");
         coordinator.send(&ExecuteRequest::default()).unwrap();
         worker.recv().unwrap();
         hostile_answer(&coordinator, &response, init, &framed(len, b"\x08\x01"));
@@ -140,7 +140,7 @@ fn a_response_length_past_the_slot_is_corrupt_naming_slot_and_size() {
 #[test]
 fn garbage_inside_the_slot_is_a_decode_error_naming_the_slot() {
     let _dog = Watchdog::new("garbage in slot", Duration::from_secs(60));
-    let (mut coordinator, mut worker, _, response) = channel("hostile-body");
+    let (coordinator, mut worker, _, response) = channel("hostile-body");
     coordinator.send(&ExecuteRequest::default()).unwrap();
     worker.recv().unwrap();
     // A field of wire type 7, which does not exist.
@@ -154,7 +154,7 @@ fn garbage_inside_the_slot_is_a_decode_error_naming_the_slot() {
 #[test]
 fn a_request_frame_length_past_the_frame_is_corrupt_for_the_worker() {
     let _dog = Watchdog::new("frame past capacity", Duration::from_secs(60));
-    let (mut coordinator, mut worker, request, _) = channel("hostile-frame");
+    let (coordinator, mut worker, request, _) = channel("hostile-frame");
     let index = coordinator.send(&ExecuteRequest::default()).unwrap();
     let at = coordinator.config().layout().frame(index);
     request.write_at(at, &(SLOT as u32).to_le_bytes()).unwrap();
@@ -180,7 +180,7 @@ fn a_hostile_requests_sent_counter_does_not_mislead_the_coordinator() {
     // start time, then requests sent).
     const SENT: usize = 72;
     for hostile in [u64::MAX, u64::MAX - 1, 0] {
-        let (mut coordinator, mut worker, request, _) = channel("hostile-sent");
+        let (coordinator, mut worker, request, _) = channel("hostile-sent");
         coordinator.send(&ExecuteRequest::default()).unwrap();
         worker.recv().unwrap();
         worker.respond(&ExecuteResponse::default()).unwrap();
@@ -203,7 +203,7 @@ fn a_hostile_requests_sent_counter_does_not_mislead_the_coordinator() {
 #[test]
 fn regression_a_hostile_resume_point_does_not_panic_a_rejoining_worker() {
     let _dog = Watchdog::new("hostile resume point", Duration::from_secs(60));
-    let (mut coordinator, worker, _, response) = channel("hostile-received");
+    let (coordinator, worker, _, response) = channel("hostile-received");
     let name = coordinator.config().name.clone();
     let entry = coordinator.config().layout().worker_entry(0);
     drop(worker);
@@ -236,7 +236,7 @@ fn regression_a_hostile_resume_point_does_not_panic_a_rejoining_worker() {
 #[test]
 fn a_worker_claiming_another_process_gets_it_left_alone_and_the_wait_bounded() {
     let _dog = Watchdog::new("worker claims another pid", Duration::from_secs(60));
-    let (mut coordinator, mut worker, _, response) = channel("hostile-pid");
+    let (coordinator, mut worker, _, response) = channel("hostile-pid");
     // A bystander of the same user, and the worker's entry rewritten to name it.
     let mut bystander = spawn_child(std::process::Command::new("sleep").arg("30"));
     let pid = bystander.id();

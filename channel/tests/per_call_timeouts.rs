@@ -22,7 +22,7 @@ fn a_gather_that_times_out_resumes_where_it_stopped() {
     // A configured timeout far longer than the per-call ones: only theirs
     // can explain a prompt return.
     let config = ChannelConfig::new(unique_name("pct-gather"), 2).timeout(Duration::from_secs(30));
-    let mut coordinator = Coordinator::create(config.clone()).unwrap();
+    let coordinator = Coordinator::create(config.clone()).unwrap();
     let handles: Vec<_> = (0..2u32)
         .map(|rank| (rank, config.clone()))
         .map(|(rank, config)| {
@@ -74,7 +74,7 @@ fn a_gather_that_times_out_resumes_where_it_stopped() {
 fn try_recv_never_waits_and_recv_timeout_takes_nothing_when_it_times_out() {
     let _dog = Watchdog::new("worker_timeouts", Duration::from_secs(60));
     let config = ChannelConfig::new(unique_name("pct-worker"), 1).timeout(Duration::from_secs(30));
-    let mut coordinator = Coordinator::create(config.clone()).unwrap();
+    let coordinator = Coordinator::create(config.clone()).unwrap();
     let (sent_tx, sent_rx) = std::sync::mpsc::channel::<()>();
     let (waited_tx, waited_rx) = std::sync::mpsc::channel::<()>();
     let worker = thread::spawn(move || {
@@ -118,7 +118,7 @@ fn try_recv_never_waits_and_recv_timeout_takes_nothing_when_it_times_out() {
 fn a_send_that_times_out_sends_nothing_and_the_next_send_goes_through() {
     let _dog = Watchdog::new("send_timeout", Duration::from_secs(60));
     let config = ChannelConfig::new(unique_name("pct-send"), 1).timeout(Duration::from_secs(30));
-    let mut coordinator = Coordinator::create(config.clone()).unwrap();
+    let coordinator = Coordinator::create(config.clone()).unwrap();
     let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
     let worker = thread::spawn(move || {
         let mut worker = Worker::join(config, 0).unwrap();

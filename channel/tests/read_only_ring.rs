@@ -34,7 +34,7 @@ fn a_worker_writing_a_request_faults_and_the_other_workers_read_it_intact() {
     let _dog = Watchdog::new(TEST, Duration::from_secs(60));
     let name = unique_name("ro-ring");
     let config = ChannelConfig::new(&name, 2).timeout(Duration::from_secs(10));
-    let mut coordinator = Coordinator::create(config.clone()).unwrap();
+    let coordinator = Coordinator::create(config.clone()).unwrap();
     let child = spawn_child(nodeipc_testkit::this_test_in_a_child(TEST).env(CHILD, &name));
     let reader = thread::spawn(move || {
         let mut worker = Worker::join(config, 0).unwrap();

@@ -63,7 +63,7 @@ fn round_trips(sems: SemKind, workers: u32, depth: u32, count: u64) {
         .depth(depth)
         .sems(sems)
         .timeout(Duration::from_secs(20));
-    let mut coordinator = Coordinator::create(config.clone()).unwrap();
+    let coordinator = Coordinator::create(config.clone()).unwrap();
     let handles = spawn_workers(&config, count);
     coordinator
         .wait_for_workers(Duration::from_secs(10))
@@ -186,7 +186,7 @@ fn regression_recv_first_with_depth_never_deadlocks_a_slow_worker() {
     let config = ChannelConfig::new(unique_name("first-depth"), 2)
         .depth(4)
         .timeout(Duration::from_secs(10));
-    let mut coordinator = Coordinator::create(config.clone()).unwrap();
+    let coordinator = Coordinator::create(config.clone()).unwrap();
     let count = 300u64;
     let handles: Vec<_> = (0..2u32)
         .map(|rank| {
@@ -231,7 +231,7 @@ fn regression_recv_first_with_depth_never_deadlocks_a_slow_worker() {
 fn regression_an_answer_after_the_coordinator_closed_fails_at_once() {
     let _dog = Watchdog::new("answer after close", Duration::from_secs(60));
     let config = ChannelConfig::new(unique_name("closed"), 1).timeout(Duration::from_secs(30));
-    let mut coordinator = Coordinator::create(config.clone()).unwrap();
+    let coordinator = Coordinator::create(config.clone()).unwrap();
     let mut worker = Worker::join(config, 0).unwrap();
     coordinator.send(&forward(0, 1)).unwrap();
     let request = worker.recv().unwrap();
@@ -349,7 +349,7 @@ fn a_worker_that_leaves_can_rejoin_its_rank_where_it_stopped() {
     let config = ChannelConfig::new(unique_name("rejoin"), 2)
         .depth(2)
         .timeout(Duration::from_secs(10));
-    let mut coordinator = Coordinator::create(config.clone()).unwrap();
+    let coordinator = Coordinator::create(config.clone()).unwrap();
     let steady = {
         let config = config.clone();
         thread::spawn(move || {

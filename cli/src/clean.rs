@@ -20,10 +20,12 @@
 
 mod dirs;
 
+use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::Args;
 use nodeipc_shm::{ObjectKind, ProcessScan, ShmObject};
+use nodeipc_text::Printable;
 
 use crate::CmdResult;
 use crate::human::{self, Owners};
@@ -52,6 +54,11 @@ pub(crate) struct LsArgs {
     /// Sizes in bytes, not KiB, MiB or GiB.
     #[arg(long)]
     bytes: bool,
+    /// Look in DIR too (repeatable): where `nodeipc launch --run-dir DIR`
+    /// made its run directory. $TMPDIR, /tmp and $XDG_RUNTIME_DIR are
+    /// always looked in.
+    #[arg(long, value_name = "DIR")]
+    run_dir: Vec<PathBuf>,
 }
 
 #[derive(Args)]
@@ -76,6 +83,11 @@ pub(crate) struct CleanArgs {
     /// kernel proves them unused.
     #[arg(long)]
     ignore_unreadable: bool,
+    /// Look in DIR too (repeatable): where `nodeipc launch --run-dir DIR`
+    /// made its run directory. $TMPDIR, /tmp and $XDG_RUNTIME_DIR are
+    /// always looked in.
+    #[arg(long, value_name = "DIR")]
+    run_dir: Vec<PathBuf>,
 }
 
 /// The longest `--min-age`: ten years, far past any run, well inside what
@@ -89,7 +101,7 @@ pub(crate) fn ls(args: LsArgs) -> CmdResult {
         ignore_unreadable: false,
         min_age: Duration::from_secs(DEFAULT_MIN_AGE_SECS),
     };
-    let found = dirs::our_dirs(&args.prefix, &scan, &rules)?;
+    let found = dirs::our_dirs(&args.prefix, &args.run_dir, &scan, &rules)?;
     let mut listed = Vec::with_capacity(objects.len() + found.len());
     for object in &objects {
         // Nobody seen: the kernel says whether somebody unseen holds it.
@@ -155,10 +167,10 @@ pub(crate) fn ls(args: LsArgs) -> CmdResult {
             entry.mode,
             owners.name(entry.uid),
             users(entry.users, entry.unseen),
-            Shown(&entry.name)
+            Printable(&entry.name)
         );
         if let Some(line) = &entry.detail {
-            outln!("{:<10} {line}", "");
+            outln!("{:<10} {}", "", Printable(line));
         }
     }
     Ok(())
@@ -206,7 +218,7 @@ pub(crate) fn clean(args: CleanArgs) -> CmdResult {
         ignore_unreadable: args.ignore_unreadable,
         min_age: Duration::from_secs(args.min_age),
     };
-    let found = dirs::our_dirs(&args.prefix, &scan, &rules)?;
+    let found = dirs::our_dirs(&args.prefix, &args.run_dir, &scan, &rules)?;
     let done = if args.dry_run {
         Done::WouldRemove
     } else {
@@ -224,9 +236,14 @@ pub(crate) fn clean(args: CleanArgs) -> CmdResult {
                 })
             );
         } else if let Some(reason) = reason {
-            outln!("{} {kind} {} ({reason})", done.words(), Shown(name));
+            outln!(
+                "{} {kind} {} ({})",
+                done.words(),
+                Printable(name),
+                Printable(reason)
+            );
         } else {
-            outln!("{} {kind} {}", done.words(), Shown(name));
+            outln!("{} {kind} {}", done.words(), Printable(name));
         }
     };
     for object in &outcome.removed {
@@ -373,25 +390,5 @@ fn users(pids: &[u32], unseen: bool) -> String {
             .map(u32::to_string)
             .collect::<Vec<_>>()
             .join(",")
-    }
-}
-
-/// A name as `ls` and `clean` print it: control characters escaped, so a
-/// name someone else made with a newline in it cannot forge a line.
-struct Shown<'a>(&'a str);
-
-impl std::fmt::Display for Shown<'_> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        if !self.0.chars().any(char::is_control) {
-            return f.write_str(self.0);
-        }
-        for c in self.0.chars() {
-            if c.is_control() {
-                write!(f, "{}", c.escape_default())?;
-            } else {
-                write!(f, "{c}")?;
-            }
-        }
-        Ok(())
     }
 }

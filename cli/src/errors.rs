@@ -1,11 +1,8 @@
 //! How an error from a layer becomes the command's one line and exit
-//! status: a bounded wait that ran out is exit 3, whichever layer's it was,
-//! and its time is said in words ("150 ms"), not in the `Debug` form the
-//! layers' messages carry ("150.123456ms").
+//! status: a bounded wait that ran out is exit 3, whichever layer's it was;
+//! its time is said in words ("150 ms") by the layer's own message.
 
 use std::error::Error;
-
-use crate::human::duration;
 
 /// Whether `error`, or an error it wraps, is a bounded wait that ran out.
 pub(crate) fn timed_out(error: &(dyn Error + 'static)) -> bool {
@@ -29,16 +26,10 @@ pub(crate) fn timed_out(error: &(dyn Error + 'static)) -> bool {
     })
 }
 
-/// The line for `error`: its message, with the message of every timeout in
-/// it (itself or one it wraps) said again with the time in words.
+/// The line for `error`: its message. Every layer says its durations in
+/// words already (`nodeipc_text::InWords`), so nothing is rewritten.
 pub(crate) fn line(error: &(dyn Error + 'static)) -> String {
-    let mut line = error.to_string();
-    for e in chain(error) {
-        if let Some(words) = in_words(e) {
-            line = line.replace(&e.to_string(), &words);
-        }
-    }
-    line
+    error.to_string()
 }
 
 /// `error` and what it wraps. An `io::Error` made from another error hands
@@ -48,88 +39,6 @@ fn chain<'a>(error: &'a (dyn Error + 'static)) -> impl Iterator<Item = &'a (dyn 
         Some(io) => io.get_ref().map(|inner| inner as &(dyn Error + 'static)),
         None => e.source(),
     })
-}
-
-/// A timeout's message with its time in words; `None` for other errors.
-/// Each says what the layer's own message says.
-fn in_words(error: &(dyn Error + 'static)) -> Option<String> {
-    use nodeipc_fdpass::connect_failure_reason as reason;
-    if let Some(e) = error.downcast_ref::<nodeipc_sem::Error>() {
-        if let nodeipc_sem::Error::Timeout { name, waited } = e {
-            return Some(format!(
-                "timed out after {} waiting for semaphore {name}",
-                duration(*waited)
-            ));
-        }
-    } else if let Some(e) = error.downcast_ref::<nodeipc_monitor::Error>() {
-        return match e {
-            nodeipc_monitor::Error::ConnectTimeout { path, waited, last } => Some(format!(
-                "no monitor accepted a connection on {} within {}: {}",
-                path.display(),
-                duration(*waited),
-                reason(last)
-            )),
-            nodeipc_monitor::Error::Timeout {
-                op,
-                path,
-                waited,
-                detail,
-            } => Some(format!(
-                "the monitor at {}: {op} timed out after {}{detail}",
-                path.display(),
-                duration(*waited)
-            )),
-            nodeipc_monitor::Error::NotReady { pid, path, waited } => Some(format!(
-                "the monitor process {pid} did not accept connections on {} within {}",
-                path.display(),
-                duration(*waited)
-            )),
-            _ => None,
-        };
-    } else if let Some(e) = error.downcast_ref::<nodeipc_channel::Error>() {
-        if let nodeipc_channel::Error::Timeout {
-            channel,
-            op,
-            waited,
-        } = e
-        {
-            return Some(format!(
-                "channel {channel}: timed out after {} {op}",
-                duration(*waited)
-            ));
-        }
-    } else if let Some(e) = error.downcast_ref::<nodeipc_barrier::Error>() {
-        if let nodeipc_barrier::Error::Timeout {
-            group,
-            rank,
-            op,
-            waited,
-            arrived,
-            expected,
-        } = e
-        {
-            return Some(format!(
-                "group {group}: rank {rank} timed out in {op} after {} with {arrived} of {expected} ranks arrived; the group is unusable",
-                duration(*waited)
-            ));
-        }
-    } else if let Some(e) = error.downcast_ref::<nodeipc_shm::Error>() {
-        if let nodeipc_shm::Error::Timeout { name, waited, what } = e {
-            return Some(format!(
-                "timed out after {} waiting for shared-memory object {name} to {what}",
-                duration(*waited)
-            ));
-        }
-    } else if let Some(nodeipc_fdpass::Error::ConnectTimeout { path, waited, last }) =
-        error.downcast_ref::<nodeipc_fdpass::Error>()
-    {
-        return Some(format!(
-            "no connection to socket {path:?} within {}: {}",
-            duration(*waited),
-            reason(last)
-        ));
-    }
-    None
 }
 
 #[cfg(test)]
@@ -144,7 +53,6 @@ mod tests {
             name: "/nodeipc-x".to_owned(),
             waited: Duration::from_nanos(151_717_613),
         };
-        assert!(sem.to_string().contains("151.717613ms"), "{sem}");
         assert!(timed_out(&sem));
         assert_eq!(
             line(&sem),

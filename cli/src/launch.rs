@@ -8,6 +8,7 @@ use clap::Args;
 use nodeipc_launch::{HealthOptions, LaunchOptions, RdzvOptions, Rendezvous};
 use nodeipc_monitor::MonitorConfig;
 
+use crate::limits::u32_in;
 use crate::{CmdResult, Failure};
 
 /// `nodeipc launch --nproc N [options] -- COMMAND ARGS...`
@@ -19,7 +20,8 @@ pub(crate) struct LaunchArgs {
         value_name = "N",
         visible_alias = "nproc-per-node",
         alias = "nproc_per_node",
-        env = "PET_NPROC_PER_NODE"
+        env = "PET_NPROC_PER_NODE",
+        value_parser = u32_in(1, nodeipc_launch::MAX_NPROC)
     )]
     nproc: u32,
     /// Restart rounds allowed after the first (for the whole job: rounds
@@ -29,7 +31,8 @@ pub(crate) struct LaunchArgs {
         value_name = "K",
         default_value_t = 0,
         alias = "max_restarts",
-        env = "PET_MAX_RESTARTS"
+        env = "PET_MAX_RESTARTS",
+        value_parser = u32_in(0, nodeipc_launch::MAX_RESTARTS)
     )]
     max_restarts: u32,
     /// Nodes in the job: N, or a range N:M (a round runs on N to M nodes,
@@ -58,12 +61,18 @@ pub(crate) struct LaunchArgs {
     rdzv_id: Option<String>,
     /// This node's rank, 0 to N-1: on every launcher or on none (then
     /// ranks go in order of arrival).
-    #[arg(long, value_name = "R", alias = "node_rank", env = "PET_NODE_RANK")]
+    #[arg(
+        long,
+        value_name = "R",
+        alias = "node_rank",
+        env = "PET_NODE_RANK",
+        value_parser = u32_in(0, nodeipc_launch::MAX_NNODES - 1)
+    )]
     node_rank: Option<u32>,
     /// Seconds each launcher's etcd lease lives without a keepalive (whole,
     /// at least 2): a launcher that has had none acknowledged for half of
     /// it stops its ranks.
-    #[arg(long, value_name = "SECS", default_value = "5", alias = "rdzv_ttl", value_parser = seconds)]
+    #[arg(long, value_name = "SECS", default_value = "5", alias = "rdzv_ttl", value_parser = ttl_seconds)]
     rdzv_ttl: Duration,
     /// Seconds to wait for etcd and for the other nodes; a finished job's
     /// state stays in etcd this long.
@@ -102,7 +111,8 @@ pub(crate) struct LaunchArgs {
     #[arg(long, value_name = "FILE")]
     nvrx_config: Option<PathBuf>,
     /// Where the private run directory is made (default: $XDG_RUNTIME_DIR,
-    /// else the temporary directory).
+    /// else the temporary directory): a directory of ours, not a symlink,
+    /// that group and others cannot write.
     #[arg(long, value_name = "DIR")]
     run_dir: Option<PathBuf>,
     /// Seconds between SIGTERM and SIGKILL when ranks are stopped.
@@ -237,34 +247,43 @@ fn across_nodes(
     .into())
 }
 
+/// A line on stderr, escaped (it may name a file or a key someone else
+/// chose), never a panic on a closed stderr.
 fn eprintln_safe(line: &str) {
     use std::io::Write;
-    let _ = writeln!(std::io::stderr(), "{line}");
+    let _ = writeln!(std::io::stderr(), "{}", nodeipc_text::Printable(line));
 }
 
-/// Seconds, whole or fractional, more than 0 and at most a week (checked
-/// against --rdzv-timeout's own bound by the launcher).
+/// Seconds, whole or fractional, from 1 to a week: --rdzv-timeout's own
+/// bounds (`nodeipc_launch::MAX_RDZV_TIMEOUT`).
 fn long_seconds(text: &str) -> Result<Duration, String> {
-    let value: f64 = text
-        .parse()
-        .map_err(|_| format!("{text:?} is not a number of seconds"))?;
-    if !(value > 0.0 && value <= 7.0 * 24.0 * 3600.0) {
-        return Err(format!(
-            "{text} s is out of range: more than 0, at most 604800"
-        ));
-    }
-    Ok(Duration::from_secs_f64(value))
+    seconds_in(text, 1.0, nodeipc_launch::MAX_RDZV_TIMEOUT)
 }
 
-/// Seconds, whole or fractional, more than 0 and at most an hour.
+/// Seconds, whole or fractional, from 1 ms to an hour: what the launcher
+/// takes for --stop-timeout, --rank-restart-timeout and --health-interval
+/// (`nodeipc_launch::MAX_STOP_TIMEOUT`).
 fn seconds(text: &str) -> Result<Duration, String> {
-    let value: f64 = text
-        .parse()
-        .map_err(|_| format!("{text:?} is not a number of seconds"))?;
-    if !(value > 0.0 && value <= 3600.0) {
-        return Err(format!(
-            "{text} s is out of range: more than 0, at most 3600"
-        ));
+    seconds_in(text, 0.001, nodeipc_launch::MAX_STOP_TIMEOUT)
+}
+
+/// Whole seconds from 2 to an hour: an etcd lease's TTL
+/// (`nodeipc_launch::MAX_RDZV_TTL`).
+fn ttl_seconds(text: &str) -> Result<Duration, String> {
+    let max = nodeipc_launch::MAX_RDZV_TTL.as_secs();
+    match text.parse::<u64>() {
+        Ok(secs) if (2..=max).contains(&secs) => Ok(Duration::from_secs(secs)),
+        _ => Err(format!("must be whole seconds from 2 to {max}")),
+    }
+}
+
+/// A number of seconds in `min..=max`, the range named when it is not.
+fn seconds_in(text: &str, min: f64, max: Duration) -> Result<Duration, String> {
+    let max = max.as_secs_f64();
+    let refused = || format!("must be a number of seconds from {min} to {max}");
+    let value: f64 = text.parse().map_err(|_| refused())?;
+    if !(value >= min && value <= max) {
+        return Err(refused());
     }
     Ok(Duration::from_secs_f64(value))
 }

@@ -3,9 +3,11 @@
 //!
 //! The command line is a contract (see DESIGN.md): exit 0 on success, 1 with
 //! one line on stderr on failure, 2 for a usage error, 3 when `sem wait`
-//! times out, 128 + the signal's number when `demo` is stopped by SIGINT or
-//! SIGTERM. Standard output goes through [`output`], so a reader that leaves
-//! early ends the output quietly, never the work.
+//! times out, 128 + the signal's number when `demo` or `launch` is stopped
+//! by a terminating signal (SIGINT, SIGTERM, SIGHUP, ...: see
+//! `nodeipc_monitor::terminating_signals`). Standard output goes through
+//! [`output`], so a reader that leaves early ends the output quietly, never
+//! the work.
 #![deny(unsafe_op_in_unsafe_fn)]
 
 // First: its `outln!` is used by every module below.
@@ -37,7 +39,8 @@ Exit status:
   1      failure: one line on stderr says what went wrong
   2      usage error: one line on stderr, with clap's suggestion if it has one
   3      a bounded wait timed out (sem wait, monitor status, a peer that did not answer)
-  128+N  demo stopped by signal N (130 for SIGINT, 143 for SIGTERM), after cleaning up";
+  128+N  demo or launch stopped by signal N (130 for SIGINT, 143 for SIGTERM, 129 for
+         SIGHUP, ...), after cleaning up";
 
 /// Building blocks for processes on one Linux node that must work as one.
 #[derive(Parser)]
@@ -86,7 +89,7 @@ pub(crate) enum Failure {
     Timeout(String),
     /// Exit 2: arguments clap accepted one by one that do not go together.
     Usage(String),
-    /// Exit 128 + the signal's number: stopped by SIGINT or SIGTERM, after
+    /// Exit 128 + the signal's number: stopped by a terminating signal, after
     /// undoing what the command made. The line says which signal.
     Signal(i32, String),
     /// Exit with this status (`launch`: the failing rank's), this line on
@@ -142,9 +145,14 @@ fn main() -> ExitCode {
         Err(Failure::Status(code, line)) => (code, line),
     };
     // Not eprintln!: it panics when standard error is a closed pipe. An
-    // empty line: the command has said why already.
+    // empty line: the command has said why already. Escaped: the line may
+    // carry what a peer, a monitor or etcd said, and it stays one line.
     if !line.is_empty() {
-        let _ = writeln!(std::io::stderr(), "nodeipc: {line}");
+        let _ = writeln!(
+            std::io::stderr(),
+            "nodeipc: {}",
+            nodeipc_text::Printable(&line)
+        );
     }
     ExitCode::from(code)
 }
@@ -202,7 +210,11 @@ fn usage_error(error: clap::Error) -> ExitCode {
                 .filter_map(|line| line.trim().strip_prefix("tip: "))
                 .map(|tip| format!("; {tip}"))
                 .collect();
-            let _ = writeln!(std::io::stderr(), "nodeipc: {first}{tips} (see --help)");
+            let _ = writeln!(
+                std::io::stderr(),
+                "nodeipc: {} (see --help)",
+                nodeipc_text::Printable(&format!("{first}{tips}"))
+            );
             ExitCode::from(2)
         }
     }

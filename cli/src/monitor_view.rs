@@ -4,12 +4,11 @@
 use std::time::Duration;
 
 use nodeipc_monitor::{MonitorStatus, RankState};
-
-use crate::human;
+use nodeipc_text::{duration, printable, signal_name};
 
 /// The status as labelled lines, one fact each.
 pub(crate) fn render(socket: &str, status: &MonitorStatus) -> String {
-    let ms = |ms: u64| human::duration(Duration::from_millis(ms));
+    let ms = |ms: u64| duration(Duration::from_millis(ms));
     let limit = |limit: Option<u64>| limit.map_or_else(|| "none".to_owned(), ms);
     let mut lines = vec![
         ("monitor", socket.to_owned()),
@@ -76,7 +75,7 @@ pub(crate) fn render(socket: &str, status: &MonitorStatus) -> String {
     }
     lines.push(("on timeout", on_timeout));
     if let Some(last) = &status.last_timeout {
-        lines.push(("last timeout", printable(last)));
+        lines.push(("last timeout", printable(last).into_owned()));
     }
     if let Some(state) = &status.last_state {
         lines.push(("rank state", format!("{} bytes", state.len())));
@@ -103,34 +102,4 @@ fn state(state: RankState) -> &'static str {
         RankState::Restarting => "restarting",
         RankState::Closed => "closed",
     }
-}
-
-fn signal_name(number: i32) -> String {
-    let name = match number {
-        libc::SIGHUP => "SIGHUP",
-        libc::SIGINT => "SIGINT",
-        libc::SIGQUIT => "SIGQUIT",
-        libc::SIGABRT => "SIGABRT",
-        libc::SIGKILL => "SIGKILL",
-        libc::SIGUSR1 => "SIGUSR1",
-        libc::SIGUSR2 => "SIGUSR2",
-        libc::SIGTERM => "SIGTERM",
-        _ => return format!("signal {number}"),
-    };
-    name.to_owned()
-}
-
-/// Text a rank chose (host, section names): control characters escaped, so
-/// it cannot forge a line.
-fn printable(text: &str) -> String {
-    text.chars()
-        .flat_map(|c| {
-            let escaped: Vec<char> = if c.is_control() {
-                c.escape_default().collect()
-            } else {
-                vec![c]
-            };
-            escaped
-        })
-        .collect()
 }

@@ -6,6 +6,7 @@ use clap::Subcommand;
 use nodeipc_sem::{NamedSemaphore, Semaphore};
 
 use crate::CmdResult;
+use crate::limits::{u32_in, u64_in};
 
 #[derive(Subcommand)]
 pub(crate) enum SemCommand {
@@ -13,8 +14,8 @@ pub(crate) enum SemCommand {
     Create {
         /// Semaphore name, such as /nodeipc-ready.
         name: String,
-        /// Initial count.
-        #[arg(long, default_value_t = 0)]
+        /// Initial count, 0 to 2147483647 (SEM_VALUE_MAX).
+        #[arg(long, default_value_t = 0, value_parser = u32_in(0, nodeipc_sem::SEM_VALUE_MAX))]
         value: u32,
     },
     /// Increment the count.
@@ -27,7 +28,7 @@ pub(crate) enum SemCommand {
         /// Semaphore name.
         name: String,
         /// Give up after this many milliseconds (default: wait forever).
-        #[arg(long)]
+        #[arg(long, value_parser = u64_in(0, u64::MAX))]
         timeout_ms: Option<u64>,
     },
     /// Print the current count.

@@ -532,3 +532,95 @@ impl Drop for RemoveOnDrop {
         let _ = std::fs::remove_file(&self.0);
     }
 }
+
+/// A refused number is refused with the range the command really takes
+/// (regression: `launch --nproc -1` said "-1 is not in 0..=4294967295",
+/// the range of a u32, where launch takes 1..=1024; `sem create --value`
+/// the same for 0..=2147483647; `sem wait --timeout-ms -1` said "invalid
+/// digit found in string"; `--rdzv-ttl`, `--rdzv-timeout` and the launch
+/// timeouts named bounds their options do not have).
+#[test]
+fn regression_a_refused_number_names_the_real_range() {
+    let _dog = Watchdog::new("real ranges", Duration::from_secs(120));
+    let launch = |option: &'static str, value: &'static str| -> Vec<&'static str> {
+        vec!["launch", "--nproc", "1", option, value, "--", "true"]
+    };
+    let cases: Vec<(Vec<&str>, &str)> = vec![
+        (vec!["launch", "--nproc", "-1", "--", "true"], "in 1..=1024"),
+        (
+            vec!["launch", "--nproc", "4294967296", "--", "true"],
+            "in 1..=1024",
+        ),
+        (launch("--max-restarts", "-1"), "in 0..=1000000"),
+        (launch("--node-rank", "-1"), "in 0..=4095"),
+        (launch("--stop-timeout", "0.0001"), "from 0.001 to 3600"),
+        (launch("--rank-restart-timeout", "-1"), "from 0.001 to 3600"),
+        (launch("--health-interval", "7200"), "from 0.001 to 3600"),
+        (launch("--rdzv-ttl", "1"), "whole seconds from 2 to 3600"),
+        (launch("--rdzv-timeout", "0.5"), "from 1 to 604800"),
+        (
+            vec!["sem", "create", "/nodeipc-x", "--value", "-1"],
+            "in 0..=2147483647",
+        ),
+        (
+            vec!["sem", "wait", "/nodeipc-x", "--timeout-ms", "-1"],
+            "at least 0",
+        ),
+        (
+            vec![
+                "monitor",
+                "status",
+                "--socket",
+                "/nodeipc-x",
+                "--timeout-ms",
+                "junk",
+            ],
+            "at least 1",
+        ),
+    ];
+    let mut failures = Vec::new();
+    for (args, range) in &cases {
+        let out = nodeipc(args, None);
+        let err = stderr(&out);
+        if out.status.code() != Some(2) || !err.contains(range) || err.lines().count() != 1 {
+            failures.push(format!(
+                "{}: {:?}: {err}",
+                args.join(" "),
+                out.status.code()
+            ));
+        }
+    }
+    // Every numeric option, fed -1 and junk: never a type's range or a
+    // parser's words instead of the option's own range.
+    for (sub, options) in NUMERIC {
+        for option in *options {
+            for value in ["-1", "junk"] {
+                let mut args: Vec<&str> = sub.split(' ').collect();
+                args.extend(match *sub {
+                    "shm create" | "shm write" | "shm read" => vec!["/nodeipc-x"],
+                    "sem create" | "sem wait" => vec!["/nodeipc-x"],
+                    "monitor status" => vec!["--socket", "/nodeipc-x"],
+                    "launch" if *option != "--nproc" => vec!["--nproc", "1"],
+                    _ => vec![],
+                });
+                args.extend([*option, value]);
+                if *sub == "launch" {
+                    args.extend(["--", "true"]);
+                }
+                let out = nodeipc(&args, None);
+                let err = stderr(&out);
+                for tell in [
+                    "4294967295",
+                    "18446744073709551615",
+                    "invalid digit",
+                    "invalid float",
+                ] {
+                    if err.contains(tell) {
+                        failures.push(format!("{}: says {tell:?}: {err}", args.join(" ")));
+                    }
+                }
+            }
+        }
+    }
+    report(failures);
+}

@@ -196,6 +196,93 @@ fn man_prints_a_roff_page_or_writes_one_per_subcommand() {
     );
 }
 
+/// `man --dir D` where another user may write D: a symlink planted at a
+/// page's name (to a file of ours, say one of root's) is refused naming the
+/// page and the link's owner, and the file it points at is untouched; a
+/// FIFO planted there is refused at once, not written into (which would
+/// block until a reader came); another user's file is not replaced.
+#[test]
+fn regression_man_never_writes_through_what_is_planted_in_its_directory() {
+    use std::os::unix::fs::PermissionsExt;
+    let _dog = Watchdog::new("man planted", Duration::from_secs(60));
+    let dir = nodeipc_testkit::TempDir::new("cli-man-planted");
+    // Anyone may plant a file in it, as in a shared directory.
+    std::fs::set_permissions(dir.path(), PermissionsExt::from_mode(0o1777)).unwrap();
+    let victim = dir.join("victim");
+    std::fs::write(&victim, b"precious\n").unwrap();
+    let page = dir.join("nodeipc-ls.1");
+    std::os::unix::fs::symlink(&victim, &page).unwrap();
+    let planter = if nodeipc_testkit::is_root() {
+        rustix::fs::chownat(
+            rustix::fs::CWD,
+            &page,
+            Some(rustix::process::Uid::from_raw(nodeipc_testkit::NOBODY.0)),
+            None,
+            rustix::fs::AtFlags::SYMLINK_NOFOLLOW,
+        )
+        .unwrap();
+        nodeipc_testkit::NOBODY.0
+    } else {
+        rustix::process::geteuid().as_raw()
+    };
+    let refused = |what: &str| {
+        let out = nodeipc(&["man", "--dir", dir.path().to_str().unwrap()]);
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert_eq!(out.status.code(), Some(1), "{what}: {stderr}");
+        assert_eq!(stderr.lines().count(), 1, "{what}: {stderr}");
+        assert!(
+            stderr.contains(page.to_str().unwrap()) && stderr.contains(what),
+            "{what}: {stderr}"
+        );
+        stderr
+    };
+    let stderr = refused("found a symlink");
+    assert!(stderr.contains(&format!("owner uid {planter}")), "{stderr}");
+    assert_eq!(std::fs::read(&victim).unwrap(), b"precious\n");
+    std::fs::remove_file(&page).unwrap();
+    rustix::fs::mknodat(
+        rustix::fs::CWD,
+        &page,
+        rustix::fs::FileType::Fifo,
+        rustix::fs::Mode::from_raw_mode(0o666),
+        0,
+    )
+    .unwrap();
+    refused("found a FIFO");
+    std::fs::remove_file(&page).unwrap();
+    if nodeipc_testkit::is_root() {
+        std::fs::write(&page, b"theirs\n").unwrap();
+        let (uid, gid) = nodeipc_testkit::NOBODY;
+        std::os::unix::fs::chown(&page, Some(uid), Some(gid)).unwrap();
+        let stderr = refused(&format!("owner uid {uid}"));
+        assert!(stderr.contains("refusing"), "{stderr}");
+        assert_eq!(std::fs::read(&page).unwrap(), b"theirs\n");
+        std::fs::remove_file(&page).unwrap();
+    }
+    // Our own page from an earlier run is replaced.
+    ok(&["man", "--dir", dir.path().to_str().unwrap()]);
+    ok(&["man", "--dir", dir.path().to_str().unwrap()]);
+    assert!(std::fs::read_to_string(&page).unwrap().contains(".TH"));
+}
+
+/// The one line a failing command prints escapes the control characters
+/// of what it quotes (a path, a peer's or a monitor's words, a value from
+/// etcd): it stays one line and sends the terminal nothing (regression:
+/// quoted text went to stderr raw).
+#[test]
+fn regression_an_error_line_quoting_outside_text_stays_one_line() {
+    let dir = "/nonexistent-nodeipc\nnodeipc: all good\u{1b}[2J";
+    let out = nodeipc(&["man", "--dir", dir]);
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(stderr.lines().count(), 1, "{stderr:?}");
+    assert!(!stderr.contains('\u{1b}'), "{stderr:?}");
+    assert!(
+        stderr.contains("/nonexistent-nodeipc\\nnodeipc: all good\\u{1b}[2J"),
+        "{stderr:?}"
+    );
+}
+
 #[test]
 fn help_lists_the_exit_statuses() {
     let help = ok(&["--help"]);

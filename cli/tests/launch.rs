@@ -127,7 +127,7 @@ fn a_rank_killed_by_a_signal_makes_launch_exit_128_plus_the_signal() {
     );
     let err = stderr(&out);
     assert_eq!(out.status.code(), Some(128 + libc::SIGKILL), "{err}");
-    assert!(err.contains("rank 0 (local 0) killed by signal 9"), "{err}");
+    assert!(err.contains("rank 0 (local 0) killed by SIGKILL"), "{err}");
     assert_no_run_dir(&dir);
 }
 
@@ -241,12 +241,21 @@ fn absurd_arguments_are_refused_with_one_line_naming_them() {
     let _watchdog = Watchdog::new("launch args", Duration::from_secs(60));
     let dir = TempDir::new("launch-args");
     for (args, expect) in [
-        (vec!["--nproc", "0"], "--nproc 0 is out of range"),
-        (vec!["--nproc", "100000"], "--nproc 100000 is out of range"),
-        (vec!["--nproc", "1", "--stop-timeout", "0"], "out of range"),
+        (
+            vec!["--nproc", "0"],
+            "'--nproc <N>': must be a whole number in 1..=1024",
+        ),
+        (
+            vec!["--nproc", "100000"],
+            "'--nproc <N>': must be a whole number in 1..=1024",
+        ),
+        (
+            vec!["--nproc", "1", "--stop-timeout", "0"],
+            "from 0.001 to 3600",
+        ),
         (
             vec!["--nproc", "1", "--stop-timeout", "nan"],
-            "out of range",
+            "from 0.001 to 3600",
         ),
     ] {
         let out = run(&dir, "env", &args);
@@ -347,4 +356,203 @@ fn ranks_die_with_a_launcher_killed_outright() {
     );
     // What a killed launcher cannot remove: its run directory (for
     // `nodeipc clean`). Removed here by the test's TempDir.
+}
+
+/// Every terminating signal stops `nodeipc launch` as SIGTERM does: ranks
+/// and the daemon a rank left behind (setsid) stopped and reaped, the run
+/// directory removed, the signal named, and the launcher exits 128 + its
+/// number (regression: SIGUSR1, SIGUSR2, SIGALRM, SIGVTALRM, SIGPROF and
+/// the rest killed it at once, exit 128 + N with no clean-up: the daemon
+/// kept running and the run directory stayed).
+#[test]
+fn regression_every_terminating_signal_stops_launch_in_order() {
+    let _watchdog = Watchdog::new("launch every signal", Duration::from_secs(600));
+    // The list, written out: the launcher's own set must hold it.
+    let signals: Vec<i32> = [
+        libc::SIGHUP,
+        libc::SIGINT,
+        libc::SIGQUIT,
+        libc::SIGTERM,
+        libc::SIGUSR1,
+        libc::SIGUSR2,
+        libc::SIGALRM,
+        libc::SIGVTALRM,
+        libc::SIGPROF,
+        libc::SIGIO,
+        libc::SIGPWR,
+        libc::SIGSTKFLT,
+        libc::SIGXCPU,
+        libc::SIGXFSZ,
+    ]
+    .into_iter()
+    .chain(libc::SIGRTMIN()..=libc::SIGRTMAX())
+    .collect();
+    let failures: Vec<String> = std::thread::scope(|scope| {
+        let chunks: Vec<Vec<i32>> = signals
+            .chunks(signals.len().div_ceil(3))
+            .map(<[i32]>::to_vec)
+            .collect();
+        let workers: Vec<_> = chunks
+            .into_iter()
+            .map(|chunk| {
+                scope.spawn(move || {
+                    chunk
+                        .into_iter()
+                        .filter_map(|signal| stopped_in_order_by(signal).err())
+                        .collect::<Vec<String>>()
+                })
+            })
+            .collect();
+        workers
+            .into_iter()
+            .flat_map(|w| w.join().unwrap())
+            .collect()
+    });
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// Starts a launch whose rank leaves a setsid daemon, sends it `signal`,
+/// and checks the clean stop; what went wrong, if anything.
+fn stopped_in_order_by(signal: i32) -> Result<(), String> {
+    let name = nodeipc_text::signal_name(signal);
+    let dir = TempDir::new("launch-sig-all");
+    let mut launch = spawn_child(&mut launch_command(
+        &dir,
+        "grandchildren",
+        &["--nproc", "1", "--stop-timeout", "5"],
+    ));
+    let pids = rank_pids(&dir, 1);
+    // SAFETY: kill(2) on our own child, not yet reaped, with a valid signal.
+    if unsafe { libc::kill(launch.id() as i32, signal) } != 0 {
+        return Err(format!("{name}: kill: {}", std::io::Error::last_os_error()));
+    }
+    let status = launch.wait_timeout(Duration::from_secs(30));
+    let err = String::from_utf8_lossy(&launch.child().stderr.take().map_or_else(
+        Vec::new,
+        |mut s| {
+            let mut text = Vec::new();
+            let _ = std::io::Read::read_to_end(&mut s, &mut text);
+            text
+        },
+    ))
+    .into_owned();
+    if status.code() != Some(128 + signal) {
+        return Err(format!(
+            "{name}: {status:?}, expected exit {}: {err}",
+            128 + signal
+        ));
+    }
+    let left: Vec<u32> = pids.iter().copied().filter(|&p| alive(p)).collect();
+    if !left.is_empty() {
+        return Err(format!("{name}: left alive: {left:?}"));
+    }
+    if !err.contains(&format!("{name} received: stopping")) {
+        return Err(format!("{name}: not named: {err}"));
+    }
+    let events = events(&dir);
+    let said: Vec<_> = events.iter().filter(|e| e["event"] == "signal").collect();
+    if said.len() != 1 || said[0]["signal"] != signal {
+        return Err(format!("{name}: signal events {said:?}"));
+    }
+    let left: Vec<String> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("nodeipc-launch-"))
+        .collect();
+    if !left.is_empty() {
+        return Err(format!("{name}: run directory left behind: {left:?}"));
+    }
+    Ok(())
+}
+
+/// A launcher killed outright (SIGKILL) leaves its run directory: `nodeipc
+/// ls` lists it and `nodeipc clean` removes it, in `--run-dir DIR` (named
+/// to them with the same flag) and in `$XDG_RUNTIME_DIR`, the default
+/// (regression: neither knew a launcher's run directory, though SECURITY.md
+/// said they found it).
+#[test]
+fn regression_ls_and_clean_find_a_killed_launchers_run_directory() {
+    let _watchdog = Watchdog::new("launch killed ls clean", Duration::from_secs(120));
+    let dir = TempDir::new("launch-killed-clean");
+    // Not inside `dir`: a socket path holds at most 107 bytes.
+    let runtime_dir = TempDir::new("rt");
+    let runtime = runtime_dir.path().to_owned();
+    for by_flag in [true, false] {
+        // The rank writes it anew.
+        let _ = std::fs::remove_file(dir.join("pids-0"));
+        let mut command = launch_command(&dir, "ignore-term", &["--nproc", "1"]);
+        if !by_flag {
+            // The default place: $XDG_RUNTIME_DIR, the kit's --run-dir dropped.
+            let args: Vec<_> = command.get_args().map(|a| a.to_owned()).collect();
+            let at = args.iter().position(|a| a == "--run-dir").unwrap();
+            let mut again = std::process::Command::new(command.get_program());
+            again
+                .args(args[..at].iter().chain(&args[at + 2..]))
+                .envs(command.get_envs().filter_map(|(k, v)| Some((k, v?))))
+                .env("XDG_RUNTIME_DIR", &runtime)
+                .current_dir(dir.path())
+                .stdin(std::process::Stdio::null())
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::null());
+            command = again;
+        }
+        let mut launch = spawn_child(&mut command);
+        let pids = rank_pids(&dir, 1);
+        launch.kill();
+        wait_for(
+            "the rank gone with its launcher",
+            Duration::from_secs(10),
+            || pids.iter().all(|&p| !alive(p)),
+        );
+        let parent = if by_flag {
+            dir.path().to_owned()
+        } else {
+            runtime.clone()
+        };
+        let run_dirs = |parent: &std::path::Path| -> Vec<std::path::PathBuf> {
+            std::fs::read_dir(parent)
+                .unwrap()
+                .flatten()
+                .map(|e| e.path())
+                .filter(|p| {
+                    p.file_name()
+                        .unwrap()
+                        .to_string_lossy()
+                        .starts_with("nodeipc-launch-")
+                })
+                .collect()
+        };
+        let left = run_dirs(&parent);
+        assert_eq!(left.len(), 1, "by_flag {by_flag}: {left:?}");
+        let shown = left[0].to_str().unwrap();
+        let cli = |args: &[&str]| {
+            let mut args: Vec<&str> = args.to_vec();
+            if by_flag {
+                args.extend(["--run-dir", dir.path().to_str().unwrap()]);
+            }
+            let out = spawn_child(
+                std::process::Command::new(env!("CARGO_BIN_EXE_nodeipc"))
+                    .args(&args)
+                    .env("XDG_RUNTIME_DIR", &runtime)
+                    .stdout(std::process::Stdio::piped())
+                    .stderr(std::process::Stdio::piped()),
+            )
+            .output_timeout(Duration::from_secs(60));
+            assert!(out.status.success(), "{args:?}: {}", stderr(&out));
+            String::from_utf8_lossy(&out.stdout).into_owned()
+        };
+        let listed = cli(&["ls", "--prefix", "/nodeipc-launch-"]);
+        assert!(listed.contains(shown), "by_flag {by_flag}: {listed}");
+        let cleaned = cli(&[
+            "clean",
+            "--prefix",
+            "/nodeipc-launch-",
+            "--min-age",
+            "0",
+            "--ignore-unreadable",
+        ]);
+        assert!(cleaned.contains(shown), "by_flag {by_flag}: {cleaned}");
+        assert!(run_dirs(&parent).is_empty(), "by_flag {by_flag}: {cleaned}");
+    }
 }

@@ -44,7 +44,7 @@ fn a_restarted_rank_that_registered_before_and_stays_away_fails_the_round() {
     );
     let last = err.lines().last().unwrap();
     assert!(
-        last.contains("rank 0 (local 0) did not register with its monitor again within --rank-restart-timeout 0.5 s"),
+        last.contains("rank 0 (local 0) did not register with its monitor again within --rank-restart-timeout 500 ms"),
         "{last}"
     );
     assert_no_run_dir(&dir);
@@ -360,4 +360,111 @@ fn an_nvrx_config_file_is_read_with_a_warning_per_key_not_used() {
         "{err}"
     );
     assert_no_run_dir(&dir);
+}
+
+/// `nodeipc launch` with `--run-dir DIR --json-events FILE`, the `env`
+/// rank (which leaves a file per rank it ran as); its output.
+fn launch_with_paths(dir: &TempDir, run_dir: &Path, events: &Path) -> std::process::Output {
+    let command = launch_command(dir, "env", &["--nproc", "2"]);
+    // The kit's command with its --run-dir and --json-events replaced.
+    let mut args: Vec<std::ffi::OsString> = command.get_args().map(|a| a.to_owned()).collect();
+    let at = |args: &[std::ffi::OsString], flag: &str| {
+        args.iter()
+            .position(|a| a == flag)
+            .expect("the kit passes it")
+            + 1
+    };
+    let i = at(&args, "--run-dir");
+    args[i] = run_dir.as_os_str().to_owned();
+    let i = at(&args, "--json-events");
+    args[i] = events.as_os_str().to_owned();
+    let mut again = Command::new(command.get_program());
+    again
+        .args(args)
+        .envs(command.get_envs().filter_map(|(k, v)| Some((k, v?))))
+        .current_dir(dir.path())
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    spawn_child(&mut again).output_timeout(Duration::from_secs(60))
+}
+
+/// A `--run-dir` that is a symlink, another user's directory or one others
+/// may write is refused naming owner and mode, and a `--json-events` path
+/// the launcher may not write into (`/proc/self/status`, a symlink) is
+/// refused, both before anything starts: no rank ran, no run directory or
+/// events file was made, the one line on stderr names the path.
+#[test]
+fn regression_run_dir_and_events_file_are_checked_before_anything_starts() {
+    use std::os::unix::fs::PermissionsExt;
+    let _watchdog = Watchdog::new("launch paths", Duration::from_secs(120));
+    let dir = TempDir::new("launch-paths");
+    let good = dir.join("runs");
+    std::fs::create_dir(&good).unwrap();
+    std::fs::set_permissions(&good, PermissionsExt::from_mode(0o700)).unwrap();
+    let events = dir.join("events.jsonl");
+    let refused = |run_dir: &Path, events: &Path, expect: &[&str]| {
+        let out = launch_with_paths(&dir, run_dir, events);
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(1), "{expect:?}: {err}");
+        assert_eq!(err.lines().count(), 1, "{expect:?}: {err}");
+        for word in expect {
+            assert!(err.contains(word), "{expect:?}: {err}");
+        }
+        assert!(!dir.join("env-0-0").exists(), "a rank ran: {err}");
+        assert!(!err.contains("ranks, up to"), "the launch began: {err}");
+        let made: Vec<_> = std::fs::read_dir(&good)
+            .unwrap()
+            .chain(std::fs::read_dir(dir.path()).unwrap())
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|n| n.starts_with("nodeipc-launch-"))
+            .collect();
+        assert!(made.is_empty(), "{made:?}");
+    };
+
+    let link = dir.join("link");
+    std::os::unix::fs::symlink(&good, &link).unwrap();
+    refused(&link, &events, &["--run-dir", "link", "found a symlink"]);
+    assert!(
+        !events.exists(),
+        "the events file was made before the check"
+    );
+    let open = dir.join("open");
+    std::fs::create_dir(&open).unwrap();
+    for mode in [0o777, 0o1777, 0o770] {
+        std::fs::set_permissions(&open, PermissionsExt::from_mode(mode)).unwrap();
+        refused(&open, &events, &["--run-dir", &format!("mode {mode:04o}")]);
+    }
+    if nodeipc_testkit::is_root() {
+        let theirs = dir.join("theirs");
+        std::fs::create_dir(&theirs).unwrap();
+        std::fs::set_permissions(&theirs, PermissionsExt::from_mode(0o700)).unwrap();
+        let (uid, gid) = nodeipc_testkit::NOBODY;
+        std::os::unix::fs::chown(&theirs, Some(uid), Some(gid)).unwrap();
+        refused(
+            &theirs,
+            &events,
+            &["--run-dir", &format!("owner uid {uid}")],
+        );
+    }
+    refused(
+        &good,
+        Path::new("/proc/self/status"),
+        &["/proc/self/status", "mode 0444"],
+    );
+    refused(
+        &good,
+        Path::new("/proc/self/comm"),
+        &["/proc/self/comm", "procfs"],
+    );
+    let planted = dir.join("planted.jsonl");
+    std::os::unix::fs::symlink(dir.join("elsewhere"), &planted).unwrap();
+    refused(&good, &planted, &["planted.jsonl", "found a symlink"]);
+    assert!(!dir.join("elsewhere").exists());
+
+    // The good ones run.
+    let out = launch_with_paths(&dir, &good, &events);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(dir.join("env-1-0").exists());
 }

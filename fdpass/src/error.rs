@@ -4,6 +4,8 @@ use std::io;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use nodeipc_text::InWords;
+
 use crate::connect_failure_reason;
 
 /// What can go wrong moving descriptors between processes. Every variant
@@ -110,10 +112,17 @@ pub enum Error {
 
     /// The kernel refused `pidfd_getfd` (`EPERM`): another user, Yama's
     /// `ptrace_scope`, or a container's seccomp profile.
+    ///
+    /// The message reaches C and Python callers too, so it names the ways
+    /// out in the system's terms; in Rust they are
+    /// [`allow_ptracer`](crate::allow_ptracer) on the exporting side and
+    /// [`Transport::ScmRights`](crate::Transport::ScmRights) (or
+    /// [`send_fds`](crate::send_fds)).
     #[error(
         "pidfd_getfd of descriptor {fd} in process {pid} is not permitted (EPERM); ways out: run both \
-         processes as the same user, let the exporter call allow_ptracer (PR_SET_PTRACER) for \
-         the importer, or pass the descriptor over SCM_RIGHTS instead (Transport::ScmRights)"
+         processes as the same user, have process {pid} allow this one to trace it \
+         (prctl(PR_SET_PTRACER, <this pid>), for Yama's ptrace_scope), or pass the descriptor \
+         over a Unix socket with SCM_RIGHTS instead"
     )]
     NotPermitted {
         /// The exporting process.
@@ -217,7 +226,8 @@ pub enum Error {
     /// full (`EAGAIN`: it is not accepting), or, when waiting for it to come
     /// up, it never did (`ENOENT`, `ECONNREFUSED`).
     #[error(
-        "no connection to socket {path:?} within {waited:?}: {}",
+        "no connection to socket {path:?} within {}: {}",
+        InWords(*waited),
         connect_failure_reason(last)
     )]
     ConnectTimeout {
@@ -284,6 +294,29 @@ impl Error {
             pid,
             fd,
             source: source.into(),
+        }
+    }
+}
+
+impl Error {
+    /// The errno behind this error, when the kernel refused: the one kept
+    /// in `source`, or the one a variant stands for — `EPERM` for
+    /// [`Error::NotPermitted`], `EBADF` for [`Error::NoSuchFd`], `ESRCH`
+    /// for [`Error::ProcessGone`], `ENOSYS` for [`Error::Unsupported`],
+    /// `EADDRINUSE` for [`Error::AlreadyServing`].
+    pub fn raw_os_error(&self) -> Option<i32> {
+        match self {
+            Error::Io { source, .. }
+            | Error::ProcessIo { source, .. }
+            | Error::Listen { source, .. }
+            | Error::Connect { source, .. }
+            | Error::ConnectTimeout { last: source, .. } => source.raw_os_error(),
+            Error::NotPermitted { .. } => Some(libc::EPERM),
+            Error::NoSuchFd { .. } => Some(libc::EBADF),
+            Error::ProcessGone { .. } => Some(libc::ESRCH),
+            Error::Unsupported { .. } => Some(libc::ENOSYS),
+            Error::AlreadyServing { .. } => Some(libc::EADDRINUSE),
+            _ => None,
         }
     }
 }

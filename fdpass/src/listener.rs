@@ -13,10 +13,11 @@ use rustix::io::Errno;
 use rustix::net::{AddressFamily, SocketAddrUnix, SocketFlags, SocketType};
 
 use crate::connect::check_sun_path;
-use crate::{Credentials, Error, Result, connect_unix, peer_credentials};
+use crate::{Credentials, Error, ForkGeneration, Result, connect_unix, peer_credentials};
 
 /// A listening, non-blocking Unix stream socket bound at a path it removes on
-/// drop (only while the path still names this very socket).
+/// drop (only while the path still names this very socket, and only in the
+/// process that bound it: a child forked since closes its copy alone).
 ///
 /// Servers that other processes log on to (the channel's handshake, the rank
 /// monitor) bind through this, so every one of them refuses the same traps:
@@ -41,6 +42,8 @@ pub struct Listener {
     fd: OwnedFd,
     path: PathBuf,
     identity: (u64, u64),
+    /// The process that bound it: a child forked since leaves the path to it.
+    born: ForkGeneration,
 }
 
 impl Listener {
@@ -85,6 +88,7 @@ impl Listener {
             fd,
             path: path.to_owned(),
             identity,
+            born: ForkGeneration::current(),
         };
         if stat.st_mode & 0o7777 != 0o600 {
             // A umask that took owner bits away, or an fchmod refused above.
@@ -130,7 +134,10 @@ impl AsFd for Listener {
 
 impl Drop for Listener {
     fn drop(&mut self) {
-        if let Ok(stat) = rustix::fs::lstat(&self.path)
+        // In a child forked since bind, the socket file is the parent's:
+        // only our copy of the descriptor goes.
+        if !self.born.is_forked()
+            && let Ok(stat) = rustix::fs::lstat(&self.path)
             && (stat.st_dev, stat.st_ino) == self.identity
         {
             let _ = rustix::fs::unlink(&self.path);

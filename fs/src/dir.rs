@@ -69,6 +69,20 @@ pub fn create_unique_private_dir(parent: &Path, prefix: &str) -> Result<PathBuf>
 /// [`Error::NotRegular`] when it is not a directory (a symlink included),
 /// [`Error::Untrusted`] naming owner and mode, [`Error::Io`].
 pub fn check_private_dir(path: &Path) -> Result<()> {
+    check_dir(path, ModeRule::Exactly(0o700))
+}
+
+/// Checks that `path` is a directory (not a link to one: `lstat`) of our
+/// effective uid whose mode `rule` allows: what a directory the user names
+/// for us to work in (`nodeipc launch --run-dir`) must be, with
+/// [`ModeRule::NotWritableByOthers`], so nobody else can put anything in
+/// it or move what we make there.
+///
+/// # Errors
+/// [`Error::NotRegular`] when it is not a directory (a symlink included,
+/// named with its owner), [`Error::Untrusted`] naming owner and mode,
+/// [`Error::Io`].
+pub fn check_dir(path: &Path, rule: ModeRule) -> Result<()> {
     let stat = fs::lstat(path).map_err(|e| Error::io("lstat", path, e))?;
-    check_kind_owner_mode(path, &stat, FileType::Directory, ModeRule::Exactly(0o700))
+    check_kind_owner_mode(path, &stat, FileType::Directory, rule)
 }

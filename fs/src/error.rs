@@ -14,7 +14,7 @@ pub enum Error {
     /// Something other than what was expected sits at the path: a FIFO,
     /// socket, device, directory or symlink where a regular file belongs, or
     /// a file where a directory belongs.
-    #[error("{path}: found {found}, expected {expected}", path = path.display())]
+    #[error("{path}: found {found}, expected {expected}{}", owned_by(*owner), path = path.display())]
     NotRegular {
         /// The path.
         path: PathBuf,
@@ -22,6 +22,8 @@ pub enum Error {
         found: &'static str,
         /// What was expected ("a regular file", "a directory").
         expected: &'static str,
+        /// Who owns what is there (whoever planted it), when known.
+        owner: Option<u32>,
     },
 
     /// The file belongs to another user, or its mode lets others in.
@@ -64,6 +66,11 @@ pub enum Error {
         #[source]
         source: std::io::Error,
     },
+}
+
+/// "; owner uid N" when the owner is known.
+fn owned_by(owner: Option<u32>) -> String {
+    owner.map_or_else(String::new, |uid| format!("; owner uid {uid}"))
 }
 
 /// This crate's `Result`.

@@ -17,6 +17,10 @@ pub enum ModeRule {
     /// No write permission for group or others, as `ssh` asks of its config:
     /// the file may be readable by others, but only its owner can change it.
     NotWritableByOthers,
+    /// Writable by its owner, and by nobody else: what a file we write
+    /// into must be. A file whose owner may not write it (`/proc/self/status`,
+    /// 0444) is not one to write into, even for root, who could.
+    WritableByOwnerOnly,
 }
 
 impl ModeRule {
@@ -24,6 +28,7 @@ impl ModeRule {
         match self {
             ModeRule::Exactly(bits) => mode == bits,
             ModeRule::NotWritableByOthers => mode & 0o022 == 0,
+            ModeRule::WritableByOwnerOnly => mode & 0o022 == 0 && mode & 0o200 != 0,
         }
     }
 
@@ -31,6 +36,9 @@ impl ModeRule {
         match self {
             ModeRule::Exactly(bits) => format!("mode {bits:04o}"),
             ModeRule::NotWritableByOthers => "no write permission for group or others".into(),
+            ModeRule::WritableByOwnerOnly => {
+                "write permission for the owner and for nobody else".into()
+            }
         }
     }
 }
@@ -126,6 +134,89 @@ pub fn create_exclusive(path: &Path, mode: u32) -> Result<OwnedFd> {
     Ok(fd)
 }
 
+/// What [`create_output`] does with a file of ours already at the path.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Existing {
+    /// Write after what it holds (`O_APPEND`): a log, an events file.
+    Append,
+    /// Empty it first: a file written whole each time (a manual page).
+    Truncate,
+}
+
+/// Opens a file to write output into, at a path someone else may have
+/// planted something at: the one way nodeipc's commands create their
+/// output files (events, logs, manual pages).
+///
+/// A new file is made with [`create_exclusive`] (`O_CREAT | O_EXCL |
+/// O_NOFOLLOW`, `mode`). When the path is taken, what is there is opened
+/// with [`open_regular`] (`O_NONBLOCK | O_NOFOLLOW`, so a FIFO cannot hang
+/// the writer and a symlink is never followed) and kept only if it is a
+/// regular file of ours that its owner may write and nobody else may
+/// ([`ModeRule::WritableByOwnerOnly`]), on a filesystem that holds files
+/// (not `/proc`, `/sys` or another kernel interface that looks like one);
+/// it is then appended to or emptied as `existing` says. The descriptor is
+/// blocking, for writing.
+///
+/// # Errors
+/// [`Error::NotRegular`] naming what is there and its owner (a symlink, a
+/// FIFO, a directory, a kernel interface file), [`Error::Untrusted`]
+/// naming owner and mode, [`Error::Io`].
+pub fn create_output(path: &Path, mode: u32, existing: Existing) -> Result<OwnedFd> {
+    let fd = match create_exclusive(path, mode) {
+        Ok(fd) => return Ok(fd),
+        Err(e) if e.raw_os_error() == Some(Errno::EXIST.raw_os_error()) => {
+            open_regular(path, true, ModeRule::WritableByOwnerOnly)?.0
+        }
+        Err(e) => return Err(e),
+    };
+    let statfs = fs::fstatfs(&fd).map_err(|e| Error::io("fstatfs", path, e))?;
+    if let Some(kind) = kernel_interface(statfs_type(&statfs)) {
+        let owner = fs::fstat(&fd).ok().map(|s| s.st_uid);
+        return Err(Error::NotRegular {
+            path: path.to_owned(),
+            found: kind,
+            expected: "a regular file",
+            owner,
+        });
+    }
+    // Blocking again (`open_regular` opened it non-blocking), appending
+    // when asked: several writers' lines never overwrite each other.
+    let flags = match existing {
+        Existing::Append => OFlags::APPEND,
+        Existing::Truncate => OFlags::empty(),
+    };
+    fs::fcntl_setfl(&fd, flags).map_err(|e| Error::io("fcntl(F_SETFL)", path, e))?;
+    if existing == Existing::Truncate {
+        fs::ftruncate(&fd, 0).map_err(|e| Error::io("ftruncate", path, e))?;
+    }
+    Ok(fd)
+}
+
+/// The filesystem type `fstatfs` reports, as the kernel's magic number.
+#[allow(clippy::unnecessary_cast)] // `f_type`'s type differs between targets
+fn statfs_type(statfs: &fs::StatFs) -> u64 {
+    statfs.f_type as u64 & 0xffff_ffff
+}
+
+/// Filesystems whose "regular files" are kernel interfaces: writing one
+/// changes the system (`/proc/sys/...`, `/sys/...`), whatever its mode says.
+fn kernel_interface(magic: u64) -> Option<&'static str> {
+    Some(match magic {
+        0x9fa0 => "a procfs file",
+        0x6265_6572 => "a sysfs file",
+        0x0027_e0eb | 0x6367_7270 => "a cgroup file",
+        0x6462_6720 => "a debugfs file",
+        0x7472_6163 => "a tracefs file",
+        0x7363_6673 => "a securityfs file",
+        0x6265_6570 => "a configfs file",
+        0xcafe_4a11 => "a bpf filesystem file",
+        0xde5e_81e4 => "an efivarfs file",
+        0x6165_676c => "a pstore file",
+        0xf97c_ff8c => "a selinuxfs file",
+        _ => return None,
+    })
+}
+
 /// Checks a `stat` against the rules: a regular file, ours, mode allowed.
 fn check(path: &Path, stat: &Stat, rule: ModeRule) -> Result<()> {
     check_kind_owner_mode(path, stat, FileType::RegularFile, rule)
@@ -145,6 +236,7 @@ pub(crate) fn check_kind_owner_mode(
             path: path.to_owned(),
             found: file_type_name(file_type),
             expected: file_type_name(kind),
+            owner: Some(stat.st_uid),
         });
     }
     let owner = stat.st_uid;
@@ -163,15 +255,17 @@ pub(crate) fn check_kind_owner_mode(
 }
 
 /// The error for a failed open: `ELOOP` under `O_NOFOLLOW` is a symlink in
-/// the path's place; `EISDIR` (a directory opened for writing) and `ENXIO`
-/// (a socket) name what sits there; `EACCES` on a file we cannot even open
-/// names its owner and mode when `lstat` can see them.
+/// the path's place (named with its owner, who planted it); `EISDIR` (a
+/// directory opened for writing) and `ENXIO` (a socket) name what sits
+/// there; `EACCES` on a file we cannot even open names its owner and mode
+/// when `lstat` can see them.
 fn opening(path: &Path, errno: Errno) -> Error {
     match errno {
         Errno::LOOP => Error::NotRegular {
             path: path.to_owned(),
             found: "a symlink",
             expected: "a regular file",
+            owner: fs::lstat(path).ok().map(|s| s.st_uid),
         },
         Errno::ACCESS | Errno::PERM | Errno::ISDIR | Errno::NXIO => match fs::lstat(path) {
             Ok(stat) => {
@@ -181,6 +275,7 @@ fn opening(path: &Path, errno: Errno) -> Error {
                         path: path.to_owned(),
                         found: file_type_name(file_type),
                         expected: "a regular file",
+                        owner: Some(stat.st_uid),
                     };
                 }
                 if !matches!(errno, Errno::ACCESS | Errno::PERM) {

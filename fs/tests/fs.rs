@@ -4,8 +4,8 @@ use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::time::Duration;
 
 use nodeipc_fs::{
-    Error, ModeRule, check_private_dir, create_exclusive, create_private_dir,
-    create_unique_private_dir, open_regular, read_capped,
+    Error, Existing, ModeRule, check_private_dir, create_exclusive, create_output,
+    create_private_dir, create_unique_private_dir, open_regular, read_capped,
 };
 use nodeipc_testkit::{NOBODY, TempDir, Watchdog, deny_chmod, is_root, skip, spawn_child};
 
@@ -159,6 +159,128 @@ fn create_exclusive_never_follows_or_reuses_what_is_there() {
     let fresh = dir.join("fresh");
     drop(create_exclusive(&fresh, 0o600).unwrap());
     assert_eq!(std::fs::metadata(&fresh).unwrap().mode() & 0o7777, 0o600);
+}
+
+/// An output file is made new, or is our own regular file that only we
+/// may write, appended to or emptied; a symlink (named with its owner, who
+/// planted it), a FIFO (at once, never waited on), another user's file, a
+/// file its owner may not write, and a kernel interface file that passes
+/// for a regular one are refused, and nothing they lead to is touched.
+#[test]
+fn create_output_writes_only_a_new_file_or_our_own() {
+    use std::io::Write;
+    let _dog = Watchdog::new("create_output", Duration::from_secs(20));
+    let dir = TempDir::new("fs-output");
+    let write = |path: &std::path::Path, existing, text: &str| {
+        create_output(path, 0o644, existing)
+            .map(|fd| std::fs::File::from(fd).write_all(text.as_bytes()).unwrap())
+    };
+    let fresh = dir.join("fresh.1");
+    write(&fresh, Existing::Truncate, "one\n").unwrap();
+    assert_eq!(std::fs::metadata(&fresh).unwrap().mode() & 0o7777, 0o644);
+    write(&fresh, Existing::Append, "two\n").unwrap();
+    assert_eq!(std::fs::read_to_string(&fresh).unwrap(), "one\ntwo\n");
+    write(&fresh, Existing::Truncate, "three\n").unwrap();
+    assert_eq!(std::fs::read_to_string(&fresh).unwrap(), "three\n");
+
+    let victim = dir.join("victim");
+    std::fs::write(&victim, b"precious").unwrap();
+    let link = dir.join("link.1");
+    std::os::unix::fs::symlink(&victim, &link).unwrap();
+    let planter = if is_root() {
+        rustix::fs::chownat(
+            rustix::fs::CWD,
+            &link,
+            Some(rustix::process::Uid::from_raw(NOBODY.0)),
+            None,
+            rustix::fs::AtFlags::SYMLINK_NOFOLLOW,
+        )
+        .unwrap();
+        NOBODY.0
+    } else {
+        rustix::process::geteuid().as_raw()
+    };
+    let fifo = dir.join("fifo.1");
+    mkfifo(&fifo, 0o644);
+    for existing in [Existing::Truncate, Existing::Append] {
+        let err = write(&link, existing, "x").unwrap_err();
+        assert!(
+            matches!(err, Error::NotRegular { found: "a symlink", owner: Some(o), .. } if o == planter),
+            "{err:?}"
+        );
+        let text = err.to_string();
+        assert!(
+            text.contains("link.1") && text.contains(&format!("owner uid {planter}")),
+            "{text}"
+        );
+        let err = write(&fifo, existing, "x").unwrap_err();
+        assert!(
+            matches!(
+                err,
+                Error::NotRegular {
+                    found: "a FIFO",
+                    ..
+                }
+            ),
+            "{err:?}"
+        );
+    }
+    assert_eq!(std::fs::read(&victim).unwrap(), b"precious");
+
+    let read_only = dir.join("read-only.1");
+    std::fs::write(&read_only, b"kept").unwrap();
+    std::fs::set_permissions(&read_only, PermissionsExt::from_mode(0o444)).unwrap();
+    let err = write(&read_only, Existing::Truncate, "x").unwrap_err();
+    assert!(
+        matches!(err, Error::Untrusted { mode: 0o444, .. }),
+        "{err:?}"
+    );
+    assert_eq!(std::fs::read(&read_only).unwrap(), b"kept");
+    let shared = dir.join("shared.1");
+    std::fs::write(&shared, b"kept").unwrap();
+    std::fs::set_permissions(&shared, PermissionsExt::from_mode(0o664)).unwrap();
+    let err = write(&shared, Existing::Append, "x").unwrap_err();
+    assert!(
+        matches!(err, Error::Untrusted { mode: 0o664, .. }),
+        "{err:?}"
+    );
+    if is_root() {
+        let theirs = dir.join("theirs.1");
+        std::fs::write(&theirs, b"kept").unwrap();
+        std::os::unix::fs::chown(&theirs, Some(NOBODY.0), Some(NOBODY.1)).unwrap();
+        let err = write(&theirs, Existing::Truncate, "x").unwrap_err();
+        assert!(
+            matches!(err, Error::Untrusted { owner, .. } if owner == NOBODY.0),
+            "{err:?}"
+        );
+        assert_eq!(std::fs::read(&theirs).unwrap(), b"kept");
+    }
+    // Our own, 0644, a regular file to fstat: a kernel interface all the
+    // same (writing it would rename this process).
+    let comm = std::path::Path::new("/proc/thread-self/comm");
+    let before = std::fs::read_to_string(comm).unwrap();
+    let err = write(comm, Existing::Append, "renamed").unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::NotRegular {
+                found: "a procfs file",
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    assert_eq!(std::fs::read_to_string(comm).unwrap(), before);
+    let err = write(
+        std::path::Path::new("/proc/self/status"),
+        Existing::Append,
+        "x",
+    )
+    .unwrap_err();
+    assert!(
+        matches!(err, Error::Untrusted { mode: 0o444, .. }),
+        "{err:?}"
+    );
 }
 
 fn libc_eexist() -> i32 {

@@ -4,6 +4,8 @@
 use std::io;
 use std::time::Duration;
 
+use nodeipc_text::InWords;
+
 /// Results of this crate.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
@@ -41,7 +43,7 @@ pub enum Error {
     },
 
     /// A step of the handshake ran out of time.
-    #[error("handshake with {peer}: timed out after {waited:?} {op}")]
+    #[error("handshake with {peer}: timed out after {} {op}", InWords(*waited))]
     Timeout {
         /// Who.
         peer: String,

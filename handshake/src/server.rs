@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 use std::thread::{self, JoinHandle};
 use std::time::Duration;
 
-use nodeipc_fdpass::{Credentials, Listener};
+use nodeipc_fdpass::{Credentials, ForkGeneration, Listener};
 use nodeipc_proto::handshake::{Logon, LogonReply, PROTOCOL_VERSION, RejectCode, logon_reply};
 use rustix::event::{PollFd, PollFlags};
 
@@ -102,12 +102,17 @@ pub(crate) type OnSession = dyn Fn(ServerSession, Made) + Send + Sync;
 /// logon timeout, so a client that says nothing, sends garbage or leaves
 /// early costs nothing but itself. The protocol version is checked before
 /// the decision function sees a logon. Dropping the server stops it and
-/// removes the socket file; sessions already handed out stay open.
+/// removes the socket file; sessions already handed out stay open. In a
+/// child forked since it started, dropping it only drops the child's copy:
+/// no thread is joined (the parent's threads do not exist there) and the
+/// parent's server keeps serving.
 pub struct HandshakeServer {
     path: PathBuf,
     stop: Arc<AtomicBool>,
     counters: Arc<Counters>,
     acceptor: Option<JoinHandle<()>>,
+    /// The process that started it (and its threads).
+    born: ForkGeneration,
 }
 
 impl HandshakeServer {
@@ -197,6 +202,7 @@ impl HandshakeServer {
             stop,
             counters,
             acceptor: Some(acceptor),
+            born: ForkGeneration::current(),
         })
     }
 
@@ -220,6 +226,13 @@ impl HandshakeServer {
 
 impl Drop for HandshakeServer {
     fn drop(&mut self) {
+        if self.born.is_forked() {
+            // A child's copy: the accept thread is the parent's (there is
+            // none here to stop or join), and so are the socket and what
+            // that thread holds. Leave them all to the parent.
+            std::mem::forget(self.acceptor.take());
+            return;
+        }
         self.stop.store(true, Ordering::SeqCst);
         if let Some(acceptor) = self.acceptor.take() {
             let _ = acceptor.join();

@@ -205,7 +205,7 @@ fn payload_filling(capacity: usize) -> usize {
 fn payloads_of_0_1_capacity_and_capacity_plus_one() {
     let _dog = Watchdog::new("payload edges", Duration::from_secs(60));
     let name = unique_name("edges");
-    let mut coordinator = Coordinator::create(config(&name, 1, SemKind::InRegion, 1)).unwrap();
+    let coordinator = Coordinator::create(config(&name, 1, SemKind::InRegion, 1)).unwrap();
     let children = spawn_workers(&name, 1, "in-region", 1, 4);
     coordinator
         .wait_for_workers(Duration::from_secs(20))
@@ -234,7 +234,7 @@ fn payloads_of_0_1_capacity_and_capacity_plus_one() {
 fn init_gather_reads_the_init_slots() {
     let _dog = Watchdog::new("init gather", Duration::from_secs(60));
     let name = unique_name("init");
-    let mut coordinator = Coordinator::create(config(&name, 3, SemKind::InRegion, 1)).unwrap();
+    let coordinator = Coordinator::create(config(&name, 3, SemKind::InRegion, 1)).unwrap();
     let children = spawn_workers(&name, 3, "in-region", 1, 2);
     coordinator
         .wait_for_workers(Duration::from_secs(20))
@@ -277,7 +277,7 @@ fn a_c_worker_takes_rank_0_with_named_semaphores() {
     let workers = 2u32;
     let depth = 2u32;
     let config = config(&name, workers, SemKind::Named, depth);
-    let mut coordinator = Coordinator::create(config.clone()).unwrap();
+    let coordinator = Coordinator::create(config.clone()).unwrap();
     let count = 2_000u64;
     let c_worker = spawn_child(
         Command::new(&program)
@@ -427,7 +427,7 @@ fn a_worker_killed_mid_request_is_reported_dead_within_a_second() {
         } else {
             "in-region"
         };
-        let mut coordinator = Coordinator::create(config(&name, 2, sems, 1)).unwrap();
+        let coordinator = Coordinator::create(config(&name, 2, sems, 1)).unwrap();
         let honest = worker(&["serve", &name, "2", sems_arg, "1", "0", "1"]);
         let mut victim = worker(&["hang", &name, "2", sems_arg, "1", "1"]);
         coordinator
@@ -461,7 +461,7 @@ fn a_worker_killed_mid_request_is_reported_dead_within_a_second() {
 fn garbage_in_a_response_slot_is_corrupt_not_a_panic() {
     let _dog = Watchdog::new("garbage slot", Duration::from_secs(60));
     let name = unique_name("garbage");
-    let mut coordinator = Coordinator::create(config(&name, 1, SemKind::Named, 1)).unwrap();
+    let coordinator = Coordinator::create(config(&name, 1, SemKind::Named, 1)).unwrap();
     let hostile = worker(&["garbage", &name, "1", "0"]);
     // The hostile worker maps the region by name before it joins; the names go at the join.
     coordinator

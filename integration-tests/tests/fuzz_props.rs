@@ -421,7 +421,7 @@ fn the_channel_header_offsets_the_drivers_use_are_the_real_ones() {
         .request_capacity(300)
         .response_slot_size(200)
         .init_slot_size(100);
-    let mut coordinator = Coordinator::create_anonymous(config).unwrap();
+    let coordinator = Coordinator::create_anonymous(config).unwrap();
     let map = |fd: std::os::fd::BorrowedFd<'_>| {
         Region::from_fd(fd.try_clone_to_owned().unwrap()).unwrap()
     };

@@ -23,7 +23,7 @@ fn four_worker_processes_log_on_and_serve_1000_requests() {
     let _dog = Watchdog::new("handshake workers", Duration::from_secs(120));
     let dir = private_dir();
     let name = unique_name("hsw");
-    let mut coordinator = Coordinator::create_anonymous(
+    let coordinator = Coordinator::create_anonymous(
         ChannelConfig::new(&name, 4)
             .depth(2)
             .timeout(Duration::from_secs(20)),

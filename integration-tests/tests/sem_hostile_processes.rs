@@ -78,7 +78,7 @@ fn regression_a_worker_corrupting_a_named_semaphore_fails_the_coordinator_cleanl
     // response-consume one is what `recv_all` waits on.
     for which in ["request", "response"] {
         let name = unique_name("sem-corrupt-chan");
-        let mut coordinator = Coordinator::create(config(&name)).unwrap();
+        let coordinator = Coordinator::create(config(&name)).unwrap();
         let mut child = spawn_child(
             Command::new(std::env::current_exe().unwrap())
                 .args(["--exact", TEST, "--nocapture", "--test-threads=1"])

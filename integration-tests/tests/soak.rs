@@ -80,7 +80,7 @@ fn soak(requests: u64, every: u64) {
         .request_capacity(256)
         .response_slot_size(256)
         .timeout(Duration::from_secs(30));
-    let mut coordinator = Coordinator::create_anonymous(config).unwrap();
+    let coordinator = Coordinator::create_anonymous(config).unwrap();
     let offer = coordinator.offer().unwrap();
     let socket = dir.join("logon.sock");
     let server = HandshakeServer::bind(&socket, HandshakeOptions::default(), move |l, p| {

@@ -4,8 +4,9 @@
 use std::fs::File;
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
+use nodeipc_text::{Printable, duration, signal_name};
 use serde::Serialize;
 
 use crate::{Error, Result};
@@ -197,18 +198,25 @@ impl Event {
                 after_s,
                 ..
             } => format!(
-                "rank {rank} (pid {pid}) {} after {after_s:.1} s",
-                describe_status(*code, *signal)
+                "rank {rank} (pid {pid}) {} after {}",
+                describe_status(*code, *signal),
+                seconds(*after_s)
             ),
             Event::RankNotBack { rank, waited_s, .. } => {
-                format!("rank {rank} has not registered again after {waited_s:.1} s")
+                format!(
+                    "rank {rank} has not registered again after {}",
+                    seconds(*waited_s)
+                )
             }
             Event::RoundFailed {
                 restart,
                 rank,
                 cause,
                 after_s,
-            } => format!("round {restart} failed after {after_s:.1} s: rank {rank} {cause}"),
+            } => format!(
+                "round {restart} failed after {}: rank {rank} {cause}",
+                seconds(*after_s)
+            ),
             Event::RoundStopping { restart, reason } => {
                 format!("round {restart} stopping: {reason}")
             }
@@ -217,60 +225,56 @@ impl Event {
                 stop_ms,
                 killed,
                 stuck: 0,
-            } => format!("round {restart} stopped in {stop_ms:.1} ms ({killed} needed SIGKILL)"),
+            } => format!(
+                "round {restart} stopped in {} ({killed} needed SIGKILL)",
+                seconds(stop_ms / 1000.0)
+            ),
             Event::RoundStopped {
                 restart,
                 stop_ms,
                 killed,
                 stuck,
             } => format!(
-                "round {restart} stopped in {stop_ms:.1} ms ({killed} needed SIGKILL, {stuck} still alive after SIGKILL: left behind)"
+                "round {restart} stopped in {} ({killed} needed SIGKILL, {stuck} still alive after SIGKILL: left behind)",
+                seconds(stop_ms / 1000.0)
             ),
             Event::Restarting {
                 restart,
                 max_restarts,
             } => format!("restarting {restart}/{max_restarts}"),
-            Event::Signal { signal } => format!("signal {signal} received: stopping"),
+            Event::Signal { signal } => format!("{} received: stopping", signal_name(*signal)),
             Event::Finished { exit_code, summary } => format!("exit {exit_code}: {summary}"),
         }
     }
 }
 
-/// "exited with 3", "killed by signal 9".
+/// "exited with 3", "killed by SIGKILL".
 pub(crate) fn describe_status(code: Option<i32>, signal: Option<i32>) -> String {
     match (code, signal) {
         (Some(code), _) => format!("exited with {code}"),
-        (None, Some(signal)) => format!("killed by signal {signal}"),
+        (None, Some(signal)) => format!("killed by {}", signal_name(signal)),
         (None, None) => "ended".to_owned(),
     }
 }
 
+/// Seconds (an event's field) in words: "1.2 s", "400 ms".
+fn seconds(secs: f64) -> String {
+    duration(Duration::try_from_secs_f64(secs).unwrap_or_default())
+}
+
 /// Creates the events file (0600), or appends to it when it is already a
-/// regular file of ours that group and others cannot write: a symlink, a
-/// FIFO or someone else's file planted at the path is refused, never
-/// written through (the path may be in a shared directory, the launcher
-/// may run as root).
+/// regular file of ours that only we may write (several launches may share
+/// one): a symlink, a FIFO, someone else's file or a kernel interface file
+/// planted at the path is refused, never written through (the path may be
+/// in a shared directory, the launcher may run as root). See
+/// [`nodeipc_fs::create_output`].
 fn open_events_file(path: &Path) -> Result<File> {
-    let refused = |source: nodeipc_fs::Error| Error::Events {
-        path: path.to_owned(),
-        source: std::io::Error::other(source.to_string()),
-    };
-    let fd = match nodeipc_fs::create_exclusive(path, 0o600) {
-        Ok(fd) => fd,
-        Err(e) if e.raw_os_error() == Some(libc::EEXIST) => {
-            nodeipc_fs::open_regular(path, true, nodeipc_fs::ModeRule::NotWritableByOthers)
-                .map_err(refused)?
-                .0
-        }
-        Err(e) => return Err(refused(e)),
-    };
-    // Appending (several launches may share a file), and blocking again
-    // (`open_regular` opened it non-blocking).
-    rustix::fs::fcntl_setfl(&fd, rustix::fs::OFlags::APPEND).map_err(|e| Error::Events {
-        path: path.to_owned(),
-        source: e.into(),
-    })?;
-    Ok(File::from(fd))
+    nodeipc_fs::create_output(path, 0o600, nodeipc_fs::Existing::Append)
+        .map(File::from)
+        .map_err(|source| Error::Events {
+            path: path.to_owned(),
+            source: std::io::Error::other(source.to_string()),
+        })
 }
 
 /// Where events go: stderr lines, a JSON-lines file, and a copy kept for
@@ -300,7 +304,13 @@ impl Events {
     /// error (a tool waits on it); stderr is best effort.
     pub(crate) fn emit(&mut self, event: Event) -> Result<()> {
         if self.stderr {
-            let _ = writeln!(std::io::stderr(), "nodeipc launch: {}", event.line());
+            // Causes, reasons and summaries carry what ranks, monitors and
+            // other nodes (through etcd) said: escaped, one event one line.
+            let _ = writeln!(
+                std::io::stderr(),
+                "nodeipc launch: {}",
+                Printable(&event.line())
+            );
         }
         if let Some((path, file)) = &mut self.file {
             #[derive(Serialize)]

@@ -5,7 +5,8 @@
 use std::path::PathBuf;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use nodeipc_monitor::HealthCheck;
+use nodeipc_monitor::{HealthCheck, StopSignals};
+use nodeipc_text::{duration, signal_name};
 
 use crate::backend::{Begin, Decision, LocalBackend, RoundBackend, RoundReport, RoundResult};
 use crate::events::{Event, Events};
@@ -13,7 +14,6 @@ use crate::monitors::Monitor;
 use crate::options::LaunchOptions;
 use crate::rank::Rank;
 use crate::round::{self, Ctx, RoundEnd};
-use crate::signals::StopSignals;
 use crate::{Error, Result, health, reap};
 
 /// How long the launcher waits for a stop signal between two asks of a
@@ -71,7 +71,9 @@ pub fn launch_with(
     options.validate()?;
     let mut events = Events::new(options.stderr_events, options.json_events.as_deref())?;
     let signals = match options.handle_signals {
-        true => Some(StopSignals::install()?),
+        true => {
+            Some(StopSignals::install().map_err(|e| Error::io("blocking the stop signals", e))?)
+        }
         false => None,
     };
     if options.own_all_children {
@@ -221,7 +223,7 @@ fn rounds(ctx: &mut Ctx<'_>) -> Result<(i32, String, u32)> {
             ),
             RoundEnd::Interrupted { signal } => (
                 128 + signal,
-                format!("stopped by signal {signal}"),
+                format!("stopped by {}", signal_name(signal)),
                 RoundReport::Interrupted { signal },
             ),
             RoundEnd::Failed {
@@ -264,7 +266,9 @@ fn rounds(ctx: &mut Ctx<'_>) -> Result<(i32, String, u32)> {
         }
         if let RoundReport::Succeeded | RoundReport::Interrupted { .. } = report {
             let summary = match report {
-                RoundReport::Interrupted { signal } => format!("stopped by signal {signal}"),
+                RoundReport::Interrupted { signal } => {
+                    format!("stopped by {}", signal_name(signal))
+                }
                 _ => summary,
             };
             let code = match report {
@@ -303,11 +307,11 @@ fn failure(
         Some(code) => code,
     };
     let summary = format!(
-        "rank {} (local {}) {cause}, {:.1} s into round {restart} ({:.1} s since launch)",
+        "rank {} (local {}) {cause}, {} into round {restart} ({} since launch)",
         rank.global_rank,
         rank.local_rank,
-        after.as_secs_f64(),
-        since_launch.as_secs_f64(),
+        duration(after),
+        duration(since_launch),
     );
     let report = RoundReport::Failed {
         rank: rank.global_rank,
@@ -335,7 +339,7 @@ fn begin(ctx: &mut Ctx<'_>, restart: u32) -> Result<Begin> {
                 }
                 _ => Ok(Begin::Finished {
                     exit_code: 128 + signal,
-                    summary: format!("stopped by signal {signal}"),
+                    summary: format!("stopped by {}", signal_name(signal)),
                 }),
             };
         }
@@ -355,7 +359,7 @@ fn decide(ctx: &mut Ctx<'_>, restart: u32, report: &RoundReport) -> Result<Decis
                     Decision::Finished { .. } => d,
                     _ => Decision::Finished {
                         exit_code: 128 + signal,
-                        summary: format!("stopped by signal {signal}"),
+                        summary: format!("stopped by {}", signal_name(signal)),
                     },
                 });
         }

@@ -12,7 +12,6 @@ mod rank;
 mod rdzv;
 mod reap;
 mod round;
-mod signals;
 
 #[cfg(feature = "etcd")]
 mod etcd;

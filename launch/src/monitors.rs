@@ -66,7 +66,8 @@ impl Monitor {
                 use std::io::Write;
                 let _ = writeln!(
                     std::io::stderr(),
-                    "nodeipc launch: monitor of local rank {local_rank}: {line}"
+                    "nodeipc launch: monitor of local rank {local_rank}: {}",
+                    nodeipc_text::Printable(line)
                 );
             }
         });
@@ -136,7 +137,7 @@ impl Monitor {
         }
         let thread = self.thread.take()?;
         Some(match thread.join() {
-            Ok(Ok(shutdown)) => format!("stopped ({shutdown:?})"),
+            Ok(Ok(shutdown)) => format!("stopped ({shutdown})"),
             Ok(Err(e)) => e.to_string(),
             Err(_) => "its thread panicked".to_owned(),
         })

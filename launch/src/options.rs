@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use nodeipc_monitor::MonitorConfig;
+use nodeipc_text::duration;
 
 use crate::{Error, Result};
 
@@ -17,6 +18,10 @@ pub const MAX_RESTARTS: u32 = 1_000_000;
 
 /// Longest `--stop-timeout` accepted: longer is not a bound.
 pub const MAX_STOP_TIMEOUT: Duration = Duration::from_secs(3600);
+
+/// Shortest `--stop-timeout`, `--rank-restart-timeout` and
+/// `--health-interval` accepted.
+const MIN_DURATION: Duration = Duration::from_millis(1);
 
 /// Health checks every monitor runs beside its timeouts (a failure is
 /// treated as a timeout: the rank is terminated and the round restarts).
@@ -59,6 +64,10 @@ pub struct LaunchOptions {
     pub monitor: MonitorConfig,
     /// Where the private run directory (0700) is made; `None`:
     /// `$XDG_RUNTIME_DIR` when set, else the system's temporary directory.
+    /// This one, or `$XDG_RUNTIME_DIR`, must be a directory of ours, not a
+    /// symlink, that group and others cannot write ([`validate`] checks).
+    ///
+    /// [`validate`]: LaunchOptions::validate
     pub run_dir: Option<PathBuf>,
     /// Grace between SIGTERM and SIGKILL when a round is stopped.
     pub stop_timeout: Duration,
@@ -69,8 +78,11 @@ pub struct LaunchOptions {
     pub json_events: Option<PathBuf>,
     /// Write the event lines to stderr.
     pub stderr_events: bool,
-    /// Catch SIGINT and SIGTERM (blocked in the calling thread, read from a
-    /// signalfd) and stop everything on them. Call from the main thread
+    /// Catch every terminating signal (`nodeipc_monitor::terminating_signals`:
+    /// SIGHUP, SIGINT, SIGQUIT, SIGTERM, SIGUSR1, SIGUSR2, SIGALRM, ...,
+    /// SIGRTMIN to SIGRTMAX; blocked in the calling thread, read from a
+    /// signalfd) and stop everything on them as on SIGTERM, the launch then
+    /// ending with 128 + the signal's number. Call from the main thread
     /// before any other thread exists, or other threads may take them.
     pub handle_signals: bool,
     /// Make the calling process a child subreaper and, when a round stops,
@@ -104,10 +116,12 @@ impl LaunchOptions {
         }
     }
 
-    /// Checks every value against its bound.
+    /// Checks every value against its bound, and the run directory's
+    /// parent against the rule of a directory we work in.
     ///
     /// # Errors
-    /// [`Error::Options`] naming the option, its value and the bound.
+    /// [`Error::Options`] naming the option, its value and the bound, or
+    /// the run directory's parent with its owner and mode.
     pub fn validate(&self) -> Result<()> {
         if self.nproc == 0 || self.nproc > MAX_NPROC {
             return Err(Error::options(format!(
@@ -121,25 +135,28 @@ impl LaunchOptions {
                 self.max_restarts
             )));
         }
-        if self.stop_timeout.is_zero() || self.stop_timeout > MAX_STOP_TIMEOUT {
+        // The bounds the messages name: 1 ms (a shorter one is no grace at
+        // all; it was taken, as anything above 0 was) to an hour.
+        let out_of_range = |d: Duration| d < MIN_DURATION || d > MAX_STOP_TIMEOUT;
+        if out_of_range(self.stop_timeout) {
             return Err(Error::options(format!(
-                "--stop-timeout {:?} must be between 1 ms and {MAX_STOP_TIMEOUT:?}",
-                self.stop_timeout
+                "--stop-timeout {} must be between 1 ms and {}",
+                duration(self.stop_timeout),
+                duration(MAX_STOP_TIMEOUT)
             )));
         }
-        if self
-            .rank_restart_timeout
-            .is_some_and(|d| d.is_zero() || d > MAX_STOP_TIMEOUT)
-        {
+        if self.rank_restart_timeout.is_some_and(out_of_range) {
             return Err(Error::options(format!(
-                "--rank-restart-timeout {:?} must be between 1 ms and {MAX_STOP_TIMEOUT:?}",
-                self.rank_restart_timeout.unwrap_or_default()
+                "--rank-restart-timeout {} must be between 1 ms and {}",
+                duration(self.rank_restart_timeout.unwrap_or_default()),
+                duration(MAX_STOP_TIMEOUT)
             )));
         }
-        if self.health.interval.is_zero() || self.health.interval > MAX_STOP_TIMEOUT {
+        if out_of_range(self.health.interval) {
             return Err(Error::options(format!(
-                "--health-interval {:?} must be between 1 ms and {MAX_STOP_TIMEOUT:?}",
-                self.health.interval
+                "--health-interval {} must be between 1 ms and {}",
+                duration(self.health.interval),
+                duration(MAX_STOP_TIMEOUT)
             )));
         }
         if self.command.is_empty() {
@@ -148,17 +165,40 @@ impl LaunchOptions {
         self.monitor
             .validate()
             .map_err(|e| Error::options(format!("monitor configuration: {e}")))?;
-        Ok(())
+        self.check_run_parent()
+    }
+
+    /// The run directory's parent, when the user chose it (`--run-dir`, or
+    /// `$XDG_RUNTIME_DIR`), must be a directory of ours, not a link, that
+    /// nobody else may write (the rule of `nodeipc_fs::check_dir`, as for
+    /// a socket's directory): else another user could move the run
+    /// directory and put their own in its place. The system's temporary
+    /// directory, the fallback, is shared by design; the run directory is
+    /// made there under an unpredictable name, 0700 in one call.
+    fn check_run_parent(&self) -> Result<()> {
+        let (parent, flag) = match &self.run_dir {
+            Some(dir) => (dir.clone(), "--run-dir"),
+            None => match xdg_runtime_dir() {
+                Some(dir) => (dir, "$XDG_RUNTIME_DIR"),
+                None => return Ok(()),
+            },
+        };
+        nodeipc_fs::check_dir(&parent, nodeipc_fs::ModeRule::NotWritableByOthers)
+            .map_err(|source| Error::options(format!("{flag}: {source}")))
     }
 
     /// The parent of the run directory.
     pub(crate) fn run_parent(&self) -> PathBuf {
         match &self.run_dir {
             Some(dir) => dir.clone(),
-            None => std::env::var_os("XDG_RUNTIME_DIR")
-                .filter(|d| !d.is_empty())
-                .map(PathBuf::from)
-                .unwrap_or_else(std::env::temp_dir),
+            None => xdg_runtime_dir().unwrap_or_else(std::env::temp_dir),
         }
     }
+}
+
+/// `$XDG_RUNTIME_DIR`, when set and not empty.
+fn xdg_runtime_dir() -> Option<PathBuf> {
+    std::env::var_os("XDG_RUNTIME_DIR")
+        .filter(|d| !d.is_empty())
+        .map(PathBuf::from)
 }

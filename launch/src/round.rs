@@ -15,8 +15,8 @@ use crate::monitors::Monitor;
 use crate::options::LaunchOptions;
 use crate::rank::Rank;
 use crate::reap;
-use crate::signals::StopSignals;
 use crate::{Error, Result};
+use nodeipc_monitor::StopSignals;
 
 /// How often the loop wakes with nothing to do: the backend, the restart
 /// check and orphans are looked at this often.
@@ -220,8 +220,8 @@ fn restart_check(
             waited_s: waited.as_secs_f64(),
         })?;
         let cause = format!(
-            "did not register with its monitor again within --rank-restart-timeout {:.1} s",
-            limit.as_secs_f64()
+            "did not register with its monitor again within --rank-restart-timeout {}",
+            nodeipc_text::duration(limit)
         );
         return failed(ctx, plan, rank, index, cause, started, Some(1)).map(Some);
     }

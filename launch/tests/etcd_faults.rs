@@ -53,6 +53,11 @@ fn main() {
             a_failure_on_a_node_that_leaves_still_counts,
             false,
         ),
+        (
+            "regression_a_forged_failure_in_etcd_neither_exits_0_nor_reaches_the_terminal_raw",
+            a_forged_failure_in_etcd,
+            false,
+        ),
     ]);
 }
 
@@ -168,7 +173,7 @@ fn sigterm_to_one_launcher_stops_every_node() {
             "node {node}: {out}"
         );
         assert!(
-            out.contains("stopped by signal 15 on node 1"),
+            out.contains("stopped by SIGTERM on node 1"),
             "node {node}: {out}"
         );
     }
@@ -308,7 +313,7 @@ fn sigterm_while_waiting_for_etcd() {
     let out = launcher.output();
     assert_eq!(status.code(), Some(128 + libc::SIGTERM), "{out}");
     assert!(
-        out.contains("stopped by signal 15 while joining the job"),
+        out.contains("stopped by SIGTERM while joining the job"),
         "{out}"
     );
     assert!(
@@ -518,4 +523,63 @@ fn a_failure_on_a_node_that_leaves_still_counts() {
     let seen = records(&dir.join("record"));
     assert!(seen.iter().all(|(_, round)| *round == 0), "{seen:?}");
     release(mount, stuck);
+}
+
+/// Another client that can write the job's prefix forges its state while
+/// round 0 runs. A failure with exit status 0 is no launcher's: every
+/// launcher ends with an error naming the bad number, never exit 0
+/// (regression: both printed the failure and exited 0, so the scheduler saw
+/// success). A failure with a cause holding a newline and `ESC[2J` ends the
+/// job with its status, the cause printed escaped (regression: the newline
+/// forged an "every rank on every node exited 0" line and the escape
+/// reached the terminal).
+fn a_forged_failure_in_etcd() {
+    let test = "etcd forged failure";
+    let _dog = Watchdog::new(test, Duration::from_secs(120));
+    let Some(etcd) = Etcd::start(test) else {
+        return;
+    };
+    let forged_cause = "forged\nnodeipc launch: exit 0: every rank on every node exited 0\u{1b}[2J";
+    for (tag, code) in [("forged0", 0), ("forged3", 3)] {
+        let dir = TempDir::new(&format!("etcd-{tag}"));
+        let (mut launchers, base) = two(&etcd, &dir, tag, "run-long", |s| s, None);
+        wait_until("round 0 on both nodes", Duration::from_secs(30), || {
+            all_started(&dir, 0, 4)
+        });
+        let state = serde_json::json!({
+            "config": {
+                "min_nodes": base.nnodes, "max_nodes": base.max_nodes,
+                "nproc": base.nproc, "max_restarts": base.max_restarts,
+            },
+            "round": 0, "failures": 0, "reason": "",
+            "status": "failed", "node": 0, "rank": null,
+            "cause": forged_cause, "code": code,
+        });
+        let key = format!("/nodeipc/{}/state", base.id);
+        assert!(etcd.put(&key, state.to_string().as_bytes()), "{tag}: put");
+        for (node, launcher) in launchers.iter_mut().enumerate() {
+            let status = launcher.wait(Duration::from_secs(60));
+            let out = launcher.output();
+            let forged_line = out
+                .lines()
+                .any(|l| l.starts_with("nodeipc launch: exit 0: every rank on every node"));
+            assert!(
+                !out.contains('\u{1b}') && !forged_line,
+                "{tag} node {node}: what etcd held reached the output raw:\n{out}"
+            );
+            if code == 0 {
+                assert!(
+                    !status.success(),
+                    "{tag} node {node}: a forged failure with exit status 0 ended the launcher with 0:\n{out}"
+                );
+                assert!(out.contains("exit status 0"), "{tag} node {node}: {out}");
+            } else {
+                assert_eq!(status.code(), Some(code), "{tag} node {node}: {out}");
+                assert!(
+                    out.contains("forged\\nnodeipc launch: exit 0: every rank on every node exited 0\\u{1b}[2J"),
+                    "{tag} node {node}: the cause is not shown escaped:\n{out}"
+                );
+            }
+        }
+    }
 }

@@ -87,7 +87,7 @@ fn launchers_etcd_does_not_accept() {
     let record = dir.join("record");
     let https = format!("https://{}", etcd.endpoint());
     let plain = etcd.endpoint();
-    let unanswered = format!("no answer from etcd at {plain} within 2 s");
+    let unanswered = format!("no answer from etcd at {plain} within 2.0 s");
     let missing = dir.join("missing.pem");
     // Each: the endpoint, --rdzv-conf, what the launcher's error says.
     let cases = [

@@ -48,6 +48,15 @@ fn bad_options_are_refused_naming_the_option_and_its_bound() {
             },
             "--rank-restart-timeout",
         ),
+        // Below the 1 ms the message names (regression: anything above 0
+        // was taken).
+        (
+            LaunchOptions {
+                stop_timeout: Duration::from_micros(100),
+                ..options(&dir, 1, "true")
+            },
+            "--stop-timeout 100 µs must be between 1 ms and 60 min",
+        ),
         (
             LaunchOptions {
                 command: Vec::new(),
@@ -169,7 +178,67 @@ fn event_lines_for_people_say_what_happened() {
                 signal: Some(9),
                 after_s: 1.25,
             },
-            "rank 2 (pid 77) killed by signal 9 after 1.2 s",
+            "rank 2 (pid 77) killed by SIGKILL after 1.2 s",
+        ),
+    ];
+    for (event, line) in cases {
+        assert_eq!(event.line(), line);
+    }
+}
+
+/// Signals by name and times in words in every event line (regression:
+/// "signal 10 received: stopping", "killed by signal 9", "stopped in
+/// 12.3 ms", "after 0.4 s").
+#[test]
+fn regression_event_lines_name_signals_and_say_times_in_words() {
+    let rt = libc::SIGRTMIN() + 1;
+    let cases = [
+        (
+            Event::Signal {
+                signal: libc::SIGUSR1,
+            },
+            "SIGUSR1 received: stopping".to_owned(),
+        ),
+        (
+            Event::Signal { signal: rt },
+            "SIGRTMIN+1 received: stopping".to_owned(),
+        ),
+        (
+            Event::RankExited {
+                restart: 0,
+                rank: 0,
+                pid: 5,
+                code: None,
+                signal: Some(libc::SIGTERM),
+                after_s: 0.4,
+            },
+            "rank 0 (pid 5) killed by SIGTERM after 400 ms".to_owned(),
+        ),
+        (
+            Event::RoundStopped {
+                restart: 2,
+                stop_ms: 12.34,
+                killed: 0,
+                stuck: 0,
+            },
+            "round 2 stopped in 12 ms (0 needed SIGKILL)".to_owned(),
+        ),
+        (
+            Event::RoundFailed {
+                restart: 1,
+                rank: 3,
+                cause: "exited with 2".into(),
+                after_s: 75.0,
+            },
+            "round 1 failed after 1 min 15 s: rank 3 exited with 2".to_owned(),
+        ),
+        (
+            Event::RankNotBack {
+                restart: 1,
+                rank: 0,
+                waited_s: 2.5,
+            },
+            "rank 0 has not registered again after 2.5 s".to_owned(),
         ),
     ];
     for (event, line) in cases {

@@ -115,8 +115,8 @@ pub enum Error {
     /// The monitor did not take a request or answer it within the client's
     /// timeout (`SO_SNDTIMEO`/`SO_RCVTIMEO` ran out): says what was awaited.
     #[error(
-        "the monitor at {path}: {op} timed out after {} ms{detail}",
-        waited.as_millis()
+        "the monitor at {path}: {op} timed out after {}{detail}",
+        nodeipc_text::duration(*waited)
     )]
     Timeout {
         /// What was being done (`waiting for the reply to Init`, …).
@@ -160,7 +160,8 @@ pub enum Error {
 
     /// No server accepted a connection on the path in time.
     #[error(
-        "no monitor accepted a connection on {path} within {waited:?}: {}",
+        "no monitor accepted a connection on {path} within {}: {}",
+        nodeipc_text::duration(*waited),
         nodeipc_fdpass::connect_failure_reason(last)
     )]
     ConnectTimeout {
@@ -219,7 +220,10 @@ pub enum Error {
     },
 
     /// The spawned monitor did not accept connections in time.
-    #[error("the monitor process {pid} did not accept connections on {path} within {waited:?}")]
+    #[error(
+        "the monitor process {pid} did not accept connections on {path} within {}",
+        nodeipc_text::duration(*waited)
+    )]
     NotReady {
         /// Its pid.
         pid: u32,
@@ -351,3 +355,46 @@ fn closed_hint(source: &nodeipc_proto::Error) -> &'static str {
 
 /// `Result` with this crate's [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+#[cfg(test)]
+mod tests {
+    use std::path::PathBuf;
+    use std::time::Duration;
+
+    use super::Error;
+    use crate::MonitorConfig;
+
+    /// Times in the monitor's messages are in words (regression: "within
+    /// 10.093828ms", "check interval 0ns must be between 1ms and 3600s").
+    #[test]
+    fn regression_times_in_messages_are_in_words() {
+        let not_ready = Error::NotReady {
+            pid: 7,
+            path: PathBuf::from("/run/x.sock"),
+            waited: Duration::from_nanos(10_093_828),
+        };
+        assert_eq!(
+            not_ready.to_string(),
+            "the monitor process 7 did not accept connections on /run/x.sock within 10 ms"
+        );
+        let timeout = Error::Timeout {
+            op: "waiting for the reply to Init".into(),
+            path: PathBuf::from("/run/x.sock"),
+            waited: Duration::from_millis(2500),
+            detail: String::new(),
+        };
+        assert!(
+            timeout.to_string().ends_with("timed out after 2.5 s"),
+            "{timeout}"
+        );
+        let config = MonitorConfig {
+            check_interval: Duration::ZERO,
+            ..MonitorConfig::default()
+        };
+        let why = config.validate().unwrap_err().to_string();
+        assert!(
+            why.contains("check interval 0 ns must be between 1 ms and 60 min"),
+            "{why}"
+        );
+    }
+}

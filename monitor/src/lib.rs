@@ -50,6 +50,7 @@ pub use logging::{LOG_BURST, LOG_TARGET, LOG_WINDOW, LogLevel, MAX_LOG_LINE, Std
 pub use nvrx::NvrxConfig;
 pub use refusal::RefusalCode;
 pub use server::{MonitorServer, Shutdown, StopHandle};
+pub use signals::{StopSignals, block_terminating_signals, terminating_signals};
 pub use spawn::{
     CONFIG_ENV, MonitorHandle, SERVE_ENV, SpawnOptions, run_if_server, serve, spawn_monitor,
     spawn_monitor_with,

@@ -169,14 +169,17 @@ impl Logger {
     }
 
     fn write(&mut self, level: LogLevel, line: &str) {
-        // A line can quote what clients sent (64 section names, say): each
-        // is cut, so that the rate limit bounds the bytes, not just the lines.
+        // A line can quote what clients sent (64 section names, say) or what
+        // a health check read: control characters are escaped, so one
+        // record is one line, and each is cut, so that the rate limit bounds
+        // the bytes, not just the lines.
+        let escaped = nodeipc_text::printable(line);
         let cut;
-        let line = if line.len() > MAX_LOG_LINE {
-            cut = truncate(line.to_owned(), MAX_LOG_LINE);
+        let line = if escaped.len() > MAX_LOG_LINE {
+            cut = truncate(escaped.into_owned(), MAX_LOG_LINE);
             cut.as_str()
         } else {
-            line
+            &escaped
         };
         match &mut self.sink {
             Some(sink) => sink(level, line),
@@ -243,11 +246,41 @@ impl Log for StderrLogger {
         // reader has gone, and a lost log line must not take the monitor
         // down with it. One `write` per line (the lock and a formatted
         // line), so lines of processes sharing the file never interleave.
-        let line = format!("{who}[{pid}] {tag}: {}\n", record.args());
+        // Escaped: a record of another target may quote anything.
+        let text = record.args().to_string();
+        let line = format!(
+            "{}[{pid}] {tag}: {}\n",
+            nodeipc_text::Printable(who),
+            nodeipc_text::Printable(&text)
+        );
         let _ = std::io::stderr().lock().write_all(line.as_bytes());
     }
 
     fn flush(&self) {
         let _ = std::io::stderr().flush();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::{Arc, Mutex};
+
+    use super::{LogLevel, Logger};
+
+    /// What a check or a client said reaches the log escaped: one record,
+    /// one line, no escape sequence for the terminal.
+    #[test]
+    fn regression_outside_text_in_a_log_line_is_escaped() {
+        let lines = Arc::new(Mutex::new(Vec::new()));
+        let seen = Arc::clone(&lines);
+        let mut log = Logger::new();
+        log.set(Box::new(move |_: LogLevel, line: &str| {
+            seen.lock().unwrap().push(line.to_owned());
+        }));
+        log.warn("health check \"nic\" failed: down\nnodeipc launch: exit 0\u{1b}[2J");
+        assert_eq!(
+            *lines.lock().unwrap(),
+            ["health check \"nic\" failed: down\\nnodeipc launch: exit 0\\u{1b}[2J"]
+        );
     }
 }

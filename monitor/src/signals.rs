@@ -1,86 +1,124 @@
-//! The shutdown signals (SIGTERM, SIGINT, SIGUSR1, SIGUSR2) as a readable
-//! descriptor: blocked with `pthread_sigmask` and read from a `signalfd`, so
-//! the event loop polls them beside its sockets. rustix offers neither call;
-//! this file is the crate's only use of `libc` for them.
+//! Stopping in order on a signal: the signals whose default action ends a
+//! process, blocked with `pthread_sigmask` and read from a `signalfd`, so
+//! an event loop polls them beside its sockets and cleans up before it
+//! exits. The one home of this mechanism: the monitor server, the launcher
+//! (`nodeipc launch`) and the demo take their set from here. rustix offers
+//! neither call; this file is the crate's only use of `libc` for them.
 
 use std::mem::MaybeUninit;
-use std::os::fd::{AsFd, BorrowedFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 
-use nodeipc_fdpass::Signal;
-
-use crate::{Error, Result};
-
-/// The signals that shut a server down in order.
-pub(crate) const SHUTDOWN_SIGNALS: [Signal; 4] =
-    [Signal::TERM, Signal::INT, Signal::USR1, Signal::USR2];
-
-/// The shutdown signals, blocked for the calling thread and readable from a
-/// descriptor. The previous signal mask comes back on drop.
-#[derive(Debug)]
-pub(crate) struct ShutdownSignals {
-    fd: OwnedFd,
-    previous: libc::sigset_t,
+/// The signals that end a process by default and that a process with
+/// something to clean up takes instead: `SIGHUP`, `SIGINT`, `SIGQUIT`,
+/// `SIGTERM`, `SIGUSR1`, `SIGUSR2`, `SIGALRM`, `SIGVTALRM`, `SIGPROF`,
+/// `SIGIO`, `SIGPWR`, `SIGSTKFLT`, `SIGXCPU`, `SIGXFSZ`, and every
+/// real-time signal from `SIGRTMIN` to `SIGRTMAX` (as glibc numbers them:
+/// the two below `SIGRTMIN` are its own).
+///
+/// Not in it: `SIGPIPE` (ignored by Rust programs: a closed pipe is an
+/// error, not a death), the faults (`SIGSEGV`, `SIGBUS`, `SIGILL`,
+/// `SIGFPE`, `SIGABRT`, `SIGTRAP`, `SIGSYS`: the process is broken, and
+/// blocking a fault the kernel raises kills it anyway), `SIGKILL` and
+/// `SIGSTOP` (which nothing can take).
+pub fn terminating_signals() -> Vec<i32> {
+    let named = [
+        libc::SIGHUP,
+        libc::SIGINT,
+        libc::SIGQUIT,
+        libc::SIGTERM,
+        libc::SIGUSR1,
+        libc::SIGUSR2,
+        libc::SIGALRM,
+        libc::SIGVTALRM,
+        libc::SIGPROF,
+        libc::SIGIO,
+        libc::SIGPWR,
+        libc::SIGSTKFLT,
+        libc::SIGXCPU,
+        libc::SIGXFSZ,
+    ];
+    named
+        .into_iter()
+        .chain(libc::SIGRTMIN()..=libc::SIGRTMAX())
+        .collect()
 }
 
-fn shutdown_set() -> libc::sigset_t {
+/// [`terminating_signals`] as a `sigset_t`.
+fn stop_set() -> libc::sigset_t {
     let mut set = MaybeUninit::<libc::sigset_t>::uninit();
-    // SAFETY: sigemptyset initialises the set it is given; sigaddset then
-    // adds valid signal numbers to that initialised set.
+    // SAFETY: sigemptyset initialises the set, ours on this stack; sigaddset
+    // then adds valid signal numbers to that initialised set.
     unsafe {
         libc::sigemptyset(set.as_mut_ptr());
-        for signal in SHUTDOWN_SIGNALS {
-            libc::sigaddset(set.as_mut_ptr(), signal.as_raw());
+        for signal in terminating_signals() {
+            libc::sigaddset(set.as_mut_ptr(), signal);
         }
         set.assume_init()
     }
 }
 
-impl ShutdownSignals {
-    /// Blocks the shutdown signals in the calling thread (so they stay
-    /// pending instead of killing the process) and opens a `signalfd` for them.
+/// The [`terminating_signals`], blocked for the calling thread and readable
+/// from a descriptor; the previous signal mask comes back on drop.
+#[derive(Debug)]
+pub struct StopSignals {
+    fd: OwnedFd,
+    previous: libc::sigset_t,
+}
+
+impl StopSignals {
+    /// Blocks the [`terminating_signals`] in the calling thread (so they
+    /// stay pending instead of killing the process) and opens a `signalfd`
+    /// (`SFD_CLOEXEC | SFD_NONBLOCK`) for them.
     ///
-    /// In a single-threaded process (the spawned monitor) this catches every
-    /// such signal sent to the process. In a multi-threaded one, other threads
-    /// must block them too or the kernel may deliver them there.
-    pub(crate) fn install() -> Result<ShutdownSignals> {
-        let set = shutdown_set();
+    /// In a single-threaded process this catches every such signal sent to
+    /// the process. In a multi-threaded one, other threads must block them
+    /// too ([`StopSignals::block_in_this_thread`]), or the kernel may deliver
+    /// them there: call it from the main thread before any other starts
+    /// (threads inherit the mask). Children started with
+    /// `std::process::Command` begin with an empty mask (the standard
+    /// library resets it between `fork` and `exec`).
+    ///
+    /// # Errors
+    /// The errno of `pthread_sigmask` or `signalfd`.
+    ///
+    /// # References
+    /// - [Linux `signalfd(2)`](https://man7.org/linux/man-pages/man2/signalfd.2.html)
+    #[doc(alias = "signalfd")]
+    pub fn install() -> std::io::Result<StopSignals> {
+        let set = stop_set();
         let mut previous = MaybeUninit::<libc::sigset_t>::uninit();
-        // SAFETY: both pointers are valid for the call; `previous` is written
-        // by the kernel before we read it (only on success).
+        // SAFETY: both pointers are valid for the call; the kernel fills
+        // `previous` on success, and only then is it read.
         let rc = unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &set, previous.as_mut_ptr()) };
         if rc != 0 {
-            return Err(Error::io(
-                "pthread_sigmask",
-                "",
-                std::io::Error::from_raw_os_error(rc),
-            ));
+            return Err(std::io::Error::from_raw_os_error(rc));
         }
-        // SAFETY: pthread_sigmask succeeded, so it filled `previous`.
+        // SAFETY: pthread_sigmask succeeded, so it wrote `previous`.
         let previous = unsafe { previous.assume_init() };
-        // SAFETY: -1 asks for a new descriptor; `set` is an initialised set.
+        // SAFETY: -1 asks for a new descriptor; `set` is initialised.
         let raw = unsafe { libc::signalfd(-1, &set, libc::SFD_CLOEXEC | libc::SFD_NONBLOCK) };
         if raw < 0 {
             let error = std::io::Error::last_os_error();
             restore(&previous);
-            return Err(Error::io("signalfd", "", error));
+            return Err(error);
         }
         // SAFETY: signalfd(2) returned a new descriptor that nothing else owns.
         let fd = unsafe { OwnedFd::from_raw_fd(raw) };
-        Ok(ShutdownSignals { fd, previous })
+        Ok(StopSignals { fd, previous })
     }
 
-    /// The next pending shutdown signal, if any (never blocks).
-    pub(crate) fn read(&self) -> Option<Signal> {
+    /// The next pending stop signal's number, if any (never blocks).
+    pub fn read(&self) -> Option<i32> {
         let mut info = MaybeUninit::<libc::signalfd_siginfo>::uninit();
         let size = size_of::<libc::signalfd_siginfo>();
         loop {
-            // SAFETY: the buffer is valid for `size` bytes and the descriptor
-            // is a signalfd we own; the kernel writes whole records.
-            let n = unsafe { libc::read(fd_raw(&self.fd), info.as_mut_ptr().cast(), size) };
-            if n == size as isize {
+            // SAFETY: the buffer is ours and valid for `size` bytes; the
+            // descriptor is our signalfd, which writes whole records.
+            let n = unsafe { libc::read(self.fd.as_raw_fd(), info.as_mut_ptr().cast(), size) };
+            if usize::try_from(n) == Ok(size) {
                 // SAFETY: the kernel wrote a whole record.
                 let info = unsafe { info.assume_init() };
-                return Signal::from_named_raw(info.ssi_signo as i32);
+                return i32::try_from(info.ssi_signo).ok();
             }
             if n < 0 && std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted {
                 continue;
@@ -88,21 +126,60 @@ impl ShutdownSignals {
             return None;
         }
     }
+
+    /// Blocks the [`terminating_signals`] in the calling thread (a helper
+    /// thread's), so that they reach the process's `StopSignals` and
+    /// nothing else.
+    pub fn block_in_this_thread() {
+        let set = stop_set();
+        // SAFETY: `set` is initialised and only read; the old mask is not
+        // asked for.
+        unsafe {
+            libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+        }
+    }
+
+    /// Whether a stop signal is pending (blocked, not read yet): a wait
+    /// that cannot poll the descriptor itself gives up on it, and the
+    /// owner of the `StopSignals` reads the signal next.
+    pub fn pending() -> bool {
+        let mut set = MaybeUninit::<libc::sigset_t>::uninit();
+        // SAFETY: sigpending fills the set, ours on this stack; it is read
+        // only when the call succeeded.
+        unsafe {
+            if libc::sigpending(set.as_mut_ptr()) != 0 {
+                return false;
+            }
+            let set = set.assume_init();
+            terminating_signals()
+                .into_iter()
+                .any(|signal| libc::sigismember(&set, signal) == 1)
+        }
+    }
 }
 
-fn fd_raw(fd: &OwnedFd) -> i32 {
-    use std::os::fd::AsRawFd;
-    fd.as_raw_fd()
+/// Blocks the [`terminating_signals`] in the calling thread without a
+/// descriptor, for a thread that takes them with `sigwait(3)` instead; the
+/// set for that call.
+pub fn block_terminating_signals() -> std::io::Result<libc::sigset_t> {
+    let set = stop_set();
+    // SAFETY: `set` is initialised and only read; the old mask is not
+    // asked for.
+    let rc = unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut()) };
+    match rc {
+        0 => Ok(set),
+        rc => Err(std::io::Error::from_raw_os_error(rc)),
+    }
 }
 
 fn restore(previous: &libc::sigset_t) {
-    // SAFETY: `previous` is the mask pthread_sigmask returned.
+    // SAFETY: `previous` is the mask pthread_sigmask gave back.
     unsafe {
         libc::pthread_sigmask(libc::SIG_SETMASK, previous, std::ptr::null_mut());
     }
 }
 
-impl Drop for ShutdownSignals {
+impl Drop for StopSignals {
     fn drop(&mut self) {
         // Consume what is pending, so unblocking does not deliver it.
         while self.read().is_some() {}
@@ -110,8 +187,34 @@ impl Drop for ShutdownSignals {
     }
 }
 
-impl AsFd for ShutdownSignals {
+impl AsFd for StopSignals {
     fn as_fd(&self) -> BorrowedFd<'_> {
         self.fd.as_fd()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::terminating_signals;
+
+    #[test]
+    fn the_set_is_the_terminating_signals_and_no_fault() {
+        let set = terminating_signals();
+        for signal in [libc::SIGHUP, libc::SIGUSR1, libc::SIGPWR, libc::SIGXFSZ] {
+            assert!(set.contains(&signal), "{signal}");
+        }
+        assert!(set.contains(&libc::SIGRTMIN()) && set.contains(&libc::SIGRTMAX()));
+        for signal in [
+            libc::SIGPIPE,
+            libc::SIGSEGV,
+            libc::SIGABRT,
+            libc::SIGKILL,
+            libc::SIGSTOP,
+            libc::SIGCHLD,
+            32,
+            33,
+        ] {
+            assert!(!set.contains(&signal), "{signal}");
+        }
     }
 }

@@ -9,9 +9,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
-use nodeipc_fdpass::{Pidfd, Signal};
+use nodeipc_fdpass::{ForkGeneration, Pidfd, Signal};
 
-use crate::signals::ShutdownSignals;
+use crate::signals::StopSignals;
 use crate::{
     ControlClient, Error, MonitorConfig, MonitorServer, MonitorStatus, Result, Shutdown,
     StderrLogger, control_socket_path,
@@ -27,8 +27,9 @@ pub const CONFIG_ENV: &str = "NODEIPC_MONITOR_CONFIG";
 /// Builds the health checks `config.health` asks for
 /// ([`HealthConfig::checks_for_any_rank`](crate::HealthConfig::checks_for_any_rank),
 /// NVML loaded at run time; one that cannot run is logged, not fatal),
-/// binds `socket`, shuts down in order on SIGTERM, SIGINT, SIGUSR1 or
-/// SIGUSR2, and serves until one arrives: the whole of a monitor process's
+/// binds `socket`, shuts down in order on any of the
+/// [`terminating_signals`](crate::terminating_signals) (SIGTERM, SIGINT,
+/// SIGHUP, ...), and serves until one arrives: the whole of a monitor process's
 /// `main`. The signals are blocked before the sockets exist, so none can
 /// kill the process with its socket files still in place. Call it from a
 /// process's only thread. The log goes to the program's `log` logger, or
@@ -52,7 +53,7 @@ pub fn serve(socket: impl AsRef<Path>, config: MonitorConfig) -> Result<Shutdown
             unavailable.reason
         );
     }
-    let signals = ShutdownSignals::install()?;
+    let signals = StopSignals::install().map_err(|e| Error::io("signalfd", "", e))?;
     let mut server = MonitorServer::bind(socket, config)?;
     for check in health.checks {
         server.add_health_check(check);
@@ -116,9 +117,10 @@ pub struct SpawnOptions {
     /// Where the monitor's log (its standard error) goes: appended to this
     /// file, or inherited when `None`. A missing file is created 0600
     /// (`O_CREAT | O_EXCL | O_NOFOLLOW`); an existing one must be a regular
-    /// file of ours that group and others cannot write. A symlink, a FIFO or
-    /// someone else's file at the path is refused ([`Error::File`]), so a
-    /// link planted in a shared directory never redirects the writes.
+    /// file of ours that only we may write. A symlink, a FIFO, someone
+    /// else's file or a kernel interface file (`/proc`, `/sys`) at the path
+    /// is refused ([`Error::File`]), so a link planted in a shared directory
+    /// never redirects the writes.
     pub log_file: Option<PathBuf>,
 }
 
@@ -142,6 +144,8 @@ pub struct MonitorHandle {
     pidfd: Pidfd,
     socket: PathBuf,
     grace: Duration,
+    /// The process that started the monitor (its parent).
+    born: ForkGeneration,
 }
 
 /// Starts a monitor process serving `socket` with `config`, re-executing
@@ -224,6 +228,7 @@ pub fn spawn_monitor_with(
         pidfd,
         socket: socket.to_owned(),
         grace: options.stop_grace,
+        born: ForkGeneration::current(),
     };
     handle.wait_ready(options.ready_timeout, options.log_file.is_some())?;
     Ok(handle)
@@ -353,7 +358,9 @@ impl MonitorHandle {
 
 impl Drop for MonitorHandle {
     fn drop(&mut self) {
-        if self.child.is_some() {
+        // In a child forked since, the monitor is the parent's child: not
+        // ours to stop or wait for.
+        if self.child.is_some() && !self.born.is_forked() {
             let _ = self.stop_impl();
         }
     }
@@ -401,29 +408,18 @@ fn write_config_file(socket: &Path, config: &MonitorConfig) -> Result<PathBuf> {
 }
 
 /// Opens the monitor's log file for appending without ever following a
-/// link: a new file is created 0600 with `O_CREAT | O_EXCL | O_NOFOLLOW`;
-/// an existing one is used only if it is a regular file of ours that group
-/// and others cannot write. A symlink planted at the path is refused, so a
-/// monitor run by root never writes through it.
+/// link ([`nodeipc_fs::create_output`]): a new file is created 0600 with
+/// `O_CREAT | O_EXCL | O_NOFOLLOW`; an existing one is used only if it is a
+/// regular file of ours that only we may write. A symlink, a FIFO or a
+/// kernel interface file planted at the path is refused, so a monitor run
+/// by root never writes through it.
 fn open_log_file(path: &Path) -> Result<std::fs::File> {
-    let refused = |source| Error::File {
-        what: "log file",
-        source,
-    };
-    let fd = match nodeipc_fs::create_exclusive(path, 0o600) {
-        Ok(fd) => fd,
-        Err(e) if e.raw_os_error() == Some(libc::EEXIST) => {
-            nodeipc_fs::open_regular(path, true, nodeipc_fs::ModeRule::NotWritableByOthers)
-                .map_err(refused)?
-                .0
-        }
-        Err(e) => return Err(refused(e)),
-    };
-    // Appending, so lines of several writers never overwrite each other;
-    // and blocking again (`open_regular` opened it non-blocking).
-    rustix::fs::fcntl_setfl(&fd, rustix::fs::OFlags::APPEND)
-        .map_err(|e| Error::io("fcntl(F_SETFL, O_APPEND)", path.display(), e))?;
-    Ok(std::fs::File::from(fd))
+    nodeipc_fs::create_output(path, 0o600, nodeipc_fs::Existing::Append)
+        .map(std::fs::File::from)
+        .map_err(|source| Error::File {
+            what: "log file",
+            source,
+        })
 }
 
 /// Removes the configuration file once the monitor has read it (or failed).

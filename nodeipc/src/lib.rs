@@ -36,3 +36,6 @@ pub use nodeipc_sem as sem;
 #[cfg(feature = "shm")]
 #[doc(inline)]
 pub use nodeipc_shm as shm;
+#[cfg(feature = "text")]
+#[doc(inline)]
+pub use nodeipc_text as text;

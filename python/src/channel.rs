@@ -3,15 +3,16 @@
 //! that log on through its handshake. Requests and responses are bytes of any
 //! encoding (`execute_pb2` messages serialized, say).
 
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Mutex, MutexGuard, RwLock, RwLockReadGuard, TryLockError};
 use std::time::Duration;
 
 use nodeipc_channel::{ChannelConfig, HandshakeOptions, HandshakeServer, connect, worker_logon};
+use nodeipc_fdpass::ForkGeneration;
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 
 use crate::blocking::{blocking, seconds};
-use crate::errors::{Kind, invalid, raise};
+use crate::errors::{self, Kind, invalid, raise};
 
 /// The channel's errors as the package's exceptions.
 pub(crate) fn channel_error(py: Python<'_>, e: nodeipc_channel::Error) -> PyErr {
@@ -27,10 +28,11 @@ pub(crate) fn channel_error(py: Python<'_>, e: nodeipc_channel::Error) -> PyErr 
         | E::CoordinatorDied { .. }
         | E::Closed { .. } => Kind::PeerDied,
         E::RankTaken { .. } => Kind::AlreadyExists,
+        E::Busy { .. } => Kind::ConcurrentUse,
         E::Rejected { .. } | E::Handshake { .. } => Kind::Refused,
         _ => Kind::Base,
     };
-    raise(py, kind, e.to_string(), None)
+    raise(py, kind, e.to_string(), errors::errno_of(&e))
 }
 
 fn count(what: &str, value: i128) -> PyResult<u32> {
@@ -64,32 +66,74 @@ fn timeout_or(default: Duration, value: Option<Option<f64>>) -> PyResult<Duratio
 
 /// The coordinator's end of a channel over anonymous regions (see
 /// `nodeipc.channel.Coordinator` in the stubs).
-#[pyclass(module = "nodeipc._native")]
+///
+/// The object may be shared between threads: one thread may send while
+/// another gathers (the Rust coordinator takes `&self` for both and refuses
+/// a second sender or a second gatherer with its own `Busy` error, raised
+/// as `ConcurrentUseError`).
+#[pyclass(module = "nodeipc._native", frozen)]
 pub(crate) struct Coordinator {
-    /// In a mutex because a Python object may be shared between threads:
-    /// the coordinator's calls take it one at a time.
-    inner: Mutex<Option<nodeipc_channel::Coordinator>>,
-    server: Option<HandshakeServer>,
+    /// Read-locked by each call (`try_read`: only `close()` write-locks it,
+    /// and only with `try_write`, so a call never waits here).
+    inner: RwLock<Option<nodeipc_channel::Coordinator>>,
+    /// The handshake server, while serving.
+    server: Mutex<Option<HandshakeServer>>,
     name: String,
+    /// The process that made it: in a child forked since, only `close()`
+    /// and `stop_serving()` (which then join, lock and remove nothing) are
+    /// allowed.
+    born: ForkGeneration,
 }
 
-type Guard<'a> = MutexGuard<'a, Option<nodeipc_channel::Coordinator>>;
+type Shared<'a> = RwLockReadGuard<'a, Option<nodeipc_channel::Coordinator>>;
 
-impl Coordinator {
-    fn lock(&self) -> Guard<'_> {
-        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+/// The `Busy` error of a call that another thread's call excludes.
+fn busy(
+    name: &str,
+    op: &'static str,
+    busy: &'static str,
+    rule: &'static str,
+) -> nodeipc_channel::Error {
+    nodeipc_channel::Error::Busy {
+        channel: name.to_owned(),
+        op,
+        busy,
+        rule,
     }
 }
 
-/// The open coordinator behind `guard`.
+impl Coordinator {
+    /// The coordinator for a call; `ForkedError` in a child forked since
+    /// (before any lock: a parent thread may have held one at the fork).
+    fn shared(&self, py: Python<'_>) -> PyResult<Shared<'_>> {
+        errors::usable(py, &self.born, || format!("coordinator {}", self.name))?;
+        match self.inner.try_read() {
+            Ok(shared) => Ok(shared),
+            Err(TryLockError::Poisoned(poisoned)) => Ok(poisoned.into_inner()),
+            // Only close() write-locks it: it is being closed.
+            Err(TryLockError::WouldBlock) => Err(closed(py, "coordinator", &self.name)),
+        }
+    }
+}
+
+/// The open coordinator behind `shared`.
 fn open<'g>(
     py: Python<'_>,
-    guard: &'g mut Guard<'_>,
+    shared: &'g Shared<'_>,
     name: &str,
-) -> PyResult<&'g mut nodeipc_channel::Coordinator> {
-    guard
-        .as_mut()
+) -> PyResult<&'g nodeipc_channel::Coordinator> {
+    shared
+        .as_ref()
         .ok_or_else(|| closed(py, "coordinator", name))
+}
+
+/// A lock taken without waiting: `None` while another thread holds it.
+fn try_take<T>(lock: &Mutex<T>) -> Option<MutexGuard<'_, T>> {
+    match lock.try_lock() {
+        Ok(guard) => Some(guard),
+        Err(TryLockError::Poisoned(poisoned)) => Some(poisoned.into_inner()),
+        Err(TryLockError::WouldBlock) => None,
+    }
 }
 
 #[pymethods]
@@ -116,9 +160,10 @@ impl Coordinator {
         let coordinator = nodeipc_channel::Coordinator::create_anonymous(config)
             .map_err(|e| channel_error(py, e))?;
         Ok(Coordinator {
-            inner: Mutex::new(Some(coordinator)),
-            server: None,
+            inner: RwLock::new(Some(coordinator)),
+            server: Mutex::new(None),
             name: name.to_owned(),
+            born: ForkGeneration::current(),
         })
     }
 
@@ -130,27 +175,54 @@ impl Coordinator {
 
     /// Serves the logon handshake at `socket_path` (its directory ours,
     /// 0700): workers connect with `Worker.connect(socket_path, rank)`.
-    fn serve(&mut self, py: Python<'_>, socket_path: &str) -> PyResult<()> {
-        let offer = open(py, &mut self.lock(), &self.name)?
+    /// Refused (`AlreadyExistsError`) while it serves already.
+    fn serve(&self, py: Python<'_>, socket_path: &str) -> PyResult<()> {
+        let shared = self.shared(py)?;
+        let offer = open(py, &shared, &self.name)?
             .offer()
             .map_err(|e| channel_error(py, e))?;
-        let server = HandshakeServer::bind(
+        let Some(mut server) = try_take(&self.server) else {
+            return Err(channel_error(
+                py,
+                busy(
+                    &self.name,
+                    "serve",
+                    "starting or stopping the server",
+                    "a coordinator's server is started and stopped by one thread at a time",
+                ),
+            ));
+        };
+        if let Some(serving) = server.as_ref() {
+            // Binding a second server would drop the first, and its socket
+            // with it: workers connecting there would wait in vain.
+            return Err(raise(
+                py,
+                Kind::AlreadyExists,
+                format!(
+                    "channel {}: already serving at {}: call stop_serving() before serving again",
+                    self.name,
+                    serving.path().display()
+                ),
+                None,
+            ));
+        }
+        let bound = HandshakeServer::bind(
             socket_path,
             HandshakeOptions::default(),
             move |logon, peer| offer.decide(logon, peer),
         )
         .map_err(|e| channel_error(py, e))?;
-        self.server = Some(server);
+        *server = Some(bound);
         Ok(())
     }
 
     /// Waits until every worker has joined (then the handshake's socket
     /// can go: `stop_serving()`).
     #[pyo3(signature = (timeout = 30.0))]
-    fn wait_for_workers(&mut self, py: Python<'_>, timeout: Option<f64>) -> PyResult<()> {
+    fn wait_for_workers(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<()> {
         let limit = seconds("timeout", timeout)?;
-        let mut guard = self.lock();
-        let coordinator = open(py, &mut guard, &self.name)?;
+        let shared = self.shared(py)?;
+        let coordinator = open(py, &shared, &self.name)?;
         blocking(
             py,
             move || coordinator.wait_for_workers(limit),
@@ -158,16 +230,34 @@ impl Coordinator {
         )
     }
 
-    /// Stops the handshake server and removes its socket.
-    fn stop_serving(&mut self) {
-        self.server = None;
+    /// Stops the handshake server and removes its socket (in a child forked
+    /// since, drops the child's copy only: the parent keeps serving).
+    fn stop_serving(&self, py: Python<'_>) -> PyResult<()> {
+        match try_take(&self.server) {
+            Some(mut server) => {
+                *server = None;
+                Ok(())
+            }
+            // Never waited for in a forked child: a parent thread may have
+            // held it at the fork (the copy is then left as it is).
+            None if self.born.is_forked() => Ok(()),
+            None => Err(channel_error(
+                py,
+                busy(
+                    &self.name,
+                    "stop_serving",
+                    "starting or stopping the server",
+                    "a coordinator's server is started and stopped by one thread at a time",
+                ),
+            )),
+        }
     }
 
     /// Broadcasts `data` to every worker; returns the request's index.
     #[pyo3(signature = (data, *, timeout = Option::<Option<f64>>::None))]
-    fn send(&mut self, py: Python<'_>, data: &[u8], timeout: Option<Option<f64>>) -> PyResult<u64> {
-        let mut guard = self.lock();
-        let coordinator = open(py, &mut guard, &self.name)?;
+    fn send(&self, py: Python<'_>, data: &[u8], timeout: Option<Option<f64>>) -> PyResult<u64> {
+        let shared = self.shared(py)?;
+        let coordinator = open(py, &shared, &self.name)?;
         let limit = timeout_or(coordinator.config().timeout, timeout)?;
         blocking(
             py,
@@ -179,13 +269,9 @@ impl Coordinator {
     /// Every worker's answer to the oldest request not yet gathered, in
     /// rank order. A timeout keeps what was gathered; the next call resumes.
     #[pyo3(signature = (*, timeout = Option::<Option<f64>>::None))]
-    fn recv_all(
-        &mut self,
-        py: Python<'_>,
-        timeout: Option<Option<f64>>,
-    ) -> PyResult<Vec<Py<PyBytes>>> {
-        let mut guard = self.lock();
-        let coordinator = open(py, &mut guard, &self.name)?;
+    fn recv_all(&self, py: Python<'_>, timeout: Option<Option<f64>>) -> PyResult<Vec<Py<PyBytes>>> {
+        let shared = self.shared(py)?;
+        let coordinator = open(py, &shared, &self.name)?;
         let limit = timeout_or(coordinator.config().timeout, timeout)?;
         let answers = blocking(
             py,
@@ -204,9 +290,9 @@ impl Coordinator {
 
     /// The first answer to arrive for the oldest request not yet gathered,
     /// with its rank; the others are taken by the next gather.
-    fn recv_first(&mut self, py: Python<'_>) -> PyResult<(u32, Py<PyBytes>)> {
-        let mut guard = self.lock();
-        let coordinator = open(py, &mut guard, &self.name)?;
+    fn recv_first(&self, py: Python<'_>) -> PyResult<(u32, Py<PyBytes>)> {
+        let shared = self.shared(py)?;
+        let coordinator = open(py, &shared, &self.name)?;
         let (rank, answer) = blocking(
             py,
             move || {
@@ -220,44 +306,99 @@ impl Coordinator {
     }
 
     /// Takes (and drops) the answers `recv_first` left; returns how many.
-    fn drain(&mut self, py: Python<'_>) -> PyResult<u64> {
-        let mut guard = self.lock();
-        let coordinator = open(py, &mut guard, &self.name)?;
+    fn drain(&self, py: Python<'_>) -> PyResult<u64> {
+        let shared = self.shared(py)?;
+        let coordinator = open(py, &shared, &self.name)?;
         blocking(py, move || coordinator.drain(), channel_error)
     }
 
     /// Closes the channel (workers see it closed once they have every
-    /// request sent before) and stops serving.
-    fn close(&mut self) {
-        self.server = None;
-        *self.lock() = None;
+    /// request sent before) and stops serving; refused while another thread
+    /// is in a call on it. In a child forked since, it drops the child's
+    /// copy only: the channel and its server stay the parent's.
+    fn close(&self, py: Python<'_>) -> PyResult<()> {
+        let forked = self.born.is_forked();
+        let inner = match self.inner.try_write() {
+            Ok(inner) => Some(inner),
+            Err(TryLockError::Poisoned(poisoned)) => Some(poisoned.into_inner()),
+            Err(TryLockError::WouldBlock) => None,
+        };
+        let server = try_take(&self.server);
+        match (inner, server) {
+            (Some(mut inner), Some(mut server)) => {
+                *server = None;
+                *inner = None;
+                Ok(())
+            }
+            // Never waited for in a forked child: a parent thread may have
+            // held them at the fork (the copies are then left as they are).
+            _ if forked => Ok(()),
+            _ => Err(channel_error(
+                py,
+                busy(
+                    &self.name,
+                    "close",
+                    "in a call on this coordinator",
+                    "close a coordinator once every other thread's call on it has returned",
+                ),
+            )),
+        }
     }
 
     fn __enter__(slf: Py<Self>) -> Py<Self> {
         slf
     }
 
-    fn __exit__(&mut self, _kind: Py<PyAny>, _value: Py<PyAny>, _traceback: Py<PyAny>) -> bool {
-        self.close();
-        false
+    fn __exit__(
+        &self,
+        py: Python<'_>,
+        _kind: Py<PyAny>,
+        _value: Py<PyAny>,
+        _traceback: Py<PyAny>,
+    ) -> PyResult<bool> {
+        self.close(py)?;
+        Ok(false)
     }
 }
 
 /// A worker's end of a channel (see `nodeipc.channel.Worker` in the stubs).
-#[pyclass(module = "nodeipc._native")]
+/// One thread at a time: a call while another thread is in one raises
+/// `ConcurrentUseError`.
+#[pyclass(module = "nodeipc._native", frozen)]
 pub(crate) struct Worker {
-    inner: Option<nodeipc_channel::Worker>,
+    /// Taken (`try_lock`, never waited for) by each call.
+    state: Mutex<WorkerState>,
     name: String,
+    rank: u32,
+    /// The process that logged on: a child forked since may only close it
+    /// (which then leaves the rank to the parent).
+    born: ForkGeneration,
+}
+
+struct WorkerState {
+    inner: Option<nodeipc_channel::Worker>,
     /// Where each request is copied before it becomes a `bytes`, reused.
     buffer: Vec<u8>,
 }
 
 impl Worker {
-    fn open(&mut self, py: Python<'_>) -> PyResult<&mut nodeipc_channel::Worker> {
-        let name = &self.name;
-        self.inner
-            .as_mut()
-            .ok_or_else(|| closed(py, "worker", name))
+    /// This thread's turn for `op`: `ForkedError` in a forked child,
+    /// `ConcurrentUseError` while another thread is in a call.
+    fn turn(&self, py: Python<'_>, op: &'static str) -> PyResult<MutexGuard<'_, WorkerState>> {
+        errors::usable(py, &self.born, || {
+            format!("worker {} of channel {}", self.rank, self.name)
+        })?;
+        try_take(&self.state).ok_or_else(|| {
+            channel_error(
+                py,
+                busy(
+                    &self.name,
+                    op,
+                    "in a call on this worker",
+                    "a worker is used by one thread at a time",
+                ),
+            )
+        })
     }
 }
 
@@ -283,15 +424,22 @@ impl Worker {
         )?;
         Ok(Worker {
             name: worker.config().name.clone(),
-            inner: Some(worker),
-            buffer: Vec::new(),
+            rank,
+            state: Mutex::new(WorkerState {
+                inner: Some(worker),
+                buffer: Vec::new(),
+            }),
+            born: ForkGeneration::current(),
         })
     }
 
     /// This worker's rank.
     #[getter]
-    fn rank(&mut self, py: Python<'_>) -> PyResult<u32> {
-        Ok(self.open(py)?.rank())
+    fn rank(&self, py: Python<'_>) -> PyResult<u32> {
+        errors::usable(py, &self.born, || {
+            format!("worker {} of channel {}", self.rank, self.name)
+        })?;
+        Ok(self.rank)
     }
 
     /// The channel's name.
@@ -304,13 +452,12 @@ impl Worker {
     /// returned `bytes`). Raises `PeerDiedError` once the coordinator closed
     /// the channel (after every request sent before) or died.
     #[pyo3(signature = (*, timeout = Option::<Option<f64>>::None))]
-    fn recv(&mut self, py: Python<'_>, timeout: Option<Option<f64>>) -> PyResult<Py<PyBytes>> {
-        let Worker {
-            inner,
-            name,
-            buffer,
-        } = self;
-        let worker = inner.as_mut().ok_or_else(|| closed(py, "worker", name))?;
+    fn recv(&self, py: Python<'_>, timeout: Option<Option<f64>>) -> PyResult<Py<PyBytes>> {
+        let mut turn = self.turn(py, "recv")?;
+        let WorkerState { inner, buffer } = &mut *turn;
+        let worker = inner
+            .as_mut()
+            .ok_or_else(|| closed(py, "worker", &self.name))?;
         let limit = timeout_or(worker.config().timeout, timeout)?;
         blocking(
             py,
@@ -326,22 +473,41 @@ impl Worker {
     }
 
     /// Answers the oldest request not yet answered with `data`.
-    fn respond(&mut self, py: Python<'_>, data: &[u8]) -> PyResult<()> {
-        let worker = self.open(py)?;
+    fn respond(&self, py: Python<'_>, data: &[u8]) -> PyResult<()> {
+        let mut turn = self.turn(py, "respond")?;
+        let worker = turn
+            .inner
+            .as_mut()
+            .ok_or_else(|| closed(py, "worker", &self.name))?;
         blocking(py, || worker.respond_bytes(data), channel_error)
     }
 
-    /// Leaves the channel (the rank may be taken again).
-    fn close(&mut self) {
-        self.inner = None;
+    /// Leaves the channel (the rank may be taken again). In a child forked
+    /// since, drops the child's copy only: the rank stays the parent's.
+    fn close(&self, py: Python<'_>) -> PyResult<()> {
+        if self.born.is_forked() {
+            // Never waited for: a parent thread may have held it at the fork.
+            if let Some(mut state) = try_take(&self.state) {
+                state.inner = None;
+            }
+            return Ok(());
+        }
+        self.turn(py, "close")?.inner = None;
+        Ok(())
     }
 
     fn __enter__(slf: Py<Self>) -> Py<Self> {
         slf
     }
 
-    fn __exit__(&mut self, _kind: Py<PyAny>, _value: Py<PyAny>, _traceback: Py<PyAny>) -> bool {
-        self.close();
-        false
+    fn __exit__(
+        &self,
+        py: Python<'_>,
+        _kind: Py<PyAny>,
+        _value: Py<PyAny>,
+        _traceback: Py<PyAny>,
+    ) -> PyResult<bool> {
+        self.close(py)?;
+        Ok(false)
     }
 }

@@ -21,6 +21,8 @@ pub(crate) enum Kind {
     RankMonitorClient,
     MonitorRefused,
     MonitorTimeout,
+    Forked,
+    ConcurrentUse,
 }
 
 impl Kind {
@@ -37,6 +39,8 @@ impl Kind {
             Kind::RankMonitorClient => "RankMonitorClientError",
             Kind::MonitorRefused => "MonitorRefusedError",
             Kind::MonitorTimeout => "MonitorTimeoutError",
+            Kind::Forked => "ForkedError",
+            Kind::ConcurrentUse => "ConcurrentUseError",
         }
     }
 }
@@ -54,20 +58,56 @@ pub(crate) fn raise(py: Python<'_>, kind: Kind, message: String, errno: Option<i
     made.unwrap_or_else(|_| PyOSError::new_err(message))
 }
 
-/// A bad argument caught before any Rust call.
-pub(crate) fn invalid(message: String) -> PyErr {
-    Python::attach(|py| raise(py, Kind::InvalidArgument, message, None))
+/// `Ok` in the process that made the object; in a child forked since, a
+/// `ForkedError` naming it (`what` is only built then): a forked child may
+/// only close or drop its parent's objects. One load and a compare.
+pub(crate) fn usable(
+    py: Python<'_>,
+    born: &nodeipc_fdpass::ForkGeneration,
+    what: impl FnOnce() -> String,
+) -> PyResult<()> {
+    if !born.is_forked() {
+        return Ok(());
+    }
+    match born.check(&what()) {
+        Ok(()) => Ok(()),
+        Err(forked) => Err(raise(py, Kind::Forked, forked.to_string(), None)),
+    }
 }
 
-/// The errno of the first failed system call in `error`'s source chain.
-fn errno_of(error: &(dyn StdError + 'static)) -> Option<i32> {
+/// A bad argument caught before any Rust call.
+pub(crate) fn invalid(message: String) -> PyErr {
+    invalid_errno(message, None)
+}
+
+/// A bad argument that a system call refused, keeping its errno.
+pub(crate) fn invalid_errno(message: String, errno: Option<i32>) -> PyErr {
+    Python::attach(|py| raise(py, Kind::InvalidArgument, message, errno))
+}
+
+/// The first errno in `error`'s source chain: a failed system call's own,
+/// or the one a layer's error stands for (`EPERM`, `ESRCH`, `EBADF`,
+/// `ENOENT`, `EEXIST`: see each layer's `raw_os_error`).
+pub(crate) fn errno_of(error: &(dyn StdError + 'static)) -> Option<i32> {
     let mut next = Some(error);
     while let Some(e) = next {
-        if let Some(raw) = e
+        let code = e
             .downcast_ref::<std::io::Error>()
             .and_then(std::io::Error::raw_os_error)
-        {
-            return Some(raw);
+            .or_else(|| {
+                e.downcast_ref::<nodeipc_fdpass::Error>()
+                    .and_then(nodeipc_fdpass::Error::raw_os_error)
+            })
+            .or_else(|| {
+                e.downcast_ref::<nodeipc_shm::Error>()
+                    .and_then(nodeipc_shm::Error::raw_os_error)
+            })
+            .or_else(|| {
+                e.downcast_ref::<nodeipc_sem::Error>()
+                    .and_then(nodeipc_sem::Error::raw_os_error)
+            });
+        if code.is_some() {
+            return code;
         }
         next = e.source();
     }
@@ -115,12 +155,14 @@ pub(crate) fn sem(py: Python<'_>, e: nodeipc_sem::Error) -> PyErr {
 pub(crate) fn group(py: Python<'_>, e: nodeipc_barrier::Error) -> PyErr {
     use nodeipc_barrier::Error as E;
     let kind = match &e {
-        E::InvalidOptions { .. } | E::TooLarge { .. } | E::RankOutOfRange { .. } => {
-            Kind::InvalidArgument
-        }
+        E::InvalidOptions { .. }
+        | E::TooLarge { .. }
+        | E::RankOutOfRange { .. }
+        | E::SubsetOutOfRange { .. } => Kind::InvalidArgument,
         E::NameTaken { .. } => Kind::AlreadyExists,
         E::PeerDied { .. } | E::PeerLeft { .. } | E::Poisoned { .. } => Kind::PeerDied,
         E::Timeout { .. } => Kind::Timeout,
+        E::Busy { .. } => Kind::ConcurrentUse,
         E::Shm { source, .. } => shm_kind(source),
         _ => Kind::Base,
     };

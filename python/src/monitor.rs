@@ -3,8 +3,10 @@
 //! gives it nvidia-resiliency-ext's names.
 
 use std::collections::BTreeMap;
+use std::sync::{Mutex, MutexGuard, TryLockError};
 use std::time::{Duration, Instant};
 
+use nodeipc_fdpass::ForkGeneration;
 use nodeipc_monitor::{MonitorClient, RankInfo, TimeoutEstimator, TimeoutUpdate, Timeouts};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
@@ -59,26 +61,60 @@ fn in_force<'py>(py: Python<'py>, t: &Timeouts) -> PyResult<Bound<'py, PyDict>> 
     )
 }
 
-/// A rank's connection to its monitor.
-#[pyclass(module = "nodeipc._native")]
+/// A rank's connection to its monitor. One thread at a time: a call while
+/// another thread is in one raises `ConcurrentUseError`.
+#[pyclass(module = "nodeipc._native", frozen)]
 pub(crate) struct MonitorConnection {
+    /// Taken (`try_lock`, never waited for) by each call.
+    state: Mutex<Connection>,
+    /// The process that connected: a child forked since may only close it
+    /// (which then leaves the parent's connection open).
+    born: ForkGeneration,
+}
+
+struct Connection {
     client: Option<MonitorClient>,
     /// The coarse clock at the last fast heartbeat the estimator was told
     /// of (see `heartbeat`).
     last_tick: Option<(i64, i64)>,
 }
 
+type Turn<'a> = MutexGuard<'a, Connection>;
+
 impl MonitorConnection {
-    fn client(&mut self, py: Python<'_>) -> PyResult<&mut MonitorClient> {
-        self.client.as_mut().ok_or_else(|| {
-            errors::raise(
+    /// This thread's turn for `op`: `ForkedError` in a forked child,
+    /// `ConcurrentUseError` while another thread is in a call.
+    fn turn(&self, py: Python<'_>, op: &str) -> PyResult<Turn<'_>> {
+        errors::usable(py, &self.born, || "the monitor connection".to_owned())?;
+        match self.state.try_lock() {
+            Ok(turn) => Ok(turn),
+            Err(TryLockError::Poisoned(poisoned)) => Ok(poisoned.into_inner()),
+            Err(TryLockError::WouldBlock) => Err(errors::raise(
                 py,
-                errors::Kind::RankMonitorClient,
-                "the connection to the monitor is closed".to_owned(),
+                errors::Kind::ConcurrentUse,
+                format!(
+                    "the monitor connection: {op} refused: another thread is in a call on it; \
+                     a monitor connection is used by one thread at a time"
+                ),
                 None,
-            )
-        })
+            )),
+        }
     }
+}
+
+impl Connection {
+    fn client(&mut self, py: Python<'_>) -> PyResult<&mut MonitorClient> {
+        self.client.as_mut().ok_or_else(|| closed(py))
+    }
+}
+
+fn closed(py: Python<'_>) -> PyErr {
+    errors::raise(
+        py,
+        errors::Kind::RankMonitorClient,
+        "the connection to the monitor is closed".to_owned(),
+        None,
+    )
 }
 
 #[pymethods]
@@ -96,8 +132,11 @@ impl MonitorConnection {
             errors::monitor,
         )?;
         Ok(MonitorConnection {
-            client: Some(client),
-            last_tick: None,
+            state: Mutex::new(Connection {
+                client: Some(client),
+                last_tick: None,
+            }),
+            born: ForkGeneration::current(),
         })
     }
 
@@ -106,7 +145,7 @@ impl MonitorConnection {
     /// proposal by `smoothing`.
     #[pyo3(signature = (safety_factor, min_samples, smoothing = 0.5))]
     fn attach_estimator(
-        &mut self,
+        &self,
         py: Python<'_>,
         safety_factor: f64,
         min_samples: usize,
@@ -115,7 +154,9 @@ impl MonitorConnection {
         let estimator = TimeoutEstimator::new(safety_factor, min_samples)
             .and_then(|e| e.with_smoothing(smoothing))
             .map_err(|e| errors::monitor(py, e))?;
-        self.client(py)?.attach_estimator(estimator);
+        self.turn(py, "attach_estimator")?
+            .client(py)?
+            .attach_estimator(estimator);
         Ok(())
     }
 
@@ -123,13 +164,14 @@ impl MonitorConnection {
     /// region when `want_region`; returns the timeouts in force.
     #[pyo3(signature = (global_rank, local_rank, want_region = true))]
     fn init<'py>(
-        &mut self,
+        &self,
         py: Python<'py>,
         global_rank: u32,
         local_rank: u32,
         want_region: bool,
     ) -> PyResult<Bound<'py, PyDict>> {
-        let client = self.client(py)?;
+        let mut turn = self.turn(py, "init")?;
+        let client = turn.client(py)?;
         let rank = RankInfo::this_process(global_rank, local_rank);
         let config = blocking(
             py,
@@ -150,15 +192,19 @@ impl MonitorConnection {
 
     /// Whether heartbeats take the shared-memory fast path.
     #[getter]
-    fn has_heartbeat_region(&mut self, py: Python<'_>) -> PyResult<bool> {
-        Ok(self.client(py)?.has_heartbeat_region())
+    fn has_heartbeat_region(&self, py: Python<'_>) -> PyResult<bool> {
+        Ok(self
+            .turn(py, "has_heartbeat_region")?
+            .client(py)?
+            .has_heartbeat_region())
     }
 
     /// One heartbeat: an atomic increment in the shared region when the
     /// monitor granted it, a message over the socket otherwise.
-    fn heartbeat(&mut self, py: Python<'_>) -> PyResult<()> {
-        let last_tick = self.last_tick;
-        let client = self.client(py)?;
+    fn heartbeat(&self, py: Python<'_>) -> PyResult<()> {
+        let mut turn = self.turn(py, "heartbeat")?;
+        let Connection { client, last_tick } = &mut *turn;
+        let client = client.as_mut().ok_or_else(|| closed(py))?;
         if client.has_heartbeat_region() {
             client
                 .heartbeat_fast()
@@ -171,11 +217,11 @@ impl MonitorConnection {
             // the next, overstating it by at most a tick.
             let now = rustix::time::clock_gettime(rustix::time::ClockId::MonotonicCoarse);
             let tick = Some((now.tv_sec, now.tv_nsec));
-            if tick != last_tick
+            if tick != *last_tick
                 && let Some(estimator) = client.estimator_mut()
             {
                 estimator.record_heartbeat(Instant::now());
-                self.last_tick = tick;
+                *last_tick = tick;
             }
             return Ok(());
         }
@@ -183,26 +229,30 @@ impl MonitorConnection {
     }
 
     /// One heartbeat over the socket, answered by the monitor.
-    fn heartbeat_socket(&mut self, py: Python<'_>) -> PyResult<()> {
-        let client = self.client(py)?;
+    fn heartbeat_socket(&self, py: Python<'_>) -> PyResult<()> {
+        let mut turn = self.turn(py, "heartbeat_socket")?;
+        let client = turn.client(py)?;
         blocking(py, move || client.heartbeat(), errors::monitor)
     }
 
     /// Opens section `name`.
-    fn start_section(&mut self, py: Python<'_>, name: &str) -> PyResult<()> {
-        let client = self.client(py)?;
+    fn start_section(&self, py: Python<'_>, name: &str) -> PyResult<()> {
+        let mut turn = self.turn(py, "start_section")?;
+        let client = turn.client(py)?;
         blocking(py, move || client.start_section(name), errors::monitor)
     }
 
     /// Closes section `name`.
-    fn end_section(&mut self, py: Python<'_>, name: &str) -> PyResult<()> {
-        let client = self.client(py)?;
+    fn end_section(&self, py: Python<'_>, name: &str) -> PyResult<()> {
+        let mut turn = self.turn(py, "end_section")?;
+        let client = turn.client(py)?;
         blocking(py, move || client.end_section(name), errors::monitor)
     }
 
     /// Closes every open section.
-    fn end_all_sections(&mut self, py: Python<'_>) -> PyResult<()> {
-        let client = self.client(py)?;
+    fn end_all_sections(&self, py: Python<'_>) -> PyResult<()> {
+        let mut turn = self.turn(py, "end_all_sections")?;
+        let client = turn.client(py)?;
         blocking(py, move || client.end_all_sections(), errors::monitor)
     }
 
@@ -210,7 +260,7 @@ impl MonitorConnection {
     /// those in force.
     #[pyo3(signature = (initial_heartbeat = None, heartbeat = None, out_of_section = None, sections = None))]
     fn send_timeouts<'py>(
-        &mut self,
+        &self,
         py: Python<'py>,
         initial_heartbeat: Option<f64>,
         heartbeat: Option<f64>,
@@ -229,15 +279,17 @@ impl MonitorConnection {
                 .sections
                 .insert(name, limit.unwrap_or(Duration::ZERO));
         }
-        let client = self.client(py)?;
+        let mut turn = self.turn(py, "send_timeouts")?;
+        let client = turn.client(py)?;
         let config = blocking(py, move || client.send_timeouts(&update), errors::monitor)?;
         in_force(py, &config.timeouts)
     }
 
     /// The estimator's proposal (seconds), or None while it has seen fewer
     /// heartbeat intervals than it needs.
-    fn propose<'py>(&mut self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyDict>>> {
-        let client = self.client(py)?;
+    fn propose<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyDict>>> {
+        let mut turn = self.turn(py, "propose")?;
+        let client = turn.client(py)?;
         let Some(estimator) = client.estimator_mut() else {
             return Err(invalid("no estimator attached".to_owned()));
         };
@@ -256,8 +308,9 @@ impl MonitorConnection {
 
     /// The estimator's section and out-of-section proposal (seconds), which
     /// needs no heartbeats: sections with too few observations are left out.
-    fn propose_sections<'py>(&mut self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        let client = self.client(py)?;
+    fn propose_sections<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let mut turn = self.turn(py, "propose_sections")?;
+        let client = turn.client(py)?;
         let Some(estimator) = client.estimator_mut() else {
             return Err(invalid("no estimator attached".to_owned()));
         };
@@ -266,24 +319,27 @@ impl MonitorConnection {
     }
 
     /// Heartbeat intervals the estimator has seen.
-    fn heartbeat_samples(&mut self, py: Python<'_>) -> PyResult<usize> {
+    fn heartbeat_samples(&self, py: Python<'_>) -> PyResult<usize> {
         Ok(self
+            .turn(py, "heartbeat_samples")?
             .client(py)?
             .estimator()
             .map_or(0, TimeoutEstimator::heartbeat_samples))
     }
 
     /// Durations of `section` the estimator has seen.
-    fn section_samples(&mut self, py: Python<'_>, section: &str) -> PyResult<usize> {
+    fn section_samples(&self, py: Python<'_>, section: &str) -> PyResult<usize> {
         Ok(self
+            .turn(py, "section_samples")?
             .client(py)?
             .estimator()
             .map_or(0, |e| e.section_samples(section)))
     }
 
     /// The monitor's view of this rank: state, heartbeats, timeouts in force.
-    fn status<'py>(&mut self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        let client = self.client(py)?;
+    fn status<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let mut turn = self.turn(py, "status")?;
+        let client = turn.client(py)?;
         let status = blocking(py, move || client.status(), errors::monitor)?;
         let ms = |v: Option<u64>| v.map(Duration::from_millis);
         let t = &status.timeouts;
@@ -314,14 +370,27 @@ impl MonitorConnection {
         Ok(dict)
     }
 
-    /// Closes the connection (the monitor sees the rank leave).
-    fn close(&mut self) {
-        self.client = None;
+    /// Closes the connection (the monitor sees the rank leave); refused
+    /// while another thread is in a call on it. In a child forked since,
+    /// drops the child's copy only: the parent stays connected.
+    fn close(&self, py: Python<'_>) -> PyResult<()> {
+        if self.born.is_forked() {
+            // Never waited for: a parent thread may have held it at the fork.
+            if let Ok(mut state) = self.state.try_lock() {
+                state.client = None;
+            }
+            return Ok(());
+        }
+        self.turn(py, "close")?.client = None;
+        Ok(())
     }
 
     /// Whether it is closed.
     #[getter]
     fn closed(&self) -> bool {
-        self.client.is_none()
+        // A call in progress means it is not.
+        self.state
+            .try_lock()
+            .is_ok_and(|state| state.client.is_none())
     }
 }

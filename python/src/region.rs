@@ -3,6 +3,7 @@
 use std::os::fd::{AsRawFd, BorrowedFd};
 use std::os::raw::c_int;
 
+use nodeipc_fdpass::ForkGeneration;
 use nodeipc_shm::OpenOptions;
 use pyo3::exceptions::PyBufferError;
 use pyo3::ffi;
@@ -25,6 +26,26 @@ pub(crate) struct Region {
     /// Made by `create` here: the name is ours to remove at the end of a
     /// `with` block (an opener's block leaves it to its creator).
     created: bool,
+    /// The process that made this object: in a child forked since, it is
+    /// the parent's and may only be dropped.
+    pub(crate) born: ForkGeneration,
+}
+
+impl Region {
+    fn new(inner: nodeipc_shm::Region, created: bool) -> Region {
+        Region {
+            inner,
+            created,
+            born: ForkGeneration::current(),
+        }
+    }
+
+    /// `ForkedError` in a child forked since this object was made.
+    pub(crate) fn usable(&self, py: Python<'_>) -> PyResult<()> {
+        errors::usable(py, &self.born, || {
+            format!("region {}", self.inner.name().unwrap_or("<anonymous>"))
+        })
+    }
 }
 
 /// `value` as a size, or an exception naming `what` and the value.
@@ -54,22 +75,17 @@ pub(crate) fn caller_fd(what: &str, fd: i64) -> PyResult<BorrowedFd<'static>> {
         .ok()
         .filter(|&raw| raw >= 0)
         .ok_or_else(|| invalid(format!("{what} must be an open file descriptor, not {fd}")))?;
-    // F_GETFD fails with EBADF for a number that is not open: refuse it
-    // before anything borrows it.
-    // SAFETY: fcntl(F_GETFD) reads only the descriptor table entry.
-    if unsafe { libc::fcntl(raw, libc::F_GETFD) } < 0 {
-        return Err(invalid(format!(
-            "{what} {fd} is not an open file descriptor ({})",
-            std::io::Error::last_os_error()
-        )));
-    }
-    // SAFETY: the number is open (checked just above) and the caller, who
-    // owns it, keeps it open for the call it passed it to; a call reads or
-    // duplicates it and never closes it. Were another thread of the caller
-    // to close it meanwhile (its own race, as with `os.read`), a system
-    // call would fail with EBADF or act on whatever file took the number:
-    // no memory is at stake.
-    Ok(unsafe { BorrowedFd::borrow_raw(raw) })
+    // SAFETY: the caller, who owns the number, keeps it open for the call
+    // it passed it to; a call reads or duplicates it and never closes it.
+    // Were another thread of the caller to close it meanwhile (its own
+    // race, as with `os.read`), a system call would fail with EBADF or act
+    // on whatever file took the number: no memory is at stake.
+    unsafe { nodeipc_fdpass::borrow_open(raw) }.map_err(|e| {
+        crate::errors::invalid_errno(
+            format!("{what} {fd} is not an open file descriptor ({})", e.source),
+            e.source.raw_os_error(),
+        )
+    })
 }
 
 #[pymethods]
@@ -84,10 +100,7 @@ impl Region {
             move || nodeipc_shm::Region::create(&name, size),
             errors::shm,
         )
-        .map(|inner| Region {
-            inner,
-            created: true,
-        })
+        .map(|inner| Region::new(inner, true))
     }
 
     /// Opens a named region of at least `min_size` bytes, waiting up to
@@ -112,10 +125,7 @@ impl Region {
             move || nodeipc_shm::Region::open(&name, options),
             errors::shm,
         )
-        .map(|inner| Region {
-            inner,
-            created: false,
-        })
+        .map(|inner| Region::new(inner, false))
     }
 
     /// An unnamed region (a memfd) to pass to other processes by descriptor.
@@ -127,10 +137,7 @@ impl Region {
             move || nodeipc_shm::Region::anonymous(size),
             errors::shm,
         )
-        .map(|inner| Region {
-            inner,
-            created: false,
-        })
+        .map(|inner| Region::new(inner, false))
     }
 
     /// Maps the region behind descriptor `fd` (a memfd or shared-memory
@@ -144,10 +151,8 @@ impl Region {
                 fd.as_raw_fd()
             ))
         })?;
-        blocking(py, move || nodeipc_shm::Region::from_fd(owned), errors::shm).map(|inner| Region {
-            inner,
-            created: false,
-        })
+        blocking(py, move || nodeipc_shm::Region::from_fd(owned), errors::shm)
+            .map(|inner| Region::new(inner, false))
     }
 
     /// The name, or None for an anonymous region.
@@ -158,21 +163,25 @@ impl Region {
 
     /// The size in bytes.
     #[getter]
-    fn size(&self) -> usize {
-        self.inner.len()
+    fn size(&self, py: Python<'_>) -> PyResult<usize> {
+        self.usable(py)?;
+        Ok(self.inner.len())
     }
 
-    fn __len__(&self) -> usize {
-        self.inner.len()
+    fn __len__(&self, py: Python<'_>) -> PyResult<usize> {
+        self.usable(py)?;
+        Ok(self.inner.len())
     }
 
     /// The descriptor behind the mapping (owned by the region: do not close it).
-    fn fileno(&self) -> i32 {
-        self.inner.as_fd().as_raw_fd()
+    fn fileno(&self, py: Python<'_>) -> PyResult<i32> {
+        self.usable(py)?;
+        Ok(self.inner.as_fd().as_raw_fd())
     }
 
     /// Forbids growing or shrinking it from now on (memfd only).
     fn seal(&self, py: Python<'_>) -> PyResult<()> {
+        self.usable(py)?;
         self.inner
             .seal_grow_shrink()
             .map_err(|e| errors::shm(py, e))
@@ -180,22 +189,27 @@ impl Region {
 
     /// Whether its size is sealed.
     #[getter]
-    fn sealed(&self) -> bool {
-        self.inner.is_size_sealed()
+    fn sealed(&self, py: Python<'_>) -> PyResult<bool> {
+        self.usable(py)?;
+        Ok(self.inner.is_size_sealed())
     }
 
     /// Removes the name now; every mapping lives on.
     fn unlink(&self, py: Python<'_>) -> PyResult<()> {
+        self.usable(py)?;
         self.inner.unlink_now().map_err(|e| errors::shm(py, e))
     }
 
     /// Keeps the name after this object goes (the creator removes it otherwise).
-    fn persist(&self) {
+    fn persist(&self, py: Python<'_>) -> PyResult<()> {
+        self.usable(py)?;
         self.inner.persist();
+        Ok(())
     }
 
     /// A copy of `length` bytes at `offset`.
     fn read(&self, py: Python<'_>, offset: i128, length: i128) -> PyResult<Py<PyBytes>> {
+        self.usable(py)?;
         let at = self::offset("offset", offset)?;
         let len = self::offset("length", length)?;
         self.inner
@@ -210,6 +224,7 @@ impl Region {
 
     /// Copies `data` to `offset`.
     fn write(&self, py: Python<'_>, offset: i128, data: &[u8]) -> PyResult<()> {
+        self.usable(py)?;
         let at = self::offset("offset", offset)?;
         self.inner
             .write_at(at, data)
@@ -221,7 +236,8 @@ impl Region {
     }
 
     /// Leaving a `with` block removes the name of a region `create` made
-    /// (as `unlink()`); an opened region's name is its creator's.
+    /// (as `unlink()`); an opened region's name is its creator's, and so is
+    /// the name in a child forked since (which removes nothing).
     fn __exit__(
         &self,
         py: Python<'_>,
@@ -229,7 +245,7 @@ impl Region {
         _value: Py<PyAny>,
         _traceback: Py<PyAny>,
     ) -> PyResult<bool> {
-        if self.created {
+        if self.created && !self.born.is_forked() {
             self.unlink(py)?;
         }
         Ok(false)
@@ -252,6 +268,7 @@ impl Region {
         if view.is_null() {
             return Err(PyBufferError::new_err("no Py_buffer to fill"));
         }
+        slf.usable(slf.py())?;
         let len = ffi::Py_ssize_t::try_from(slf.inner.len())
             .map_err(|_| PyBufferError::new_err("region larger than a buffer can describe"))?;
         // SAFETY: `view` is the interpreter's non-null Py_buffer; the pointer

@@ -1,6 +1,7 @@
 //! `nodeipc.NamedSemaphore` (glibc's layout, C peers can share it) and
 //! `nodeipc.ShmSemaphore` (a futex semaphore inside a region).
 
+use nodeipc_fdpass::ForkGeneration;
 use nodeipc_sem::Semaphore;
 use pyo3::prelude::*;
 
@@ -46,6 +47,26 @@ fn wait_on(
 #[pyclass(module = "nodeipc._native", frozen)]
 pub(crate) struct NamedSemaphore {
     inner: nodeipc_sem::NamedSemaphore,
+    /// The process that made this object: a child forked since may only
+    /// drop it.
+    born: ForkGeneration,
+}
+
+impl NamedSemaphore {
+    fn new(inner: nodeipc_sem::NamedSemaphore) -> NamedSemaphore {
+        NamedSemaphore {
+            inner,
+            born: ForkGeneration::current(),
+        }
+    }
+
+    /// The semaphore, or `ForkedError` in a child forked since.
+    fn get(&self, py: Python<'_>) -> PyResult<&nodeipc_sem::NamedSemaphore> {
+        errors::usable(py, &self.born, || {
+            format!("named semaphore {}", self.inner.name())
+        })?;
+        Ok(&self.inner)
+    }
 }
 
 #[pymethods]
@@ -56,7 +77,7 @@ impl NamedSemaphore {
     fn create(py: Python<'_>, name: &str, value: i128) -> PyResult<NamedSemaphore> {
         let value = count(value)?;
         nodeipc_sem::NamedSemaphore::create(name, value)
-            .map(|inner| NamedSemaphore { inner })
+            .map(NamedSemaphore::new)
             .map_err(|e| errors::sem(py, e))
     }
 
@@ -78,7 +99,7 @@ impl NamedSemaphore {
             },
             errors::sem,
         )
-        .map(|inner| NamedSemaphore { inner })
+        .map(NamedSemaphore::new)
     }
 
     /// Its name.
@@ -89,34 +110,35 @@ impl NamedSemaphore {
 
     /// Increments the count, waking one waiter.
     fn post(&self, py: Python<'_>) -> PyResult<()> {
-        self.inner.post().map_err(|e| errors::sem(py, e))
+        self.get(py)?.post().map_err(|e| errors::sem(py, e))
     }
 
     /// Decrements a positive count; False when it is zero.
     fn try_wait(&self, py: Python<'_>) -> PyResult<bool> {
-        self.inner.try_wait().map_err(|e| errors::sem(py, e))
+        self.get(py)?.try_wait().map_err(|e| errors::sem(py, e))
     }
 
     /// Waits up to `timeout` seconds (None: no limit) and decrements.
     #[pyo3(signature = (timeout = None))]
     fn wait(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<()> {
-        wait_on(py, &self.inner, timeout)
+        wait_on(py, self.get(py)?, timeout)
     }
 
     /// The current count (a snapshot).
     #[getter]
     fn value(&self, py: Python<'_>) -> PyResult<u32> {
-        self.inner.value().map_err(|e| errors::sem(py, e))
+        self.get(py)?.value().map_err(|e| errors::sem(py, e))
     }
 
     /// Removes the name now (handles keep working).
     fn unlink(&self, py: Python<'_>) -> PyResult<()> {
-        self.inner.unlink_now().map_err(|e| errors::sem(py, e))
+        self.get(py)?.unlink_now().map_err(|e| errors::sem(py, e))
     }
 
     /// Keeps the name after this object goes (the creator removes it otherwise).
-    fn persist(&self) {
-        self.inner.persist();
+    fn persist(&self, py: Python<'_>) -> PyResult<()> {
+        self.get(py)?.persist();
+        Ok(())
     }
 }
 
@@ -133,8 +155,9 @@ impl ShmSemaphore {
     /// construction, and a region's size never changes, so this only fails
     /// if that ever stopped being true).
     fn get(&self, py: Python<'_>) -> PyResult<&nodeipc_sem::ShmSemaphore> {
-        self.region
-            .get()
+        let region = self.region.get();
+        region.usable(py)?;
+        region
             .inner
             .view(self.offset)
             .map_err(|e| errors::shm(py, e))
@@ -157,6 +180,7 @@ impl ShmSemaphore {
         let initial = initial.map(count).transpose()?;
         {
             let r = region.get();
+            r.usable(py)?;
             let semaphore: &nodeipc_sem::ShmSemaphore =
                 r.inner.view(at).map_err(|e| errors::shm(py, e))?;
             if let Some(value) = initial {

@@ -8,10 +8,12 @@ from __future__ import annotations
 import faulthandler
 import importlib
 import itertools
+import json
 import os
 import pathlib
 import secrets
 import shutil
+import signal
 import subprocess
 import sys
 from typing import Iterator, List
@@ -108,3 +110,34 @@ def python_child(script: str, *args: str, **kwargs) -> subprocess.Popen:
         text=True,
         **kwargs,
     )
+
+
+@pytest.fixture
+def monitor(private_dir):
+    """Starts `nodeipc monitor serve`: `monitor(**config)` returns the socket
+    of a new one; each is stopped (SIGTERM) after the test."""
+    started = []
+
+    def start(**config):
+        socket = private_dir / f"monitor-{len(started)}.sock"
+        path = private_dir / f"monitor-{len(started)}.json"
+        defaults = {"check_interval_ms": 100, "termination_signal": "SIGKILL"}
+        path.write_text(json.dumps({**defaults, **config}))
+        proc = subprocess.Popen(
+            [rust_program("nodeipc"), "monitor", "serve", "--socket", str(socket), "--config", str(path)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        started.append(proc)
+        return str(socket)
+
+    yield start
+    for proc in started:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.communicate(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.communicate()
+        assert proc.returncode == 0, proc.stderr

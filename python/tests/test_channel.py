@@ -3,6 +3,7 @@ a coordinator's handshake, protobuf requests through execute_pb2, per-call
 timeouts, a closed channel, bad arguments."""
 
 import hashlib
+import os
 import threading
 
 import pytest
@@ -102,3 +103,23 @@ def test_timeouts_a_closed_channel_and_bad_arguments(unique_name, private_dir):
     with pytest.raises(nodeipc.NodeipcError):
         coordinator.send(b"after close")
     worker.close()
+
+
+def test_serving_a_second_time_is_refused_and_the_first_socket_stays(unique_name, private_dir):
+    first, second = str(private_dir / "exec.sock"), str(private_dir / "other.sock")
+    with Coordinator(unique_name("twice"), 1, timeout=20) as coordinator:
+        coordinator.serve(first)
+        for path in (first, second):
+            with pytest.raises(nodeipc.AlreadyExistsError) as caught:
+                coordinator.serve(path)
+            assert "already serving at " + first in str(caught.value), str(caught.value)
+            assert "stop_serving()" in str(caught.value)
+        assert os.path.exists(first) and not os.path.exists(second)
+        with Worker.connect(first, 0, timeout=10) as worker:
+            coordinator.wait_for_workers(timeout=10)
+            coordinator.send(b"still served")
+            assert worker.recv(timeout=10) == b"still served"
+        coordinator.stop_serving()
+        assert not os.path.exists(first)
+        coordinator.serve(second)
+        assert os.path.exists(second)

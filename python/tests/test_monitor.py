@@ -16,36 +16,6 @@ from conftest import HERE, python_child, rust_program  # noqa: F401
 from nodeipc.monitor import RankMonitorClient, RankMonitorClientError
 
 
-@pytest.fixture
-def monitor(private_dir):
-    """Starts `nodeipc monitor serve` with a config; returns its socket."""
-    started = []
-
-    def start(**config):
-        socket = private_dir / f"monitor-{len(started)}.sock"
-        path = private_dir / f"monitor-{len(started)}.json"
-        defaults = {"check_interval_ms": 100, "termination_signal": "SIGKILL"}
-        path.write_text(json.dumps({**defaults, **config}))
-        proc = subprocess.Popen(
-            [rust_program("nodeipc"), "monitor", "serve", "--socket", str(socket), "--config", str(path)],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        started.append(proc)
-        return str(socket)
-
-    yield start
-    for proc in started:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.communicate(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.communicate()
-        assert proc.returncode == 0, proc.stderr
-
-
 def run_rank(*args, env):
     """Runs tests/train_py.py to its end."""
     return subprocess.run(

@@ -1,6 +1,7 @@
 """Region: named and anonymous, the writable buffer protocol (memoryview,
 numpy), descriptors, seals, and bad arguments refused clearly."""
 
+import errno
 import os
 import threading
 import time
@@ -141,6 +142,7 @@ def test_closed_and_negative_descriptors_are_refused():
     with pytest.raises(nodeipc.InvalidArgumentError) as caught:
         nodeipc.Region.from_fd(r)
     assert str(r) in str(caught.value)
+    assert caught.value.errno == errno.EBADF
     with pytest.raises(nodeipc.InvalidArgumentError):
         nodeipc.Region.from_fd(-1)
     # An open descriptor that is not a region: refused by the Rust check.

@@ -86,6 +86,11 @@ fn a_join_onto_impossible_indices_is_refused() {
 /// Random bytes written all over a live queue (indices, roles, parked
 /// counts, slots) while a producer and a consumer run: no panic, no hang (the
 /// watchdog), no access outside the region (the test would fault).
+///
+/// The garbling starts once each side has got one message through, and the
+/// two sides then run for two seconds of it: so the queue is known to have
+/// worked before, and to have been used while garbled, however late a
+/// loaded machine runs either thread.
 #[test]
 fn a_thread_flipping_bytes_causes_errors_at_worst() {
     let _dog = Watchdog::new(
@@ -94,11 +99,22 @@ fn a_thread_flipping_bytes_causes_errors_at_worst() {
     );
     let queue = Queue::<[u64; 3]>::anonymous(16, SCHEMA).unwrap();
     let region = queue.region().clone();
+    // Sides that got one message through; set once the garbling started;
+    // set when the sides are to stop.
+    let warmed = Arc::new(AtomicU32::new(0));
+    let flipping = Arc::new(AtomicBool::new(false));
     let stop = Arc::new(AtomicBool::new(false));
     let flipper = {
-        let stop = stop.clone();
+        let (warmed, flipping, stop) = (warmed.clone(), flipping.clone(), stop.clone());
         let region = region.clone();
         thread::spawn(move || {
+            while warmed.load(Ordering::Acquire) < 2 {
+                if stop.load(Ordering::Relaxed) {
+                    return 0;
+                }
+                thread::sleep(Duration::from_millis(1));
+            }
+            flipping.store(true, Ordering::Release);
             let mut x: u64 = 0x2545_f491_4f6c_dd1d;
             let mut flips = 0u64;
             while !stop.load(Ordering::Relaxed) {
@@ -118,68 +134,104 @@ fn a_thread_flipping_bytes_causes_errors_at_worst() {
             flips
         })
     };
-    let deadline = Instant::now() + Duration::from_secs(2);
+    // What one side did: messages through, errors, and operations tried
+    // while the garbling ran.
+    #[derive(Debug, Default)]
+    struct Side {
+        ok: u64,
+        errors: u64,
+        while_garbled: u64,
+    }
     let producer = {
-        let queue_region = region.clone();
+        let (queue_region, warmed) = (region.clone(), warmed.clone());
+        let (flipping, stop) = (flipping.clone(), stop.clone());
         thread::spawn(move || {
-            let (mut ok, mut errors) = (0u64, 0u64);
+            let mut side = Side::default();
             let mut tx = None;
-            while Instant::now() < deadline {
+            while !stop.load(Ordering::Relaxed) {
+                let garbled = flipping.load(Ordering::Acquire);
+                side.while_garbled += u64::from(garbled);
                 let Some(p) = tx.as_mut() else {
                     // Joins fail while the header is garbled, or the role word says otherwise.
                     tx = nodeipc_queue::Producer::<[u64; 3]>::join(queue_region.clone(), SCHEMA)
                         .ok();
-                    errors += 1;
+                    side.errors += u64::from(tx.is_none());
                     continue;
                 };
+                let ok = side.ok;
                 match p.push_timeout(&[ok, !ok, ok ^ 0x55], Duration::from_millis(5)) {
-                    Ok(()) => ok += 1,
+                    Ok(()) => {
+                        side.ok += 1;
+                        if side.ok == 1 {
+                            warmed.fetch_add(1, Ordering::AcqRel);
+                        }
+                    }
                     Err(_) => {
-                        errors += 1;
+                        side.errors += 1;
                         tx = None; // rejoin: the state it held may now disagree with the region
                     }
                 }
             }
-            (ok, errors)
+            side
         })
     };
     let consumer = {
-        let queue_region = region.clone();
+        let (queue_region, warmed) = (region.clone(), warmed.clone());
+        let (flipping, stop) = (flipping.clone(), stop.clone());
         thread::spawn(move || {
-            let (mut ok, mut errors) = (0u64, 0u64);
+            let mut side = Side::default();
             let mut rx = None;
             let mut out = [[0u64; 3]; 4];
-            while Instant::now() < deadline {
+            while !stop.load(Ordering::Relaxed) {
+                let garbled = flipping.load(Ordering::Acquire);
+                side.while_garbled += u64::from(garbled);
                 let Some(c) = rx.as_mut() else {
                     rx = nodeipc_queue::Consumer::<[u64; 3]>::join(queue_region.clone(), SCHEMA)
                         .ok();
-                    errors += 1;
+                    side.errors += u64::from(rx.is_none());
                     continue;
                 };
                 match c.pop_into_timeout(&mut out, Duration::from_millis(5)) {
-                    Ok(n) => ok += n as u64,
+                    Ok(0) => {}
+                    Ok(n) => {
+                        if side.ok == 0 {
+                            warmed.fetch_add(1, Ordering::AcqRel);
+                        }
+                        side.ok += n as u64;
+                    }
                     Err(_) => {
-                        errors += 1;
+                        side.errors += 1;
                         rx = None;
                     }
                 }
             }
-            (ok, errors)
+            side
         })
     };
-    let (pushed, push_errors) = producer.join().unwrap();
-    let (popped, pop_errors) = consumer.join().unwrap();
+    // Both sides through once, then two seconds of garbling.
+    let limit = Instant::now() + Duration::from_secs(30);
+    while !flipping.load(Ordering::Acquire) {
+        assert!(
+            Instant::now() < limit,
+            "no message got through an intact queue in 30 s"
+        );
+        thread::sleep(Duration::from_millis(1));
+    }
+    thread::sleep(Duration::from_secs(2));
     stop.store(true, Ordering::Relaxed);
+    let pushed = producer.join().unwrap();
+    let popped = consumer.join().unwrap();
     let flips = flipper.join().unwrap();
-    eprintln!(
-        "{flips} flips: {pushed} pushed ({push_errors} errors), {popped} popped ({pop_errors} errors)"
-    );
+    eprintln!("{flips} flips: producer {pushed:?}, consumer {popped:?}");
     assert!(flips > 1000, "the flipper ran ({flips} flips)");
     assert!(
-        pushed > 0 && popped > 0,
+        pushed.while_garbled > 0 && popped.while_garbled > 0,
         "the queue was used while it was garbled"
     );
-    assert!(push_errors + pop_errors > 0, "the garbling was noticed");
+    assert!(
+        pushed.errors + popped.errors > 0,
+        "the garbling was noticed"
+    );
     // The queue is still ours to inspect: its magic word may be flipped, nothing more.
     let _: &AtomicU64 = region.view(0).unwrap();
 }

@@ -3,6 +3,8 @@
 use std::io;
 use std::time::Duration;
 
+use nodeipc_text::InWords;
+
 /// What can go wrong with a semaphore. Variants name the semaphore; kernel
 /// and libc failures keep their errno.
 #[derive(Debug, thiserror::Error)]
@@ -86,7 +88,7 @@ pub enum Error {
     },
 
     /// A bounded wait ran out before the semaphore could be taken.
-    #[error("timed out after {waited:?} waiting for semaphore {name}")]
+    #[error("timed out after {} waiting for semaphore {name}", InWords(*waited))]
     Timeout {
         /// The semaphore.
         name: String,
@@ -96,7 +98,7 @@ pub enum Error {
 
     /// A wait ended by this thread's cancellation hook
     /// ([`nodeipc_shm::wait::with_cancel_hook`]): Ctrl-C in a binding.
-    #[error("interrupted after {waited:?} waiting for semaphore {name}")]
+    #[error("interrupted after {} waiting for semaphore {name}", InWords(*waited))]
     Interrupted {
         /// The semaphore.
         name: String,
@@ -138,6 +140,18 @@ impl Error {
     /// Whether this is a [`Error::Timeout`].
     pub fn is_timeout(&self) -> bool {
         matches!(self, Error::Timeout { .. })
+    }
+
+    /// The errno behind this error, when a system call produced it: the
+    /// one kept in `source`, or the one a variant stands for (`ENOENT` for
+    /// [`Error::NotFound`], `EEXIST` for [`Error::AlreadyExists`]).
+    pub fn raw_os_error(&self) -> Option<i32> {
+        match self {
+            Error::Io { source, .. } => source.raw_os_error(),
+            Error::NotFound { .. } => Some(libc::ENOENT),
+            Error::AlreadyExists { .. } => Some(libc::EEXIST),
+            _ => None,
+        }
     }
 }
 

@@ -7,6 +7,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use nodeipc_fs::ModeRule;
+use nodeipc_shm::ForkGeneration;
 use rustix::fs::{self, AtFlags, CWD, Mode, OFlags};
 use rustix::io::Errno;
 
@@ -72,6 +73,8 @@ pub struct NamedSemaphore {
     name: String,
     identity: (u64, u64),
     unlink_on_drop: AtomicBool,
+    /// The process that made it: a child forked since leaves the name alone.
+    born: ForkGeneration,
 }
 
 impl NamedSemaphore {
@@ -136,6 +139,7 @@ impl NamedSemaphore {
             name: name.to_owned(),
             identity: (stat.st_dev, stat.st_ino),
             unlink_on_drop: AtomicBool::new(true),
+            born: ForkGeneration::current(),
         })
     }
 
@@ -175,6 +179,7 @@ impl NamedSemaphore {
             name: name.to_owned(),
             identity: (stat.st_dev, stat.st_ino),
             unlink_on_drop: AtomicBool::new(false),
+            born: ForkGeneration::current(),
         })
     }
 
@@ -325,7 +330,8 @@ impl Semaphore for NamedSemaphore {
 
 impl Drop for NamedSemaphore {
     fn drop(&mut self) {
-        if self.unlink_on_drop.load(Ordering::Relaxed) {
+        // In a child forked since, the name is the parent's: unmap only.
+        if self.unlink_on_drop.load(Ordering::Relaxed) && !self.born.is_forked() {
             let _ = self.unlink_now();
         }
     }

@@ -3,6 +3,8 @@
 use std::io;
 use std::time::Duration;
 
+use nodeipc_text::InWords;
+
 /// What can go wrong with a shared-memory region.
 ///
 /// Every variant names the object it is about, so a message read in a log
@@ -108,7 +110,7 @@ pub enum Error {
     },
 
     /// A bounded wait ran out.
-    #[error("timed out after {waited:?} waiting for shared-memory object {name} to {what}")]
+    #[error("timed out after {} waiting for shared-memory object {name} to {what}", InWords(*waited))]
     Timeout {
         /// The name.
         name: String,
@@ -120,7 +122,7 @@ pub enum Error {
 
     /// A wait ended by this thread's cancellation hook
     /// ([`with_cancel_hook`](crate::wait::with_cancel_hook)): Ctrl-C in a binding.
-    #[error("interrupted after {waited:?} waiting for shared-memory object {name} to {what}")]
+    #[error("interrupted after {} waiting for shared-memory object {name} to {what}", InWords(*waited))]
     Interrupted {
         /// The name.
         name: String,
@@ -202,10 +204,14 @@ impl Error {
         }
     }
 
-    /// The errno behind this error, when a system call produced it.
+    /// The errno behind this error, when a system call produced it: the
+    /// one kept in `source`, or the one a variant stands for (`ENOENT` for
+    /// [`Error::NotFound`], `EEXIST` for [`Error::AlreadyExists`]).
     pub fn raw_os_error(&self) -> Option<i32> {
         match self {
             Error::Io { source, .. } | Error::NoSpace { source, .. } => source.raw_os_error(),
+            Error::NotFound { .. } => Some(libc::ENOENT),
+            Error::AlreadyExists { .. } => Some(libc::EEXIST),
             _ => None,
         }
     }

@@ -2,6 +2,7 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 
 mod error;
+mod fork;
 mod lease;
 mod list;
 mod name;
@@ -13,6 +14,7 @@ mod view;
 pub mod wait;
 
 pub use error::{Error, Result};
+pub use fork::{ForkGeneration, Forked};
 pub use lease::{NotProved, Unheld};
 pub use list::{
     Cleanup, KeepReason, ObjectKind, ShmObject, list, list_with, plan_cleanup, plan_cleanup_with,

@@ -3,6 +3,7 @@
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, Ordering};
 
+use crate::fork::ForkGeneration;
 use memmap2::{MmapOptions, MmapRaw};
 use rustix::fs::{self, FileType, MemfdFlags, SealFlags};
 use rustix::io::Errno;
@@ -35,7 +36,9 @@ pub const REGION_MODE: u32 = 0o600;
 ///
 /// # Lifetime of the name
 /// The creator of a named region removes the name when the `Region` drops,
-/// unless [`persist`](Region::persist) was called. [`unlink_now`](Region::unlink_now)
+/// unless [`persist`](Region::persist) was called — in the creating
+/// process only: a child forked since drops its copy (unmapped, descriptor
+/// closed) and leaves the name to its parent. [`unlink_now`](Region::unlink_now)
 /// removes it at once while the mapping lives on: once every peer has opened
 /// the region, nothing is left behind even if every process is killed.
 /// A name is only ever removed while it still refers to this very object, so a
@@ -76,6 +79,9 @@ pub struct Region {
     unlink_on_drop: AtomicBool,
     /// False for a `PROT_READ` mapping: every write is refused before it faults.
     writable: bool,
+    /// The process that made this `Region`: in a child forked since, the
+    /// name is the parent's and dropping removes nothing.
+    born: ForkGeneration,
 }
 
 /// Removes a region's name (`shm_unlink`), whoever created it; mappings of it
@@ -370,6 +376,7 @@ impl Region {
             identity: (stat.st_dev, stat.st_ino),
             unlink_on_drop: AtomicBool::new(false),
             writable,
+            born: ForkGeneration::current(),
         })
     }
 
@@ -620,7 +627,10 @@ impl AsFd for Region {
 
 impl Drop for Region {
     fn drop(&mut self) {
+        // A child forked since it was made unmaps and closes its copy; the
+        // name stays its parent's to remove.
         if self.unlink_on_drop.load(Ordering::Relaxed)
+            && !self.born.is_forked()
             && let Some(name) = &self.name
         {
             let _ = self.unlink_if_ours(name);

@@ -212,6 +212,60 @@ impl Drop for ChildGuard {
     }
 }
 
+/// Runs `body` in a child made by `fork(2)` — a copy of this process with
+/// only the calling thread, as any forked child — and returns the code it
+/// exits with: what `body` returns, or 101 if it panics. The child leaves
+/// through `_exit`, so it runs no destructor and no exit handler of the
+/// parent's. A child still running after `limit` is killed and the test
+/// fails (a child that deadlocked, say, on a lock a parent thread held).
+///
+/// In the child, use what the test is about and little else: another
+/// thread of the parent may have held any lock at the fork.
+pub fn fork_child(what: &str, limit: Duration, body: impl FnOnce() -> i32) -> i32 {
+    // SAFETY: the child runs `body` (the test's own code, written for a
+    // forked child) and then `_exit`s; the parent only waits for it.
+    let pid = unsafe { libc::fork() };
+    assert!(
+        pid >= 0,
+        "{what}: fork: {}",
+        std::io::Error::last_os_error()
+    );
+    if pid == 0 {
+        let code = std::panic::catch_unwind(std::panic::AssertUnwindSafe(body)).unwrap_or(101);
+        // SAFETY: ends the child at once, as a forked child should.
+        unsafe { libc::_exit(code) };
+    }
+    let deadline = Instant::now() + limit;
+    loop {
+        let mut status = 0;
+        // SAFETY: waits for our own child; `status` is ours.
+        let got = unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) };
+        assert!(
+            got >= 0,
+            "{what}: waitpid: {}",
+            std::io::Error::last_os_error()
+        );
+        if got == pid {
+            if libc::WIFEXITED(status) {
+                return libc::WEXITSTATUS(status);
+            }
+            panic!(
+                "{what}: the forked child ended by signal {}",
+                libc::WTERMSIG(status)
+            );
+        }
+        if Instant::now() >= deadline {
+            // SAFETY: our own child, not reaped yet.
+            unsafe {
+                libc::kill(pid, libc::SIGKILL);
+                libc::waitpid(pid, &mut status, 0);
+            }
+            panic!("{what}: the forked child was still running after {limit:?} (a deadlock?)");
+        }
+        thread::sleep(Duration::from_millis(2));
+    }
+}
+
 /// How many descriptors this process has open (`/proc/self/fd`).
 pub fn fd_count() -> usize {
     std::fs::read_dir("/proc/self/fd")

@@ -111,6 +111,8 @@ impl Group {
             transport: Transport::Pidfd,
             mesh: None,
             cores: thread::available_parallelism().map_or(1, |n| n.get() as u32),
+            born: nodeipc_fdpass::ForkGeneration::current(),
+            in_use: std::sync::atomic::AtomicBool::new(false),
             timeout: options.timeout,
             epoch: 0,
         };

@@ -10,10 +10,10 @@ mod collectives;
 mod join;
 mod wait;
 
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use nodeipc_fdpass::{Pidfd, Transport};
+use nodeipc_fdpass::{ForkGeneration, Pidfd, Transport};
 use nodeipc_shm::Region;
 
 use crate::Result;
@@ -67,6 +67,24 @@ pub struct Group {
     /// Cores this process may run on: with more ranks waiting than that,
     /// polling only delays the ranks that still have to arrive.
     cores: u32,
+    /// The process that joined: in a child forked since, the membership is
+    /// the parent's, and dropping the copy tells the peers nothing.
+    born: ForkGeneration,
+    /// Set while a thread is in a barrier: a second thread's call on the
+    /// same rank is refused ([`Error::Busy`](crate::Error::Busy)) rather
+    /// than counted as a second arrival of this rank. (The other
+    /// collectives take `&mut self`: the compiler already keeps them to
+    /// one thread.)
+    in_use: AtomicBool,
+}
+
+/// A thread's turn in a call on the group, given back when it drops.
+pub(crate) struct InUse<'g>(&'g AtomicBool);
+
+impl Drop for InUse<'_> {
+    fn drop(&mut self) {
+        self.0.store(false, Ordering::Release);
+    }
 }
 
 impl Group {
@@ -98,6 +116,19 @@ impl Group {
     /// The timeout collective calls use unless given one.
     pub fn timeout(&self) -> Duration {
         self.timeout
+    }
+
+    /// Takes this thread's turn for `op`, or refuses it while another
+    /// thread is in a call on the group.
+    pub(crate) fn enter(&self, op: &'static str) -> Result<InUse<'_>> {
+        if self.in_use.swap(true, Ordering::Acquire) {
+            return Err(crate::Error::Busy {
+                group: self.name.clone(),
+                rank: self.rank,
+                op,
+            });
+        }
+        Ok(InUse(&self.in_use))
     }
 
     /// The pids of every rank, by rank.
@@ -140,6 +171,11 @@ impl Members for Group {
 
 impl Drop for Group {
     fn drop(&mut self) {
+        if self.born.is_forked() {
+            // A child's copy of its parent's membership: the rank is the
+            // parent's, which stays; unmap and close only.
+            return;
+        }
         // Peers still waiting on us learn we are gone instead of timing out.
         self.layout
             .rank(&self.region, self.rank)

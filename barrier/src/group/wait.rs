@@ -32,8 +32,10 @@ impl Group {
     /// Waits until every rank has called a barrier, up to `timeout`.
     ///
     /// # Errors
-    /// As [`barrier`](Group::barrier).
+    /// As [`barrier`](Group::barrier); [`Error::Busy`] (nothing done) while
+    /// another thread is in a barrier of this rank.
     pub fn barrier_timeout(&self, timeout: Duration) -> Result<()> {
+        let _turn = self.enter("barrier")?;
         self.arrive_and_wait(
             self.layout.barrier(&self.region),
             self.world_size,
@@ -46,8 +48,8 @@ impl Group {
     /// not call it.
     ///
     /// # Errors
-    /// [`Error::RankOutOfRange`] if this rank is not below `n` or `n` is
-    /// beyond the world; otherwise as [`barrier`](Group::barrier).
+    /// [`Error::SubsetOutOfRange`] if `n` is 0 or beyond the world, or this
+    /// rank is not below `n`; otherwise as [`barrier`](Group::barrier).
     pub fn barrier_subset(&self, n: u32) -> Result<()> {
         self.barrier_subset_timeout(n, self.timeout)
     }
@@ -57,11 +59,13 @@ impl Group {
     /// # Errors
     /// As [`barrier_subset`](Group::barrier_subset).
     pub fn barrier_subset_timeout(&self, n: u32, timeout: Duration) -> Result<()> {
+        let _turn = self.enter("barrier_subset")?;
         if n == 0 || n > self.world_size || self.rank >= n {
-            return Err(Error::RankOutOfRange {
+            return Err(Error::SubsetOutOfRange {
                 group: self.name.clone(),
                 rank: self.rank,
-                world_size: n,
+                n,
+                world_size: self.world_size,
             });
         }
         self.arrive_and_wait(
@@ -81,6 +85,7 @@ impl Group {
     /// [`Error::InvalidOptions`] if `n` is 0 or beyond the world; otherwise
     /// as [`barrier`](Group::barrier).
     pub fn barrier_arrivals_timeout(&self, n: u32, timeout: Duration) -> Result<()> {
+        let _turn = self.enter("barrier_arrivals")?;
         if n == 0 || n > self.world_size {
             return Err(Error::InvalidOptions {
                 group: self.name.clone(),

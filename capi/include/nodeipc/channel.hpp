@@ -1,7 +1,8 @@
 // nodeipc's execute channel for C++17: Coordinator and Worker over the raw
 // bytes of nodeipc.h (requests and responses of any encoding: decode them
-// with your protobuf runtime). Included by nodeipc.hpp; one thread at a time
-// per object.
+// with your protobuf runtime). Included by nodeipc.hpp. A Coordinator takes
+// one sending thread and one gathering thread at once (a second of either
+// throws NODEIPC_ERR_INVALID_ARGUMENT naming the rule); a Worker one thread.
 #ifndef NODEIPC_CHANNEL_HPP
 #define NODEIPC_CHANNEL_HPP
 
@@ -30,14 +31,16 @@ class Coordinator {
                               size_t response_size, uint32_t depth = 1,
                               D timeout = std::chrono::seconds(30)) {
         nodeipc_coordinator* c = nullptr;
-        check(nodeipc_coordinator_create(name.c_str(), workers, request_capacity, response_size,
-                                         depth, to_ms(timeout), &c));
+        check(nodeipc_coordinator_create(detail::c_str(name, "nodeipc::Coordinator::create: name"),
+                                         workers, request_capacity, response_size, depth,
+                                         to_ms(timeout), &c));
         return Coordinator(c, workers, response_size);
     }
     // Serves the logon handshake at `socket_path` (its directory ours, 0700).
     HandshakeServer serve(const std::string& socket_path) const {
         nodeipc_handshake_server* s = nullptr;
-        check(nodeipc_coordinator_serve(h_.get(), socket_path.c_str(), &s));
+        check(nodeipc_coordinator_serve(
+            h_.get(), detail::c_str(socket_path, "nodeipc::Coordinator::serve: socket_path"), &s));
         return HandshakeServer(s);
     }
     template <class D>
@@ -54,7 +57,8 @@ class Coordinator {
     // Every worker's response, in rank order.
     template <class D = Millis>
     std::vector<std::vector<uint8_t>> recv_all(D timeout = forever) {
-        std::vector<uint8_t> buffer(static_cast<size_t>(workers_) * response_size_);
+        std::vector<uint8_t> buffer(detail::checked_mul(
+            workers_, response_size_, "nodeipc::Coordinator::recv_all: workers × response size"));
         std::vector<size_t> lengths(workers_);
         check(nodeipc_coordinator_recv_all(h_.get(), to_ms(timeout), buffer.data(),
                                            response_size_, lengths.data()));
@@ -83,7 +87,9 @@ class Worker {
     static Worker connect(const std::string& socket_path, uint32_t rank,
                           D timeout = std::chrono::seconds(30)) {
         nodeipc_worker* w = nullptr;
-        check(nodeipc_worker_connect(socket_path.c_str(), rank, to_ms(timeout), &w));
+        check(nodeipc_worker_connect(
+            detail::c_str(socket_path, "nodeipc::Worker::connect: socket_path"), rank,
+            to_ms(timeout), &w));
         return Worker(w);
     }
     uint32_t rank() const {

@@ -78,7 +78,9 @@ struct KittensBroker {
     // Every rank's `size` bytes of `src`, packed in rank order into `dst`
     // (local_world_size × size bytes).
     void exchange_data(void* dst, const void* src, size_t size) {
-        group().all_gather(src, size, dst, size * static_cast<size_t>(local_world_size_));
+        group().all_gather(src, size, dst,
+                           nodeipc::detail::checked_mul(size, static_cast<size_t>(local_world_size_),
+                                                        "exchange_data: size × world size"));
     }
 
     // dst[i] (local_world_size entries) receives rank i's descriptor, ours

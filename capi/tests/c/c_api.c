@@ -5,7 +5,9 @@
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
+#include <grp.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "nodeipc.h"
@@ -34,6 +36,51 @@ static int failed, checks;
         }                                                                       \
     } while (0)
 
+/* EPERM: pidfd_getfd of a process we may not ptrace. As root, from a child
+ * that dropped to nobody, of this (root) process; otherwise of pid 1. The
+ * errno and the message reach C. */
+static void not_permitted(void) {
+    int pipefd[2];
+    CHECK(pipe(pipefd) == 0);
+    pid_t target = getpid();
+    pid_t child = fork();
+    if (child == 0) {
+        close(pipefd[0]);
+        char verdict[600];
+        int root = getuid() == 0;
+        if (root && (setgroups(0, NULL) != 0 || setresgid(65534, 65534, 65534) != 0 ||
+                     setresuid(65534, 65534, 65534) != 0)) {
+            snprintf(verdict, sizeof verdict, "skip: cannot drop to nobody");
+        } else {
+            pid_t victim = root ? target : 1;
+            int got = -1;
+            nodeipc_status rc = nodeipc_fd_import_pid_fd((uint32_t)victim, 0, &got);
+            snprintf(verdict, sizeof verdict, "%d %d %s", (int)rc, nodeipc_last_errno(),
+                     nodeipc_last_error());
+        }
+        ssize_t n = write(pipefd[1], verdict, strlen(verdict));
+        _exit(n > 0 ? 0 : 1);
+    }
+    close(pipefd[1]);
+    char verdict[600] = {0};
+    ssize_t n = read(pipefd[0], verdict, sizeof verdict - 1);
+    close(pipefd[0]);
+    CHECK(child > 0 && waitpid(child, NULL, 0) == child && n > 0);
+    if (strncmp(verdict, "skip:", 5) == 0) {
+        printf("eperm %s\n", verdict);
+        return;
+    }
+    int rc = 0, err = 0, failed_before = failed;
+    CHECK(sscanf(verdict, "%d %d", &rc, &err) == 2);
+    CHECK(rc == NODEIPC_ERR_NOT_PERMITTED);
+    CHECK(err == EPERM);
+    /* The ways out in the system's terms, none only Rust has. */
+    CHECK(strstr(verdict, "same user") != NULL && strstr(verdict, "PR_SET_PTRACER") != NULL &&
+          strstr(verdict, "SCM_RIGHTS") != NULL);
+    CHECK(strstr(verdict, "allow_ptracer") == NULL && strstr(verdict, "Transport::") == NULL);
+    if (failed != failed_before) printf("eperm: %s\n", verdict);
+}
+
 static void bad_arguments(const char *prefix) {
     nodeipc_region *r = NULL;
     char name[200];
@@ -49,6 +96,8 @@ static void bad_arguments(const char *prefix) {
     EXPECT(nodeipc_region_anonymous(0, &r), NODEIPC_ERR_INVALID_ARGUMENT);
     EXPECT(nodeipc_region_open(name, 0, 0, &r), NODEIPC_ERR_NOT_FOUND);
     EXPECT(nodeipc_region_open(name, 0, 20, &r), NODEIPC_ERR_TIMEOUT);
+    /* Durations in words ("20 ms"), never Rust's Debug form ("20.093828ms"). */
+    CHECK(strstr(nodeipc_last_error(), " ms waiting for shared-memory object") != NULL);
 
     void *data;
     size_t len;
@@ -75,6 +124,7 @@ static void bad_arguments(const char *prefix) {
     EXPECT(nodeipc_sem_in_region(r, 4093, true, 0, &sem), NODEIPC_ERR_INVALID_ARGUMENT);
     EXPECT(nodeipc_sem_in_region(r, 8, true, 0x80000000u, &sem), NODEIPC_ERR_INVALID_ARGUMENT);
     EXPECT(nodeipc_sem_wait(sem, 10), NODEIPC_ERR_TIMEOUT);
+    CHECK(strstr(nodeipc_last_error(), " ms waiting for semaphore") != NULL);
     bool acquired = true;
     EXPECT(nodeipc_sem_try_wait(sem, NULL), NODEIPC_ERR_INVALID_ARGUMENT);
     EXPECT(nodeipc_sem_try_wait(sem, &acquired), NODEIPC_OK);
@@ -92,7 +142,21 @@ static void bad_arguments(const char *prefix) {
     EXPECT(nodeipc_fd_import(NULL, sizeof handle, &fd), NODEIPC_ERR_INVALID_ARGUMENT);
     EXPECT(nodeipc_fd_export(-1, handle), NODEIPC_ERR_INVALID_ARGUMENT);
     EXPECT(nodeipc_fd_export(0, NULL), NODEIPC_ERR_INVALID_ARGUMENT);
+    /* A descriptor that is not open is refused (with EBADF) by every call
+     * taking one, before an export could record its number. */
+    int closed_fd = dup(1);
+    CHECK(closed_fd >= 0 && close(closed_fd) == 0);
+    EXPECT(nodeipc_fd_export(closed_fd, handle), NODEIPC_ERR_NOT_FOUND);
+    CHECK(nodeipc_last_errno() == EBADF && strstr(nodeipc_last_error(), "is not open") != NULL);
+    EXPECT(nodeipc_fd_export(99999, handle), NODEIPC_ERR_NOT_FOUND);
+    CHECK(nodeipc_last_errno() == EBADF && strstr(nodeipc_last_error(), "99999") != NULL);
+    EXPECT(nodeipc_region_from_fd(99999, &r), NODEIPC_ERR_NOT_FOUND);
+    CHECK(nodeipc_last_errno() == EBADF);
+    EXPECT(nodeipc_send_fds(99999, (const uint8_t *)"x", 1, NULL, 0), NODEIPC_ERR_NOT_FOUND);
+    nodeipc_credentials nobody;
+    EXPECT(nodeipc_peer_credentials(99999, &nobody), NODEIPC_ERR_NOT_FOUND);
     EXPECT(nodeipc_fd_import_pid_fd(getpid(), 9999, &fd), NODEIPC_ERR_NOT_FOUND);
+    CHECK(nodeipc_last_errno() == EBADF);
     EXPECT(nodeipc_send_fds(-1, (const uint8_t *)"x", 1, NULL, 0), NODEIPC_ERR_INVALID_ARGUMENT);
     int sv[2];
     CHECK(socketpair(AF_UNIX, SOCK_STREAM, 0, sv) == 0);
@@ -108,6 +172,15 @@ static void bad_arguments(const char *prefix) {
     EXPECT(nodeipc_pidfd_send_signal(pidfd, 12345), NODEIPC_ERR_INVALID_ARGUMENT);
     EXPECT(nodeipc_pidfd_get_fd(pidfd, -3, &fd), NODEIPC_ERR_INVALID_ARGUMENT);
     EXPECT(nodeipc_pidfd_free(pidfd), NODEIPC_OK);
+    /* ESRCH: a child that has exited and been reaped. */
+    pid_t gone = fork();
+    if (gone == 0) _exit(0);
+    CHECK(gone > 0 && waitpid(gone, NULL, 0) == gone);
+    EXPECT(nodeipc_pidfd_open((uint32_t)gone, &pidfd), NODEIPC_ERR_PEER_DIED);
+    CHECK(nodeipc_last_errno() == ESRCH);
+    EXPECT(nodeipc_fd_import_pid_fd((uint32_t)gone, 0, &fd), NODEIPC_ERR_PEER_DIED);
+    CHECK(nodeipc_last_errno() == ESRCH);
+    not_permitted();
 
     /* Groups and the monitor. */
     nodeipc_group *g = NULL;
@@ -253,6 +326,14 @@ static void layers(const char *prefix) {
     EXPECT(nodeipc_group_all_gather(g, (const uint8_t *)big, 100, (uint8_t *)big + 50, 100),
            NODEIPC_ERR_INVALID_ARGUMENT);
     EXPECT(nodeipc_group_barrier_first(g, 2), NODEIPC_ERR_INVALID_ARGUMENT);
+    /* Each wrong k says what is wrong with it, not "rank 0 is outside". */
+    char first_none[512];
+    EXPECT(nodeipc_group_barrier_first(g, 0), NODEIPC_ERR_INVALID_ARGUMENT);
+    snprintf(first_none, sizeof first_none, "%s", nodeipc_last_error());
+    CHECK(strstr(first_none, "the first 0 ranks in a group of 1") != NULL);
+    EXPECT(nodeipc_group_barrier_first(g, 99), NODEIPC_ERR_INVALID_ARGUMENT);
+    CHECK(strstr(nodeipc_last_error(), "the first 99 ranks in a group of 1") != NULL);
+    CHECK(strstr(nodeipc_last_error(), "outside a group") == NULL);
     EXPECT(nodeipc_group_barrier_arrivals(g, 1), NODEIPC_OK);
     EXPECT(nodeipc_group_leave(g), NODEIPC_OK);
 }

@@ -5,6 +5,8 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -101,6 +103,76 @@ int main(int argc, char** argv) {
     CHECK(code_of([&] { named.post(); }) == NODEIPC_ERR_INVALID_ARGUMENT);
     taken.post();
     CHECK(taken.value() == 1);
+
+    // Names with a NUL byte are refused, never cut short at it.
+    const std::string cut = prefix + "-nul";
+    const std::string with_nul = cut + std::string("\0-rest", 6);
+    CHECK(with_nul.size() == cut.size() + 6);
+    CHECK(code_of([&] { nodeipc::Region::create(with_nul, 64); }) == NODEIPC_ERR_INVALID_ARGUMENT);
+    CHECK(code_of([&] { nodeipc::Region::open(with_nul, 0); }) == NODEIPC_ERR_INVALID_ARGUMENT);
+    CHECK(code_of([&] { nodeipc::Semaphore::create(with_nul, 0); }) ==
+          NODEIPC_ERR_INVALID_ARGUMENT);
+    CHECK(code_of([&] { nodeipc::Semaphore::open(with_nul); }) == NODEIPC_ERR_INVALID_ARGUMENT);
+    CHECK(code_of([&] { nodeipc::Group::join(with_nul, 0, 1, 100ms); }) ==
+          NODEIPC_ERR_INVALID_ARGUMENT);
+    CHECK(code_of([&] { nodeipc::MonitorClient::connect(with_nul, 100ms); }) ==
+          NODEIPC_ERR_INVALID_ARGUMENT);
+    CHECK(code_of([&] { nodeipc::Coordinator::create(with_nul, 1, 64, 64); }) ==
+          NODEIPC_ERR_INVALID_ARGUMENT);
+    CHECK(code_of([&] { nodeipc::Worker::connect(with_nul, 0, 100ms); }) ==
+          NODEIPC_ERR_INVALID_ARGUMENT);
+    try {
+        nodeipc::Region::create(with_nul, 64);
+    } catch (const nodeipc::Error& e) {
+        std::string what = e.what();
+        CHECK(what.find("NODEIPC_ERR_INVALID_ARGUMENT: nodeipc::Region::create: name holds a NUL") == 0);
+    }
+    // Nothing was made under the name the NUL would have cut it to.
+    CHECK(code_of([&] { nodeipc::Region::open(cut, 0); }) == NODEIPC_ERR_NOT_FOUND);
+    CHECK(code_of([&] { nodeipc::Semaphore::open(cut); }) == NODEIPC_ERR_NOT_FOUND);
+
+    // Every duration converts without overflow: saturating, rounding a part
+    // of a millisecond up, negative meaning forever, NaN refused.
+    constexpr int64_t most = INT64_MAX;
+    CHECK(nodeipc::to_ms(std::chrono::seconds(18446744073709552LL)) == most);
+    CHECK(nodeipc::to_ms(std::chrono::hours::max()) == most);
+    CHECK(nodeipc::to_ms(std::chrono::milliseconds::max()) == most);
+    CHECK(nodeipc::to_ms(std::chrono::nanoseconds::max()) == 9223372036855LL);
+    CHECK(nodeipc::to_ms(std::chrono::duration<uint64_t>(UINT64_MAX)) == most);
+    CHECK(nodeipc::to_ms(std::chrono::duration<unsigned, std::milli>(7)) == 7);
+    CHECK(nodeipc::to_ms(std::chrono::minutes(2)) == 120000);
+    CHECK(nodeipc::to_ms(std::chrono::microseconds(1)) == 1);
+    CHECK(nodeipc::to_ms(std::chrono::microseconds(1000)) == 1);
+    CHECK(nodeipc::to_ms(std::chrono::microseconds(1001)) == 2);
+    CHECK(nodeipc::to_ms(std::chrono::milliseconds(0)) == 0);
+    CHECK(nodeipc::to_ms(std::chrono::milliseconds(-5)) == -1);
+    CHECK(nodeipc::to_ms(std::chrono::hours::min()) == -1);
+    CHECK(nodeipc::to_ms(std::chrono::duration<double, std::milli>(0.5)) == 1);
+    CHECK(nodeipc::to_ms(std::chrono::duration<double>(2.5)) == 2500);
+    CHECK(nodeipc::to_ms(std::chrono::duration<double>(1e300)) == most);
+    CHECK(nodeipc::to_ms(std::chrono::duration<double>(INFINITY)) == most);
+    CHECK(nodeipc::to_ms(std::chrono::duration<double>(-INFINITY)) == -1);
+    CHECK(nodeipc::to_ms(std::chrono::duration<float>(-0.25f)) == -1);
+    CHECK(code_of([&] { nodeipc::to_ms(std::chrono::duration<double>(NAN)); }) ==
+          NODEIPC_ERR_INVALID_ARGUMENT);
+    // A NaN wait is refused, not a wait without limit.
+    CHECK(code_of([&] { taken.wait(std::chrono::duration<double>(NAN)); }) ==
+          NODEIPC_ERR_INVALID_ARGUMENT);
+    CHECK(taken.value() == 1);
+    // The example: this waited 384 ms (the product wrapped); it is
+    // a wait without limit, so a post 600 ms later ends it.
+    taken.wait(0ms);
+    std::thread late([&] {
+        std::this_thread::sleep_for(600ms);
+        taken.post();
+    });
+    CHECK(code_of([&] { taken.wait(std::chrono::seconds(18446744073709552LL)); }) == NODEIPC_OK);
+    late.join();
+    // Saturated waits reach the C API and work there too.
+    taken.post();
+    taken.wait(std::chrono::hours::max());
+    taken.post();
+    taken.wait(std::chrono::duration<double>(INFINITY));
 
     std::printf("%d of %d checks failed\n", failed, checks);
     return failed ? 1 : 0;

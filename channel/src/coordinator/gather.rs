@@ -12,7 +12,7 @@ use std::sync::{Arc, MutexGuard};
 use std::time::Duration;
 
 use super::liveness::Waiter;
-use super::{Coordinator, Gatherer, Shared};
+use super::{Coordinator, Gatherer, Shared, Turn, TurnGuard};
 use crate::aggregate::Aggregate;
 use crate::sem_kind::{Direction, Role};
 use crate::wait::Budget;
@@ -39,6 +39,9 @@ impl Slot {
 /// the next call on the coordinator.
 pub struct Gathered<'c> {
     gatherer: MutexGuard<'c, Gatherer>,
+    /// The caller's turn as the gathering thread, held while the responses
+    /// are borrowed (the response thread has none: it is the only gatherer).
+    turn: Option<TurnGuard<'c>>,
 }
 
 impl Gathered<'_> {
@@ -72,6 +75,8 @@ impl Gathered<'_> {
 pub struct First<'c> {
     gatherer: MutexGuard<'c, Gatherer>,
     rank: u32,
+    /// As in [`Gathered`].
+    _turn: TurnGuard<'c>,
 }
 
 impl First<'_> {
@@ -98,7 +103,7 @@ impl<Req: prost::Message + Default, Resp: prost::Message + Default + 'static>
     /// — every worker's slot is still consumed, so the channel stays in step;
     /// or [`Error::WorkerDied`], [`Error::Timeout`],
     /// [`Error::NothingOutstanding`].
-    pub fn recv_all(&mut self) -> Result<Vec<Resp>> {
+    pub fn recv_all(&self) -> Result<Vec<Resp>> {
         self.recv_all_within(self.default_budget())
     }
 
@@ -108,16 +113,12 @@ impl<Req: prost::Message + Default, Resp: prost::Message + Default + 'static>
     ///
     /// # Errors
     /// As [`recv_all`](Coordinator::recv_all).
-    pub fn recv_all_timeout(&mut self, timeout: Duration) -> Result<Vec<Resp>> {
+    pub fn recv_all_timeout(&self, timeout: Duration) -> Result<Vec<Resp>> {
         self.recv_all_within(Budget::new(timeout))
     }
 
-    fn recv_all_within(&mut self, budget: Budget) -> Result<Vec<Resp>> {
-        self.check_no_thread()?;
-        let mut budget = budget;
-        let gathered = self
-            .shared
-            .gather(Waiter::Caller, Slot::Response, &mut budget)?;
+    fn recv_all_within(&self, budget: Budget) -> Result<Vec<Resp>> {
+        let gathered = self.gather_as_caller("recv_all", Slot::Response, budget)?;
         decode_all(
             &self.shared.config.name,
             &gathered,
@@ -136,13 +137,13 @@ impl<Req: prost::Message + Default, Resp: prost::Message + Default + 'static>
     /// As [`recv_all`](Coordinator::recv_all); [`Error::ResponseThread`]
     /// (before anything is gathered) if the channel has no aggregation rule.
     pub fn recv_all_aggregated(&mut self) -> Result<Resp> {
-        let Some(mut aggregate) = self.aggregate.take() else {
+        let Some(mut aggregate) = self.aggregate_mut().take() else {
             return Err(self.thread_error(
                 "no aggregation rule for these messages (call set_aggregate first)",
             ));
         };
         let result = self.recv_all().and_then(|all| aggregate.aggregate(all));
-        self.aggregate = Some(aggregate);
+        *self.aggregate_mut() = Some(aggregate);
         result
     }
 
@@ -151,7 +152,7 @@ impl<Req: prost::Message + Default, Resp: prost::Message + Default + 'static>
     ///
     /// # Errors
     /// As [`recv_all`](Coordinator::recv_all), and what `aggregate` returns.
-    pub fn recv_all_aggregated_by(&mut self, aggregate: &mut impl Aggregate<Resp>) -> Result<Resp> {
+    pub fn recv_all_aggregated_by(&self, aggregate: &mut impl Aggregate<Resp>) -> Result<Resp> {
         aggregate.aggregate(self.recv_all()?)
     }
 
@@ -161,7 +162,7 @@ impl<Req: prost::Message + Default, Resp: prost::Message + Default + 'static>
     ///
     /// # Errors
     /// As [`recv_all`](Coordinator::recv_all).
-    pub fn recv_rank0_after_all(&mut self) -> Result<Resp> {
+    pub fn recv_rank0_after_all(&self) -> Result<Resp> {
         let mut all = self.recv_all()?;
         Ok(all.swap_remove(0))
     }
@@ -170,12 +171,8 @@ impl<Req: prost::Message + Default, Resp: prost::Message + Default + 'static>
     ///
     /// # Errors
     /// As [`recv_all`](Coordinator::recv_all).
-    pub fn recv_init(&mut self) -> Result<Vec<Resp>> {
-        self.check_no_thread()?;
-        let mut budget = self.default_budget();
-        let gathered = self
-            .shared
-            .gather(Waiter::Caller, Slot::Init, &mut budget)?;
+    pub fn recv_init(&self) -> Result<Vec<Resp>> {
+        let gathered = self.gather_as_caller("recv_init", Slot::Init, self.default_budget())?;
         decode_all(&self.shared.config.name, &gathered, Slot::Init, self.check)
     }
 
@@ -185,7 +182,7 @@ impl<Req: prost::Message + Default, Resp: prost::Message + Default + 'static>
     ///
     /// # Errors
     /// As [`recv_all`](Coordinator::recv_all), for the response returned.
-    pub fn recv_first(&mut self) -> Result<(u32, Resp)> {
+    pub fn recv_first(&self) -> Result<(u32, Resp)> {
         let (shared, check) = (Arc::clone(&self.shared), self.check);
         let channel = &shared.config.name;
         let first = self.recv_first_bytes()?;
@@ -203,40 +200,49 @@ impl<Req: prost::Message + Default, Resp: prost::Message + Default + 'static>
     /// [`Error::Corrupt`] naming the first worker whose frame is longer than
     /// its slot (every slot is still consumed); [`Error::WorkerDied`],
     /// [`Error::Timeout`], [`Error::NothingOutstanding`].
-    pub fn recv_all_bytes(&mut self) -> Result<Gathered<'_>> {
-        self.check_no_thread()?;
-        let mut budget = self.default_budget();
-        self.shared
-            .gather(Waiter::Caller, Slot::Response, &mut budget)
+    pub fn recv_all_bytes(&self) -> Result<Gathered<'_>> {
+        self.gather_as_caller("recv_all_bytes", Slot::Response, self.default_budget())
     }
 
     /// [`recv_all_bytes`](Coordinator::recv_all_bytes) within `timeout`.
     ///
     /// # Errors
     /// As [`recv_all_bytes`](Coordinator::recv_all_bytes).
-    pub fn recv_all_bytes_timeout(&mut self, timeout: Duration) -> Result<Gathered<'_>> {
-        self.check_no_thread()?;
-        let mut budget = Budget::new(timeout);
-        self.shared
-            .gather(Waiter::Caller, Slot::Response, &mut budget)
+    pub fn recv_all_bytes_timeout(&self, timeout: Duration) -> Result<Gathered<'_>> {
+        self.gather_as_caller("recv_all_bytes", Slot::Response, Budget::new(timeout))
     }
 
     /// Every worker's init response as bytes.
     ///
     /// # Errors
     /// As [`recv_all_bytes`](Coordinator::recv_all_bytes).
-    pub fn recv_init_bytes(&mut self) -> Result<Gathered<'_>> {
+    pub fn recv_init_bytes(&self) -> Result<Gathered<'_>> {
+        self.gather_as_caller("recv_init_bytes", Slot::Init, self.default_budget())
+    }
+
+    /// A gather by the caller's thread: refused while the response thread
+    /// runs or another thread gathers; the turn lives as long as the
+    /// responses are borrowed.
+    fn gather_as_caller(
+        &self,
+        op: &'static str,
+        slot: Slot,
+        mut budget: Budget,
+    ) -> Result<Gathered<'_>> {
         self.check_no_thread()?;
-        let mut budget = self.default_budget();
-        self.shared.gather(Waiter::Caller, Slot::Init, &mut budget)
+        let turn = self.shared.turn(Turn::Gather, op)?;
+        let mut gathered = self.shared.gather(Waiter::Caller, slot, &mut budget)?;
+        gathered.turn = Some(turn);
+        Ok(gathered)
     }
 
     /// [`recv_first`](Coordinator::recv_first) as bytes.
     ///
     /// # Errors
     /// As [`recv_all_bytes`](Coordinator::recv_all_bytes), for the response returned.
-    pub fn recv_first_bytes(&mut self) -> Result<First<'_>> {
+    pub fn recv_first_bytes(&self) -> Result<First<'_>> {
         self.check_no_thread()?;
+        let turn = self.shared.turn(Turn::Gather, "recv_first")?;
         let mut budget = self.default_budget();
         let shared = &*self.shared;
         let mut gatherer = shared.lock_gatherer();
@@ -254,6 +260,7 @@ impl<Req: prost::Message + Default, Resp: prost::Message + Default + 'static>
             return Ok(First {
                 gatherer,
                 rank: rank as u32,
+                _turn: turn,
             });
         }
         let mut poll = budget.poll(Duration::from_micros(5), Duration::from_millis(1));
@@ -277,7 +284,11 @@ impl<Req: prost::Message + Default, Resp: prost::Message + Default + 'static>
                     gatherer.taken.iter_mut().for_each(|t| *t = None);
                     shared.update_stale(&gatherer);
                     frame?;
-                    return Ok(First { gatherer, rank });
+                    return Ok(First {
+                        gatherer,
+                        rank,
+                        _turn: turn,
+                    });
                 }
             }
             for rank in 0..shared.config.workers {
@@ -296,8 +307,9 @@ impl<Req: prost::Message + Default, Resp: prost::Message + Default + 'static>
     ///
     /// # Errors
     /// [`Error::WorkerDied`], [`Error::Timeout`].
-    pub fn drain(&mut self) -> Result<u64> {
+    pub fn drain(&self) -> Result<u64> {
         self.check_no_thread()?;
+        let _turn = self.shared.turn(Turn::Gather, "drain")?;
         let mut budget = self.default_budget();
         let shared = &*self.shared;
         let mut gatherer = shared.lock_gatherer();
@@ -507,7 +519,10 @@ impl Shared {
         }
         match first_error {
             Some(e) => Err(e),
-            None => Ok(Gathered { gatherer }),
+            None => Ok(Gathered {
+                gatherer,
+                turn: None,
+            }),
         }
     }
 }

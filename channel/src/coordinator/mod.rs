@@ -18,11 +18,11 @@ mod thread;
 
 use std::marker::PhantomData;
 use std::os::fd::{BorrowedFd, OwnedFd};
-use std::sync::atomic::{AtomicBool, AtomicU64};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::thread::JoinHandle;
 
-use nodeipc_fdpass::PeerWatch;
+use nodeipc_fdpass::{ForkGeneration, PeerWatch};
 use nodeipc_proto::execute::{ExecuteRequest, ExecuteResponse};
 use nodeipc_shm::Region;
 
@@ -65,6 +65,12 @@ type Check<Resp> = fn(&str, u32, Resp) -> Result<Resp>;
 /// our own `execute.proto` by default; [`send_bytes`](Coordinator::send_bytes)
 /// and the `_bytes` gathers carry frames of any encoding.
 ///
+/// Threads: the coordinator is `Sync`, and its sends and gathers take
+/// `&self`, so one thread may send while another gathers (as the response
+/// thread does). A second thread sending, or a second thread gathering, at
+/// the same time is refused with [`Error::Busy`] naming the rule; nothing
+/// is sent or taken then.
+///
 /// Nothing waits forever: every call is bounded by the configured timeout
 /// or the one it is given (`send_timeout`, `recv_all_timeout`), and a worker
 /// whose process died is reported as [`Error::WorkerDied`] within a fraction
@@ -72,12 +78,22 @@ type Check<Resp> = fn(&str, u32, Resp) -> Result<Resp>;
 /// one that timed out stopped.
 pub struct Coordinator<Req = ExecuteRequest, Resp = ExecuteResponse> {
     shared: Arc<Shared>,
-    handler: Option<ResponseHandler<Resp>>,
-    aggregate: Option<Box<dyn Aggregate<Resp> + Send>>,
+    /// Reached only through `&mut self` (`get_mut`, never locked): in a
+    /// mutex so that the coordinator is `Sync` for its `&self` calls.
+    handler: Mutex<Option<ResponseHandler<Resp>>>,
+    /// As `handler`.
+    aggregate: Mutex<Option<Box<dyn Aggregate<Resp> + Send>>>,
     check: Check<Resp>,
     thread: Option<ResponseThread<Resp>>,
     _request: PhantomData<fn(&Req)>,
 }
+
+// One sending and one gathering thread share a coordinator: it must stay
+// `Sync` (and `Send`), whatever field is added.
+const _: () = {
+    const fn assert_send_sync<T: Send + Sync>() {}
+    assert_send_sync::<Coordinator>();
+};
 
 struct ResponseThread<Resp> {
     #[allow(clippy::type_complexity)]
@@ -103,10 +119,16 @@ struct Shared {
     /// `send` must then drain them while it waits, or a slow worker blocked
     /// on its full slot could never free a request frame.
     stale: AtomicBool,
+    /// Set while a thread is sending: a second sending thread is refused.
+    sending: AtomicBool,
+    /// Set while a thread is gathering: a second gathering thread is refused.
+    gathering: AtomicBool,
     /// Requests sent. The request header holds a copy for the workers, but
     /// any process mapping the region can write that one: what the
     /// coordinator sends next and gathers is decided by this count alone.
     sent: AtomicU64,
+    /// The process that made the channel (and its response thread).
+    born: ForkGeneration,
 }
 
 /// Where gathering stands: which request the next gather answers, how many
@@ -159,7 +181,7 @@ impl Coordinator {
     /// unknown message type is refused, and aggregation is the pull-KV rule.
     fn use_execute_rules(&mut self) {
         self.check = crate::aggregate::validate;
-        self.aggregate = Some(Box::new(PullKvRule));
+        *self.aggregate_mut() = Some(Box::new(PullKvRule));
     }
 }
 
@@ -259,10 +281,13 @@ impl<Req: prost::Message + Default, Resp: prost::Message + Default + 'static>
                 thread_idle: AtomicBool::new(false),
                 stop: AtomicBool::new(false),
                 stale: AtomicBool::new(false),
+                sending: AtomicBool::new(false),
+                gathering: AtomicBool::new(false),
                 sent: AtomicU64::new(0),
+                born: ForkGeneration::current(),
             }),
-            handler: None,
-            aggregate: None,
+            handler: Mutex::new(None),
+            aggregate: Mutex::new(None),
             check: |_, _, response| Ok(response),
             thread: None,
             _request: PhantomData,
@@ -312,7 +337,21 @@ impl<Req: prost::Message + Default, Resp: prost::Message + Default + 'static>
     /// rule for the execute schema; none otherwise). A closure
     /// `FnMut(Vec<Resp>) -> Result<Resp>` is one.
     pub fn set_aggregate(&mut self, aggregate: impl Aggregate<Resp> + Send + 'static) {
-        self.aggregate = Some(Box::new(aggregate));
+        *self.aggregate_mut() = Some(Box::new(aggregate));
+    }
+
+    /// Never locks: `&mut self` is the only access (see the field).
+    fn handler_mut(&mut self) -> &mut Option<ResponseHandler<Resp>> {
+        self.handler
+            .get_mut()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Never locks: `&mut self` is the only access (see the field).
+    fn aggregate_mut(&mut self) -> &mut Option<Box<dyn Aggregate<Resp> + Send>> {
+        self.aggregate
+            .get_mut()
+            .unwrap_or_else(PoisonError::into_inner)
     }
 
     fn check_no_thread(&self) -> Result<()> {
@@ -350,5 +389,40 @@ impl Shared {
 
     fn lock_gatherer(&self) -> MutexGuard<'_, Gatherer> {
         self.gatherer.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// This thread's turn to `op` as the sending or the gathering thread,
+    /// or [`Error::Busy`] while another thread has it: a coordinator takes
+    /// one sending and one gathering thread at a time.
+    fn turn(&self, role: Turn, op: &'static str) -> Result<TurnGuard<'_>> {
+        let (flag, busy) = match role {
+            Turn::Send => (&self.sending, "sending"),
+            Turn::Gather => (&self.gathering, "gathering"),
+        };
+        if flag.swap(true, Ordering::Acquire) {
+            return Err(Error::Busy {
+                channel: self.config.name.clone(),
+                op,
+                busy,
+                rule: "a coordinator takes one sending and one gathering thread at a time",
+            });
+        }
+        Ok(TurnGuard(flag))
+    }
+}
+
+/// The two roles a thread may take on a coordinator.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Turn {
+    Send,
+    Gather,
+}
+
+/// A thread's turn as sender or gatherer, given back on drop.
+struct TurnGuard<'a>(&'a AtomicBool);
+
+impl Drop for TurnGuard<'_> {
+    fn drop(&mut self) {
+        self.0.store(false, Ordering::Release);
     }
 }

@@ -5,7 +5,7 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use super::liveness::Waiter;
-use super::{Coordinator, Shared};
+use super::{Coordinator, Shared, Turn};
 use crate::layout;
 use crate::sem_kind::{Direction, Role};
 use crate::wait::Budget;
@@ -24,10 +24,14 @@ impl<Req: prost::Message + Default, Resp: prost::Message + Default + 'static>
     /// still holding it (reading it in place, say) makes this wait, then
     /// time out naming that worker.
     ///
+    /// One thread may send while another gathers; a second thread sending
+    /// at the same time is refused ([`Error::Busy`], nothing sent).
+    ///
     /// # Errors
     /// [`Error::TooLarge`] before anything is waited for or written;
-    /// [`Error::WorkerDied`], [`Error::WorkerLeft`], [`Error::Timeout`].
-    pub fn send(&mut self, request: &Req) -> Result<u64> {
+    /// [`Error::WorkerDied`], [`Error::WorkerLeft`], [`Error::Timeout`];
+    /// [`Error::Busy`] while another thread sends.
+    pub fn send(&self, request: &Req) -> Result<u64> {
         let mut budget = self.default_budget();
         self.send_within(request, &mut budget)
     }
@@ -37,7 +41,7 @@ impl<Req: prost::Message + Default, Resp: prost::Message + Default + 'static>
     ///
     /// # Errors
     /// As [`send`](Coordinator::send).
-    pub fn send_timeout(&mut self, request: &Req, timeout: Duration) -> Result<u64> {
+    pub fn send_timeout(&self, request: &Req, timeout: Duration) -> Result<u64> {
         self.send_within(request, &mut Budget::new(timeout))
     }
 
@@ -47,7 +51,8 @@ impl<Req: prost::Message + Default, Resp: prost::Message + Default + 'static>
     ///
     /// # Errors
     /// As [`send`](Coordinator::send).
-    pub fn send_bytes(&mut self, frame: &[u8]) -> Result<u64> {
+    pub fn send_bytes(&self, frame: &[u8]) -> Result<u64> {
+        let _turn = self.shared.turn(Turn::Send, "send_bytes")?;
         let mut budget = self.default_budget();
         self.shared
             .send(frame.len(), &mut budget, |out| bytes_frame(frame, out))
@@ -57,14 +62,16 @@ impl<Req: prost::Message + Default, Resp: prost::Message + Default + 'static>
     ///
     /// # Errors
     /// As [`send`](Coordinator::send).
-    pub fn send_bytes_timeout(&mut self, frame: &[u8], timeout: Duration) -> Result<u64> {
+    pub fn send_bytes_timeout(&self, frame: &[u8], timeout: Duration) -> Result<u64> {
+        let _turn = self.shared.turn(Turn::Send, "send_bytes")?;
         self.shared
             .send(frame.len(), &mut Budget::new(timeout), |out| {
                 bytes_frame(frame, out)
             })
     }
 
-    fn send_within(&mut self, request: &Req, budget: &mut Budget) -> Result<u64> {
+    fn send_within(&self, request: &Req, budget: &mut Budget) -> Result<u64> {
+        let _turn = self.shared.turn(Turn::Send, "send")?;
         let channel = &self.shared.config.name;
         self.shared.send(request.encoded_len(), budget, |out| {
             nodeipc_proto::encode_frame(request, out)

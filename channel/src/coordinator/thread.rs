@@ -41,10 +41,10 @@ impl<Req: prost::Message + Default, Resp: prost::Message + Default + 'static>
         &mut self,
         handler: impl FnMut(Result<Resp>) + Send + 'static,
     ) -> Result<()> {
-        if self.handler.is_some() || self.thread.is_some() {
+        if self.handler_mut().is_some() || self.thread.is_some() {
             return Err(self.thread_error("a response handler is registered already"));
         }
-        self.handler = Some(Box::new(handler));
+        *self.handler_mut() = Some(Box::new(handler));
         Ok(())
     }
 
@@ -71,17 +71,17 @@ impl<Req: prost::Message + Default, Resp: prost::Message + Default + 'static>
         if self.thread.is_some() {
             return Err(self.thread_error("the response thread is running already"));
         }
-        if self.handler.is_none() {
+        if self.handler_mut().is_none() {
             return Err(
                 self.thread_error("no response handler is registered (call on_response first)")
             );
         }
-        let Some(aggregate) = self.aggregate.take() else {
+        let Some(aggregate) = self.aggregate_mut().take() else {
             return Err(self.thread_error(
                 "no aggregation rule for these messages (call set_aggregate first)",
             ));
         };
-        let handler = self.handler.take().expect("checked above");
+        let handler = self.handler_mut().take().expect("checked above");
         self.shared.stop.store(false, Ordering::SeqCst);
         let shared = Arc::clone(&self.shared);
         let check = self.check;
@@ -114,8 +114,8 @@ impl<Req: prost::Message + Default, Resp: prost::Message + Default + 'static>
         self.shared.wake_idle();
         match thread.handle.join() {
             Ok((handler, aggregate)) => {
-                self.handler = Some(handler);
-                self.aggregate = Some(aggregate);
+                *self.handler_mut() = Some(handler);
+                *self.aggregate_mut() = Some(aggregate);
                 Ok(())
             }
             Err(_) => Err(self.thread_error("the response handler panicked")),
@@ -133,6 +133,14 @@ impl<Req: prost::Message + Default, Resp: prost::Message + Default + 'static>
 
 impl<Req, Resp> Drop for Coordinator<Req, Resp> {
     fn drop(&mut self) {
+        if self.shared.born.is_forked() {
+            // A child's copy of its parent's channel: the response thread
+            // is the parent's (none runs here, so none is stopped or
+            // joined, and what it holds is leaked), and so is the channel,
+            // which stays open for the workers. Unmap and close only.
+            std::mem::forget(self.thread.take());
+            return;
+        }
         if let Some(thread) = self.thread.take() {
             self.shared.stop.store(true, Ordering::SeqCst);
             self.shared.wake_idle();

@@ -126,6 +126,10 @@ impl<Req: prost::Message + Default, Resp: prost::Message + Default> Drop
     for InPlace<'_, Req, Resp>
 {
     fn drop(&mut self) {
-        let _ = self.release_inner();
+        // In a child forked since the worker joined, the frame is the
+        // parent's to release (it still holds it).
+        if !self.worker.born.is_forked() {
+            let _ = self.release_inner();
+        }
     }
 }

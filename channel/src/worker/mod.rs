@@ -9,7 +9,7 @@ use std::os::fd::OwnedFd;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use nodeipc_fdpass::{Pidfd, open_if_alive, process_start_time};
+use nodeipc_fdpass::{ForkGeneration, Pidfd, open_if_alive, process_start_time};
 use nodeipc_proto::execute::{ExecuteRequest, ExecuteResponse};
 use nodeipc_shm::{OpenOptions, Region};
 use prost::bytes::BytesMut;
@@ -54,6 +54,9 @@ pub struct Worker<Req = ExecuteRequest, Resp = ExecuteResponse> {
     copy: BytesMut,
     /// Where a small request is copied out of the ring, sized once.
     small: Vec<u8>,
+    /// The process that joined: in a child forked since, the rank is the
+    /// parent's, and dropping the copy tells the coordinator nothing.
+    born: ForkGeneration,
     _messages: PhantomData<fn(Resp) -> Req>,
 }
 
@@ -219,6 +222,7 @@ impl<Req: prost::Message + Default, Resp: prost::Message + Default> Worker<Req, 
             received,
             copy: BytesMut::new(),
             small,
+            born: ForkGeneration::current(),
             _messages: PhantomData,
         })
     }
@@ -301,6 +305,11 @@ impl<Req: prost::Message + Default, Resp: prost::Message + Default> Worker<Req, 
 
 impl<Req, Resp> Drop for Worker<Req, Resp> {
     fn drop(&mut self) {
+        if self.born.is_forked() {
+            // A child's copy of its parent's worker: the rank stays the
+            // parent's; unmap and close only.
+            return;
+        }
         // The coordinator learns we left; the rank is free for a worker
         // (this process after a reconnect, say) to take it up where we stopped.
         self.layout

@@ -1,4 +1,5 @@
-//! Our directories under the temporary directory, and the proof that one is
+//! Our directories under the temporary directory (and `$XDG_RUNTIME_DIR`,
+//! and the directories named with `--run-dir`), and the proof that one is
 //! abandoned before `clean` removes it.
 //!
 //! A directory is removed only when all of this holds (the first that
@@ -91,9 +92,13 @@ pub(super) fn classify(name: &str) -> Option<Option<u32>> {
     let number = |s: &str| s.parse::<u32>().ok();
     let hex = |s: &str| !s.is_empty() && s.chars().all(|c| c.is_ascii_hexdigit());
     match fields.as_slice() {
-        // nodeipc demo and bench monitor: nodeipc-demo-<random>, or the
-        // older nodeipc-demo-<pid>-<nonce>.
-        ["nodeipc", "demo", random] | ["nodeipc", "bench", "monitor", random] if hex(random) => {
+        // nodeipc demo, bench monitor and launch: nodeipc-demo-<random>,
+        // or the older nodeipc-demo-<pid>-<nonce>.
+        ["nodeipc", "demo", random]
+        | ["nodeipc", "bench", "monitor", random]
+        | ["nodeipc", "launch", random]
+            if hex(random) =>
+        {
             Some(None)
         }
         ["nodeipc", "demo", pid, nonce] | ["nodeipc", "bench", "monitor", pid, nonce]
@@ -114,11 +119,23 @@ pub(super) fn classify(name: &str) -> Option<Option<u32>> {
     }
 }
 
-/// The temporary directories to look in: `$TMPDIR` (the demo's) and `/tmp`
-/// (the group mesh's and the tests').
-fn temp_dirs() -> Vec<PathBuf> {
+/// The directories to look in: `$TMPDIR` (the demo's), `/tmp` (the group
+/// mesh's and the tests'), `$XDG_RUNTIME_DIR` (where `nodeipc launch` makes
+/// its run directory by default) and those the user named (`--run-dir`).
+fn temp_dirs(extra: &[PathBuf]) -> Vec<PathBuf> {
     let mut dirs = vec![std::env::temp_dir(), PathBuf::from("/tmp")];
-    dirs.dedup();
+    dirs.extend(
+        std::env::var_os("XDG_RUNTIME_DIR")
+            .filter(|d| !d.is_empty())
+            .map(PathBuf::from),
+    );
+    dirs.extend(extra.iter().cloned());
+    let mut seen = Vec::new();
+    dirs.retain(|d| {
+        let new = !seen.contains(d);
+        seen.push(d.clone());
+        new
+    });
     dirs
 }
 
@@ -126,6 +143,7 @@ fn temp_dirs() -> Vec<PathBuf> {
 /// dropped), each judged.
 pub(super) fn our_dirs(
     prefix: &str,
+    extra: &[PathBuf],
     scan: &ProcessScan,
     rules: &Rules,
 ) -> Result<Vec<OurDir>, Failure> {
@@ -137,7 +155,7 @@ pub(super) fn our_dirs(
     }
     let bound = bound_sockets();
     let mut dirs = Vec::new();
-    for temp in temp_dirs() {
+    for temp in temp_dirs(extra) {
         let entries = match std::fs::read_dir(&temp) {
             Ok(entries) => entries,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
@@ -404,6 +422,8 @@ mod tests {
         assert_eq!(classify("nodeipc-demo-"), None);
         assert_eq!(classify("nodeipc-bench-monitor-x"), None);
         assert_eq!(classify("nodeipc-monitor-readme-12"), None);
+        assert_eq!(classify("nodeipc-launch-00ab00cd00ef0011"), Some(None));
+        assert_eq!(classify("nodeipc-launch-x"), None);
         assert_eq!(classify("something-else"), None);
     }
 }

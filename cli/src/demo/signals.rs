@@ -1,9 +1,11 @@
-//! SIGINT and SIGTERM during the demo: noted by a thread of their own, so
-//! the demo ends in order (workers killed, monitors stopped, every name and
-//! its directory removed) and exits 128 + the signal, instead of dying with
-//! its directory left in the temporary directory.
+//! SIGINT, SIGTERM, SIGHUP and every other terminating signal
+//! (`nodeipc_monitor::terminating_signals`) during the demo: noted by a
+//! thread of their own, so the demo ends in order (workers killed, monitors
+//! stopped, every name and its directory removed) and exits 128 + the
+//! signal, instead of dying with its directory left in the temporary
+//! directory.
 //!
-//! The two signals are blocked in the main thread before any other thread
+//! The signals are blocked in the main thread before any other thread
 //! exists (threads inherit the mask), and one thread takes them with
 //! `sigwait`: no handler runs in the middle of other code, and no wait
 //! elsewhere sees `EINTR`. Children started through `std::process::Command`
@@ -13,6 +15,8 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicI32, Ordering};
 
+use nodeipc_text::signal_name;
+
 use crate::Failure;
 
 /// The signals noted so far.
@@ -21,29 +25,24 @@ pub(crate) struct Signals {
 }
 
 impl Signals {
-    /// Blocks SIGINT and SIGTERM in the calling thread and starts the thread
-    /// that takes them. Call it from the main thread before any other thread
+    /// Blocks the terminating signals in the calling thread and starts the
+    /// thread that takes them. Call it from the main thread before any other thread
     /// starts: a thread started earlier keeps the default action and a
     /// signal delivered to it kills the process.
     ///
     /// # Errors
     /// `pthread_sigmask` failing, or the thread not starting.
     pub(crate) fn install() -> Result<Signals, Failure> {
-        let set = stop_signals();
-        // SAFETY: `set` is an initialised signal set; the old mask is not
-        // asked for (null).
-        let rc = unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut()) };
-        if rc != 0 {
-            return Err(Failure::Error(format!(
-                "blocking SIGINT and SIGTERM (pthread_sigmask): {}",
-                std::io::Error::from_raw_os_error(rc)
-            )));
-        }
+        let set = nodeipc_monitor::block_terminating_signals().map_err(|e| {
+            Failure::Error(format!(
+                "blocking the terminating signals (pthread_sigmask): {e}"
+            ))
+        })?;
         let received = Arc::new(AtomicI32::new(0));
         let noted = Arc::clone(&received);
         std::thread::Builder::new()
             .name("demo-signals".into())
-            .spawn(move || take_signals(&noted))
+            .spawn(move || take_signals(&set, &noted))
             .map_err(|e| Failure::Error(format!("starting the signal thread: {e}")))?;
         Ok(Signals { received })
     }
@@ -65,35 +64,21 @@ impl Signals {
                 signal,
                 format!(
                     "demo stopped by {}: workers and monitors stopped, what it made removed",
-                    name(signal)
+                    signal_name(signal)
                 ),
             )),
         }
     }
 }
 
-fn stop_signals() -> libc::sigset_t {
-    // SAFETY: sigset_t is plain data; sigemptyset initialises it before use.
-    let mut set: libc::sigset_t = unsafe { std::mem::zeroed() };
-    // SAFETY: `set` is a valid, writable sigset_t; these calls only fail
-    // for an invalid signal number, and these two are valid.
-    unsafe {
-        libc::sigemptyset(&mut set);
-        libc::sigaddset(&mut set, libc::SIGINT);
-        libc::sigaddset(&mut set, libc::SIGTERM);
-    }
-    set
-}
-
 /// Notes the first signal; a second one ends the process at once, for the
 /// person whose first Ctrl-C waits on a step that is slow to give up.
-fn take_signals(received: &AtomicI32) {
-    let set = stop_signals();
+fn take_signals(set: &libc::sigset_t, received: &AtomicI32) {
     loop {
         let mut signal = 0;
         // SAFETY: `set` and `signal` are valid for the call; every thread
-        // has both signals blocked, as sigwait requires.
-        if unsafe { libc::sigwait(&set, &mut signal) } != 0 {
+        // has the signals blocked, as sigwait requires.
+        if unsafe { libc::sigwait(set, &mut signal) } != 0 {
             continue;
         }
         if received
@@ -102,7 +87,7 @@ fn take_signals(received: &AtomicI32) {
         {
             let line = format!(
                 "nodeipc: second {}: exiting at once; `nodeipc clean` removes what the demo left\n",
-                name(signal)
+                signal_name(signal)
             );
             // SAFETY: writes a buffer we own to fd 2, then ends the process
             // without running anything else (the main thread may be anywhere).
@@ -111,13 +96,5 @@ fn take_signals(received: &AtomicI32) {
                 libc::_exit(128 + signal);
             }
         }
-    }
-}
-
-fn name(signal: i32) -> &'static str {
-    match signal {
-        libc::SIGINT => "SIGINT",
-        libc::SIGTERM => "SIGTERM",
-        _ => "a signal",
     }
 }

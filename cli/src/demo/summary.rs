@@ -46,7 +46,7 @@ impl Summary<'_> {
         outln!(
             "  requests/s     {:.0} (in {})",
             self.latencies.count() as f64 / self.elapsed.as_secs_f64().max(f64::MIN_POSITIVE),
-            crate::human::duration(self.elapsed)
+            nodeipc_text::duration(self.elapsed)
         );
         outln!("  latency p50    {:.2} us", micros(0.50));
         outln!("  latency p99    {:.2} us", micros(0.99));
@@ -63,7 +63,10 @@ impl Summary<'_> {
         if self.leftovers.is_empty() {
             outln!("  left behind    nothing");
         } else {
-            outln!("  left behind    {}", self.leftovers.join(" "));
+            outln!(
+                "  left behind    {}",
+                nodeipc_text::Printable(&self.leftovers.join(" "))
+            );
         }
     }
 }

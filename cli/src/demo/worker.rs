@@ -31,8 +31,14 @@ pub(crate) struct WorkerArgs {
     #[arg(long)]
     group: String,
     /// The coordinator's pid: the worker dies with it.
-    #[arg(long)]
+    #[arg(long, value_parser = pid)]
     parent: i32,
+}
+
+/// A pid: 1 to `i32::MAX`, as `pid_t` holds it.
+fn pid(text: &str) -> Result<i32, String> {
+    let max = i32::MAX.unsigned_abs();
+    u32_in(1, max)(text).and_then(|n| i32::try_from(n).map_err(|e| e.to_string()))
 }
 
 /// Every error a worker reports says it is a worker's, which one, and at

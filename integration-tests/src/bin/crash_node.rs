@@ -128,7 +128,7 @@ fn coordinator(dir: &Path, group: &str, workers: u32, requests: u64) -> Result<(
         .request_capacity(1024)
         .response_slot_size(1024)
         .timeout(STEP);
-    let mut channel = Coordinator::create_anonymous(config).map_err(failure)?;
+    let channel = Coordinator::create_anonymous(config).map_err(failure)?;
     let offer = channel.offer().map_err(failure)?;
     let options = HandshakeOptions {
         logon_timeout: STEP,

@@ -257,7 +257,7 @@ fn subset(group: Group, args: &[String]) -> Result<(), Error> {
         }
     } else {
         match group.barrier_subset(n) {
-            Err(Error::RankOutOfRange { .. }) => {}
+            Err(Error::SubsetOutOfRange { .. }) => {}
             other => panic!("rank {rank} outside the subset of {n} was let in: {other:?}"),
         }
     }

@@ -148,7 +148,7 @@ fn run(args: &[&str]) -> Result<(), Error> {
         // A coordinator that sends COUNT requests, gathers them, then hangs
         // with the channel open (to be killed).
         ["coordinator", name, workers, sems, count] => {
-            let mut coordinator = Coordinator::create(config(name, workers, sems, "1"))?;
+            let coordinator = Coordinator::create(config(name, workers, sems, "1"))?;
             coordinator.wait_for_workers(TIMEOUT)?;
             for sequence in 0..count.parse().unwrap() {
                 coordinator.send(&ExecuteRequest {

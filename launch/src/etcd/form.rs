@@ -104,9 +104,9 @@ impl EtcdBackend {
                 false => format!(" (node ranks {missing:?} missing)"),
             };
             return Err(backend(format!(
-                "round {round}: {count} of the {min} nodes it needs (--nnodes {}) were ready within --rdzv-timeout ({:.0} s){which}",
+                "round {round}: {count} of the {min} nodes it needs (--nnodes {}) were ready within --rdzv-timeout ({}){which}",
                 self.config.nnodes(),
-                self.rdzv.timeout.as_secs_f64()
+                nodeipc_text::duration(self.rdzv.timeout)
             )));
         }
         Ok(None)

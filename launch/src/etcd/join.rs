@@ -29,7 +29,7 @@ impl EtcdBackend {
         };
         let began = Instant::now();
         while !session.view().synced {
-            if crate::signals::stop_signal_pending() {
+            if nodeipc_monitor::StopSignals::pending() {
                 return Ok(false);
             }
             if began.elapsed() > self.rdzv.timeout {

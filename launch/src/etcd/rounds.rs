@@ -139,13 +139,21 @@ impl RoundBackend for EtcdBackend {
                     return Ok(Decision::Finished {
                         exit_code: code,
                         summary: format!(
-                            "stopped by signal {signal} while waiting as a spare (the job goes on)"
+                            "stopped by {} while waiting as a spare (the job goes on)",
+                            nodeipc_text::signal_name(*signal)
                         ),
                     });
                 }
                 let cause = match self.session {
-                    Some(_) => format!("stopped by signal {signal} on node {}", self.group_rank),
-                    None => format!("stopped by signal {signal} while joining the job"),
+                    Some(_) => format!(
+                        "stopped by {} on node {}",
+                        nodeipc_text::signal_name(*signal),
+                        self.group_rank
+                    ),
+                    None => format!(
+                        "stopped by {} while joining the job",
+                        nodeipc_text::signal_name(*signal)
+                    ),
                 };
                 let node = self.group_rank;
                 // Best effort: etcd may be why we are stopping.
@@ -360,9 +368,9 @@ impl EtcdBackend {
         let waited = view.last_ack.elapsed();
         (waited > self.rdzv.ttl / 2).then(|| {
             format!(
-                "no keepalive acknowledged by etcd at {} for {:.1} s (--rdzv-ttl {} s): this node may be cut off",
+                "no keepalive acknowledged by etcd at {} for {} (--rdzv-ttl {} s): this node may be cut off",
                 session.endpoints,
-                waited.as_secs_f64(),
+                nodeipc_text::duration(waited),
                 self.rdzv.ttl.as_secs()
             )
         })
@@ -376,9 +384,9 @@ impl EtcdBackend {
         let waited = view.last_ack.elapsed();
         if view.lease_lost || waited >= self.rdzv.ttl {
             return Err(backend(format!(
-                "lost etcd at {}: no keepalive acknowledged for {:.1} s (--rdzv-ttl {} s); this node's ranks are stopped",
+                "lost etcd at {}: no keepalive acknowledged for {} (--rdzv-ttl {} s); this node's ranks are stopped",
                 session.endpoints,
-                waited.as_secs_f64(),
+                nodeipc_text::duration(waited),
                 self.rdzv.ttl.as_secs()
             )));
         }

@@ -125,7 +125,7 @@ impl Session {
         let thread = std::thread::Builder::new()
             .name("nodeipc-etcd".into())
             .spawn(move || {
-                crate::signals::block_stop_signals_here();
+                nodeipc_monitor::StopSignals::block_in_this_thread();
                 runtime.block_on(async {
                     let _ = stop.await;
                 });
@@ -222,7 +222,7 @@ impl Session {
         let began = Instant::now();
         let mut pause = Duration::from_millis(50);
         loop {
-            if crate::signals::stop_signal_pending() {
+            if nodeipc_monitor::StopSignals::pending() {
                 return Ok(None);
             }
             match op(self) {
@@ -230,9 +230,9 @@ impl Session {
                 Err(error) if began.elapsed() >= timeout => {
                     return Err(Error::Backend {
                         reason: format!(
-                            "{what}: no answer from etcd at {} within {:.0} s (--rdzv-timeout): {error}",
+                            "{what}: no answer from etcd at {} within {} (--rdzv-timeout): {error}",
                             self.endpoints,
-                            timeout.as_secs_f64()
+                            nodeipc_text::duration(timeout)
                         ),
                     });
                 }
@@ -264,9 +264,9 @@ impl Session {
             }),
             Err(_) => Err(Error::Backend {
                 reason: format!(
-                    "etcd at {}: {what}: no answer within {:.0} s",
+                    "etcd at {}: {what}: no answer within {}",
                     self.endpoints,
-                    REQUEST_TIMEOUT.as_secs_f64()
+                    nodeipc_text::duration(REQUEST_TIMEOUT)
                 ),
             }),
         }

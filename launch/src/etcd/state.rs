@@ -4,6 +4,9 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::options::{MAX_NPROC, MAX_RESTARTS};
+use crate::rdzv::MAX_NNODES;
+
 /// Longest value the launcher reads from a key of its job: bigger is not
 /// one of ours.
 pub(crate) const MAX_VALUE: usize = 16 * 1024;
@@ -184,20 +187,73 @@ impl JobState {
         serde_json::to_vec(self).unwrap_or_default()
     }
 
+    /// The job's state as read from etcd, every number checked against
+    /// what a launcher can have written: another client that can write the
+    /// job's prefix must not make every launcher exit 0 with a forged
+    /// `{"status":"failed","code":0}`, nor hand it a node or rank past the
+    /// job's size.
     pub(crate) fn decode(bytes: &[u8]) -> Result<JobState, String> {
         let state: JobState = decode(bytes, "the job's state key")?;
         let config = &state.config;
-        if config.min_nodes == 0 || config.min_nodes > config.max_nodes {
+        if config.min_nodes == 0
+            || config.min_nodes > config.max_nodes
+            || config.max_nodes > MAX_NNODES
+        {
             return Err(format!(
-                "the job's state key says --nnodes {}: not a launcher's",
+                "the job's state key says --nnodes {}: not a launcher's (1 to {MAX_NNODES})",
                 config.nnodes()
             ));
+        }
+        if config.nproc == 0 || config.nproc > MAX_NPROC {
+            return Err(format!(
+                "the job's state key says --nproc {}: not a launcher's (1 to {MAX_NPROC})",
+                config.nproc
+            ));
+        }
+        if config.max_restarts > MAX_RESTARTS {
+            return Err(format!(
+                "the job's state key says --max-restarts {}: not a launcher's (at most {MAX_RESTARTS})",
+                config.max_restarts
+            ));
+        }
+        if state.failures > config.max_restarts {
+            return Err(format!(
+                "the job's state key counts {} failure rounds of the {} restarts allowed: not a launcher's",
+                state.failures, config.max_restarts
+            ));
+        }
+        if let Status::Failed {
+            node, rank, code, ..
+        } = &state.status
+        {
+            if !(1..=255).contains(code) {
+                return Err(format!(
+                    "the job's state key says the job failed with exit status {code}: not a failure's (1 to 255)"
+                ));
+            }
+            if *node >= config.max_nodes {
+                return Err(format!(
+                    "the job's state key says node {node} failed, past --nnodes {}",
+                    config.nnodes()
+                ));
+            }
+            let world = config.max_nodes.saturating_mul(config.nproc);
+            if let Some(rank) = rank.filter(|&r| r >= world) {
+                return Err(format!(
+                    "the job's state key says rank {rank} failed, past the {world} ranks of --nnodes {} --nproc {}",
+                    config.nnodes(),
+                    config.nproc
+                ));
+            }
         }
         if let Some(nodes) = &state.nodes {
             let ordered = nodes.windows(2).all(|w| w[0].0 < w[1].0);
             let fits =
                 (config.min_nodes as usize..=config.max_nodes as usize).contains(&nodes.len());
-            if !ordered || !fits {
+            let slots = nodes
+                .iter()
+                .all(|&(slot, revision)| slot < MAX_NNODES && revision > 0);
+            if !ordered || !fits || !slots {
                 return Err(format!(
                     "the job's state key lists {} nodes for round {} (--nnodes {}), or not in order: not a launcher's",
                     nodes.len(),
@@ -235,6 +291,9 @@ impl Member {
 
     pub(crate) fn decode(bytes: &[u8]) -> Result<Member, String> {
         let member: Member = decode(bytes, "a member key")?;
+        if let Some((_, 0)) = &member.master {
+            return Err("a member key's MASTER_PORT is 0: not a launcher's".to_owned());
+        }
         if let Some((addr, _)) = &member.master {
             // It becomes every rank's MASTER_ADDR.
             let bad = |c: char| c.is_whitespace() || c.is_control();
@@ -358,6 +417,100 @@ mod tests {
             JobState::decode(&too_many.encode())
                 .unwrap_err()
                 .contains("4 nodes")
+        );
+    }
+
+    /// Every number read from the state key is one a launcher could have
+    /// written (regression: a forged `{"status":"failed","code":0}` made
+    /// every launcher exit 0).
+    #[test]
+    fn regression_numbers_read_from_etcd_are_range_checked() {
+        let failed = |node, rank, code| JobState {
+            status: Status::Failed {
+                node,
+                rank,
+                cause: "x".into(),
+                code,
+            },
+            ..JobState::first(config(3))
+        };
+        for code in [1, 3, 143, 255] {
+            let state = failed(1, Some(3), code);
+            assert_eq!(JobState::decode(&state.encode()).unwrap(), state);
+        }
+        for code in [0, -1, 256, i32::MIN, i32::MAX] {
+            let why = JobState::decode(&failed(0, None, code).encode()).unwrap_err();
+            assert!(why.contains(&format!("exit status {code}")), "{why}");
+        }
+        let why = JobState::decode(&failed(2, None, 1).encode()).unwrap_err();
+        assert!(why.contains("node 2"), "{why}");
+        let why = JobState::decode(&failed(0, Some(4), 1).encode()).unwrap_err();
+        assert!(why.contains("rank 4"), "{why}");
+        let with = |config: JobConfig| JobState::first(config).encode();
+        for (bad, field) in [
+            (
+                JobConfig {
+                    nproc: 0,
+                    ..config(3)
+                },
+                "--nproc 0",
+            ),
+            (
+                JobConfig {
+                    nproc: 5000,
+                    ..config(3)
+                },
+                "--nproc 5000",
+            ),
+            (
+                JobConfig {
+                    max_restarts: u32::MAX,
+                    ..config(3)
+                },
+                "--max-restarts",
+            ),
+            (
+                JobConfig {
+                    min_nodes: 1,
+                    max_nodes: u32::MAX,
+                    ..config(3)
+                },
+                "--nnodes",
+            ),
+        ] {
+            let why = JobState::decode(&with(bad)).unwrap_err();
+            assert!(why.contains(field), "{why}");
+        }
+        let counted = JobState {
+            failures: 4,
+            ..JobState::first(config(3))
+        };
+        assert!(
+            JobState::decode(&counted.encode())
+                .unwrap_err()
+                .contains("4 failure rounds")
+        );
+        let elastic = JobState::first(JobConfig {
+            min_nodes: 1,
+            max_nodes: 3,
+            ..config(2)
+        });
+        for nodes in [vec![(MAX_NNODES, 1)], vec![(0, 0)], vec![(0, -5)]] {
+            let state = JobState {
+                nodes: Some(nodes.clone()),
+                ..elastic.clone()
+            };
+            assert!(JobState::decode(&state.encode()).is_err(), "{nodes:?}");
+        }
+        let member = Member {
+            id: "a".into(),
+            master: Some(("127.0.0.2".into(), 0)),
+            ..Member::default()
+        };
+        assert!(
+            Member::decode(&member.encode())
+                .unwrap_err()
+                .contains("MASTER_PORT")
         );
     }
 

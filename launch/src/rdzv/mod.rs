@@ -193,15 +193,15 @@ impl RdzvOptions {
         let ttl_secs = self.ttl.as_secs();
         if self.ttl.subsec_nanos() != 0 || ttl_secs < 2 || self.ttl > MAX_RDZV_TTL {
             return Err(Error::options(format!(
-                "--rdzv-ttl {:?} must be whole seconds from 2 to {} (etcd leases count in seconds)",
-                self.ttl,
+                "--rdzv-ttl {} must be whole seconds from 2 to {} (etcd leases count in seconds)",
+                nodeipc_text::duration(self.ttl),
                 MAX_RDZV_TTL.as_secs()
             )));
         }
         if self.timeout < Duration::from_secs(1) || self.timeout > MAX_RDZV_TIMEOUT {
             return Err(Error::options(format!(
-                "--rdzv-timeout {:?} must be between 1 s and {} s",
-                self.timeout,
+                "--rdzv-timeout {} must be between 1 s and {} s",
+                nodeipc_text::duration(self.timeout),
                 MAX_RDZV_TIMEOUT.as_secs()
             )));
         }

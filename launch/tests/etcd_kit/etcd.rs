@@ -175,22 +175,38 @@ impl Etcd {
     /// Whether `key` exists, read through etcd's JSON gateway
     /// (`POST /v3/kv/range`): the test's own view, not a launcher's.
     pub fn has_key(&self, key: &str) -> bool {
-        use std::io::{Read, Write};
         let body = format!("{{\"key\":\"{}\"}}", base64(key.as_bytes()));
-        let Ok(mut stream) = TcpStream::connect((Ipv4Addr::LOCALHOST, self.client_port)) else {
-            return false;
-        };
+        self.gateway("/v3/kv/range", &body)
+            .is_some_and(|answer| answer.contains("\"kvs\""))
+    }
+
+    /// Writes `value` at `key` (no lease) through the JSON gateway
+    /// (`POST /v3/kv/put`), as another client that can write the job's
+    /// prefix would; whether etcd took it.
+    pub fn put(&self, key: &str, value: &[u8]) -> bool {
+        let body = format!(
+            "{{\"key\":\"{}\",\"value\":\"{}\"}}",
+            base64(key.as_bytes()),
+            base64(value)
+        );
+        self.gateway("/v3/kv/put", &body).is_some_and(|answer| {
+            answer.starts_with("HTTP/1.0 200") && answer.contains("\"header\"")
+        })
+    }
+
+    /// One request to the JSON gateway; the whole answer, headers included.
+    fn gateway(&self, path: &str, body: &str) -> Option<String> {
+        use std::io::{Read, Write};
+        let mut stream = TcpStream::connect((Ipv4Addr::LOCALHOST, self.client_port)).ok()?;
         let request = format!(
-            "POST /v3/kv/range HTTP/1.0\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+            "POST {path} HTTP/1.0\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
             body.len()
         );
         let _ = stream.set_read_timeout(Some(Duration::from_secs(5)));
-        if stream.write_all(request.as_bytes()).is_err() {
-            return false;
-        }
+        stream.write_all(request.as_bytes()).ok()?;
         let mut answer = String::new();
         let _ = stream.read_to_string(&mut answer);
-        answer.contains("\"kvs\"")
+        Some(answer)
     }
 
     pub fn log(&self) -> String {

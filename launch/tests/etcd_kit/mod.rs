@@ -295,13 +295,22 @@ fn run_launcher(spec: &str) -> ! {
     let (requests, rounds) = backend.stats();
     drop(backend);
     eprintln!("launcher: {requests} etcd requests over {rounds} rounds");
+    // Escaped as the library's own lines are: a summary may quote what
+    // another node (or a forger) wrote in etcd.
     match outcome {
         Ok(outcome) => {
-            eprintln!("launcher: exit {}: {}", outcome.exit_code, outcome.summary);
+            eprintln!(
+                "launcher: exit {}: {}",
+                outcome.exit_code,
+                nodeipc_text::printable(&outcome.summary)
+            );
             std::process::exit(outcome.exit_code);
         }
         Err(error) => {
-            eprintln!("launcher: error: {error}");
+            eprintln!(
+                "launcher: error: {}",
+                nodeipc_text::printable(&error.to_string())
+            );
             std::process::exit(99);
         }
     }

@@ -15,6 +15,7 @@ use std::time::Duration;
 
 use nodeipc_fdpass::Signal;
 use nodeipc_proto::monitor as pb;
+use nodeipc_text::duration;
 
 use crate::HealthConfig;
 use crate::limits::{MAX_SECTION_NAME, MAX_SECTIONS};
@@ -146,8 +147,9 @@ impl MonitorConfig {
     pub fn validate(&self) -> Result<()> {
         if self.check_interval.is_zero() || self.check_interval > MAX_CHECK_INTERVAL {
             return Err(Error::config(format!(
-                "check interval {:?} must be between 1 ms and {MAX_CHECK_INTERVAL:?}",
-                self.check_interval
+                "check interval {} must be between 1 ms and {}",
+                duration(self.check_interval),
+                duration(MAX_CHECK_INTERVAL)
             )));
         }
         for (what, value) in [
@@ -178,8 +180,9 @@ impl MonitorConfig {
         }
         if self.connection_wait > MAX_CONNECTION_DEADLINE {
             return Err(Error::config(format!(
-                "connection wait {:?} is longer than {MAX_CONNECTION_DEADLINE:?}",
-                self.connection_wait
+                "connection wait {} is longer than {}",
+                duration(self.connection_wait),
+                duration(MAX_CONNECTION_DEADLINE)
             )));
         }
         for (what, value) in [
@@ -188,7 +191,9 @@ impl MonitorConfig {
         ] {
             if value.is_zero() || value > MAX_CONNECTION_DEADLINE {
                 return Err(Error::config(format!(
-                    "{what} {value:?} must be between 1 ms and {MAX_CONNECTION_DEADLINE:?}"
+                    "{what} {} must be between 1 ms and {}",
+                    duration(value),
+                    duration(MAX_CONNECTION_DEADLINE)
                 )));
             }
         }
@@ -318,12 +323,9 @@ pub(crate) fn ms(d: Duration) -> u64 {
     }
 }
 
-/// The name of a signal, `SIG…`, or its number as text.
+/// The name of a signal, `SIG…` ([`nodeipc_text::signal_name`]).
 pub fn signal_name(signal: Signal) -> String {
-    TERMINATION_SIGNALS
-        .iter()
-        .find(|(_, s)| *s == signal)
-        .map_or_else(|| signal.as_raw().to_string(), |(n, _)| (*n).to_owned())
+    nodeipc_text::signal_name(signal.as_raw())
 }
 
 #[cfg(feature = "json")]

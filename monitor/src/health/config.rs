@@ -120,7 +120,9 @@ impl GpuProbe for Box<dyn GpuProbe> {
 fn check_interval(what: &str, interval: Duration) -> Result<()> {
     if interval.is_zero() || interval > MAX_CHECK_INTERVAL {
         return Err(Error::config(format!(
-            "health_checks.{what}.interval {interval:?} must be between 1 ms and {MAX_CHECK_INTERVAL:?}"
+            "health_checks.{what}.interval {} must be between 1 ms and {}",
+            nodeipc_text::duration(interval),
+            nodeipc_text::duration(MAX_CHECK_INTERVAL)
         )));
     }
     Ok(())

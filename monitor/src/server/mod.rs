@@ -32,17 +32,28 @@ use crate::bind::{self, control_socket_path};
 use crate::conn::{Conn, Deadlines};
 use crate::fastpath::ServerRegion;
 use crate::logging::Logger;
-use crate::signals::ShutdownSignals;
+use crate::signals::StopSignals;
 use crate::tracker::RankTracker;
 use crate::{Error, HealthCheck, LogLevel, MonitorConfig, Result};
 
 /// Why [`MonitorServer::run`] returned.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Shutdown {
-    /// One of SIGTERM, SIGINT, SIGUSR1, SIGUSR2 arrived.
-    Signal(Signal),
+    /// One of the [`terminating_signals`](crate::terminating_signals)
+    /// arrived: its number (a real-time one has no [`Signal`] name).
+    Signal(i32),
     /// [`StopHandle::stop`] was called.
     Stopped,
+}
+
+impl std::fmt::Display for Shutdown {
+    /// `SIGTERM`, or `stopped by its owner`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Shutdown::Signal(signal) => f.write_str(&nodeipc_text::signal_name(*signal)),
+            Shutdown::Stopped => f.write_str("stopped by its owner"),
+        }
+    }
 }
 
 /// Stops a running server from another thread; cheap to clone.
@@ -89,7 +100,7 @@ pub struct MonitorServer {
     rank_socket: Listener,
     control_socket: Listener,
     wake: Arc<OwnedFd>,
-    signals: Option<ShutdownSignals>,
+    signals: Option<StopSignals>,
     health_checks: Vec<Box<dyn HealthCheck>>,
     log: Logger,
     /// The state machine: what the rank said and what it is owed.
@@ -187,22 +198,24 @@ impl MonitorServer {
         }
     }
 
-    /// Shuts down in order on SIGTERM, SIGINT, SIGUSR1 or SIGUSR2: blocks
-    /// them in the calling thread and reads them from a `signalfd` in the
-    /// loop. Call it from the thread that will call `run`, before starting
-    /// any other thread (threads started later inherit the mask); the
-    /// previous mask is restored when the server is dropped.
+    /// Shuts down in order on any of the
+    /// [`terminating_signals`](crate::terminating_signals) (SIGTERM,
+    /// SIGINT, SIGHUP, SIGUSR1, ...): blocks them in the calling thread and
+    /// reads them from a `signalfd` in the loop ([`StopSignals`]). Call it
+    /// from the thread that will call `run`, before starting any other
+    /// thread (threads started later inherit the mask); the previous mask
+    /// is restored when the server is dropped.
     ///
     /// # Errors
     /// [`Error::Io`] from `pthread_sigmask` or `signalfd`.
     pub fn handle_shutdown_signals(&mut self) -> Result<()> {
         if self.signals.is_none() {
-            self.signals = Some(ShutdownSignals::install()?);
+            self.signals = Some(StopSignals::install().map_err(|e| Error::io("signalfd", "", e))?);
         }
         Ok(())
     }
 
-    pub(crate) fn set_signals(&mut self, signals: ShutdownSignals) {
+    pub(crate) fn set_signals(&mut self, signals: StopSignals) {
         self.signals = Some(signals);
     }
 
@@ -227,10 +240,10 @@ impl MonitorServer {
     /// client's.
     pub fn run(mut self) -> Result<Shutdown> {
         self.log.info(&format!(
-            "serving on {} (control {}), check every {:?}",
+            "serving on {} (control {}), check every {}",
             self.rank_socket.path().display(),
             self.control_socket.path().display(),
-            self.config().check_interval
+            nodeipc_text::duration(self.config().check_interval)
         ));
         let reason = loop {
             if let Some(reason) = self.turn()? {
@@ -382,7 +395,7 @@ impl MonitorServer {
 
     fn take_shutdown(&mut self, ready: &Ready) -> Option<Shutdown> {
         if ready.signals
-            && let Some(signal) = self.signals.as_ref().and_then(ShutdownSignals::read)
+            && let Some(signal) = self.signals.as_ref().and_then(StopSignals::read)
         {
             return Some(Shutdown::Signal(signal));
         }
@@ -397,7 +410,7 @@ impl MonitorServer {
     /// Orderly shutdown: connections closed (open sections reported),
     /// a pending escalation carried out, socket files removed on drop.
     fn close(&mut self, reason: Shutdown) {
-        self.log.info(&format!("shutting down: {reason:?}"));
+        self.log.info(&format!("shutting down: {reason}"));
         if self.tracker.escalation_pending()
             && let (Some(process), Some(rank)) = (&self.process, self.tracker.rank())
         {

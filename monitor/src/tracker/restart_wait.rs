@@ -48,8 +48,8 @@ impl RestartWait {
         }
         self.next_report = Some(now + every);
         Some(format!(
-            "the rank has not come back: waiting {:.1} s since it went",
-            now.saturating_duration_since(since).as_secs_f64()
+            "the rank has not come back: waiting {} since it went",
+            nodeipc_text::duration(now.saturating_duration_since(since))
         ))
     }
 }

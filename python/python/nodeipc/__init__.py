@@ -22,7 +22,9 @@ handlers at least every 50 ms, so Ctrl-C ends a wait with
 
 from ._errors import (
     AlreadyExistsError,
+    ConcurrentUseError,
     Error,
+    ForkedError,
     InvalidArgumentError,
     MonitorRefusedError,
     MonitorTimeoutError,
@@ -52,6 +54,8 @@ __all__ = [
     "NotFoundError",
     "AlreadyExistsError",
     "InvalidArgumentError",
+    "ForkedError",
+    "ConcurrentUseError",
     "RankMonitorClientError",
     "MonitorRefusedError",
     "MonitorTimeoutError",

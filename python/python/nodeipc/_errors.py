@@ -45,6 +45,20 @@ class InvalidArgumentError(NodeipcError, builtins.ValueError):
     """An argument out of range: a size, a rank, a name, a timeout."""
 
 
+class ForkedError(NodeipcError, builtins.RuntimeError):
+    """The object belongs to the process this one was forked from: a forked
+    child may only close it or let it go (which then closes and unmaps the
+    child's copy and leaves the rest — threads, names, the group rank, the
+    channel — to the parent). Make or open your own after the fork."""
+
+
+class ConcurrentUseError(NodeipcError, builtins.RuntimeError):
+    """Another thread is in a call on the object, and it takes one at a time
+    (a group, a worker, a monitor connection) or one of each role (a
+    coordinator: one sending and one gathering thread). Nothing was done;
+    the object is intact. The message names the object and the rule."""
+
+
 class RankMonitorClientError(NodeipcError):
     """Raised by :class:`nodeipc.monitor.RankMonitorClient`, as in
     nvidia-resiliency-ext."""
@@ -68,6 +82,8 @@ __all__ = [
     "NotFoundError",
     "AlreadyExistsError",
     "InvalidArgumentError",
+    "ForkedError",
+    "ConcurrentUseError",
     "RankMonitorClientError",
     "MonitorRefusedError",
     "MonitorTimeoutError",
