@@ -31,6 +31,11 @@ const CAPACITY: u32 = 1024;
 const BATCH: usize = 64;
 const WAIT: Duration = Duration::from_secs(5);
 
+/// What tells a `rt-2x2` server to stop: each takes one and pops no more,
+/// so `pairs` of them stop `pairs` servers (a server never stops on a quiet
+/// spell, which a loaded machine gives any process).
+const STOP: Msg = [u64::MAX; 8];
+
 fn msg(source: u64, i: u64) -> Msg {
     std::array::from_fn(|k| (source << 56 | i).wrapping_add(k as u64))
 }
@@ -134,6 +139,13 @@ pub(crate) fn rt_nodeipc(pairs: u32, p: Params, pin: bool) -> io::Result<f64> {
         }
     }
     let ns = start.elapsed().as_nanos() as f64 / p.rt_n as f64;
+    if pairs == 2 {
+        // The second client first: its requests answered, the servers stop.
+        peers.pop().ok_or_else(|| err("no client"))?.finish()?;
+        for _ in 0..pairs {
+            tx.push_timeout(&STOP, WAIT).map_err(err)?;
+        }
+    }
     for peer in peers {
         peer.finish()?;
     }
@@ -165,16 +177,19 @@ pub(crate) fn peer_nodeipc(kind: &str, ping: OwnedFd, pong: OwnedFd, total: u64)
             Ok(())
         }
         // With two clients and two servers, a server answers whatever it
-        // gets, until the clients have been quiet for 200 ms.
+        // gets, until it takes a STOP.
         "mpmc-echo-nodeipc-2" => {
             let mut rx = MpmcConsumer::<Msg>::join(ping, SCHEMA).map_err(err)?;
             let mut tx = MpmcProducer::<Msg>::join(pong, SCHEMA).map_err(err)?;
             let _ = total;
-            while let Ok(m) = rx.pop_timeout(Duration::from_millis(200)) {
+            loop {
+                let m = rx.pop_timeout(WAIT).map_err(err)?;
+                if m == STOP {
+                    return Ok(());
+                }
                 whole(&m)?;
                 tx.push_timeout(&reply(&m), WAIT).map_err(err)?;
             }
-            Ok(())
         }
         "mpmc-client-nodeipc" => {
             let mut tx = MpmcProducer::<Msg>::join(ping, SCHEMA).map_err(err)?;
@@ -239,6 +254,14 @@ pub(crate) fn rt_shaq(pairs: u32, p: Params, pin: bool) -> io::Result<f64> {
         }
     }
     let ns = start.elapsed().as_nanos() as f64 / p.rt_n as f64;
+    if pairs == 2 {
+        peers.pop().ok_or_else(|| err("no client"))?.finish()?;
+        for _ in 0..pairs {
+            while tx.try_write(STOP).is_err() {
+                spin_loop();
+            }
+        }
+    }
     for peer in peers {
         peer.finish()?;
     }
@@ -272,13 +295,16 @@ pub(crate) fn peer_shaq(kind: &str, ping: OwnedFd, pong: OwnedFd, total: u64) ->
             let rx = unsafe { shaq::mpmc::Consumer::<Msg>::join(&ping) }.map_err(err)?;
             // SAFETY: as above.
             let tx = unsafe { shaq::mpmc::Producer::<Msg>::join(&pong) }.map_err(err)?;
-            while let Ok(m) = rx.read_timeout(Duration::from_millis(200)) {
+            loop {
+                let m = rx.read_timeout(WAIT).map_err(err)?;
+                if m == STOP {
+                    return Ok(());
+                }
                 whole(&m)?;
                 while tx.try_write(reply(&m)).is_err() {
                     spin_loop();
                 }
             }
-            Ok(())
         }
         "mpmc-client-shaq" => {
             // SAFETY: as above.
@@ -442,7 +468,7 @@ pub(crate) fn tp_shaq(pairs: u32, p: Params, pin: bool) -> io::Result<f64> {
                 }
                 popped.fetch_add(batch.len() as u64, Ordering::Relaxed);
             }
-            None => spin_loop(),
+            None => idle(pairs),
         }
         let got = popped.load(Ordering::Relaxed);
         if !started && got >= p.tp_warm {
@@ -495,7 +521,8 @@ pub(crate) fn tp_peer_shaq(
                 }
                 popped.fetch_add(batch.len() as u64, Ordering::Relaxed);
             }
-            None => spin_loop(),
+            // The second consumer exists only where four share two cores.
+            None => std::thread::yield_now(),
         }
     }
     Ok(())
