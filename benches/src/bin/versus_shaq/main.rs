@@ -34,7 +34,7 @@ use rows::{Impl, Params, Row};
 
 fn main() -> io::Result<()> {
     if let Some(spec) = peer::role() {
-        return rows::run_peer(&spec);
+        return rows::run_peer(&spec).map_err(|e| io::Error::other(format!("peer {spec}: {e}")));
     }
     let args: Vec<String> = std::env::args().skip(1).collect();
     let quick = args.iter().any(|a| a == "--quick");
@@ -97,7 +97,9 @@ fn main() -> io::Result<()> {
     }
     for _ in 0..rounds {
         for (row, imp, values) in &mut samples {
-            values.push(rows::sample(*row, *imp, params, pin)?);
+            let value = rows::sample(*row, *imp, params, pin)
+                .map_err(|e| io::Error::other(format!("{} ({}): {e}", row.name(), imp.name())))?;
+            values.push(value);
         }
     }
     for &row in &rows {

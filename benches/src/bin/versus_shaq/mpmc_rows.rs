@@ -183,7 +183,12 @@ pub(crate) fn peer_nodeipc(kind: &str, ping: OwnedFd, pong: OwnedFd, total: u64)
             let mut tx = MpmcProducer::<Msg>::join(pong, SCHEMA).map_err(err)?;
             let _ = total;
             loop {
-                let m = rx.pop_timeout(WAIT).map_err(err)?;
+                // A server may go without a request for long: the clients
+                // answer to WAIT, the server to STOP.
+                let m = match rx.pop_timeout(WAIT) {
+                    Err(nodeipc_queue::Error::TimedOut { .. }) => continue,
+                    other => other.map_err(err)?,
+                };
                 if m == STOP {
                     return Ok(());
                 }
@@ -296,7 +301,9 @@ pub(crate) fn peer_shaq(kind: &str, ping: OwnedFd, pong: OwnedFd, total: u64) ->
             // SAFETY: as above.
             let tx = unsafe { shaq::mpmc::Producer::<Msg>::join(&pong) }.map_err(err)?;
             loop {
-                let m = rx.read_timeout(WAIT).map_err(err)?;
+                let Ok(m) = rx.read_timeout(WAIT) else {
+                    continue;
+                };
                 if m == STOP {
                     return Ok(());
                 }
