@@ -10,7 +10,7 @@ cd "$(dirname "$0")/../.."
 started=$(date +%s)
 step() { printf '\n== capi: %s (%ss)\n' "$1" "$(( $(date +%s) - started ))"; }
 
-step "compilers, pkg-config, cmake, and protobuf for the C++ execute worker"
+step "compilers, pkg-config, cmake, and protobuf (the C++ execute worker, the README's channel example)"
 missing=()
 command -v cc >/dev/null 2>&1 || missing+=(gcc)
 command -v g++ >/dev/null 2>&1 || missing+=(g++)
@@ -38,12 +38,18 @@ step "libnodeipc.a and libnodeipc.so (target/debug)"
 cargo build --locked -p nodeipc-capi
 ls -l target/debug/libnodeipc.a target/debug/libnodeipc.so
 
+# The launcher the C and C++ ranks run under (tests/launched.rs), and the
+# integration tests' Rust rank: the very build .ci/steps/python.sh makes
+# (same packages, same features), so that step finds both built.
+step "nodeipc and rank (target/debug), for ranks under nodeipc launch"
+cargo build --locked -p nodeipc-cli --bin nodeipc -p nodeipc-integration-tests --bin rank
+
 step "capi/include/nodeipc.h is what cbindgen makes of the sources"
 cargo test --workspace --locked --test header
 
 step "C and C++ programs against the header and the static library"
 cargo test --workspace --locked --test c_api --test mixed_group --test kittens_broker \
     --test monitor_client --test install --test readme --test cpp_classes --test channel \
-    --test fork
+    --test fork --test launched
 
 step "done"

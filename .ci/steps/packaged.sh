@@ -37,12 +37,13 @@ declare -A layers=(
     [barrier]="barrier fdpass fs shm text" [proto]="proto"
     [handshake]="fdpass fs handshake proto shm text"
     [channel]="channel fdpass fs handshake proto sem shm text" [monitor]="fdpass fs monitor proto shm text"
+    [monitor-host]="fdpass fs monitor monitor-host proto shm text"
     [queue]="fdpass fs queue shm text" [pool]="fdpass fs pool shm text"
-    [launch]="fdpass fs launch monitor proto shm text"
+    [launch]="fdpass fs launch monitor monitor-host proto shm text"
 )
 for feature in "${!layers[@]}"; do
     tree=$(cargo tree --locked -p nodeipc --no-default-features -F "${feature}" -e normal --prefix none)
-    got=$(grep -o '^nodeipc-[a-z]*' <<<"${tree}" | sed 's/^nodeipc-//' | sort -u | tr '\n' ' ' | sed 's/ $//')
+    got=$(grep -oE '^nodeipc-[a-z]+(-host)?' <<<"${tree}" | sed 's/^nodeipc-//' | sort -u | tr '\n' ' ' | sed 's/ $//')
     want=$(tr ' ' '\n' <<<"${layers[${feature}]}" | sort | tr '\n' ' ' | sed 's/ $//')
     if [ "${got}" != "${want}" ]; then
         echo "nodeipc -F ${feature} pulls [${got}], expected [${want}]"
@@ -51,7 +52,7 @@ for feature in "${!layers[@]}"; do
     echo "  -F ${feature}: $(sort -u <<<"${tree}" | wc -l) crates (ours: ${got})"
 done
 
-say "the monitor without its json feature: no serde, serde_json or serde_yaml_ng"
+say "the monitor without serde: no serde, serde_json or serde_yaml_ng"
 tree=$(cargo tree --locked -p nodeipc --no-default-features -F monitor -e normal --prefix none)
 if serde=$(grep -E '^serde(_json|_yaml_ng)? ' <<<"${tree}"); then
     echo "nodeipc -F monitor pulls:"

@@ -3,8 +3,9 @@
 # folder, so the crates `cargo test --workspace` built are not built again),
 # install it into a fresh virtual environment under the target folder, and
 # run its pytest suite against the Rust programs the tests drive (`nodeipc`,
-# the integration tests' `rank`). Under CI=true nothing is skipped: a missing
-# module or program fails the run.
+# the integration tests' `rank`) and a C++ rank built on libnodeipc.a.
+# Under CI=true nothing is skipped: a missing module or program fails the
+# run.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 started=$(date +%s)
@@ -26,8 +27,9 @@ fi
     'maturin>=1.5,<2' pytest numpy 'protobuf>=4.21' mypy
 "${venv}/bin/python" -c "import maturin, pytest, numpy, google.protobuf, mypy"
 
-step "the programs the tests drive"
+step "the programs the tests drive, and libnodeipc.a for their C++ rank"
 cargo build --locked -p nodeipc-cli --bin nodeipc -p nodeipc-integration-tests --bin rank
+cargo build --locked -p nodeipc-capi
 
 step "wheel (maturin build, debug profile, shared target folder, the debug nodeipc in it)"
 wheels="${target}/wheels"

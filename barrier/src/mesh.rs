@@ -183,10 +183,7 @@ impl Mesh {
                 }
             }
             let slice = SLICE.min(timeout - waited);
-            let timespec = rustix::time::Timespec {
-                tv_sec: 0,
-                tv_nsec: slice.subsec_nanos().into(),
-            };
+            let timespec = nodeipc_shm::wait::timespec(slice);
             match rustix::event::poll(&mut polls, Some(&timespec)) {
                 Ok(_) | Err(Errno::INTR) => {}
                 Err(e) => return Err(io(group, "poll", e)),

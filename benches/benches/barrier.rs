@@ -6,8 +6,8 @@
 use std::time::Duration;
 
 use criterion::{BenchmarkId, Criterion, criterion_group};
-use nodeipc_benches::barrier::{self, BarrierKind};
-use nodeipc_benches::{Handoff, Ring, run_if_peer};
+use nodeipc_cli::bench::barrier::{self, BarrierKind};
+use nodeipc_cli::bench::{Handoff, Ring, run_if_peer};
 
 fn barriers(c: &mut Criterion) {
     for ranks in [2u32, 8] {

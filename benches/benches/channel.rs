@@ -7,11 +7,10 @@
 use std::time::Duration;
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group};
-use nodeipc_benches::channel::{ChannelImpl, ChannelSession, memcpy_bandwidth};
-use nodeipc_benches::{Handoff, Ring, run_if_peer};
+use nodeipc_cli::bench::channel::{ChannelImpl, ChannelSession, memcpy_bandwidth};
+use nodeipc_cli::bench::{Handoff, Ring, run_if_peer};
 
-#[path = "../shared/iceoryx.rs"]
-mod iceoryx;
+use nodeipc_benches::iceoryx;
 
 const WARM_UP: u64 = 50;
 

@@ -5,8 +5,8 @@
 use std::time::Duration;
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group};
-use nodeipc_benches::fdpass::{self, Impl};
-use nodeipc_benches::run_if_peer;
+use nodeipc_cli::bench::fdpass::{self, Impl};
+use nodeipc_cli::bench::run_if_peer;
 
 fn scm_rights(c: &mut Criterion) {
     for per_message in [1usize, 64] {

@@ -5,8 +5,8 @@
 use std::time::Duration;
 
 use criterion::{BenchmarkId, Criterion, criterion_group};
-use nodeipc_benches::monitor::{Beat, MonitorSession};
-use nodeipc_benches::run_if_peer;
+use nodeipc_cli::bench::monitor::{Beat, MonitorSession};
+use nodeipc_cli::bench::run_if_peer;
 
 fn heartbeats(c: &mut Criterion) {
     let mut session = MonitorSession::start().expect("monitor");
@@ -25,6 +25,8 @@ fn heartbeats(c: &mut Criterion) {
 criterion_group!(benches, heartbeats);
 
 fn main() {
+    // The monitor each session spawns is this executable too.
+    nodeipc_monitor_host::run_if_server();
     run_if_peer();
     benches();
     criterion::Criterion::default()

@@ -9,7 +9,7 @@
 use std::time::Duration;
 
 use criterion::{BenchmarkId, Criterion, criterion_group};
-use nodeipc_benches::{Handoff, Ring, run_if_peer};
+use nodeipc_cli::bench::{Handoff, Ring, run_if_peer};
 
 fn bench_ring(c: &mut Criterion, group_name: &str, members: usize, handoffs: &[Handoff]) {
     let mut group = c.benchmark_group(group_name);

@@ -3,18 +3,17 @@
 //! the figures as CSV.
 //!
 //! ```sh
-//! cargo run --release -p nodeipc-benches --example latency_chart -- docs/channel-latency.svg
+//! cargo run --release -p nodeipc-benches --features rivals --example latency_chart -- docs/channel-latency.svg
 //! ```
 
 use std::fmt::Write as _;
 use std::io;
 
-use nodeipc_benches::channel::ChannelImpl;
-use nodeipc_benches::run_if_peer;
-use nodeipc_benches::suite::{Contender, channel_contender, interleave};
+use nodeipc_cli::bench::channel::ChannelImpl;
+use nodeipc_cli::bench::run_if_peer;
+use nodeipc_cli::bench::suite::{Contender, channel_contender, interleave};
 
-#[path = "../shared/iceoryx.rs"]
-mod iceoryx;
+use nodeipc_benches::iceoryx;
 
 const PAYLOADS: [usize; 6] = [64, 1 << 10, 16 << 10, 128 << 10, 512 << 10, 1 << 20];
 const BATCHES: usize = 15;

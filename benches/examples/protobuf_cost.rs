@@ -40,7 +40,7 @@ fn response() -> ExecuteResponse {
 }
 
 fn main() {
-    let request = nodeipc_benches::channel::request(1, 64);
+    let request = nodeipc_cli::bench::channel::request(1, 64);
     let mut frame = [0u8; 256];
     let mut total = time("encode the request", || {
         black_box(nodeipc_proto::encode_frame(black_box(&request), &mut frame).unwrap());

@@ -1,57 +1,9 @@
-//! Cross-process benchmarks of nodeipc beside their baselines, shared by the
-//! criterion suites in `benches/` and by `nodeipc bench`.
-//!
-//! Every measurement runs ours and its baselines in the same run, on the same
-//! machine, so the figures that matter are ratios. An executable using this
-//! crate must call [`run_if_peer`] first thing in `main`: peers are that same
-//! executable, spawned again.
+//! The rival comparisons of the benchmarks, behind the `rivals` feature
+//! (off unless asked: `cargo bench -p nodeipc-benches --features rivals`),
+//! so a workspace build compiles no rival. The measurements themselves, the
+//! ones `nodeipc bench` runs, are `nodeipc_cli::bench`; this crate is a
+//! leaf: nothing depends on it.
 #![deny(unsafe_op_in_unsafe_fn)]
 
-pub mod barrier;
-pub mod channel;
-mod dispatch;
-pub mod fdpass;
-mod glibc_sem;
-pub mod kittens;
-pub mod machine;
-pub mod monitor;
-mod peer;
-pub mod queue;
-pub mod ring;
-pub mod stats;
-pub mod suite;
-
-pub use dispatch::run_if_peer;
-pub use peer::PEER_ENV;
-pub use ring::{Handoff, Ring};
-pub use stats::Summary;
-
-/// Measures `batches` batches of `laps` laps around a ring of `members`
-/// processes after a warm-up of one batch; returns nanoseconds per lap.
-///
-/// # Errors
-/// A peer that failed to start, died, or stopped answering.
-pub fn measure_ring(
-    handoff: Handoff,
-    members: usize,
-    batches: usize,
-    laps: u64,
-    pin: bool,
-) -> std::io::Result<Summary> {
-    let mut ring = Ring::new(handoff, members, laps * (batches as u64 + 1), pin)?;
-    ring.run(laps)?;
-    let mut per_lap = Vec::with_capacity(batches);
-    for _ in 0..batches {
-        per_lap.push(ring.run(laps)?.as_nanos() as f64 / laps as f64);
-    }
-    ring.finish()?;
-    Ok(Summary::of(&per_lap).expect("at least one batch"))
-}
-
-/// A number that differs between runs, to make names unique.
-pub(crate) fn nonce() -> u32 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.subsec_nanos())
-        .unwrap_or(0)
-}
+#[cfg(feature = "rivals")]
+pub mod iceoryx;

@@ -9,7 +9,9 @@
 use std::ffi::{c_char, c_void};
 use std::os::fd::IntoRawFd;
 
-use nodeipc_channel::{ChannelConfig, Coordinator, Gathered, HandshakeOptions, HandshakeServer};
+use nodeipc_channel::{
+    AggregatedBy, All, Channel, ChannelServer, Coordinator, First, Gathered, HandshakeOptions, Raw,
+};
 
 use super::args::{self, Handle, bytes, bytes_mut, handle, handle_type, millis, out, text};
 use super::status::{Failure, NODEIPC_ERR_TOO_LARGE, Outcome, guard, nodeipc_status};
@@ -24,7 +26,7 @@ pub struct nodeipc_coordinator {
     magic: u64,
     /// The fork generation it was made in: a forked child may only free it.
     born: nodeipc_fdpass::ForkGeneration,
-    coordinator: Coordinator,
+    coordinator: Coordinator<Raw, Raw>,
 }
 
 handle_type!(nodeipc_coordinator, 0x4e49_434f_4f52_4421);
@@ -34,7 +36,7 @@ pub struct nodeipc_handshake_server {
     magic: u64,
     /// The fork generation it was made in: a forked child may only free it.
     born: nodeipc_fdpass::ForkGeneration,
-    _server: HandshakeServer,
+    _server: ChannelServer,
 }
 
 handle_type!(nodeipc_handshake_server, 0x4e49_4853_5256_5221);
@@ -42,7 +44,7 @@ handle_type!(nodeipc_handshake_server, 0x4e49_4853_5256_5221);
 impl From<nodeipc_channel::Error> for Failure {
     fn from(e: nodeipc_channel::Error) -> Failure {
         use super::status::*;
-        use nodeipc_channel::Error as E;
+        use nodeipc_channel::{Error as E, HandshakeError as H};
         let status = match &e {
             // Busy: a second thread's call on a handle taken one thread at a time.
             E::InvalidConfig { .. }
@@ -55,7 +57,10 @@ impl From<nodeipc_channel::Error> for Failure {
             E::WorkerDied { .. } | E::CoordinatorDied { .. } => NODEIPC_ERR_PEER_DIED,
             E::WorkerLeft { .. } | E::Closed { .. } => NODEIPC_ERR_PEER_LEFT,
             E::RankTaken { .. } => NODEIPC_ERR_ALREADY_EXISTS,
-            E::Rejected { .. } | E::Handshake { .. } => NODEIPC_ERR_REFUSED,
+            // The handshake layer's error, whole: by its own variant.
+            E::Handshake(H::InvalidConfig { .. }) => NODEIPC_ERR_INVALID_ARGUMENT,
+            E::Handshake(H::Timeout { .. }) => NODEIPC_ERR_TIMEOUT,
+            E::Handshake(H::Rejected { .. } | H::Handshake { .. }) => NODEIPC_ERR_REFUSED,
             _ => NODEIPC_ERR_IO,
         };
         Failure::from_error(status, &e)
@@ -91,12 +96,14 @@ pub unsafe extern "C" fn nodeipc_coordinator_create(
                 out(out_coordinator, "out_coordinator")?,
             )
         };
-        let config = ChannelConfig::new(name, workers)
+        let coordinator = Channel::anonymous(name)
+            .workers(workers)
             .request_capacity(frame_size(request_capacity, "request_capacity")?)
             .response_slot_size(frame_size(response_slot_size, "response_slot_size")?)
             .depth(depth)
-            .timeout(millis(timeout_ms));
-        let coordinator = Coordinator::create_anonymous(config)?;
+            .timeout(millis(timeout_ms))
+            .raw()
+            .create()?;
         args::publish(
             nodeipc_coordinator {
                 magic: nodeipc_coordinator::MAGIC,
@@ -141,10 +148,7 @@ pub unsafe extern "C" fn nodeipc_coordinator_serve(
             )
         };
         let offer = c.coordinator.offer()?;
-        let server =
-            HandshakeServer::bind(path, HandshakeOptions::default(), move |logon, peer| {
-                offer.decide(logon, peer)
-            })?;
+        let server = ChannelServer::bind(path, HandshakeOptions::default(), offer)?;
         args::publish(
             nodeipc_handshake_server {
                 magic: nodeipc_handshake_server::MAGIC,
@@ -240,7 +244,7 @@ pub unsafe extern "C" fn nodeipc_coordinator_send(
     guard("nodeipc_coordinator_send", || {
         // SAFETY: the caller's contract above.
         let (c, data) = unsafe { (handle(coordinator)?, bytes(data, len, "data")?) };
-        let index = c.coordinator.send_bytes_timeout(data, millis(timeout_ms))?;
+        let index = c.coordinator.send_timeout(data, millis(timeout_ms))?;
         // SAFETY: NULL or writable, per the contract above.
         if let Some(slot) = unsafe { out_index.as_mut() } {
             *slot = index;
@@ -331,7 +335,7 @@ pub unsafe extern "C" fn nodeipc_coordinator_recv_all(
         let workers = c.coordinator.config().workers;
         // SAFETY: the caller's contract above.
         let (buffer, lengths) = unsafe { gather_buffers(workers, buffer, stride, lengths)? };
-        let gathered = c.coordinator.recv_all_bytes_timeout(millis(timeout_ms))?;
+        let gathered = c.coordinator.recv_timeout(All, millis(timeout_ms))?;
         copy_gathered(&gathered, buffer, stride, lengths)
     })
 }
@@ -380,29 +384,43 @@ pub unsafe extern "C" fn nodeipc_coordinator_recv_aggregated(
             )
         };
         let aggregate = aggregate.ok_or_else(|| Failure::invalid("aggregate is null"))?;
-        let gathered = c.coordinator.recv_all_bytes_timeout(millis(timeout_ms))?;
-        let (pointers, lengths): (Vec<*const u8>, Vec<usize>) = gathered
-            .iter()
-            .map(|(_, response)| (response.as_ptr(), response.len()))
-            .unzip();
-        let count = pointers.len() as u32;
-        // SAFETY: the pointers and lengths describe the gathered responses,
-        // which live (in the coordinator's own buffers) until `gathered`
-        // drops after this call; the callback's contract is the caller's.
-        let chosen = unsafe { aggregate(user, count, pointers.as_ptr(), lengths.as_ptr()) };
-        if chosen < 0 {
-            return Err(Failure::new(
-                status_from_callback(chosen),
-                format!("the aggregate callback failed the gather ({chosen})"),
-            ));
-        }
-        let Some(response) = gathered.get(chosen as u32) else {
-            return Err(Failure::invalid(format!(
-                "the aggregate callback chose response {chosen} of {count}"
-            )));
+        // The callback's own failure, kept whole: the gather fails with
+        // whatever error stands for it, which this replaces.
+        let mut failed = None;
+        let mut pick = |gathered: &Gathered<'_>| {
+            let (pointers, lengths): (Vec<*const u8>, Vec<usize>) = gathered
+                .iter()
+                .map(|(_, response)| (response.as_ptr(), response.len()))
+                .unzip();
+            let count = pointers.len() as u32;
+            // SAFETY: the pointers and lengths describe the gathered
+            // responses, which live (in the coordinator's own buffers) until
+            // `gathered` drops after this call; the callback's contract is
+            // the caller's.
+            let chosen = unsafe { aggregate(user, count, pointers.as_ptr(), lengths.as_ptr()) };
+            u32::try_from(chosen).map_err(|_| {
+                let failure = Failure::new(
+                    status_from_callback(chosen),
+                    format!("the aggregate callback failed the gather ({chosen})"),
+                );
+                failed = Some(failure);
+                nodeipc_channel::Error::Io {
+                    context: format!("channel {}", c.coordinator.config().name),
+                    op: "the aggregate callback",
+                    source: std::io::Error::other(format!("it returned {chosen}")),
+                }
+            })
         };
+        let picked = c
+            .coordinator
+            .recv_timeout(AggregatedBy(&mut pick), millis(timeout_ms));
+        let picked = match (picked, failed) {
+            (_, Some(failure)) => return Err(failure),
+            (picked, None) => picked?,
+        };
+        let response = picked.bytes();
         *length = response.len();
-        *rank = chosen as u32;
+        *rank = picked.rank();
         let into = buffer.get_mut(..response.len()).ok_or_else(|| {
             Failure::new(
                 NODEIPC_ERR_TOO_LARGE,
@@ -463,7 +481,7 @@ pub unsafe extern "C" fn nodeipc_coordinator_recv_first(
                 out(rank, "rank")?,
             )
         };
-        let first = c.coordinator.recv_first_bytes()?;
+        let first = c.coordinator.recv(First)?;
         *rank = first.rank();
         *length = first.bytes().len();
         let into = buffer.get_mut(..first.bytes().len()).ok_or_else(|| {

@@ -6,7 +6,7 @@ use std::ffi::c_char;
 use std::os::fd::{FromRawFd, OwnedFd};
 use std::ptr::NonNull;
 
-use nodeipc_channel::{InPlace, Worker, connect, worker_logon};
+use nodeipc_channel::{InPlace, Raw, Worker, connect, worker_logon};
 
 use super::args::{self, Handle, bytes, bytes_mut, handle_mut, handle_type, millis, out, text};
 use super::status::{Failure, NODEIPC_ERR_TOO_LARGE, Outcome, guard, nodeipc_status};
@@ -18,19 +18,12 @@ pub struct nodeipc_worker {
     born: nodeipc_fdpass::ForkGeneration,
     /// The request this worker holds in place, if any; it borrows `*worker`,
     /// so it is always dropped first.
-    held: Option<InPlace<'static, nodeipc_proto_types::Request, nodeipc_proto_types::Response>>,
+    held: Option<InPlace<'static, Raw, Raw>>,
     /// The worker, boxed and never moved while `held` borrows it; freed in `Drop`.
-    worker: NonNull<Worker>,
+    worker: NonNull<Worker<Raw, Raw>>,
 }
 
 handle_type!(nodeipc_worker, 0x4e49_574f_524b_5221);
-
-/// The message types the C ABI's channel is typed with: its raw-bytes calls
-/// never decode them.
-mod nodeipc_proto_types {
-    pub(super) type Request = nodeipc_proto::execute::ExecuteRequest;
-    pub(super) type Response = nodeipc_proto::execute::ExecuteResponse;
-}
 
 impl Drop for nodeipc_worker {
     fn drop(&mut self) {
@@ -47,7 +40,7 @@ impl Drop for nodeipc_worker {
 unsafe impl Send for nodeipc_worker {}
 
 impl nodeipc_worker {
-    fn worker(&mut self) -> Outcome<&mut Worker> {
+    fn worker(&mut self) -> Outcome<&mut Worker<Raw, Raw>> {
         if self.held.is_some() {
             return Err(Failure::invalid(
                 "this worker holds a request in place: respond or release it first",
@@ -59,7 +52,7 @@ impl nodeipc_worker {
     }
 }
 
-fn publish_worker(worker: Worker, slot: &mut *mut nodeipc_worker) {
+fn publish_worker(worker: Worker<Raw, Raw>, slot: &mut *mut nodeipc_worker) {
     args::publish(
         nodeipc_worker {
             magic: nodeipc_worker::MAGIC,
@@ -199,7 +192,7 @@ fn hold(w: &mut nodeipc_worker, timeout_ms: i64) -> Outcome<()> {
     if w.held.is_some() {
         return Ok(());
     }
-    let worker: *mut Worker = w.worker()?;
+    let worker: *mut Worker<Raw, Raw> = w.worker()?;
     // SAFETY: the worker lives in its box until the handle drops, which
     // drops `held` first; while `held` is `Some` nothing else borrows the
     // worker (`nodeipc_worker::worker` refuses), so extending the guard's
@@ -290,8 +283,8 @@ pub unsafe extern "C" fn nodeipc_worker_respond(
         // SAFETY: the caller's contract above.
         let (w, data) = unsafe { (handle_mut(worker)?, bytes(data, len, "data")?) };
         match w.held.take() {
-            Some(held) => Ok(held.respond_bytes(data)?),
-            None => Ok(w.worker()?.respond_bytes(data)?),
+            Some(held) => Ok(held.respond(data)?),
+            None => Ok(w.worker()?.respond(data)?),
         }
     })
 }

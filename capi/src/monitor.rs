@@ -3,6 +3,7 @@
 use std::ffi::c_char;
 
 use ::nodeipc_monitor::{MonitorClient, MonitorStatus, RankInfo, RankState};
+use nodeipc_monitor_host::StatusJson;
 
 use super::args::{
     self, Handle, bytes, bytes_mut, handle, handle_mut, handle_type, millis, out, text,

@@ -11,7 +11,8 @@ use std::thread;
 use std::time::Duration;
 
 use nodeipc_channel::{
-    ChannelConfig, Coordinator, HandshakeOptions, HandshakeServer, connect, worker_logon,
+    All, Channel, ChannelServer, Coordinator, HandshakeOptions, Payload, Raw, Worker, connect,
+    worker_logon,
 };
 use nodeipc_proto::execute::{
     ExecuteRequest, ExecuteType, ForwardRequest, execute_request, execute_response,
@@ -29,18 +30,12 @@ fn private_dir(tag: &str) -> TempDir {
 }
 
 /// Serves `coordinator`'s handshake at `dir/logon.sock`.
-fn serve<Req, Resp>(coordinator: &Coordinator<Req, Resp>, dir: &TempDir) -> HandshakeServer
-where
-    Req: prost::Message + Default,
-    Resp: prost::Message + Default + 'static,
-{
+fn serve<Req: Payload, Resp: Payload>(
+    coordinator: &Coordinator<Req, Resp>,
+    dir: &TempDir,
+) -> ChannelServer {
     let offer = coordinator.offer().unwrap();
-    HandshakeServer::bind(
-        dir.join("logon.sock"),
-        HandshakeOptions::default(),
-        move |logon, peer| offer.decide(logon, peer),
-    )
-    .unwrap()
+    ChannelServer::bind(dir.join("logon.sock"), HandshakeOptions::default(), offer).unwrap()
 }
 
 fn run(program: &Path, args: &[&str]) -> nodeipc_testkit::ChildGuard {
@@ -124,10 +119,13 @@ fn c_workers_and_a_rust_worker_share_one_channel() {
     let Some(worker) = common::compile("channel_worker.c", &dir) else {
         return;
     };
-    let config = ChannelConfig::new(unique_name("capi-chan"), 3)
+    let coordinator = Channel::anonymous(unique_name("capi-chan"))
+        .workers(3)
         .request_capacity(8 << 10)
-        .timeout(Duration::from_secs(20));
-    let coordinator = Coordinator::create_anonymous(config).unwrap();
+        .timeout(Duration::from_secs(20))
+        .raw()
+        .create()
+        .unwrap();
     let server = serve(&coordinator, &dir);
     let socket = server.path().to_owned();
     let rounds = 20u64;
@@ -148,7 +146,7 @@ fn c_workers_and_a_rust_worker_share_one_channel() {
         let socket = socket.clone();
         thread::spawn(move || {
             let timeout = Duration::from_secs(20);
-            let mut worker = connect(&socket, &worker_logon(0), timeout)
+            let mut worker: Worker<Raw, Raw> = connect(&socket, &worker_logon(0), timeout)
                 .unwrap()
                 .into_worker(0, timeout)
                 .unwrap();
@@ -156,7 +154,7 @@ fn c_workers_and_a_rust_worker_share_one_channel() {
                 let request = worker.recv_in_place().unwrap();
                 let mut answer = digest(request.bytes()).to_le_bytes().to_vec();
                 answer.push(0);
-                request.respond_bytes(&answer).unwrap();
+                request.respond(&answer).unwrap();
             }
         })
     };
@@ -167,8 +165,8 @@ fn c_workers_and_a_rust_worker_share_one_channel() {
         let request: Vec<u8> = (0..2 + round as usize * 211)
             .map(|i| (i as u64 * 7 + round) as u8)
             .collect();
-        coordinator.send_bytes(&request).unwrap();
-        let gathered = coordinator.recv_all_bytes().unwrap();
+        coordinator.send(&request).unwrap();
+        let gathered = coordinator.recv(All).unwrap();
         for (rank, answer) in gathered.iter() {
             assert_eq!(answer.len(), 9, "worker {rank}");
             assert_eq!(answer[..8], digest(&request).to_le_bytes(), "worker {rank}");
@@ -233,11 +231,13 @@ fn a_cpp_execute_worker_and_a_rust_worker_answer_execute_requests() {
             return;
         }
     }
-    let config = ChannelConfig::new(unique_name("capi-exec"), 2)
+    let coordinator = Channel::anonymous(unique_name("capi-exec"))
+        .workers(2)
         .request_capacity(64 << 10)
         .depth(2)
-        .timeout(Duration::from_secs(20));
-    let coordinator = Coordinator::create_anonymous(config).unwrap();
+        .timeout(Duration::from_secs(20))
+        .create()
+        .unwrap();
     let server = serve(&coordinator, &dir);
     let socket = server.path().to_owned();
     let rounds = 25u64;
@@ -249,7 +249,7 @@ fn a_cpp_execute_worker_and_a_rust_worker_answer_execute_requests() {
         let socket = socket.clone();
         thread::spawn(move || {
             let timeout = Duration::from_secs(20);
-            let mut worker = connect(&socket, &worker_logon(0), timeout)
+            let mut worker: Worker = connect(&socket, &worker_logon(0), timeout)
                 .unwrap()
                 .into_worker(0, timeout)
                 .unwrap();
@@ -299,7 +299,7 @@ fn a_cpp_execute_worker_and_a_rust_worker_answer_execute_requests() {
                 })),
             })
             .unwrap();
-        let responses = coordinator.recv_all().unwrap();
+        let responses = coordinator.recv(All).unwrap();
         for (rank, response) in responses.iter().enumerate() {
             assert_eq!(response.sequence, sequence, "worker {rank}");
             let Some(execute_response::Result::Forward(forward)) = &response.result else {

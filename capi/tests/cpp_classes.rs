@@ -1,7 +1,9 @@
 //! nodeipc.hpp's RAII classes (tests/c/hpp_classes.cpp): Region and
 //! Semaphore over every constructor, moves, and nodeipc::Error's codes;
 //! names with a NUL byte refused by every class, and every std::chrono
-//! duration converted without overflow (saturating, NaN refused).
+//! duration converted without overflow (saturating, NaN refused); the
+//! Coordinator's recv_aggregated keeping what its callable picks, and
+//! rethrowing what it throws.
 
 mod common;
 

@@ -1,17 +1,22 @@
 //! A coordinator and two worker processes over the execute channel. The
 //! parent creates the channel's regions (anonymous memfds: nothing is
-//! named in `/dev/shm`) and serves the logon handshake on a socket; it
-//! starts two copies of this program as workers, which log on
-//! ([`connect`] with [`worker_logon`]), receive the regions as descriptors
-//! and join ([`Session::into_worker`](nodeipc_channel::Session::into_worker)).
-//! Then a few requests go round, both ways the channel offers:
+//! named in `/dev/shm`) and serves the logon handshake on a socket
+//! ([`ChannelServer`]); it starts two copies of this program as workers,
+//! which log on ([`connect`] with [`worker_logon`]), receive the regions as
+//! descriptors and join
+//! ([`Session::into_worker`](nodeipc_channel::Session::into_worker)).
+//! Then requests go round, gathered in the modes of the channel's grid:
 //!
-//! - typed: [`Coordinator::send`] of an `ExecuteRequest`, `Worker::recv`,
-//!   `Worker::respond` with an `ExecuteResponse`, [`Coordinator::recv_all`];
-//! - raw bytes, read in place: [`Coordinator::send_bytes`],
-//!   `Worker::recv_in_place` (the request's frame itself, no copy),
-//!   `InPlace::respond_bytes`, [`Coordinator::recv_all_bytes`].
+//! - [`All`]: every worker's `ExecuteResponse`, in rank order;
+//! - [`Rank0AfterAll`]: every answer awaited and checked, rank 0's returned;
+//! - [`First`]: the fastest worker's, the other's drained
+//!   ([`Coordinator::drain`](nodeipc_channel::Coordinator::drain));
+//! - [`Aggregated`] within a timeout of its own (`recv_timeout`): the
+//!   execute schema's rule folds the answers into one.
 //!
+//! The workers take requests both ways a worker can: `Worker::recv`
+//! (copied out and decoded), and `Worker::recv_in_place` (the frame itself
+//! in the read-only ring, decoded from there, answered through the guard).
 //! Dropping the coordinator closes the channel: each worker's next `recv`
 //! is `Error::Closed`, and it exits 0.
 //!
@@ -31,7 +36,8 @@ use std::process::{Child, Command, ExitCode};
 use std::time::{Duration, Instant};
 
 use nodeipc_channel::{
-    ChannelConfig, Coordinator, HandshakeOptions, HandshakeServer, Worker, connect, worker_logon,
+    Aggregated, All, Channel, ChannelServer, First, HandshakeOptions, Rank0AfterAll, Worker,
+    connect, worker_logon,
 };
 use nodeipc_proto::execute::{
     ExecuteRequest, ExecuteResponse, ExecuteType, ForwardRequest, ForwardResponse, execute_request,
@@ -43,7 +49,8 @@ const SOCKET_ENV: &str = "NODEIPC_EXAMPLE_CHANNEL_SOCKET";
 const RANK_ENV: &str = "NODEIPC_EXAMPLE_RANK";
 const PARENT_ENV: &str = "NODEIPC_EXAMPLE_PARENT";
 const WORKERS: u32 = 2;
-const ROUNDS: u64 = 3;
+/// One request per gather mode shown.
+const ROUNDS: u64 = 4;
 /// The bound on every channel call.
 const STEP: Duration = Duration::from_secs(5);
 
@@ -68,14 +75,14 @@ fn coordinator() -> Result<()> {
     // Locals drop in reverse: workers killed (on an error) before the
     // channel and server close, and the directory goes last.
     let dir = PrivateDir::create(&format!("nodeipc-example-channel-{me}"))?;
-    let config =
-        ChannelConfig::new(format!("/nodeipc-example-channel-{me}"), WORKERS).timeout(STEP);
-    let coordinator = Coordinator::create_anonymous(config)?;
-    let offer = coordinator.offer()?;
-    let server = HandshakeServer::bind(
+    let coordinator = Channel::anonymous(format!("/nodeipc-example-channel-{me}"))
+        .workers(WORKERS)
+        .timeout(STEP)
+        .create()?;
+    let server = ChannelServer::bind(
         dir.0.join("logon.sock"),
         HandshakeOptions::default(),
-        move |logon, peer| offer.decide(logon, peer),
+        coordinator.offer()?,
     )?;
     let mut workers = Workers(Vec::new());
     let exe = std::env::current_exe()?;
@@ -104,60 +111,68 @@ fn coordinator() -> Result<()> {
 
     for sequence in 1..=ROUNDS {
         let input = format!("prompt {sequence}");
-        let request = ExecuteRequest {
+        coordinator.send(&ExecuteRequest {
             execute_type: ExecuteType::Execute as i32,
             sequence,
             payload: Some(execute_request::Payload::Forward(ForwardRequest {
                 request_ids: vec![sequence],
                 input: input.clone().into_bytes().into(),
             })),
+        })?;
+        let (mode, answers) = match sequence {
+            1 => (
+                "recv(All)",
+                coordinator.recv(All)?.into_iter().enumerate().collect(),
+            ),
+            2 => (
+                "recv(Rank0AfterAll)",
+                vec![(0, coordinator.recv(Rank0AfterAll)?)],
+            ),
+            3 => {
+                let (rank, first) = coordinator.recv(First)?;
+                let drained = coordinator.drain()?;
+                if drained != u64::from(WORKERS) - 1 {
+                    return Err(format!("drained {drained} answers after the first").into());
+                }
+                ("recv(First), drain()", vec![(rank as usize, first)])
+            }
+            // The execute schema's rule: no failed pull-KV result, rank 0's.
+            _ => (
+                "recv_timeout(Aggregated)",
+                vec![(0, coordinator.recv_timeout(Aggregated, STEP)?)],
+            ),
         };
-        coordinator.send(&request)?;
-        let responses = coordinator.recv_all()?;
-        if responses.len() != WORKERS as usize {
-            return Err(format!("{} responses for {WORKERS} workers", responses.len()).into());
+        if mode == "recv(All)" && answers.len() != WORKERS as usize {
+            return Err(format!("{} responses for {WORKERS} workers", answers.len()).into());
         }
-        for (rank, response) in responses.iter().enumerate() {
-            let expected = forward_output(rank as u32, input.as_bytes());
-            let output = match &response.result {
-                Some(execute_response::Result::Forward(ForwardResponse { output })) => output,
-                other => return Err(format!("worker {rank}: unexpected result {other:?}").into()),
-            };
-            if response.sequence != sequence || output[..] != expected[..] {
-                return Err(format!(
-                    "worker {rank}: sequence {} output {:?}, expected {sequence} {:?}",
-                    response.sequence,
-                    String::from_utf8_lossy(output),
-                    String::from_utf8_lossy(&expected)
-                )
-                .into());
-            }
+        for (rank, response) in &answers {
+            check(*rank as u32, sequence, input.as_bytes(), response)?;
         }
+        println!("coordinator: request {sequence} answered, gathered by {mode}");
     }
-    println!("coordinator: {ROUNDS} typed requests answered by both workers (send, recv_all)");
-
-    for round in 1..=ROUNDS {
-        let frame: Vec<u8> = (0..64u64).map(|i| (i * round) as u8).collect();
-        coordinator.send_bytes(&frame)?;
-        let gathered = coordinator.recv_all_bytes()?;
-        for rank in 0..WORKERS {
-            let expected = checksum_reply(rank, &frame);
-            if gathered.get(rank) != Some(&expected[..]) {
-                return Err(format!(
-                    "worker {rank}: bytes {:?}, expected {expected:?}",
-                    gathered.get(rank)
-                )
-                .into());
-            }
-        }
-    }
-    println!(
-        "coordinator: {ROUNDS} raw frames read in place and answered (send_bytes, recv_all_bytes)"
-    );
 
     drop(coordinator);
     workers.wait_success(STEP)?;
     println!("coordinator: channel closed, both workers saw it and exited 0");
+    Ok(())
+}
+
+/// Checks worker `rank`'s answer to request `sequence` of `input`.
+fn check(rank: u32, sequence: u64, input: &[u8], response: &ExecuteResponse) -> Result<()> {
+    let expected = forward_output(rank, input);
+    let output = match &response.result {
+        Some(execute_response::Result::Forward(ForwardResponse { output })) => output,
+        other => return Err(format!("worker {rank}: unexpected result {other:?}").into()),
+    };
+    if response.sequence != sequence || output[..] != expected[..] {
+        return Err(format!(
+            "worker {rank}: sequence {} output {:?}, expected {sequence} {:?}",
+            response.sequence,
+            String::from_utf8_lossy(output),
+            String::from_utf8_lossy(&expected)
+        )
+        .into());
+    }
     Ok(())
 }
 
@@ -167,24 +182,18 @@ fn worker(socket: &Path) -> Result<()> {
     let session = connect(socket, &worker_logon(rank), STEP)?;
     let mut worker: Worker = session.into_worker(rank, STEP)?;
 
-    for _ in 0..ROUNDS {
-        let request = worker.recv()?;
-        let Some(execute_request::Payload::Forward(forward)) = &request.payload else {
-            return Err(format!("request {}: not a forward", request.sequence).into());
-        };
-        worker.respond(&ExecuteResponse {
-            msg_type: ExecuteType::Execute as i32,
-            sequence: request.sequence,
-            result: Some(execute_response::Result::Forward(ForwardResponse {
-                output: forward_output(rank, &forward.input).into(),
-            })),
-            ..ExecuteResponse::default()
-        })?;
-    }
-    for _ in 0..ROUNDS {
-        let request = worker.recv_in_place()?;
-        let reply = checksum_reply(rank, request.bytes());
-        request.respond_bytes(&reply)?;
+    for round in 0..ROUNDS {
+        if round % 2 == 0 {
+            let request = worker.recv()?;
+            let answer = answer(rank, &request)?;
+            worker.respond(&answer)?;
+        } else {
+            // Read where it lies in the ring, decoded from there, answered
+            // through the guard (which releases the frame).
+            let held = worker.recv_in_place()?;
+            let answer = answer(rank, &held.decode()?)?;
+            held.respond(&answer)?;
+        }
     }
     match worker.recv() {
         Err(nodeipc_channel::Error::Closed { .. }) => {}
@@ -192,11 +201,25 @@ fn worker(socket: &Path) -> Result<()> {
         Ok(request) => return Err(format!("request {} after the last", request.sequence).into()),
     }
     println!(
-        "worker {rank} (pid {}): answered {} requests, saw the close",
+        "worker {rank} (pid {}): answered {ROUNDS} requests, saw the close",
         std::process::id(),
-        2 * ROUNDS
     );
     Ok(())
+}
+
+/// Worker `rank`'s answer to a forward request.
+fn answer(rank: u32, request: &ExecuteRequest) -> Result<ExecuteResponse> {
+    let Some(execute_request::Payload::Forward(forward)) = &request.payload else {
+        return Err(format!("request {}: not a forward", request.sequence).into());
+    };
+    Ok(ExecuteResponse {
+        msg_type: ExecuteType::Execute as i32,
+        sequence: request.sequence,
+        result: Some(execute_response::Result::Forward(ForwardResponse {
+            output: forward_output(rank, &forward.input).into(),
+        })),
+        ..ExecuteResponse::default()
+    })
 }
 
 /// What worker `rank` answers to a forward request's input.
@@ -204,17 +227,6 @@ fn forward_output(rank: u32, input: &[u8]) -> Vec<u8> {
     let mut output = format!("worker {rank} read ").into_bytes();
     output.extend_from_slice(input);
     output
-}
-
-/// What worker `rank` answers to a raw frame: its rank, the frame's length
-/// and the sum of its bytes, little-endian.
-fn checksum_reply(rank: u32, frame: &[u8]) -> [u8; 12] {
-    let sum: u32 = frame.iter().map(|&b| u32::from(b)).sum();
-    let mut reply = [0u8; 12];
-    reply[0..4].copy_from_slice(&rank.to_le_bytes());
-    reply[4..8].copy_from_slice(&(frame.len() as u32).to_le_bytes());
-    reply[8..12].copy_from_slice(&sum.to_le_bytes());
-    reply
 }
 
 /// The worker asks the kernel to kill it when its parent goes, then checks

@@ -2,12 +2,15 @@
 
 use nodeipc_proto::execute::{ExecuteResponse, ExecuteType, PdErrorCode, execute_response};
 
+use crate::coordinator::Gathered;
 use crate::{Error, Result};
 
-/// How the responses of every worker to one request become one: the rule
-/// [`Coordinator::recv_all_aggregated`](crate::Coordinator::recv_all_aggregated)
-/// and the response thread apply. Any `FnMut(Vec<R>) -> Result<R>` is one;
-/// [`PullKvRule`] is the execute schema's.
+/// How the responses of every worker to one request become one: the rule a
+/// typed coordinator's [`Aggregated`](crate::Aggregated) gather and the
+/// response thread apply ([`Coordinator::set_aggregate`](crate::Coordinator::set_aggregate)),
+/// or the one [`AggregatedBy`](crate::AggregatedBy) is given. Any
+/// `FnMut(Vec<R>) -> Result<R>` is one; [`PullKvRule`] is the execute
+/// schema's.
 pub trait Aggregate<R> {
     /// Folds `responses` (one per worker, in rank order, never empty) into one.
     ///
@@ -18,6 +21,27 @@ pub trait Aggregate<R> {
 
 impl<R, F: FnMut(Vec<R>) -> Result<R>> Aggregate<R> for F {
     fn aggregate(&mut self, responses: Vec<R>) -> Result<R> {
+        self(responses)
+    }
+}
+
+/// How a [`Raw`](crate::Raw) coordinator's aggregated gather picks the one
+/// answer that stands for all: given every worker's bytes, the rank whose
+/// answer is handed out (as a [`Picked`](crate::Picked)). Any
+/// `FnMut(&Gathered<'_>) -> Result<u32>` is one.
+pub trait Pick {
+    /// The rank whose answer stands for every worker's in `responses` (one
+    /// per worker, in rank order, never empty).
+    ///
+    /// # Errors
+    /// Whatever the rule decides the request's outcome is. A rank outside
+    /// the channel is refused by the gather as
+    /// [`Error::RankOutOfRange`].
+    fn pick(&mut self, responses: &Gathered<'_>) -> Result<u32>;
+}
+
+impl<F: FnMut(&Gathered<'_>) -> Result<u32>> Pick for F {
+    fn pick(&mut self, responses: &Gathered<'_>) -> Result<u32> {
         self(responses)
     }
 }

@@ -8,7 +8,11 @@ use crate::layout::{self, Layout};
 use crate::sem_kind::{Direction, Role, SemKind};
 use crate::{Error, Result};
 
-/// Everything that fixes a channel's layout and behaviour.
+/// Everything that fixes a channel's layout and behaviour: plain data,
+/// which a [`ChannelBuilder`](crate::ChannelBuilder) fills (and
+/// [`Coordinator::config`](crate::Coordinator::config) and
+/// [`Worker::config`](crate::Worker::config) give back), and which a worker
+/// joining by name is given ([`Worker::join`](crate::Worker::join)).
 #[derive(Clone, Debug)]
 pub struct ChannelConfig {
     /// The channel's name, a POSIX shared-memory name (`/nodeipc-job42-exec`).
@@ -42,7 +46,9 @@ pub struct ChannelConfig {
 
 impl ChannelConfig {
     /// A configuration with defaults: 64 KiB requests, 16 KiB responses,
-    /// 4 KiB init slots, depth 1, in-region semaphores, a 30 s timeout.
+    /// 4 KiB init slots, depth 1, in-region semaphores, a 30 s timeout, no
+    /// busy-polling. Change a field as needed, or build the channel with
+    /// [`Channel::builder`](crate::Channel::builder).
     pub fn new(name: impl Into<String>, workers: u32) -> ChannelConfig {
         ChannelConfig {
             name: name.into(),
@@ -55,48 +61,6 @@ impl ChannelConfig {
             timeout: Duration::from_secs(30),
             poll: Duration::ZERO,
         }
-    }
-
-    /// With another request capacity.
-    pub fn request_capacity(mut self, bytes: usize) -> Self {
-        self.request_capacity = bytes;
-        self
-    }
-
-    /// With another response slot size.
-    pub fn response_slot_size(mut self, bytes: usize) -> Self {
-        self.response_slot_size = bytes;
-        self
-    }
-
-    /// With another init slot size.
-    pub fn init_slot_size(mut self, bytes: usize) -> Self {
-        self.init_slot_size = bytes;
-        self
-    }
-
-    /// With another depth.
-    pub fn depth(mut self, depth: u32) -> Self {
-        self.depth = depth;
-        self
-    }
-
-    /// With other semaphores.
-    pub fn sems(mut self, sems: SemKind) -> Self {
-        self.sems = sems;
-        self
-    }
-
-    /// With another timeout.
-    pub fn timeout(mut self, timeout: Duration) -> Self {
-        self.timeout = timeout;
-        self
-    }
-
-    /// With another busy-poll time (see [`poll`](ChannelConfig::poll)).
-    pub fn poll(mut self, poll: Duration) -> Self {
-        self.poll = poll;
-        self
     }
 
     pub(crate) fn check(&self) -> Result<()> {

@@ -188,7 +188,7 @@ pub enum Error {
     Busy {
         /// The channel.
         channel: String,
-        /// The call refused (`send`, `recv_all`, …).
+        /// The call refused (`send`, `recv(All)`, …).
         op: &'static str,
         /// What the other thread is doing (`sending`, `gathering`).
         busy: &'static str,
@@ -206,23 +206,13 @@ pub enum Error {
         reason: &'static str,
     },
 
-    /// The handshake server refused the logon.
-    #[error("logon rejected ({code}): {reason}")]
-    Rejected {
-        /// The reject code's name.
-        code: String,
-        /// The server's reason.
-        reason: String,
-    },
-
-    /// The other side of a handshake broke the protocol.
-    #[error("handshake with {peer}: {reason}")]
-    Handshake {
-        /// Who: a socket path, or "client pid N".
-        peer: String,
-        /// What happened.
-        reason: String,
-    },
+    /// The logon handshake failed: the handshake layer's own error, whole
+    /// (a rejection with the server's code and reason, a timeout, a peer
+    /// that broke the protocol, …), its `source()` chain intact. An accept
+    /// that lacks what a channel needs is `nodeipc_handshake::Error::Handshake`
+    /// naming what is missing.
+    #[error("{0}")]
+    Handshake(#[from] nodeipc_handshake::Error),
 
     /// A region failed.
     #[error("channel {channel}: {source}")]
@@ -293,10 +283,21 @@ impl From<Error> for io::Error {
             Error::InvalidConfig { .. } | Error::TooLarge { .. } | Error::RankOutOfRange { .. } => {
                 io::ErrorKind::InvalidInput
             }
-            Error::Rejected { .. } => io::ErrorKind::PermissionDenied,
+            Error::Handshake(inner) => inner.kind(),
             _ => io::ErrorKind::InvalidData,
         };
         io::Error::new(kind, error)
+    }
+}
+
+impl Error {
+    /// Whether this is a bounded wait that ran out: a channel's call, or
+    /// the logon handshake.
+    pub fn is_timeout(&self) -> bool {
+        matches!(
+            self,
+            Error::Timeout { .. } | Error::Handshake(nodeipc_handshake::Error::Timeout { .. })
+        )
     }
 }
 

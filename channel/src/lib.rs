@@ -2,25 +2,31 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 
 mod aggregate;
+mod builder;
 mod config;
 mod coordinator;
 mod error;
 mod handshake;
 mod layout;
+pub mod mode;
+mod payload;
 mod sem_kind;
 mod sems;
 mod wait;
 mod worker;
 
-pub use aggregate::{Aggregate, PullKvRule};
+pub use aggregate::{Aggregate, Pick, PullKvRule};
+pub use builder::{Channel, ChannelBuilder};
 pub use config::ChannelConfig;
-pub use coordinator::{Coordinator, First, Gathered, ResponseHandler, ThreadPolicy};
+pub use coordinator::{Answers, Coordinator, Gathered, Picked, ResponseHandler, ThreadPolicy};
 pub use error::{Error, Result};
 pub use handshake::{
-    ChannelOffer, Decision, HandshakeOptions, HandshakeServer, HandshakeStats, Offer, Session,
-    connect, worker_logon,
+    ChannelOffer, ChannelServer, Decision, HandshakeError, HandshakeOptions, HandshakeStats, Offer,
+    Session, connect, worker_logon,
 };
 pub use layout::Layout;
+pub use mode::{Aggregated, AggregatedBy, All, First, GatherMode, Init, Mode, Rank0AfterAll};
+pub use payload::{Payload, Raw};
 pub use sem_kind::{Direction, Role, SemKind};
 pub use worker::{InPlace, Worker};
 

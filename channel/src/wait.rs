@@ -12,6 +12,14 @@ use crate::{Error, Result};
 /// the slice every parked waiter of nodeipc uses.
 pub(crate) const SLICE: Duration = nodeipc_shm::wait::SLICE;
 
+/// How long a call may wait: within a budget (the `x` and `x_timeout`
+/// forms), or not at all (the `try_x` forms, which then return `None`).
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Wait {
+    Within(Budget),
+    Try,
+}
+
 /// The time one call (a send, a gather, a receive) may spend waiting, over
 /// all its waits together.
 ///

@@ -7,7 +7,7 @@ use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 use std::time::Duration;
 
-use nodeipc_channel::{ChannelConfig, Coordinator, Worker};
+use nodeipc_channel::{All, Channel};
 use nodeipc_proto::execute::{
     ExecuteRequest, ExecuteResponse, ExecuteType, ForwardRequest, execute_request,
 };
@@ -62,12 +62,13 @@ static GLOBAL: Counting = Counting;
 #[test]
 fn send_allocates_nothing_in_steady_state() {
     let name = nodeipc_testkit::unique_name("alloc");
-    let config = ChannelConfig::new(&name, 1)
+    let channel = Channel::builder(&name)
+        .workers(1)
         .depth(4)
         .timeout(Duration::from_secs(10));
-    let coordinator = Coordinator::create(config.clone()).unwrap();
+    let coordinator = channel.create().unwrap();
     let worker = std::thread::spawn(move || {
-        let mut worker = Worker::join(config, 0).unwrap();
+        let mut worker = channel.join(0).unwrap();
         let mut request = ExecuteRequest::default();
         for _ in 0..2_000 {
             worker.recv_into(&mut request).unwrap();
@@ -98,7 +99,7 @@ fn send_allocates_nothing_in_steady_state() {
         coordinator.send(&request).unwrap();
         COUNTING.with(|c| c.set(false));
         counted += u64::from(steady);
-        assert_eq!(coordinator.recv_all().unwrap()[0].sequence, sequence);
+        assert_eq!(coordinator.recv(All).unwrap()[0].sequence, sequence);
     }
     worker.join().unwrap();
     assert_eq!(counted, 1_900);
@@ -114,14 +115,15 @@ fn send_allocates_nothing_in_steady_state() {
 #[test]
 fn a_worker_reads_in_place_and_responds_without_allocating_in_steady_state() {
     let name = nodeipc_testkit::unique_name("alloc-worker");
-    let config = ChannelConfig::new(&name, 1)
+    let channel = Channel::builder(&name)
+        .workers(1)
         .depth(4)
         .timeout(Duration::from_secs(10));
-    let coordinator = Coordinator::create(config.clone()).unwrap();
+    let coordinator = channel.create().unwrap();
     const ROUNDS: u64 = 2_000;
     const STEADY: u64 = 100;
     let worker = std::thread::spawn(move || {
-        let mut worker = Worker::join(config, 0).unwrap();
+        let mut worker = channel.join(0).unwrap();
         let mut response = ExecuteResponse::default();
         let mut request = ExecuteRequest::default();
         // Half the rounds in place, half through recv_into, counted apart.
@@ -165,7 +167,7 @@ fn a_worker_reads_in_place_and_responds_without_allocating_in_steady_state() {
     for sequence in 0..ROUNDS {
         request.sequence = sequence;
         coordinator.send(&request).unwrap();
-        coordinator.recv_all().unwrap();
+        coordinator.recv(All).unwrap();
     }
     let (in_place, into) = worker.join().unwrap();
     let per_request = into as f64 / ((ROUNDS - STEADY) / 2) as f64;

@@ -5,7 +5,9 @@
 use std::thread;
 use std::time::Duration;
 
-use nodeipc_channel::{ChannelConfig, Coordinator, Error, Worker};
+use nodeipc_channel::{
+    Aggregated, AggregatedBy, All, Channel, ChannelBuilder, Error, Rank0AfterAll, Raw, Worker,
+};
 use nodeipc_testkit::{Watchdog, shm_leftovers, unique_name};
 
 /// A serving stack's request: not ours.
@@ -28,12 +30,12 @@ struct Tokens {
     ids: Vec<u32>,
 }
 
-fn workers(config: &ChannelConfig, rounds: u64) -> Vec<thread::JoinHandle<()>> {
-    (0..config.workers)
+fn workers(channel: &ChannelBuilder<Prompt, Tokens>, rounds: u64) -> Vec<thread::JoinHandle<()>> {
+    (0..channel.config().workers)
         .map(|rank| {
-            let config = config.clone();
+            let channel = channel.clone();
             thread::spawn(move || {
-                let mut worker = Worker::<Prompt, Tokens>::join_typed(config, rank).unwrap();
+                let mut worker = channel.join(rank).unwrap();
                 for _ in 0..rounds {
                     let prompt = worker.recv().unwrap();
                     let ids = prompt.text.bytes().map(|b| u32::from(b) + rank).collect();
@@ -54,9 +56,12 @@ fn workers(config: &ChannelConfig, rounds: u64) -> Vec<thread::JoinHandle<()>> {
 fn a_channel_of_a_stacks_own_messages_round_trips_and_aggregates_by_its_rule() {
     let _dog = Watchdog::new("any_schema", Duration::from_secs(60));
     let name = unique_name("schema");
-    let config = ChannelConfig::new(&name, 3).timeout(Duration::from_secs(10));
-    let mut coordinator = Coordinator::<Prompt, Tokens>::create_typed(config.clone()).unwrap();
-    let handles = workers(&config, 4);
+    let channel = Channel::builder(&name)
+        .workers(3)
+        .timeout(Duration::from_secs(10))
+        .typed::<Prompt, Tokens>();
+    let mut coordinator = channel.create().unwrap();
+    let handles = workers(&channel, 4);
     coordinator
         .wait_for_workers(Duration::from_secs(10))
         .unwrap();
@@ -68,7 +73,7 @@ fn a_channel_of_a_stacks_own_messages_round_trips_and_aggregates_by_its_rule() {
             text: "ab".into(),
         })
         .unwrap();
-    let all = coordinator.recv_all().unwrap();
+    let all = coordinator.recv(All).unwrap();
     for (rank, tokens) in all.iter().enumerate() {
         assert_eq!((tokens.id, tokens.rank), (1, rank as u32));
         assert_eq!(tokens.ids, [97 + rank as u32, 98 + rank as u32]);
@@ -81,7 +86,7 @@ fn a_channel_of_a_stacks_own_messages_round_trips_and_aggregates_by_its_rule() {
             text: "c".into(),
         })
         .unwrap();
-    let err = coordinator.recv_all_aggregated().unwrap_err();
+    let err = coordinator.recv(Aggregated).unwrap_err();
     assert!(err.to_string().contains("set_aggregate"), "{err}");
     // The stack's rule: the highest rank's answer.
     coordinator.set_aggregate(|all: Vec<Tokens>| {
@@ -90,7 +95,7 @@ fn a_channel_of_a_stacks_own_messages_round_trips_and_aggregates_by_its_rule() {
             .max_by_key(|t| t.rank)
             .expect("one per worker"))
     });
-    let folded = coordinator.recv_all_aggregated().unwrap();
+    let folded = coordinator.recv(Aggregated).unwrap();
     assert_eq!((folded.id, folded.rank), (2, 2));
 
     // A rule given for one call.
@@ -107,7 +112,7 @@ fn a_channel_of_a_stacks_own_messages_round_trips_and_aggregates_by_its_rule() {
             ids: all.iter().flat_map(|t| t.ids.iter().copied()).collect(),
         })
     };
-    let summed = coordinator.recv_all_aggregated_by(&mut total_ids).unwrap();
+    let summed = coordinator.recv(AggregatedBy(&mut total_ids)).unwrap();
     assert_eq!(summed.ids, [100, 101, 102]);
 
     // MindIE's gather: every worker answers, rank 0's is returned.
@@ -117,10 +122,10 @@ fn a_channel_of_a_stacks_own_messages_round_trips_and_aggregates_by_its_rule() {
             text: "e".into(),
         })
         .unwrap();
-    let first = coordinator.recv_rank0_after_all().unwrap();
+    let first = coordinator.recv(Rank0AfterAll).unwrap();
     assert_eq!((first.id, first.rank), (4, 0));
     assert!(matches!(
-        coordinator.recv_all(),
+        coordinator.recv(All),
         Err(Error::NothingOutstanding { .. })
     ));
     for h in handles {
@@ -133,18 +138,25 @@ fn a_channel_of_a_stacks_own_messages_round_trips_and_aggregates_by_its_rule() {
 #[test]
 fn a_response_that_is_not_the_stacks_message_is_a_decode_error_naming_the_rank() {
     let _dog = Watchdog::new("any_schema_decode", Duration::from_secs(60));
-    let config = ChannelConfig::new(unique_name("schema-bad"), 2).timeout(Duration::from_secs(10));
-    let coordinator = Coordinator::<Prompt, Tokens>::create_typed(config.clone()).unwrap();
+    let channel = Channel::builder(unique_name("schema-bad"))
+        .workers(2)
+        .timeout(Duration::from_secs(10))
+        .typed::<Prompt, Tokens>();
+    let coordinator = channel.create().unwrap();
     let handles: Vec<_> = (0..2u32)
         .map(|rank| {
-            let config = config.clone();
+            let config = channel.config().clone();
+            let channel = channel.clone();
             thread::spawn(move || {
-                let mut worker = Worker::<Prompt, Tokens>::join_typed(config, rank).unwrap();
-                let prompt = worker.recv().unwrap();
                 if rank == 1 {
-                    // Field 3 with wire type 7: no protobuf message at all.
-                    worker.respond_bytes(&[0x1f, 0xff]).unwrap();
+                    // A worker of the same channel answering raw bytes:
+                    // field 3 with wire type 7, no protobuf message at all.
+                    let mut worker = Worker::<Raw, Raw>::join(config, rank).unwrap();
+                    worker.recv().unwrap();
+                    worker.respond(&[0x1f, 0xff]).unwrap();
                 } else {
+                    let mut worker = channel.join(rank).unwrap();
+                    let prompt = worker.recv().unwrap();
                     worker
                         .respond(&Tokens {
                             id: prompt.id,
@@ -165,11 +177,11 @@ fn a_response_that_is_not_the_stacks_message_is_a_decode_error_naming_the_rank()
             text: String::new(),
         })
         .unwrap();
-    let err = coordinator.recv_all().unwrap_err();
+    let err = coordinator.recv(All).unwrap_err();
     assert!(matches!(err, Error::Decode { rank: 1, .. }), "{err}");
     // Both slots were consumed: the channel is in step.
     assert!(matches!(
-        coordinator.recv_all(),
+        coordinator.recv(All),
         Err(Error::NothingOutstanding { .. })
     ));
     for h in handles {

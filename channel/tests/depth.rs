@@ -5,7 +5,7 @@
 
 use std::time::{Duration, Instant};
 
-use nodeipc_channel::{ChannelConfig, Coordinator, Error, SemKind, Worker};
+use nodeipc_channel::{Channel, Error, SemKind};
 use nodeipc_proto::execute::{ExecuteRequest, ExecuteType};
 use nodeipc_testkit::{Watchdog, shm_leftovers, unique_name};
 
@@ -21,12 +21,13 @@ fn request(sequence: u64) -> ExecuteRequest {
 
 fn full_ring(sems: SemKind, depth: u32) {
     let name = unique_name("depth");
-    let config = ChannelConfig::new(&name, 1)
+    let channel = Channel::builder(&name)
+        .workers(1)
         .depth(depth)
         .sems(sems)
         .timeout(TIMEOUT);
-    let coordinator = Coordinator::create(config.clone()).unwrap();
-    let mut worker = Worker::join(config, 0).unwrap();
+    let coordinator = channel.create().unwrap();
+    let mut worker = channel.join(0).unwrap();
     coordinator
         .wait_for_workers(Duration::from_secs(10))
         .unwrap();
@@ -103,10 +104,10 @@ fn a_full_ring_of_depth_k_times_out_the_next_send_then_frees_a_frame_per_receive
 fn a_send_timed_out_on_one_worker_leaves_the_others_frames_free() {
     let _dog = Watchdog::new("timed-out send frees frames", Duration::from_secs(60));
     let name = unique_name("depth-two");
-    let config = ChannelConfig::new(&name, 2).timeout(TIMEOUT);
-    let coordinator = Coordinator::create(config.clone()).unwrap();
-    let mut prompt = Worker::join(config.clone(), 0).unwrap();
-    let mut behind = Worker::join(config, 1).unwrap();
+    let channel = Channel::builder(&name).workers(2).timeout(TIMEOUT);
+    let coordinator = channel.create().unwrap();
+    let mut prompt = channel.join(0).unwrap();
+    let mut behind = channel.join(1).unwrap();
     coordinator
         .wait_for_workers(Duration::from_secs(10))
         .unwrap();

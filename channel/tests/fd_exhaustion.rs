@@ -8,7 +8,7 @@
 use std::sync::mpsc;
 use std::time::Duration;
 
-use nodeipc_channel::{ChannelConfig, Coordinator, Error, Worker};
+use nodeipc_channel::{Channel, Error};
 use nodeipc_testkit::{FullFdTable, Watchdog, shm_leftovers, spawn_child, unique_name};
 use rustix::io::Errno;
 
@@ -18,12 +18,14 @@ const TEST: &str = "regression_a_coordinator_out_of_descriptors_reports_that_not
 
 fn child(name: &str) {
     println!(); // our lines start after the harness's "test … ..."
-    let config = ChannelConfig::new(name, 1).timeout(Duration::from_secs(5));
-    let coordinator = Coordinator::create(config.clone()).unwrap();
+    let channel = Channel::builder(name)
+        .workers(1)
+        .timeout(Duration::from_secs(5));
+    let coordinator = channel.create().unwrap();
     let (joined, wait_joined) = mpsc::channel();
     let (done, wait_done) = mpsc::channel::<()>();
     let worker = std::thread::spawn(move || {
-        let worker = Worker::join(config, 0).unwrap();
+        let worker = channel.join(0).unwrap();
         joined.send(()).unwrap();
         let _ = wait_done.recv();
         drop(worker);

@@ -7,7 +7,7 @@ use std::sync::mpsc;
 use std::thread;
 use std::time::Duration;
 
-use nodeipc_channel::{ChannelConfig, Coordinator, Error, Worker};
+use nodeipc_channel::{All, Channel, Coordinator, Error, Worker};
 use nodeipc_proto::execute::{ExecuteRequest, ExecuteResponse, ExecuteType};
 use nodeipc_testkit::{Watchdog, fork_child, shm_leftovers, unique_name};
 
@@ -35,16 +35,16 @@ fn regression_a_coordinator_dropped_in_a_forked_child_mid_gather_leaves_the_chan
     );
     let timeout = Duration::from_secs(20);
     let name = unique_name("fork-coord");
-    let config = ChannelConfig::new(&name, 1).timeout(timeout);
-    let mut coordinator = Some(Coordinator::create(config.clone()).unwrap());
+    let channel = Channel::builder(&name).workers(1).timeout(timeout);
+    let mut coordinator = Some(channel.create().unwrap());
 
     // The worker takes the request and answers only when told.
     let (release, held) = mpsc::channel::<()>();
     let (after, told) = mpsc::channel();
     let worker = {
-        let config = config.clone();
+        let channel = channel.clone();
         thread::spawn(move || {
-            let mut worker = Worker::join(config, 0).unwrap();
+            let mut worker = channel.join(0).unwrap();
             let first = worker.recv().unwrap();
             held.recv().unwrap();
             worker.respond(&answer(&first)).unwrap();
@@ -95,9 +95,9 @@ fn regression_a_worker_dropped_in_a_forked_child_keeps_its_rank_and_its_frame() 
     let _dog = Watchdog::new("worker dropped in a forked child", Duration::from_secs(60));
     let timeout = Duration::from_secs(20);
     let name = unique_name("fork-worker");
-    let config = ChannelConfig::new(&name, 1).timeout(timeout);
-    let coordinator = Coordinator::create_anonymous(config).unwrap();
-    let join = |coordinator: &Coordinator| {
+    let channel = Channel::anonymous(&name).workers(1).timeout(timeout);
+    let coordinator = channel.create().unwrap();
+    let join = |coordinator: &Coordinator| -> Result<Worker, Error> {
         Worker::from_fds(
             &name,
             0,
@@ -125,7 +125,7 @@ fn regression_a_worker_dropped_in_a_forked_child_keeps_its_rank_and_its_frame() 
         }
         held.take().unwrap().respond(&answer(&request(1))).unwrap();
     }
-    assert_eq!(coordinator.recv_all().unwrap()[0].sequence, 1);
+    assert_eq!(coordinator.recv(All).unwrap()[0].sequence, 1);
 
     let code = fork_child("worker", Duration::from_secs(20), || {
         drop(worker.take());

@@ -8,7 +8,8 @@ use std::os::unix::net::{UnixListener, UnixStream};
 use std::time::{Duration, Instant};
 
 use nodeipc_channel::{
-    ChannelConfig, Coordinator, Error, HandshakeOptions, HandshakeServer, connect, worker_logon,
+    All, Channel, ChannelServer, Coordinator, Error, HandshakeError, HandshakeOptions, Worker,
+    connect, worker_logon,
 };
 use nodeipc_proto::handshake::{FdKind, Logon};
 use nodeipc_testkit::{TempDir, Watchdog, fd_count, unique_name};
@@ -30,17 +31,18 @@ fn private_dir() -> TempDir {
     dir
 }
 
-fn server(dir: &TempDir, coordinator: &Coordinator, options: HandshakeOptions) -> HandshakeServer {
-    let offer = coordinator.offer().unwrap();
-    HandshakeServer::bind(dir.join("logon.sock"), options, move |logon, peer| {
-        offer.decide(logon, peer)
-    })
+fn server(dir: &TempDir, coordinator: &Coordinator, options: HandshakeOptions) -> ChannelServer {
+    ChannelServer::bind(
+        dir.join("logon.sock"),
+        options,
+        coordinator.offer().unwrap(),
+    )
     .unwrap()
 }
 
 /// Waits until the server has answered `connections` connections and holds
 /// none of them any more.
-fn settled(server: &HandshakeServer, connections: u64) {
+fn settled(server: &ChannelServer, connections: u64) {
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         let stats = server.stats();
@@ -68,14 +70,17 @@ fn an_accepted_worker_gets_both_regions_and_serves() {
     let _serial = serial();
     let _dog = Watchdog::new("accept", Duration::from_secs(30));
     let dir = private_dir();
-    let config = ChannelConfig::new(unique_name("hs"), 1).timeout(Duration::from_secs(5));
-    let coordinator = Coordinator::create_anonymous(config).unwrap();
+    let coordinator = Channel::anonymous(unique_name("hs"))
+        .workers(1)
+        .timeout(Duration::from_secs(5))
+        .create()
+        .unwrap();
     let server = server(&dir, &coordinator, quick());
     let session = connect(server.path(), &worker_logon(0), Duration::from_secs(5)).unwrap();
     let kinds: Vec<FdKind> = session.fds.iter().map(|(k, _)| *k).collect();
     assert_eq!(kinds, [FdKind::RequestRegion, FdKind::ResponseRegion]);
     assert_eq!(session.server.pid, std::process::id());
-    let mut worker = session.into_worker(0, Duration::from_secs(5)).unwrap();
+    let mut worker: Worker = session.into_worker(0, Duration::from_secs(5)).unwrap();
     coordinator
         .wait_for_workers(Duration::from_secs(5))
         .unwrap();
@@ -92,11 +97,11 @@ fn an_accepted_worker_gets_both_regions_and_serves() {
             ..Default::default()
         })
         .unwrap();
-    assert_eq!(coordinator.recv_all().unwrap()[0].sequence, 0);
+    assert_eq!(coordinator.recv(All).unwrap()[0].sequence, 0);
     assert_eq!(server.stats().accepted, 1);
     // The rank is taken now: a second logon for it is refused with the reason.
     match connect(server.path(), &worker_logon(0), Duration::from_secs(5)) {
-        Err(Error::Rejected { code, reason }) => {
+        Err(Error::Handshake(HandshakeError::Rejected { code, reason })) => {
             assert_eq!(code, "REJECT_CODE_RANK_TAKEN");
             assert!(reason.contains(&std::process::id().to_string()), "{reason}");
         }
@@ -109,10 +114,12 @@ fn refusals_say_why() {
     let _serial = serial();
     let _dog = Watchdog::new("refusals", Duration::from_secs(30));
     let dir = private_dir();
-    let config = ChannelConfig::new(unique_name("hs-refuse"), 2)
+    let coordinator = Channel::anonymous(unique_name("hs-refuse"))
+        .workers(2)
         .depth(2)
-        .timeout(Duration::from_secs(5));
-    let coordinator = Coordinator::create_anonymous(config).unwrap();
+        .timeout(Duration::from_secs(5))
+        .create()
+        .unwrap();
     let server = server(&dir, &coordinator, quick());
     let cases = [
         (
@@ -159,7 +166,7 @@ fn refusals_say_why() {
     ];
     for (logon, expected_code, fragment) in cases {
         match connect(server.path(), &logon, Duration::from_secs(5)) {
-            Err(Error::Rejected { code, reason }) => {
+            Err(Error::Handshake(HandshakeError::Rejected { code, reason })) => {
                 assert_eq!(code, expected_code, "{reason}");
                 assert!(reason.contains(fragment), "{reason:?} lacks {fragment:?}");
             }
@@ -174,8 +181,10 @@ fn silent_garbage_and_vanishing_clients_do_not_stop_the_server() {
     let _serial = serial();
     let _dog = Watchdog::new("misbehaving clients", Duration::from_secs(30));
     let dir = private_dir();
-    let coordinator =
-        Coordinator::create_anonymous(ChannelConfig::new(unique_name("hs-bad"), 1)).unwrap();
+    let coordinator = Channel::anonymous(unique_name("hs-bad"))
+        .workers(1)
+        .create()
+        .unwrap();
     // A logon timeout far longer than a loaded machine can delay the good
     // client below, so "served meanwhile" cannot be mistaken for "served
     // after the silent one was dropped".
@@ -224,17 +233,21 @@ fn a_server_that_closes_early_is_a_clear_error() {
     let fake = UnixListener::bind(&path).unwrap();
     let closer = std::thread::spawn(move || drop(fake.accept().unwrap()));
     match connect(&path, &worker_logon(0), Duration::from_secs(5)) {
-        Err(Error::Handshake { reason, .. }) => assert!(reason.contains("closed"), "{reason}"),
+        Err(Error::Handshake(HandshakeError::Handshake { reason, .. })) => {
+            assert!(reason.contains("closed"), "{reason}")
+        }
         other => panic!("expected a handshake error, got {other:?}"),
     }
     closer.join().unwrap();
     // Nobody listening at all: a bounded wait, then a timeout.
     let start = Instant::now();
     let missing = dir.join("nobody.sock");
-    assert!(matches!(
-        connect(&missing, &worker_logon(0), Duration::from_millis(200)),
-        Err(Error::Timeout { .. })
-    ));
+    let timed_out = connect(&missing, &worker_logon(0), Duration::from_millis(200)).unwrap_err();
+    assert!(
+        matches!(timed_out, Error::Handshake(HandshakeError::Timeout { .. })),
+        "{timed_out:?}"
+    );
+    assert!(timed_out.is_timeout());
     assert!(start.elapsed() < Duration::from_secs(5));
 }
 
@@ -243,8 +256,10 @@ fn a_hundred_logons_leave_no_descriptor_behind() {
     let _serial = serial();
     let _dog = Watchdog::new("fd leak", Duration::from_secs(60));
     let dir = private_dir();
-    let coordinator =
-        Coordinator::create_anonymous(ChannelConfig::new(unique_name("hs-leak"), 1)).unwrap();
+    let coordinator = Channel::anonymous(unique_name("hs-leak"))
+        .workers(1)
+        .create()
+        .unwrap();
     let server = server(&dir, &coordinator, quick());
     // Warm up: the first logon creates the server's lazily made state.
     drop(connect(server.path(), &worker_logon(0), Duration::from_secs(5)).unwrap());
@@ -275,13 +290,16 @@ fn regression_a_zero_logon_timeout_is_refused_at_bind() {
         logon_timeout: Duration::ZERO,
         ..HandshakeOptions::default()
     };
-    let refused = HandshakeServer::bind(dir.join("logon.sock"), options, |_, _| {
+    let refused = ChannelServer::bind_with(dir.join("logon.sock"), options, |_, _| {
         unreachable!("nobody logs on")
     })
     .err()
     .expect("a zero logon timeout is refused");
     assert!(
-        matches!(refused, Error::InvalidConfig { .. }),
+        matches!(
+            refused,
+            Error::Handshake(HandshakeError::InvalidConfig { .. })
+        ),
         "{refused:?}"
     );
     assert!(

@@ -8,7 +8,7 @@ use std::os::unix::net::UnixListener;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use nodeipc_channel::{Error, connect, worker_logon};
+use nodeipc_channel::{Error, HandshakeError, connect, worker_logon};
 use nodeipc_testkit::{TempDir, Watchdog, full_backlog_listener};
 
 fn private_dir() -> TempDir {
@@ -24,9 +24,10 @@ fn private_dir() -> TempDir {
 fn assert_words(error: &Error, path: &Path, awaited: &str) {
     let text = error.to_string();
     assert!(
-        matches!(error, Error::Timeout { .. }),
-        "expected Timeout: {text}"
+        matches!(error, Error::Handshake(HandshakeError::Timeout { .. })),
+        "expected the handshake's Timeout: {text}"
     );
+    assert!(error.is_timeout(), "{text}");
     assert!(text.contains(&*path.to_string_lossy()), "{text}");
     assert!(text.contains(awaited), "{text}");
     assert!(!text.contains("os error 11"), "{text}");
@@ -97,7 +98,7 @@ fn a_huge_timeout_does_not_panic() {
     let server = std::thread::spawn(move || drop(listener.accept().unwrap()));
     let error = connect(&path, &worker_logon(0), Duration::MAX).unwrap_err();
     assert!(
-        matches!(error, Error::Handshake { .. }),
+        matches!(error, Error::Handshake(HandshakeError::Handshake { .. })),
         "expected the early close, got {error}"
     );
     server.join().unwrap();

@@ -7,7 +7,8 @@ use std::os::unix::net::UnixStream;
 use std::time::{Duration, Instant};
 
 use nodeipc_channel::{
-    ChannelConfig, Coordinator, Error, HandshakeOptions, HandshakeServer, connect, worker_logon,
+    Channel, ChannelServer, Coordinator, Error, HandshakeError, HandshakeOptions, connect,
+    worker_logon,
 };
 use nodeipc_proto::handshake::{LogonReply, RejectCode, logon_reply};
 use nodeipc_testkit::{TempDir, Watchdog, unique_name};
@@ -34,19 +35,18 @@ fn eventually(what: &str, limit: Duration, done: impl Fn() -> bool) {
 /// A server for a channel of two workers that handles one logon at a time,
 /// with a logon timeout far longer than any test here: a silent client
 /// holds the one place for as long as it stays connected.
-fn one_at_a_time(dir: &TempDir) -> (Coordinator, HandshakeServer) {
-    let coordinator =
-        Coordinator::create_anonymous(ChannelConfig::new(unique_name("hs-limit"), 2)).unwrap();
+fn one_at_a_time(dir: &TempDir) -> (Coordinator, ChannelServer) {
+    let coordinator = Channel::anonymous(unique_name("hs-limit"))
+        .workers(2)
+        .create()
+        .unwrap();
     let offer = coordinator.offer().unwrap();
     let options = HandshakeOptions {
         logon_timeout: Duration::from_secs(30),
         max_clients: 1,
         ..HandshakeOptions::default()
     };
-    let server = HandshakeServer::bind(dir.join("logon.sock"), options, move |logon, peer| {
-        offer.decide(logon, peer)
-    })
-    .unwrap();
+    let server = ChannelServer::bind(dir.join("logon.sock"), options, offer).unwrap();
     (coordinator, server)
 }
 
@@ -130,7 +130,7 @@ fn connect_reports_too_many_clients_rather_than_a_closed_server() {
     let _silent = UnixStream::connect(server.path()).unwrap();
     for attempt in 0..200 {
         match connect(server.path(), &worker_logon(0), Duration::from_secs(10)) {
-            Err(Error::Rejected { code, reason }) => {
+            Err(Error::Handshake(HandshakeError::Rejected { code, reason })) => {
                 assert_eq!(code, "REJECT_CODE_TOO_MANY_CLIENTS", "{reason}")
             }
             other => panic!("attempt {attempt}: expected a rejection, got {other:?}"),

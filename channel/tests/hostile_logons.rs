@@ -8,7 +8,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::time::Duration;
 
 use nodeipc_channel::{
-    ChannelConfig, Coordinator, Error, HandshakeOptions, HandshakeServer, connect, worker_logon,
+    Channel, ChannelServer, Error, HandshakeError, HandshakeOptions, connect, worker_logon,
 };
 use nodeipc_testkit::{TempDir, Watchdog, unique_name};
 
@@ -17,18 +17,18 @@ fn regression_stats_count_each_answer_before_its_client_has_it() {
     let _dog = Watchdog::new("logon counts", Duration::from_secs(120));
     let dir = TempDir::new("hs-counts");
     std::fs::set_permissions(dir.path(), PermissionsExt::from_mode(0o700)).unwrap();
-    let coordinator =
-        Coordinator::create_anonymous(ChannelConfig::new(unique_name("hs-counts"), 1)).unwrap();
+    let coordinator = Channel::anonymous(unique_name("hs-counts"))
+        .workers(1)
+        .create()
+        .unwrap();
     let offer = coordinator.offer().unwrap();
-    let server = HandshakeServer::bind(
-        dir.join("logon.sock"),
-        HandshakeOptions::default(),
-        move |l, p| offer.decide(l, p),
-    )
-    .unwrap();
+    let server =
+        ChannelServer::bind(dir.join("logon.sock"), HandshakeOptions::default(), offer).unwrap();
     for i in 1..=200u64 {
         match connect(server.path(), &worker_logon(5), Duration::from_secs(5)) {
-            Err(Error::Rejected { code, .. }) => assert_eq!(code, "REJECT_CODE_RANK_OUT_OF_RANGE"),
+            Err(Error::Handshake(HandshakeError::Rejected { code, .. })) => {
+                assert_eq!(code, "REJECT_CODE_RANK_OUT_OF_RANGE")
+            }
             other => panic!("expected a rejection, got {other:?}"),
         }
         assert_eq!(server.stats().rejected, i, "logon {i}");
@@ -43,15 +43,13 @@ fn a_logon_frame_over_the_limit_or_of_garbage_is_refused_as_malformed() {
     let _dog = Watchdog::new("malformed logons", Duration::from_secs(60));
     let dir = TempDir::new("hs-malformed");
     std::fs::set_permissions(dir.path(), PermissionsExt::from_mode(0o700)).unwrap();
-    let coordinator =
-        Coordinator::create_anonymous(ChannelConfig::new(unique_name("hs-malformed"), 1)).unwrap();
+    let coordinator = Channel::anonymous(unique_name("hs-malformed"))
+        .workers(1)
+        .create()
+        .unwrap();
     let offer = coordinator.offer().unwrap();
-    let server = HandshakeServer::bind(
-        dir.join("logon.sock"),
-        HandshakeOptions::default(),
-        move |l, p| offer.decide(l, p),
-    )
-    .unwrap();
+    let server =
+        ChannelServer::bind(dir.join("logon.sock"), HandshakeOptions::default(), offer).unwrap();
     // 1 MiB announced (the limit is 4 KiB); a frame whose body is no Logon.
     for bytes in [
         &(1u32 << 20).to_le_bytes()[..],

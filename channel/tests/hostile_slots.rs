@@ -10,7 +10,7 @@
 use std::os::fd::BorrowedFd;
 use std::time::{Duration, Instant};
 
-use nodeipc_channel::{ChannelConfig, Coordinator, Direction, Error, Role, Worker};
+use nodeipc_channel::{All, Channel, Coordinator, Direction, Error, Init, Role, Worker};
 use nodeipc_proto::execute::{ExecuteRequest, ExecuteResponse};
 use nodeipc_sem::{Semaphore, ShmSemaphore};
 use nodeipc_shm::Region;
@@ -35,12 +35,13 @@ fn join(coordinator: &Coordinator, timeout: Duration) -> nodeipc_channel::Result
 /// A coordinator, an honest worker that has joined, and the hostile
 /// process's own mappings of the two regions.
 fn channel(tag: &str) -> (Coordinator, Worker, Region, Region) {
-    let config = ChannelConfig::new(unique_name(tag), 1)
+    let channel = Channel::anonymous(unique_name(tag))
+        .workers(1)
         .request_capacity(SLOT)
         .response_slot_size(SLOT)
         .init_slot_size(SLOT)
         .timeout(Duration::from_millis(500));
-    let coordinator = Coordinator::create_anonymous(config).unwrap();
+    let coordinator = channel.create().unwrap();
     let worker = join(&coordinator, Duration::from_millis(500)).unwrap();
     coordinator
         .wait_for_workers(Duration::from_secs(5))
@@ -89,9 +90,9 @@ fn a_response_length_past_the_slot_is_corrupt_naming_slot_and_size() {
         worker.recv().unwrap();
         hostile_answer(&coordinator, &response, init, &framed(len, b"\x08\x01"));
         let gathered = if init {
-            coordinator.recv_init()
+            coordinator.recv(Init)
         } else {
-            coordinator.recv_all()
+            coordinator.recv(All)
         };
         match gathered {
             Err(Error::Corrupt {
@@ -121,10 +122,10 @@ fn a_response_length_past_the_slot_is_corrupt_naming_slot_and_size() {
         };
         let gathered = if init {
             worker.respond_init(&honest).unwrap();
-            coordinator.recv_init()
+            coordinator.recv(Init)
         } else {
             worker.respond(&honest).unwrap();
-            coordinator.recv_all()
+            coordinator.recv(All)
         };
         match gathered {
             Ok(responses) => assert_eq!(
@@ -145,7 +146,7 @@ fn garbage_inside_the_slot_is_a_decode_error_naming_the_slot() {
     worker.recv().unwrap();
     // A field of wire type 7, which does not exist.
     hostile_answer(&coordinator, &response, false, &framed(2, &[0x0f, 0x00]));
-    match coordinator.recv_all() {
+    match coordinator.recv(All) {
         Err(Error::Decode { rank: 0, slot, .. }) => assert_eq!(slot, "response slot"),
         other => panic!("expected Decode, got {other:?}"),
     }
@@ -189,7 +190,7 @@ fn a_hostile_requests_sent_counter_does_not_mislead_the_coordinator() {
         request.write_at(SENT, &hostile.to_le_bytes()).unwrap();
         // The coordinator counts what it sent itself: request 0 was sent and
         // answered, whatever the header now says, and the next is request 1.
-        match coordinator.recv_all() {
+        match coordinator.recv(All) {
             Ok(responses) => assert_eq!(responses.len(), 1),
             Err(e) => panic!("sent = {hostile}: {e}"),
         }
@@ -250,7 +251,7 @@ fn a_worker_claiming_another_process_gets_it_left_alone_and_the_wait_bounded() {
     // bystander lives), but its wait ends with the configured timeout.
     std::mem::forget(worker);
     let waited = Instant::now();
-    match coordinator.recv_all() {
+    match coordinator.recv(All) {
         Err(Error::Timeout { .. }) => {}
         other => panic!("expected Timeout, got {other:?}"),
     }
@@ -269,7 +270,7 @@ fn a_worker_claiming_another_process_gets_it_left_alone_and_the_wait_bounded() {
     response
         .write_at(entry + 8, &(start + 1).to_le_bytes())
         .unwrap();
-    match coordinator.recv_all() {
+    match coordinator.recv(All) {
         Err(Error::WorkerDied {
             rank: 0,
             pid: named,

@@ -5,7 +5,7 @@
 use std::thread;
 use std::time::{Duration, Instant};
 
-use nodeipc_channel::{ChannelConfig, Coordinator, Error, Worker};
+use nodeipc_channel::{All, Channel, Error};
 use nodeipc_proto::execute::{ExecuteRequest, ExecuteResponse};
 use nodeipc_testkit::{Watchdog, unique_name};
 
@@ -21,13 +21,15 @@ fn a_gather_that_times_out_resumes_where_it_stopped() {
     let _dog = Watchdog::new("gather_timeout", Duration::from_secs(60));
     // A configured timeout far longer than the per-call ones: only theirs
     // can explain a prompt return.
-    let config = ChannelConfig::new(unique_name("pct-gather"), 2).timeout(Duration::from_secs(30));
-    let coordinator = Coordinator::create(config.clone()).unwrap();
+    let channel = Channel::builder(unique_name("pct-gather"))
+        .workers(2)
+        .timeout(Duration::from_secs(30));
+    let coordinator = channel.create().unwrap();
     let handles: Vec<_> = (0..2u32)
-        .map(|rank| (rank, config.clone()))
-        .map(|(rank, config)| {
+        .map(|rank| (rank, channel.clone()))
+        .map(|(rank, channel)| {
             thread::spawn(move || {
-                let mut worker = Worker::join(config, rank).unwrap();
+                let mut worker = channel.join(rank).unwrap();
                 let request = worker.recv().unwrap();
                 (worker, request)
             })
@@ -47,7 +49,7 @@ fn a_gather_that_times_out_resumes_where_it_stopped() {
     .unwrap();
     let started = Instant::now();
     let err = coordinator
-        .recv_all_timeout(Duration::from_millis(200))
+        .recv_timeout(All, Duration::from_millis(200))
         .unwrap_err();
     let took = started.elapsed();
     assert!(matches!(err, Error::Timeout { .. }), "{err}");
@@ -64,7 +66,7 @@ fn a_gather_that_times_out_resumes_where_it_stopped() {
     })
     .unwrap();
     let all = coordinator
-        .recv_all_timeout(Duration::from_secs(5))
+        .recv_timeout(All, Duration::from_secs(5))
         .unwrap();
     assert_eq!(all[0].sequence, 7);
     assert_eq!(all[1].sequence, 107);
@@ -73,12 +75,14 @@ fn a_gather_that_times_out_resumes_where_it_stopped() {
 #[test]
 fn try_recv_never_waits_and_recv_timeout_takes_nothing_when_it_times_out() {
     let _dog = Watchdog::new("worker_timeouts", Duration::from_secs(60));
-    let config = ChannelConfig::new(unique_name("pct-worker"), 1).timeout(Duration::from_secs(30));
-    let coordinator = Coordinator::create(config.clone()).unwrap();
+    let channel = Channel::builder(unique_name("pct-worker"))
+        .workers(1)
+        .timeout(Duration::from_secs(30));
+    let coordinator = channel.create().unwrap();
     let (sent_tx, sent_rx) = std::sync::mpsc::channel::<()>();
     let (waited_tx, waited_rx) = std::sync::mpsc::channel::<()>();
     let worker = thread::spawn(move || {
-        let mut worker = Worker::join(config, 0).unwrap();
+        let mut worker = channel.join(0).unwrap();
         let started = Instant::now();
         assert!(worker.try_recv().unwrap().is_none());
         // No wait at all, not the 30 s timeout (room for a loaded machine).
@@ -110,18 +114,20 @@ fn try_recv_never_waits_and_recv_timeout_takes_nothing_when_it_times_out() {
     waited_rx.recv().unwrap();
     coordinator.send(&request(1)).unwrap();
     sent_tx.send(()).unwrap();
-    assert_eq!(coordinator.recv_all().unwrap()[0].sequence, 1);
+    assert_eq!(coordinator.recv(All).unwrap()[0].sequence, 1);
     worker.join().unwrap();
 }
 
 #[test]
 fn a_send_that_times_out_sends_nothing_and_the_next_send_goes_through() {
     let _dog = Watchdog::new("send_timeout", Duration::from_secs(60));
-    let config = ChannelConfig::new(unique_name("pct-send"), 1).timeout(Duration::from_secs(30));
-    let coordinator = Coordinator::create(config.clone()).unwrap();
+    let channel = Channel::builder(unique_name("pct-send"))
+        .workers(1)
+        .timeout(Duration::from_secs(30));
+    let coordinator = channel.create().unwrap();
     let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
     let worker = thread::spawn(move || {
-        let mut worker = Worker::join(config, 0).unwrap();
+        let mut worker = channel.join(0).unwrap();
         go_rx.recv().unwrap();
         for sequence in [1, 2] {
             let request = worker.recv().unwrap();
@@ -147,8 +153,8 @@ fn a_send_that_times_out_sends_nothing_and_the_next_send_goes_through() {
         .unwrap_err();
     assert!(matches!(err, Error::Timeout { .. }), "{err}");
     go_tx.send(()).unwrap();
-    assert_eq!(coordinator.recv_all().unwrap()[0].sequence, 1);
+    assert_eq!(coordinator.recv(All).unwrap()[0].sequence, 1);
     assert_eq!(coordinator.send(&request(2)).unwrap(), 1);
-    assert_eq!(coordinator.recv_all().unwrap()[0].sequence, 2);
+    assert_eq!(coordinator.recv(All).unwrap()[0].sequence, 2);
     worker.join().unwrap();
 }

@@ -7,8 +7,7 @@ use std::thread;
 use std::time::Duration;
 
 use nodeipc_channel::{
-    ChannelConfig, Coordinator, Error, HandshakeOptions, HandshakeServer, Worker, connect,
-    worker_logon,
+    All, Channel, ChannelServer, Error, HandshakeOptions, connect, worker_logon,
 };
 use nodeipc_proto::handshake::FdKind;
 use nodeipc_shm::Region;
@@ -20,8 +19,11 @@ const CHILD: &str = "NODEIPC_TEST_RO_RING_CHILD";
 #[test]
 fn a_worker_writing_a_request_faults_and_the_other_workers_read_it_intact() {
     if let Ok(name) = std::env::var(CHILD) {
-        let config = ChannelConfig::new(name, 2).timeout(Duration::from_secs(10));
-        let mut worker = Worker::join(config, 1).unwrap();
+        let channel = Channel::builder(name)
+            .workers(2)
+            .timeout(Duration::from_secs(10))
+            .raw();
+        let mut worker = channel.join(1).unwrap();
         let request = worker.recv_in_place().unwrap();
         println!("child: holding {} bytes", request.bytes().len());
         let at = request.bytes().as_ptr().cast_mut();
@@ -33,21 +35,24 @@ fn a_worker_writing_a_request_faults_and_the_other_workers_read_it_intact() {
     }
     let _dog = Watchdog::new(TEST, Duration::from_secs(60));
     let name = unique_name("ro-ring");
-    let config = ChannelConfig::new(&name, 2).timeout(Duration::from_secs(10));
-    let coordinator = Coordinator::create(config.clone()).unwrap();
+    let channel = Channel::builder(&name)
+        .workers(2)
+        .timeout(Duration::from_secs(10))
+        .raw();
+    let coordinator = channel.create().unwrap();
     let child = spawn_child(nodeipc_testkit::this_test_in_a_child(TEST).env(CHILD, &name));
     let reader = thread::spawn(move || {
-        let mut worker = Worker::join(config, 0).unwrap();
+        let mut worker = channel.join(0).unwrap();
         let request = worker.recv_in_place().unwrap();
         let seen = request.bytes().to_vec();
-        request.respond_bytes(b"ok").unwrap();
+        request.respond(b"ok").unwrap();
         seen
     });
     coordinator
         .wait_for_workers(Duration::from_secs(10))
         .unwrap();
     let sent: Vec<u8> = (0..4096u32).map(|i| (i * 7) as u8).collect();
-    coordinator.send_bytes(&sent).unwrap();
+    coordinator.send(&sent).unwrap();
     let out = child.output_timeout(Duration::from_secs(30));
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(stdout.contains("child: holding 4096 bytes"), "{stdout}");
@@ -58,7 +63,7 @@ fn a_worker_writing_a_request_faults_and_the_other_workers_read_it_intact() {
         sent,
         "another worker's view changed"
     );
-    let err = coordinator.recv_all_bytes().err().expect("worker 1 died");
+    let err = coordinator.recv(All).err().expect("worker 1 died");
     assert!(matches!(err, Error::WorkerDied { rank: 1, .. }), "{err}");
     drop(coordinator);
     assert!(shm_leftovers(&name).is_empty());
@@ -68,17 +73,16 @@ fn a_worker_writing_a_request_faults_and_the_other_workers_read_it_intact() {
 fn the_request_descriptor_a_worker_gets_cannot_be_mapped_writable() {
     let _dog = Watchdog::new("ro_fd", Duration::from_secs(30));
     let dir = TempDir::new("ro-ring-hs");
-    let config = ChannelConfig::new(unique_name("ro-hs"), 1).timeout(Duration::from_secs(5));
-    let coordinator = Coordinator::create_anonymous(config).unwrap();
+    let channel = Channel::anonymous(unique_name("ro-hs"))
+        .workers(1)
+        .timeout(Duration::from_secs(5));
+    let coordinator = channel.create().unwrap();
     let offer = coordinator.offer().unwrap();
     let options = HandshakeOptions {
         logon_timeout: Duration::from_secs(2),
         ..HandshakeOptions::default()
     };
-    let server = HandshakeServer::bind(dir.join("logon.sock"), options, move |logon, peer| {
-        offer.decide(logon, peer)
-    })
-    .unwrap();
+    let server = ChannelServer::bind(dir.join("logon.sock"), options, offer).unwrap();
     let mut session = connect(server.path(), &worker_logon(0), Duration::from_secs(5)).unwrap();
     let request = session.take(FdKind::RequestRegion).unwrap();
     let err = Region::from_fd(request.try_clone().unwrap()).unwrap_err();

@@ -6,15 +6,17 @@ use std::sync::mpsc;
 use std::thread;
 use std::time::Duration;
 
-use nodeipc_channel::{ChannelConfig, Coordinator, Error, ThreadPolicy, Worker};
+use nodeipc_channel::{Channel, Error, ThreadPolicy};
 use nodeipc_proto::execute::{ExecuteRequest, ExecuteResponse};
 use nodeipc_testkit::{Watchdog, unique_name};
 
 /// One worker that answers request 0 only after `late`, with a channel
 /// timeout well under it: the first gather times out.
 fn late_answer(policy: ThreadPolicy) -> (Vec<Result<u64, String>>, bool) {
-    let config = ChannelConfig::new(unique_name("policy"), 1).timeout(Duration::from_millis(300));
-    let mut coordinator = Coordinator::create(config.clone()).unwrap();
+    let channel = Channel::builder(unique_name("policy"))
+        .workers(1)
+        .timeout(Duration::from_millis(300));
+    let mut coordinator = channel.create().unwrap();
     let (tx, rx) = mpsc::channel();
     coordinator
         .on_response(move |response: nodeipc_channel::Result<ExecuteResponse>| {
@@ -25,7 +27,7 @@ fn late_answer(policy: ThreadPolicy) -> (Vec<Result<u64, String>>, bool) {
         })
         .unwrap();
     let worker = thread::spawn(move || {
-        let mut worker = Worker::join(config, 0).unwrap();
+        let mut worker = channel.join(0).unwrap();
         let request = worker.recv().unwrap();
         thread::sleep(Duration::from_millis(900));
         // Under StopOnError nobody gathers this; the slot takes it anyway.

@@ -6,7 +6,7 @@ use std::sync::mpsc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use nodeipc_channel::{ChannelConfig, Coordinator, Worker};
+use nodeipc_channel::{All, Channel};
 use nodeipc_proto::execute::{ExecuteRequest, ExecuteResponse, ExecuteType};
 use nodeipc_testkit::{Watchdog, shm_leftovers, unique_name};
 
@@ -23,23 +23,23 @@ fn stopping_the_thread_mid_gather_is_prompt_and_loses_no_response() {
     let _dog = Watchdog::new("response thread stop", Duration::from_secs(60));
     let timeout = Duration::from_secs(20);
     let name = unique_name("stop");
-    let config = ChannelConfig::new(&name, 2).timeout(timeout);
-    let mut coordinator = Coordinator::create(config.clone()).unwrap();
+    let channel = Channel::builder(&name).workers(2).timeout(timeout);
+    let mut coordinator = channel.create().unwrap();
 
     // Worker 0 answers at once; worker 1 holds its answer until told.
     let prompt = {
-        let config = config.clone();
+        let channel = channel.clone();
         thread::spawn(move || {
-            let mut worker = Worker::join(config, 0).unwrap();
+            let mut worker = channel.join(0).unwrap();
             let request = worker.recv().unwrap();
             worker.respond(&answer(&request)).unwrap();
         })
     };
     let (release, held) = mpsc::channel::<()>();
     let slow = {
-        let config = config.clone();
+        let channel = channel.clone();
         thread::spawn(move || {
-            let mut worker = Worker::join(config, 1).unwrap();
+            let mut worker = channel.join(1).unwrap();
             let request = worker.recv().unwrap();
             held.recv().unwrap();
             worker.respond(&answer(&request)).unwrap();
@@ -78,7 +78,7 @@ fn stopping_the_thread_mid_gather_is_prompt_and_loses_no_response() {
 
     release.send(()).unwrap();
     slow.join().unwrap();
-    let responses = coordinator.recv_all().unwrap();
+    let responses = coordinator.recv(All).unwrap();
     let sequences: Vec<u64> = responses.iter().map(|r| r.sequence).collect();
     assert_eq!(
         sequences,

@@ -5,14 +5,18 @@
 use std::thread;
 use std::time::Duration;
 
-use nodeipc_channel::{ChannelConfig, Coordinator, Error, Worker};
+use nodeipc_channel::{All, Channel, Coordinator, Error, First, Raw, Worker};
 use nodeipc_testkit::{Watchdog, unique_name};
 
-fn channel(tag: &str) -> (Coordinator, Worker) {
+fn channel(tag: &str) -> (Coordinator<Raw, Raw>, Worker<Raw, Raw>) {
     let timeout = Duration::from_secs(20);
     let name = unique_name(tag);
-    let coordinator =
-        Coordinator::create_anonymous(ChannelConfig::new(&name, 1).timeout(timeout)).unwrap();
+    let coordinator = Channel::anonymous(&name)
+        .workers(1)
+        .timeout(timeout)
+        .raw()
+        .create()
+        .unwrap();
     let worker = Worker::from_fds(
         &name,
         0,
@@ -35,7 +39,7 @@ fn a_sending_thread_and_a_gathering_thread_share_a_coordinator() {
             for i in 0..ROUNDS {
                 let request = worker.recv_in_place().unwrap();
                 let answer = request.bytes().to_vec();
-                request.respond_bytes(&answer).unwrap();
+                request.respond(&answer).unwrap();
                 assert_eq!(answer, i.to_le_bytes());
             }
         });
@@ -43,14 +47,14 @@ fn a_sending_thread_and_a_gathering_thread_share_a_coordinator() {
         let coordinator = &coordinator;
         s.spawn(move || {
             for i in 0..ROUNDS {
-                assert_eq!(coordinator.send_bytes(&i.to_le_bytes()).unwrap(), i);
+                assert_eq!(coordinator.send(&i.to_le_bytes()).unwrap(), i);
                 sent.send(()).unwrap();
             }
         });
         for i in 0..ROUNDS {
             // A gather waits for the request it answers to be sent.
             answered.recv().unwrap();
-            let gathered = coordinator.recv_all_bytes().unwrap();
+            let gathered = coordinator.recv(All).unwrap();
             assert_eq!(gathered.get(0).unwrap(), i.to_le_bytes());
         }
     });
@@ -61,21 +65,21 @@ fn regression_a_second_sender_or_gatherer_is_refused_by_name() {
     let _dog = Watchdog::new("second sender or gatherer", Duration::from_secs(60));
     let (coordinator, mut worker) = channel("roles-busy");
     let limit = Duration::from_secs(20);
-    coordinator.send_bytes(b"zero").unwrap();
+    coordinator.send(b"zero").unwrap();
     // The worker holds request 0 in place: its frame stays taken (depth 1),
     // so the next send waits, and no answer comes for a gather to take.
     let held = worker.recv_in_place().unwrap();
     thread::scope(|s| {
-        let sender = s.spawn(|| coordinator.send_bytes_timeout(b"one", limit));
+        let sender = s.spawn(|| coordinator.send_timeout(b"one", limit));
         let gatherer = s.spawn(|| {
             coordinator
-                .recv_all_bytes_timeout(limit)
+                .recv_timeout(All, limit)
                 .map(|gathered| gathered.get(0).unwrap().to_vec())
         });
         thread::sleep(Duration::from_millis(200));
-        match coordinator.send_bytes(b"two") {
+        match coordinator.send(b"two") {
             Err(Error::Busy { op, busy, rule, .. }) => {
-                assert_eq!((op, busy), ("send_bytes", "sending"));
+                assert_eq!((op, busy), ("send", "sending"));
                 assert!(
                     rule.contains("one sending and one gathering thread"),
                     "{rule}"
@@ -84,9 +88,9 @@ fn regression_a_second_sender_or_gatherer_is_refused_by_name() {
             other => panic!("a second sender was not refused: {other:?}"),
         }
         for refused in [
-            coordinator.recv_all_bytes().map(|_| ()),
+            coordinator.recv(All).map(|_| ()),
             coordinator.drain().map(|_| ()),
-            coordinator.recv_first_bytes().map(|_| ()),
+            coordinator.recv(First).map(|_| ()),
         ] {
             match refused {
                 Err(
@@ -99,20 +103,20 @@ fn regression_a_second_sender_or_gatherer_is_refused_by_name() {
                 other => panic!("a second gatherer was not refused: {other:?}"),
             }
         }
-        held.respond_bytes(b"answer zero").unwrap();
+        held.respond(b"answer zero").unwrap();
         assert_eq!(sender.join().unwrap().unwrap(), 1);
         assert_eq!(gatherer.join().unwrap().unwrap(), b"answer zero");
     });
     // Nothing was sent or taken for the refused calls.
     let request = worker.recv_in_place().unwrap();
     assert_eq!(request.bytes(), b"one");
-    request.respond_bytes(b"answer one").unwrap();
+    request.respond(b"answer one").unwrap();
     assert_eq!(
-        coordinator.recv_all_bytes().unwrap().get(0).unwrap(),
+        coordinator.recv(All).unwrap().get(0).unwrap(),
         b"answer one"
     );
     assert!(matches!(
-        coordinator.recv_all_bytes(),
+        coordinator.recv(All),
         Err(Error::NothingOutstanding { .. })
     ));
 }

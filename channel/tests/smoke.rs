@@ -4,7 +4,7 @@
 use std::thread;
 use std::time::Duration;
 
-use nodeipc_channel::{ChannelConfig, Coordinator, Error, SemKind, Worker};
+use nodeipc_channel::{Aggregated, All, Channel, ChannelBuilder, Error, First, SemKind, Worker};
 use nodeipc_proto::execute::{
     ExecuteRequest, ExecuteResponse, ExecuteType, ForwardRequest, PdErrorCode, PullKvResponse,
     PullKvResult, execute_request, execute_response,
@@ -37,12 +37,12 @@ fn answer(request: &ExecuteRequest, rank: u32) -> ExecuteResponse {
 }
 
 /// Workers as threads that answer `count` requests each, checking each one.
-fn spawn_workers(config: &ChannelConfig, count: u64) -> Vec<thread::JoinHandle<()>> {
-    (0..config.workers)
+fn spawn_workers(channel: &ChannelBuilder, count: u64) -> Vec<thread::JoinHandle<()>> {
+    (0..channel.config().workers)
         .map(|rank| {
-            let config = config.clone();
+            let channel = channel.clone();
             thread::spawn(move || {
-                let mut worker = Worker::join(config, rank).unwrap();
+                let mut worker = channel.join(rank).unwrap();
                 for sequence in 0..count {
                     let request = worker.recv().unwrap();
                     assert_eq!(
@@ -59,12 +59,13 @@ fn spawn_workers(config: &ChannelConfig, count: u64) -> Vec<thread::JoinHandle<(
 fn round_trips(sems: SemKind, workers: u32, depth: u32, count: u64) {
     let _dog = Watchdog::new("round_trips", Duration::from_secs(120));
     let name = unique_name("chan");
-    let config = ChannelConfig::new(&name, workers)
+    let channel = Channel::builder(&name)
+        .workers(workers)
         .depth(depth)
         .sems(sems)
         .timeout(Duration::from_secs(20));
-    let coordinator = Coordinator::create(config.clone()).unwrap();
-    let handles = spawn_workers(&config, count);
+    let coordinator = channel.create().unwrap();
+    let handles = spawn_workers(&channel, count);
     coordinator
         .wait_for_workers(Duration::from_secs(10))
         .unwrap();
@@ -77,7 +78,7 @@ fn round_trips(sems: SemKind, workers: u32, depth: u32, count: u64) {
         coordinator.send(&forward(sequence, 64)).unwrap();
         // Keep `depth` requests in flight.
         if sequence + 1 - next_to_gather >= u64::from(depth) {
-            let responses = coordinator.recv_all().unwrap();
+            let responses = coordinator.recv(All).unwrap();
             assert_eq!(responses.len(), workers as usize);
             for (rank, response) in responses.iter().enumerate() {
                 assert_eq!(response.sequence, next_to_gather);
@@ -89,14 +90,14 @@ fn round_trips(sems: SemKind, workers: u32, depth: u32, count: u64) {
         }
     }
     while next_to_gather < count {
-        assert_eq!(coordinator.recv_all().unwrap()[0].sequence, next_to_gather);
+        assert_eq!(coordinator.recv(All).unwrap()[0].sequence, next_to_gather);
         next_to_gather += 1;
     }
     for h in handles {
         h.join().unwrap();
     }
     assert!(matches!(
-        coordinator.recv_all(),
+        coordinator.recv(All),
         Err(Error::NothingOutstanding { .. })
     ));
 }
@@ -119,13 +120,15 @@ fn named_lock_step() {
 #[test]
 fn aggregation_prefers_a_failed_pull_kv_else_rank_0() {
     let _dog = Watchdog::new("aggregation", Duration::from_secs(60));
-    let config = ChannelConfig::new(unique_name("agg"), 3).timeout(Duration::from_secs(10));
-    let mut coordinator = Coordinator::create(config.clone()).unwrap();
+    let channel = Channel::builder(unique_name("agg"))
+        .workers(3)
+        .timeout(Duration::from_secs(10));
+    let coordinator = channel.create().unwrap();
     let handles: Vec<_> = (0..3u32)
         .map(|rank| {
-            let config = config.clone();
+            let channel = channel.clone();
             thread::spawn(move || {
-                let mut worker = Worker::join(config, rank).unwrap();
+                let mut worker = channel.join(rank).unwrap();
                 for round in 0..2u64 {
                     let request = worker.recv().unwrap();
                     let code = if round == 1 && rank == 2 {
@@ -158,7 +161,7 @@ fn aggregation_prefers_a_failed_pull_kv_else_rank_0() {
             ..Default::default()
         })
         .unwrap();
-    let all_ok = coordinator.recv_all_aggregated().unwrap();
+    let all_ok = coordinator.recv(Aggregated).unwrap();
     assert!(
         matches!(all_ok.result, Some(execute_response::Result::PullKvResponse(p)) if p.results[0].request_id == 0)
     );
@@ -168,7 +171,7 @@ fn aggregation_prefers_a_failed_pull_kv_else_rank_0() {
             ..Default::default()
         })
         .unwrap();
-    let failed = coordinator.recv_all_aggregated().unwrap();
+    let failed = coordinator.recv(Aggregated).unwrap();
     assert!(
         matches!(failed.result, Some(execute_response::Result::PullKvResponse(p)) if p.results[0].request_id == 2)
     );
@@ -178,21 +181,22 @@ fn aggregation_prefers_a_failed_pull_kv_else_rank_0() {
 }
 
 #[test]
-fn regression_recv_first_with_depth_never_deadlocks_a_slow_worker() {
-    // recv_first leaves the slow worker's answers behind; with depth > 1 the
+fn regression_a_first_gather_with_depth_never_deadlocks_a_slow_worker() {
+    // A First gather leaves the slow worker's answers behind; with depth > 1 the
     // coordinator can then block in send on that worker's frames while the
     // worker blocks on its full response slot. send must drain them.
-    let _dog = Watchdog::new("recv_first depth", Duration::from_secs(60));
-    let config = ChannelConfig::new(unique_name("first-depth"), 2)
+    let _dog = Watchdog::new("first gather depth", Duration::from_secs(60));
+    let channel = Channel::builder(unique_name("first-depth"))
+        .workers(2)
         .depth(4)
         .timeout(Duration::from_secs(10));
-    let coordinator = Coordinator::create(config.clone()).unwrap();
+    let coordinator = channel.create().unwrap();
     let count = 300u64;
     let handles: Vec<_> = (0..2u32)
         .map(|rank| {
-            let config = config.clone();
+            let channel = channel.clone();
             thread::spawn(move || {
-                let mut worker = Worker::join(config, rank).unwrap();
+                let mut worker = channel.join(rank).unwrap();
                 for _ in 0..count {
                     let request = worker.recv().unwrap();
                     if rank == 1 {
@@ -210,12 +214,12 @@ fn regression_recv_first_with_depth_never_deadlocks_a_slow_worker() {
     for sequence in 0..count {
         coordinator.send(&forward(sequence, 8)).unwrap();
         if sequence + 1 - gathered >= 4 {
-            assert_eq!(coordinator.recv_first().unwrap().1.sequence, gathered);
+            assert_eq!(coordinator.recv(First).unwrap().1.sequence, gathered);
             gathered += 1;
         }
     }
     while gathered < count {
-        coordinator.recv_first().unwrap();
+        coordinator.recv(First).unwrap();
         gathered += 1;
     }
     assert!(
@@ -230,9 +234,11 @@ fn regression_recv_first_with_depth_never_deadlocks_a_slow_worker() {
 #[test]
 fn regression_an_answer_after_the_coordinator_closed_fails_at_once() {
     let _dog = Watchdog::new("answer after close", Duration::from_secs(60));
-    let config = ChannelConfig::new(unique_name("closed"), 1).timeout(Duration::from_secs(30));
-    let coordinator = Coordinator::create(config.clone()).unwrap();
-    let mut worker = Worker::join(config, 0).unwrap();
+    let channel = Channel::builder(unique_name("closed"))
+        .workers(1)
+        .timeout(Duration::from_secs(30));
+    let coordinator = channel.create().unwrap();
+    let mut worker = channel.join(0).unwrap();
     coordinator.send(&forward(0, 1)).unwrap();
     let request = worker.recv().unwrap();
     worker.respond(&answer(&request, 0)).unwrap(); // the slot now holds an answer nobody takes
@@ -252,11 +258,12 @@ fn regression_an_answer_after_the_coordinator_closed_fails_at_once() {
 #[test]
 fn response_thread_hands_every_response_to_the_handler_and_stops_promptly() {
     let _dog = Watchdog::new("response thread", Duration::from_secs(60));
-    let config = ChannelConfig::new(unique_name("thread"), 2)
+    let channel = Channel::builder(unique_name("thread"))
+        .workers(2)
         .depth(2)
         .timeout(Duration::from_secs(10));
-    let mut coordinator = Coordinator::create(config.clone()).unwrap();
-    let handles = spawn_workers(&config, 200);
+    let mut coordinator = channel.create().unwrap();
+    let handles = spawn_workers(&channel, 200);
     coordinator
         .wait_for_workers(Duration::from_secs(10))
         .unwrap();
@@ -287,7 +294,7 @@ fn response_thread_hands_every_response_to_the_handler_and_stops_promptly() {
         "started twice"
     );
     assert!(
-        matches!(coordinator.recv_all(), Err(Error::ResponseThread { .. })),
+        matches!(coordinator.recv(All), Err(Error::ResponseThread { .. })),
         "gathered beside the thread"
     );
     for sequence in 0..200 {
@@ -319,24 +326,31 @@ fn response_thread_hands_every_response_to_the_handler_and_stops_promptly() {
 #[test]
 fn a_worker_of_another_shape_is_refused_naming_both_values() {
     let name = unique_name("shape");
-    let _coordinator =
-        Coordinator::create(ChannelConfig::new(&name, 2).timeout(Duration::from_secs(5))).unwrap();
-    let wrong = ChannelConfig::new(&name, 3).timeout(Duration::from_secs(5));
-    match Worker::join(wrong, 0) {
+    let _coordinator = Channel::builder(&name)
+        .workers(2)
+        .timeout(Duration::from_secs(5))
+        .create()
+        .unwrap();
+    let wrong = Channel::builder(&name)
+        .workers(3)
+        .timeout(Duration::from_secs(5));
+    match wrong.join(0) {
         Err(Error::Mismatch {
             what, ours, theirs, ..
         }) => assert_eq!((what, ours, theirs), ("worker count", 3, 2)),
         Err(other) => panic!("expected Mismatch, got {other}"),
         Ok(_) => panic!("a worker of another shape joined"),
     }
-    let right = ChannelConfig::new(&name, 2).timeout(Duration::from_secs(5));
+    let right = Channel::builder(&name)
+        .workers(2)
+        .timeout(Duration::from_secs(5));
     assert!(matches!(
-        Worker::join(right.clone(), 2),
+        right.join(2),
         Err(Error::RankOutOfRange { rank: 2, .. })
     ));
-    let _first = Worker::join(right.clone(), 1).unwrap();
+    let _first = right.join(1).unwrap();
     assert!(matches!(
-        Worker::join(right, 1),
+        right.join(1),
         Err(Error::RankTaken { rank: 1, .. })
     ));
 }
@@ -346,14 +360,15 @@ fn a_worker_that_leaves_can_rejoin_its_rank_where_it_stopped() {
     // Names are gone once every worker is in, so a worker comes back the way
     // the handshake brings it: over the regions' descriptors.
     let _dog = Watchdog::new("rejoin", Duration::from_secs(60));
-    let config = ChannelConfig::new(unique_name("rejoin"), 2)
+    let channel = Channel::builder(unique_name("rejoin"))
+        .workers(2)
         .depth(2)
         .timeout(Duration::from_secs(10));
-    let coordinator = Coordinator::create(config.clone()).unwrap();
+    let coordinator = channel.create().unwrap();
     let steady = {
-        let config = config.clone();
+        let channel = channel.clone();
         thread::spawn(move || {
-            let mut worker = Worker::join(config, 0).unwrap();
+            let mut worker = channel.join(0).unwrap();
             for _ in 0..30 {
                 let request = worker.recv().unwrap();
                 worker.respond(&answer(&request, 0)).unwrap();
@@ -370,11 +385,11 @@ fn a_worker_that_leaves_can_rejoin_its_rank_where_it_stopped() {
         })
         .collect();
     let rejoining = {
-        let name = config.name.clone();
+        let name = channel.config().name.clone();
         thread::spawn(move || {
             let mut next = 0;
             for (stint, (request_fd, response_fd)) in fds.into_iter().enumerate() {
-                let mut worker =
+                let mut worker: Worker =
                     Worker::from_fds(&name, 1, request_fd, response_fd, Duration::from_secs(10))
                         .unwrap_or_else(|e| panic!("stint {stint}: {e}"));
                 for _ in 0..10 {
@@ -395,7 +410,7 @@ fn a_worker_that_leaves_can_rejoin_its_rank_where_it_stopped() {
         .unwrap();
     for sequence in 0..30 {
         coordinator.send(&forward(sequence, 8)).unwrap();
-        let responses = coordinator.recv_all().unwrap();
+        let responses = coordinator.recv(All).unwrap();
         assert!(responses.iter().all(|r| r.sequence == sequence));
     }
     steady.join().unwrap();
@@ -405,13 +420,15 @@ fn a_worker_that_leaves_can_rejoin_its_rank_where_it_stopped() {
 #[test]
 fn a_taken_rank_cannot_be_joined_twice_but_a_left_one_can() {
     let name = unique_name("taken");
-    let config = ChannelConfig::new(&name, 1).timeout(Duration::from_secs(5));
-    let _coordinator = Coordinator::create(config.clone()).unwrap();
-    let first = Worker::join(config.clone(), 0).unwrap();
+    let channel = Channel::builder(&name)
+        .workers(1)
+        .timeout(Duration::from_secs(5));
+    let _coordinator = channel.create().unwrap();
+    let first = channel.join(0).unwrap();
     assert!(matches!(
-        Worker::join(config.clone(), 0),
+        channel.join(0),
         Err(Error::RankTaken { rank: 0, .. })
     ));
     drop(first);
-    Worker::join(config, 0).expect("a rank left cleanly is free again");
+    channel.join(0).expect("a rank left cleanly is free again");
 }

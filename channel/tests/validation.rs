@@ -9,7 +9,7 @@
 use std::sync::mpsc;
 use std::time::Duration;
 
-use nodeipc_channel::{ChannelConfig, Coordinator, Error, Worker};
+use nodeipc_channel::{Aggregated, All, Channel, Coordinator, Error, Init, Worker};
 use nodeipc_proto::execute::{ExecuteRequest, ExecuteResponse, ExecuteType};
 use nodeipc_testkit::{Watchdog, shm_leftovers, unique_name};
 
@@ -18,10 +18,12 @@ const WORKERS: u32 = 3;
 /// A coordinator and `WORKERS` workers that have joined; the names are gone.
 fn channel(tag: &str) -> (String, Coordinator, Vec<Worker>) {
     let name = unique_name(tag);
-    let config = ChannelConfig::new(&name, WORKERS).timeout(Duration::from_secs(10));
-    let coordinator = Coordinator::create(config.clone()).unwrap();
+    let channel = Channel::builder(&name)
+        .workers(WORKERS)
+        .timeout(Duration::from_secs(10));
+    let coordinator = channel.create().unwrap();
     let workers = (0..WORKERS)
-        .map(|rank| Worker::join(config.clone(), rank).unwrap())
+        .map(|rank| channel.join(rank).unwrap())
         .collect();
     coordinator
         .wait_for_workers(Duration::from_secs(10))
@@ -145,7 +147,7 @@ fn assert_unknown_type<T: std::fmt::Debug>(
 /// slot was consumed, nobody is a request behind.
 fn assert_in_step(coordinator: &mut Coordinator, workers: &mut [Worker], sequence: u64) {
     round(coordinator, workers, sequence, false, |_, r| ok(r));
-    let responses = coordinator.recv_all().unwrap();
+    let responses = coordinator.recv(All).unwrap();
     assert_eq!(responses.len(), WORKERS as usize);
     assert!(
         responses.iter().all(|r| r.sequence == sequence),
@@ -158,7 +160,7 @@ fn a_non_zero_status_is_worker_failed_with_rank_status_and_message() {
     let _dog = Watchdog::new("worker failed", Duration::from_secs(60));
     let (name, mut coordinator, mut workers) = channel("failed");
 
-    // recv_all: only rank 1 fails.
+    // recv(All): only rank 1 fails.
     round(&mut coordinator, &mut workers, 10, false, |rank, r| {
         if rank == 1 {
             failed(rank, r, 13)
@@ -166,10 +168,10 @@ fn a_non_zero_status_is_worker_failed_with_rank_status_and_message() {
             ok(r)
         }
     });
-    assert_worker_failed(coordinator.recv_all(), &name, 1, 10, 13);
+    assert_worker_failed(coordinator.recv(All), &name, 1, 10, 13);
     assert_in_step(&mut coordinator, &mut workers, 11);
 
-    // recv_all_aggregated, a negative status from the last rank.
+    // recv(Aggregated), a negative status from the last rank.
     round(&mut coordinator, &mut workers, 12, false, |rank, r| {
         if rank == 2 {
             failed(rank, r, -2)
@@ -177,7 +179,7 @@ fn a_non_zero_status_is_worker_failed_with_rank_status_and_message() {
             ok(r)
         }
     });
-    assert_worker_failed(coordinator.recv_all_aggregated(), &name, 2, 12, -2);
+    assert_worker_failed(coordinator.recv(Aggregated), &name, 2, 12, -2);
     assert_in_step(&mut coordinator, &mut workers, 13);
 
     // Two ranks fail: the first in rank order is reported.
@@ -188,14 +190,14 @@ fn a_non_zero_status_is_worker_failed_with_rank_status_and_message() {
             failed(rank, r, 100 + rank as i32)
         }
     });
-    assert_worker_failed(coordinator.recv_all(), &name, 1, 14, 101);
+    assert_worker_failed(coordinator.recv(All), &name, 1, 14, 101);
     assert_in_step(&mut coordinator, &mut workers, 15);
 
-    // recv_init reads the init slots and validates them the same way.
+    // recv(Init) reads the init slots and validates them the same way.
     round(&mut coordinator, &mut workers, 16, true, |rank, r| {
         if rank == 2 { failed(rank, r, 7) } else { ok(r) }
     });
-    assert_worker_failed(coordinator.recv_init(), &name, 2, 16, 7);
+    assert_worker_failed(coordinator.recv(Init), &name, 2, 16, 7);
     assert_in_step(&mut coordinator, &mut workers, 17);
 
     drop(workers);
@@ -221,7 +223,7 @@ fn an_unknown_msg_type_is_unknown_message_type_with_rank_and_value() {
         }
         response
     });
-    assert_unknown_type(coordinator.recv_all(), &name, 2, unknown);
+    assert_unknown_type(coordinator.recv(All), &name, 2, unknown);
     assert_in_step(&mut coordinator, &mut workers, 21);
 
     // A negative value, through the aggregated gather.
@@ -232,7 +234,7 @@ fn an_unknown_msg_type_is_unknown_message_type_with_rank_and_value() {
         }
         response
     });
-    assert_unknown_type(coordinator.recv_all_aggregated(), &name, 0, -1);
+    assert_unknown_type(coordinator.recv(Aggregated), &name, 0, -1);
     assert_in_step(&mut coordinator, &mut workers, 23);
 
     // In an init slot.
@@ -243,7 +245,7 @@ fn an_unknown_msg_type_is_unknown_message_type_with_rank_and_value() {
         }
         response
     });
-    assert_unknown_type(coordinator.recv_init(), &name, 1, unknown);
+    assert_unknown_type(coordinator.recv(Init), &name, 1, unknown);
     assert_in_step(&mut coordinator, &mut workers, 25);
 
     drop(workers);

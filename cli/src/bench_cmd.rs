@@ -6,7 +6,7 @@ use std::cell::{Cell, RefCell};
 use std::io::{IsTerminal, Write};
 
 use clap::{Args, Subcommand};
-use nodeipc_benches::suite::{self, Options, Report, Row};
+use nodeipc_cli::bench::suite::{self, Options, Report, Row};
 
 use crate::limits::{u32_in, u64_in, usize_in};
 use crate::{CmdResult, Failure};

@@ -5,7 +5,7 @@
 //! one line on stderr on failure, 2 for a usage error, 3 when `sem wait`
 //! times out, 128 + the signal's number when `demo` or `launch` is stopped
 //! by a terminating signal (SIGINT, SIGTERM, SIGHUP, ...: see
-//! `nodeipc_monitor::terminating_signals`). Standard output goes through
+//! `nodeipc_fdpass::terminating_signals`). Standard output goes through
 //! [`output`], so a reader that leaves early ends the output quietly, never
 //! the work.
 #![deny(unsafe_op_in_unsafe_fn)]
@@ -113,9 +113,11 @@ pub(crate) type CmdResult = Result<(), Failure>;
 fn main() -> ExitCode {
     // The monitor logs through the `log` facade: its lines go to stderr,
     // one per record, as `nodeipc-monitor[PID] info: …`.
-    nodeipc_monitor::StderrLogger::install();
-    // Benchmark peers and monitors are this binary, spawned again.
-    nodeipc_benches::run_if_peer();
+    nodeipc_monitor_host::StderrLogger::install();
+    // Monitors (the demo's, the launcher's, `bench`'s) and benchmark peers
+    // are this binary, spawned again.
+    nodeipc_monitor_host::run_if_server();
+    nodeipc_cli::bench::run_if_peer();
     let cli = match parse() {
         Ok(cli) => cli,
         Err(e) => return usage_error(e),
@@ -173,8 +175,13 @@ fn parse() -> Result<Cli, clap::Error> {
             .mut_subcommands(negatives_are_values)
     }
     let mut command = negatives_are_values(Cli::command());
-    let matches = command.try_get_matches_from_mut(std::env::args_os())?;
-    Cli::from_arg_matches(&matches).map_err(|e| e.format(&mut command))
+    let raw: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    let matches = command.try_get_matches_from_mut(&raw)?;
+    let mut cli = Cli::from_arg_matches(&matches).map_err(|e| e.format(&mut command))?;
+    if let Command::Launch(args) = &mut cli.command {
+        launch::mark_after_dashes(args, &raw);
+    }
+    Ok(cli)
 }
 
 /// Help and version go out as clap writes them; a usage error becomes one

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use clap::Subcommand;
 use nodeipc_monitor::{ControlClient, MonitorConfig};
+use nodeipc_monitor_host::{MonitorConfigFile, StatusJson};
 
 use crate::{CmdResult, Failure};
 
@@ -19,7 +20,7 @@ pub(crate) enum MonitorCommand {
         /// writable by group or others.
         #[arg(long)]
         socket: PathBuf,
-        /// A JSON configuration file (see the nodeipc-monitor README);
+        /// A JSON configuration file (see the nodeipc-monitor-host README);
         /// defaults when absent.
         #[arg(long)]
         config: Option<PathBuf>,
@@ -51,7 +52,7 @@ pub(crate) fn run(command: MonitorCommand) -> CmdResult {
                 Some(file) => MonitorConfig::load(file)?,
                 None => MonitorConfig::default(),
             };
-            nodeipc_monitor::serve(socket, config)?;
+            nodeipc_monitor_host::serve(socket, config)?;
             Ok(())
         }
         MonitorCommand::Status {

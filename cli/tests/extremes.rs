@@ -54,6 +54,9 @@ const NUMERIC: &[(&str, &[&str])] = &[
             "--node-rank",
             "--rdzv-ttl",
             "--rdzv-timeout",
+            "--redirects",
+            "--tee",
+            "--local-ranks-filter",
         ],
     ),
 ];
@@ -78,6 +81,8 @@ const NOT_NUMERIC: &[&str] = &[
     "--rdzv-endpoint",
     "--rdzv-id",
     "--local-addr",
+    "--python",
+    "--log-dir",
     // `launch`'s usage line: `-- <COMMAND>...`.
     "--",
     "--dir",
@@ -368,11 +373,18 @@ fn launch_options_at_the_extremes() {
         "--node-rank",
         "--rdzv-ttl",
         "--rdzv-timeout",
+        "--redirects",
+        "--tee",
+        "--local-ranks-filter",
     ] {
         for value in EXTREMES {
             let mut args = vec!["launch", "--run-dir", run_dir];
             if option != "--nproc" {
                 args.extend(["--nproc", "1"]);
+            }
+            // Output taken is written nowhere: nothing left in /tmp.
+            if matches!(option, "--redirects" | "--tee" | "--local-ranks-filter") {
+                args.extend(["--log-dir", "/dev/null"]);
             }
             args.extend([option, value, "--", "true"]);
             let out = nodeipc(&args, None);

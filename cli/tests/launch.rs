@@ -10,7 +10,7 @@ mod launch_kit;
 use std::time::{Duration, Instant};
 
 use launch_kit::*;
-use nodeipc_testkit::{TempDir, Watchdog, spawn_child};
+use nodeipc_testkit::{TempDir, Watchdog, shm_leftovers, spawn_child};
 
 /// The rank program the tests below run (not a test of its own).
 #[test]
@@ -63,7 +63,13 @@ fn every_rank_exits_0_with_the_environment_of_nodeipc_and_torchrun() {
             dir.path().display().to_string()
         );
     }
-    assert!(groups.iter().all(|g| *g == groups[0] && !g.is_empty()));
+    // With the leading '/' every face's group constructor needs.
+    assert!(
+        groups
+            .iter()
+            .all(|g| *g == groups[0] && g.starts_with("/nodeipc-") && g.ends_with("-r0")),
+        "{groups:?}"
+    );
     assert!(
         ports
             .iter()
@@ -73,6 +79,27 @@ fn every_rank_exits_0_with_the_environment_of_nodeipc_and_torchrun() {
     assert_eq!(count(&events, "rank_started"), 3);
     assert_eq!(count(&events, "rank_exited"), 3);
     assert_eq!(events.last().unwrap()["exit_code"], 0);
+    assert_no_run_dir(&dir);
+}
+
+#[test]
+fn regression_ranks_join_the_group_named_by_nodeipc_group_verbatim() {
+    let _watchdog = Watchdog::new("launch group", Duration::from_secs(60));
+    let dir = TempDir::new("launch-group");
+    let out = run(&dir, "group", &["--nproc", "2"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let mut names = Vec::new();
+    for rank in 0..2 {
+        let text = std::fs::read_to_string(dir.join(&format!("group-{rank}"))).unwrap();
+        let (name, gathered) = text.split_once('\n').unwrap();
+        assert_eq!(gathered, "rust rank 0, rust rank 1", "rank {rank}");
+        names.push(name.to_owned());
+    }
+    assert!(
+        names[0] == names[1] && names[0].starts_with("/nodeipc-") && names[0].ends_with("-r0"),
+        "{names:?}"
+    );
+    assert!(shm_leftovers(&names[0]).is_empty());
     assert_no_run_dir(&dir);
 }
 

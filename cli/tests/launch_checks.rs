@@ -83,8 +83,10 @@ fn set_operstate(operstate: &Path, state: &str) {
 }
 
 /// Once both ranks run, sets the NIC's state to `state`, and checks that
-/// the launch fired on it, restarted the round once and exited 0 after the
-/// second round, leaving no run directory.
+/// the launch fired on it and restarted the round; the NIC still down,
+/// the node then fails its checks before the next round starts any rank
+/// (as nvidia-resiliency-ext's launcher checks before each rendezvous), and
+/// the launch exits 1 saying why, leaving no run directory.
 fn the_round_restarts_once_when_the_nic_goes(
     dir: &TempDir,
     operstate: &Path,
@@ -95,7 +97,17 @@ fn the_round_restarts_once_when_the_nic_goes(
     set_operstate(operstate, state);
     let status = launch.wait_timeout(Duration::from_secs(20));
     let events = events(dir);
-    assert_eq!(status.code(), Some(0), "{events:?}");
+    assert_eq!(status.code(), Some(1), "{events:?}");
+    let last = events.last().unwrap()["summary"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(
+        last.contains("this node is unhealthy, round 1 not started")
+            && last.contains(&format!("NIC eth0 is {state}")),
+        "{last}"
+    );
+    assert_eq!(count(&events, "rank_started"), 2, "round 1 started no rank");
     let fired: Vec<_> = events
         .iter()
         .filter(|e| e["event"] == "monitor_fired")
@@ -215,7 +227,12 @@ fn a_health_section_naming_a_nic_that_is_not_there_is_refused_at_start() {
 #[test]
 fn a_gpu_check_without_nvml_is_reported_unavailable_and_the_launch_runs() {
     let _watchdog = Watchdog::new("launch gpu", Duration::from_secs(60));
-    if nodeipc_monitor::Nvml::load().is_ok() {
+    let gpu_only = nodeipc_monitor::HealthConfig {
+        gpu: Some(nodeipc_monitor::GpuHealth::default()),
+        nic: None,
+    };
+    let nvml = nodeipc_monitor_host::HealthChecks::checks_with_nvml(&gpu_only, 0).unwrap();
+    if nvml.unavailable.is_empty() {
         // A machine with NVML runs the check for real; this test is about
         // one without.
         nodeipc_testkit::skip("launch gpu unavailable", "NVML is installed here");
@@ -320,7 +337,7 @@ fn an_unmodified_style_python_rank_gets_torchrun_variables_and_is_restarted_afte
 }
 
 #[test]
-fn an_nvrx_config_file_is_read_with_a_warning_per_key_not_used() {
+fn an_nvrx_config_file_is_read_with_a_warning_per_key_without_effect() {
     let _watchdog = Watchdog::new("launch nvrx", Duration::from_secs(60));
     let dir = TempDir::new("launch-nvrx");
     let config = dir.join("ft.yaml");
@@ -347,11 +364,11 @@ fn an_nvrx_config_file_is_read_with_a_warning_per_key_not_used() {
     assert_eq!(out.status.code(), Some(0), "{err}");
     let warnings: Vec<&str> = err
         .lines()
-        .filter(|l| l.contains("is not used by nodeipc"))
+        .filter(|l| l.contains("accepted, no effect"))
         .collect();
     assert_eq!(warnings.len(), 1, "{err}");
     assert!(
-        warnings[0].contains("ft.yaml") && warnings[0].contains("\"log_level\""),
+        warnings[0].contains("ft.yaml: fault_tolerance.log_level"),
         "{err}"
     );
     // Their 0.3 s initial heartbeat timeout fired on the hung rank.
@@ -467,4 +484,39 @@ fn regression_run_dir_and_events_file_are_checked_before_anything_starts() {
     let out = launch_with_paths(&dir, &good, &events);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     assert!(dir.join("env-1-0").exists());
+}
+
+/// A node whose NIC is down before the first round starts no rank and says
+/// why (the checks run before each round, not only while ranks run).
+#[test]
+fn a_node_failing_its_checks_before_a_round_starts_no_rank() {
+    let _watchdog = Watchdog::new("launch nic before", Duration::from_secs(60));
+    let dir = TempDir::new("launch-nic-before");
+    let sys = dir.join("sys");
+    let operstate = sys.join("class/net/eth0/operstate");
+    std::fs::create_dir_all(operstate.parent().unwrap()).unwrap();
+    std::fs::write(&operstate, "down\n").unwrap();
+    let out = run(
+        &dir,
+        "env",
+        &[
+            "--nproc",
+            "2",
+            "--max-restarts",
+            "3",
+            "--nic",
+            "eth0",
+            "--sysfs-root",
+            sys.to_str().unwrap(),
+        ],
+    );
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("this node is unhealthy, round 0 not started")
+            && err.contains("NIC eth0 is down"),
+        "{err}"
+    );
+    assert_eq!(count(&events(&dir), "rank_started"), 0, "{err}");
+    assert_no_run_dir(&dir);
 }

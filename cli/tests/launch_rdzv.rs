@@ -83,7 +83,7 @@ fn torchrun_spellings_reach_the_same_checks() {
                 "--rdzv-id",
                 "j",
             ],
-            "\"c10d\" is not supported",
+            "--rdzv-backend c10d is torch's rendezvous: across nodes nodeipc meets through etcd",
         ),
         (
             &[

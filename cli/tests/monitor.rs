@@ -7,9 +7,9 @@ use std::time::{Duration, Instant};
 
 use nodeipc_fdpass::{Pidfd, Signal};
 use nodeipc_monitor::{
-    MonitorClient, MonitorConfig, MonitorStatus, RankInfo, RankState, SpawnOptions,
-    control_socket_path,
+    MonitorClient, MonitorConfig, MonitorStatus, RankInfo, RankState, control_socket_path,
 };
+use nodeipc_monitor_host::{SpawnOptions, StatusJson};
 use nodeipc_testkit::{TempDir, Watchdog, spawn_child};
 
 fn nodeipc(args: &[&str]) -> Output {
@@ -148,7 +148,7 @@ fn spawn_monitor_runs_the_cli_as_its_program() {
         termination_signal: Signal::TERM,
         ..MonitorConfig::default()
     };
-    let monitor = nodeipc_monitor::spawn_monitor_with(&config, &socket, options).unwrap();
+    let monitor = nodeipc_monitor_host::spawn_monitor_with(&config, &socket, options).unwrap();
     let status = monitor.status().unwrap();
     assert_eq!(status.kill_after_ms, Some(750));
     assert_eq!(status.termination_signal, Signal::TERM.as_raw());

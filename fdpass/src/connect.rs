@@ -16,8 +16,8 @@ use rustix::event::{PollFd, PollFlags};
 use rustix::io::Errno;
 use rustix::net::{AddressFamily, SocketAddrUnix, SocketFlags, SocketType};
 
-use crate::timeout::timespec;
 use crate::{Error, Result};
+use nodeipc_shm::wait::timespec;
 
 /// Room in `sockaddr_un.sun_path`, the terminating NUL excluded.
 const SUN_PATH_MAX: usize = 107;

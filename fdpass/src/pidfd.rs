@@ -9,8 +9,8 @@ use rustix::process::{Pid, PidfdFlags, PidfdGetfdFlags};
 
 pub use rustix::process::Signal;
 
-use crate::timeout::timespec;
 use crate::{Error, ForeignFd, Result};
+use nodeipc_shm::wait::timespec;
 
 /// A descriptor referring to one process (`pidfd_open`). Unlike its pid it
 /// can never come to mean another process: signals sent through it reach
@@ -50,6 +50,11 @@ impl Pidfd {
         let fd = rustix::process::pidfd_open(raw, PidfdFlags::empty())
             .map_err(|e| pidfd_error(e, "pidfd_open", "5.3", pid, None))?;
         Ok(Pidfd { fd, pid })
+    }
+
+    /// A pidfd the kernel handed us another way (`SO_PEERPIDFD`), for `pid`.
+    pub(crate) fn from_owned(fd: OwnedFd, pid: u32) -> Pidfd {
+        Pidfd { fd, pid }
     }
 
     /// The pid this pidfd was opened for.

@@ -1,7 +1,8 @@
 //! `/proc/<pid>/stat`, the tree's one reader of it: start times, which with
 //! the pid name one process for good (a recycled pid comes with a later
-//! start time), and parents (the monitor's check that a pid is a client's
-//! own or its descendant's).
+//! start time), parents (the monitor's check that a pid is a client's own
+//! or its descendant's), process groups and states (the launcher's sweep of
+//! what its ranks left behind).
 //!
 //! Only the kernel saying there is no such process (`ENOENT`, `ESRCH`) means
 //! the process is gone. Any other failure to read — out of descriptors
@@ -22,15 +23,31 @@ const READ_OWN_STAT: &str = "read /proc/self/stat";
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct ProcStat {
+    /// Its state (field 3): `R` running, `S` sleeping, `Z` zombie, `X`
+    /// dead, ... (see [`is_exited`](ProcStat::is_exited)).
+    pub state: char,
     /// Its parent's pid (field 4); 0 for a process whose parent is outside
     /// our pid namespace.
     pub ppid: u32,
+    /// Its process group (field 5).
+    pub pgrp: u32,
     /// Its start time in clock ticks since boot (field 22): with the pid it
     /// names one process for good.
     pub start_time: u64,
 }
 
+impl ProcStat {
+    /// Whether the process has exited and only waits to be reaped: state
+    /// `Z` (zombie) or `X` (dead).
+    pub fn is_exited(&self) -> bool {
+        matches!(self.state, 'Z' | 'X')
+    }
+}
+
 /// Reads `/proc/<pid>/stat`: the one reader of that file in the tree.
+///
+/// Performs `open("/proc/<pid>/stat")` and `read`; only `ENOENT` or
+/// `ESRCH` with `/proc` mounted means the process is gone.
 ///
 /// # Errors
 /// [`Error::ProcessGone`] when there is no such process (`ENOENT`, `ESRCH`,
@@ -43,8 +60,13 @@ pub struct ProcStat {
 /// ```
 /// let me = nodeipc_fdpass::process_stat(std::process::id())?;
 /// assert_eq!(me.ppid, std::os::unix::process::parent_id());
+/// assert!(!me.is_exited());
 /// # Ok::<(), nodeipc_fdpass::Error>(())
 /// ```
+///
+/// # References
+/// - [Linux `proc_pid_stat(5)`](https://man7.org/linux/man-pages/man5/proc_pid_stat.5.html)
+#[doc(alias = "/proc/pid/stat")]
 pub fn process_stat(pid: u32) -> Result<ProcStat> {
     let stat = match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
         Ok(stat) => stat,
@@ -126,9 +148,15 @@ fn parse(stat: &str) -> std::result::Result<ProcStat, Missing> {
     // Fields 3, 4, … follow: field n is the (n - 3)th of them.
     let field = |n: usize| after_comm.split_ascii_whitespace().nth(n - 3);
     Ok(ProcStat {
+        state: field(3)
+            .and_then(|f| f.parse().ok())
+            .ok_or(Missing("no state in field 3"))?,
         ppid: field(4)
             .and_then(|f| f.parse().ok())
             .ok_or(Missing("no parent pid in field 4"))?,
+        pgrp: field(5)
+            .and_then(|f| f.parse().ok())
+            .ok_or(Missing("no process group in field 5"))?,
         start_time: field(22)
             .and_then(|f| f.parse().ok())
             .ok_or(Missing("no start time in field 22"))?,
@@ -145,7 +173,9 @@ mod tests {
         assert_eq!(
             parse(stat).ok(),
             Some(ProcStat {
+                state: 'S',
                 ppid: 1234,
+                pgrp: 4242,
                 start_time: 987654
             })
         );
@@ -154,8 +184,10 @@ mod tests {
     #[test]
     fn a_short_line_names_the_missing_field() {
         let missing = |stat: &str| parse(stat).err().map(|m| m.0);
-        assert_eq!(missing("1 (init) S 0"), Some("no start time in field 22"));
+        assert_eq!(missing("1 (init) S 0 1"), Some("no start time in field 22"));
+        assert_eq!(missing("1 (init) S 0"), Some("no process group in field 5"));
         assert_eq!(missing("1 (init) S"), Some("no parent pid in field 4"));
+        assert_eq!(missing("1 (init)"), Some("no state in field 3"));
         assert_eq!(
             missing("no parenthesis"),
             Some("no command name (field 2) in the stat line")

@@ -1,11 +1,14 @@
 //! `Listener::bind` refuses the traps around a socket path and replaces a
-//! stale socket; the socket file is 0600 and removed on drop.
+//! stale socket; the socket file is 0600 and removed on drop. A peer's
+//! pidfd names the process that connected.
 
 use std::os::unix::fs::{FileTypeExt, PermissionsExt};
 use std::os::unix::net::{UnixListener, UnixStream};
+use std::time::{Duration, Instant};
 
-use nodeipc_fdpass::{Error, Listener};
-use nodeipc_testkit::TempDir;
+use nodeipc_fdpass::{Error, Listener, peer_pidfd};
+use nodeipc_testkit::{TempDir, Watchdog, skip, spawn_child, this_test_in_a_child};
+use rustix::io::Errno;
 
 fn private_dir(tag: &str) -> TempDir {
     let dir = TempDir::new(tag);
@@ -116,4 +119,52 @@ fn regression_the_socket_is_0600_from_its_bind_under_umask_000() {
     );
     assert!(out.status.success(), "child failed: {context}");
     assert!(context.contains("child socket mode 600"), "{context}");
+}
+
+/// Set in the child of [`peer_pidfd_is_the_process_that_connected`]: the
+/// socket it connects to.
+const CONNECTING_CHILD: &str = "NODEIPC_FDPASS_TEST_PEER_PIDFD_CHILD";
+
+/// `peer_pidfd` (`SO_PEERPIDFD`) names the process that connected — a child
+/// here, not the listener's own process — and sees it die.
+#[test]
+fn peer_pidfd_is_the_process_that_connected() {
+    const TEST: &str = "peer_pidfd_is_the_process_that_connected";
+    if let Some(path) = std::env::var_os(CONNECTING_CHILD) {
+        let _stream = UnixStream::connect(path).unwrap();
+        // Held until the parent kills us.
+        std::thread::sleep(Duration::from_secs(60));
+        return;
+    }
+    let _dog = Watchdog::new(TEST, Duration::from_secs(60));
+    let dir = private_dir("peer-pidfd");
+    let path = dir.join("sock");
+    let listener = Listener::bind(&path).unwrap();
+    let mut child = spawn_child(this_test_in_a_child(TEST).env(CONNECTING_CHILD, &path));
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let (stream, peer) = loop {
+        if let Some(accepted) = listener.accept().unwrap() {
+            break accepted;
+        }
+        assert!(Instant::now() < deadline, "the child never connected");
+        std::thread::sleep(Duration::from_millis(5));
+    };
+    assert_eq!(peer.pid, child.id());
+    let pidfd = match peer_pidfd(&stream) {
+        Ok(pidfd) => pidfd,
+        Err(Error::Io { source, .. })
+            if source.raw_os_error() == Some(Errno::NOPROTOOPT.raw_os_error()) =>
+        {
+            skip(TEST, "this kernel has no SO_PEERPIDFD (Linux 6.5)");
+            return;
+        }
+        Err(e) => panic!("peer_pidfd: {e}"),
+    };
+    assert_eq!(pidfd.pid(), child.id());
+    assert!(pidfd.is_alive());
+    child.kill_unreaped(Duration::from_secs(30));
+    assert!(
+        pidfd.has_exited().unwrap(),
+        "a dead peer's pidfd says it exited"
+    );
 }

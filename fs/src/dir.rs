@@ -62,6 +62,48 @@ pub fn create_unique_private_dir(parent: &Path, prefix: &str) -> Result<PathBuf>
     Err(last.expect("the loop ran"))
 }
 
+/// A private directory with an unpredictable name
+/// ([`create_unique_private_dir`]), removed with everything in it when
+/// dropped: a run's scratch space for sockets, logs and config files (the
+/// demo's, a launch's run directory, a benchmark's monitor).
+///
+/// Removal is `remove_dir_all`, which never follows a link out of the
+/// directory; what cannot be removed is left, silently (drop cannot fail).
+#[derive(Debug)]
+pub struct PrivateDir {
+    path: PathBuf,
+}
+
+impl PrivateDir {
+    /// Creates `<parent>/<prefix><16 random hex digits>`, mode 0700 from
+    /// the first moment.
+    ///
+    /// Performs `getrandom`, then `mkdir(path, 0700)` (see
+    /// [`create_unique_private_dir`]).
+    ///
+    /// # Errors
+    /// As [`create_unique_private_dir`].
+    ///
+    /// # References
+    /// - [Linux `mkdir(2)`](https://man7.org/linux/man-pages/man2/mkdir.2.html)
+    /// - [`mkdtemp(3)`](https://man7.org/linux/man-pages/man3/mkdtemp.3.html), which it resembles
+    #[doc(alias = "mkdtemp")]
+    pub fn create(parent: &Path, prefix: &str) -> Result<PrivateDir> {
+        create_unique_private_dir(parent, prefix).map(|path| PrivateDir { path })
+    }
+
+    /// The directory.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+impl Drop for PrivateDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.path);
+    }
+}
+
 /// Checks that `path` is a directory (not a link to one) of our effective
 /// uid with mode exactly 0700.
 ///

@@ -114,6 +114,10 @@ pub fn read_capped(path: &Path, rule: ModeRule, max: u64) -> Result<Vec<u8>> {
 ///
 /// # Errors
 /// [`Error::Io`] (`EEXIST` when the path is taken).
+///
+/// # References
+/// - [Linux `open(2)`](https://man7.org/linux/man-pages/man2/open.2.html), `O_EXCL`, `O_NOFOLLOW`
+/// - [Linux `fchmod(2)`](https://man7.org/linux/man-pages/man2/fchmod.2.html)
 #[doc(alias = "O_EXCL")]
 pub fn create_exclusive(path: &Path, mode: u32) -> Result<OwnedFd> {
     let flags = OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::RDWR | OFlags::CLOEXEC;
@@ -145,7 +149,12 @@ pub enum Existing {
 
 /// Opens a file to write output into, at a path someone else may have
 /// planted something at: the one way nodeipc's commands create their
-/// output files (events, logs, manual pages).
+/// output files (the launcher's events, the monitor's log, manual pages).
+///
+/// Performs `open(path, O_CREAT | O_EXCL | O_NOFOLLOW | O_RDWR |
+/// O_CLOEXEC, mode)`; when the path is taken, `open(path, O_RDWR |
+/// O_NONBLOCK | O_NOFOLLOW | O_NOCTTY | O_CLOEXEC)`, `fstat`, `fstatfs`,
+/// then `fcntl(F_SETFL, O_APPEND)` or `ftruncate(0)`.
 ///
 /// A new file is made with [`create_exclusive`] (`O_CREAT | O_EXCL |
 /// O_NOFOLLOW`, `mode`). When the path is taken, what is there is opened
@@ -161,6 +170,12 @@ pub enum Existing {
 /// [`Error::NotRegular`] naming what is there and its owner (a symlink, a
 /// FIFO, a directory, a kernel interface file), [`Error::Untrusted`]
 /// naming owner and mode, [`Error::Io`].
+///
+/// # References
+/// - [Linux `open(2)`](https://man7.org/linux/man-pages/man2/open.2.html), `O_APPEND`, `O_NOFOLLOW`, `O_NONBLOCK`
+/// - [Linux `statfs(2)`](https://man7.org/linux/man-pages/man2/statfs.2.html)
+#[doc(alias = "O_APPEND")]
+#[doc(alias = "log file")]
 pub fn create_output(path: &Path, mode: u32, existing: Existing) -> Result<OwnedFd> {
     let fd = match create_exclusive(path, mode) {
         Ok(fd) => return Ok(fd),

@@ -4,7 +4,7 @@ use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::time::Duration;
 
 use nodeipc_fs::{
-    Error, Existing, ModeRule, check_private_dir, create_exclusive, create_output,
+    Error, Existing, ModeRule, PrivateDir, check_private_dir, create_exclusive, create_output,
     create_private_dir, create_unique_private_dir, open_regular, read_capped,
 };
 use nodeipc_testkit::{NOBODY, TempDir, Watchdog, deny_chmod, is_root, skip, spawn_child};
@@ -320,6 +320,32 @@ fn private_dirs_are_0700_ours_and_never_adopted() {
             ..
         })
     ));
+}
+
+/// A `PrivateDir` is a private directory while it lives and is gone, with
+/// what was made in it, once dropped; a link in it is removed, never
+/// followed out of it.
+#[test]
+fn a_private_dir_removes_itself_and_its_contents_on_drop() {
+    let parent = TempDir::new("fs-private");
+    let outside = parent.join("outside");
+    std::fs::write(&outside, b"keep").unwrap();
+    let dir = PrivateDir::create(parent.path(), "scratch-").unwrap();
+    let path = dir.path().to_owned();
+    assert!(
+        path.file_name()
+            .unwrap()
+            .to_str()
+            .unwrap()
+            .starts_with("scratch-")
+    );
+    check_private_dir(&path).unwrap();
+    drop(create_exclusive(&path.join("log"), 0o600).unwrap());
+    std::fs::create_dir(path.join("sub")).unwrap();
+    std::os::unix::fs::symlink(&outside, path.join("sub/link")).unwrap();
+    drop(dir);
+    assert!(!path.exists(), "{} outlived its PrivateDir", path.display());
+    assert_eq!(std::fs::read(&outside).unwrap(), b"keep");
 }
 
 /// Set in the child of the umask test: the directory to make there.

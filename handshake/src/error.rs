@@ -86,16 +86,24 @@ pub enum Error {
     },
 }
 
-impl From<Error> for io::Error {
-    fn from(error: Error) -> io::Error {
-        let kind = match &error {
+impl Error {
+    /// The `io::ErrorKind` closest to this error (a failed system call's
+    /// own kind): what the `io::Error` made of it has, and what a layer
+    /// wrapping this error whole reports for it.
+    pub fn kind(&self) -> io::ErrorKind {
+        match self {
             Error::InvalidConfig { .. } => io::ErrorKind::InvalidInput,
             Error::Rejected { .. } => io::ErrorKind::PermissionDenied,
             Error::Handshake { .. } | Error::Proto { .. } => io::ErrorKind::InvalidData,
             Error::Timeout { .. } => io::ErrorKind::TimedOut,
             Error::FdPass { .. } => io::ErrorKind::Other,
             Error::Io { source, .. } => source.kind(),
-        };
-        io::Error::new(kind, error)
+        }
+    }
+}
+
+impl From<Error> for io::Error {
+    fn from(error: Error) -> io::Error {
+        io::Error::new(error.kind(), error)
     }
 }

@@ -2,10 +2,12 @@
 //! how each side learns of the other's death without trusting a pid written
 //! in shared memory.
 
-use std::os::fd::{AsFd, BorrowedFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsFd, BorrowedFd};
 use std::os::unix::net::UnixStream;
 use std::time::{Duration, Instant};
 
+use nodeipc_fdpass::Pidfd;
+use nodeipc_shm::wait::timespec;
 use rustix::event::{PollFd, PollFlags};
 use rustix::io::Errno;
 use rustix::net::RecvFlags;
@@ -22,45 +24,22 @@ pub enum PeerGone {
 }
 
 /// A session's link to its peer: the connected socket and, where the kernel
-/// gives one, a pidfd of the very process that connected (`SO_PEERPIDFD`,
-/// Linux 6.5), else one opened from its `SO_PEERCRED` pid (`pidfd_open`:
-/// the socket's end of file remains the authority if that pid was reused).
+/// gives one, a pidfd of the very process that connected
+/// ([`nodeipc_fdpass::peer_pidfd`], Linux 6.5), else one opened from its
+/// `SO_PEERCRED` pid ([`Pidfd::open`]: the socket's end of file remains the
+/// authority if that pid was reused).
 #[derive(Debug)]
 pub struct PeerLink {
     stream: UnixStream,
-    pidfd: Option<OwnedFd>,
+    pidfd: Option<Pidfd>,
     pid: u32,
 }
 
-/// `SO_PEERPIDFD`'s option number on the architectures whose generic
-/// socket options Linux uses (x86, arm, riscv, ...): 77.
-#[cfg(any(
-    target_arch = "x86_64",
-    target_arch = "x86",
-    target_arch = "aarch64",
-    target_arch = "arm",
-    target_arch = "riscv64",
-    target_arch = "loongarch64",
-    target_arch = "s390x"
-))]
-const SO_PEERPIDFD: Option<libc::c_int> = Some(77);
-#[cfg(not(any(
-    target_arch = "x86_64",
-    target_arch = "x86",
-    target_arch = "aarch64",
-    target_arch = "arm",
-    target_arch = "riscv64",
-    target_arch = "loongarch64",
-    target_arch = "s390x"
-)))]
-const SO_PEERPIDFD: Option<libc::c_int> = None;
-
 impl PeerLink {
     pub(crate) fn new(stream: UnixStream, pid: u32) -> PeerLink {
-        let pidfd = peer_pidfd(&stream).or_else(|| {
-            let pid = rustix::process::Pid::from_raw(i32::try_from(pid).ok()?)?;
-            rustix::process::pidfd_open(pid, rustix::process::PidfdFlags::empty()).ok()
-        });
+        let pidfd = nodeipc_fdpass::peer_pidfd(&stream)
+            .or_else(|_| Pidfd::open(pid))
+            .ok();
         PeerLink { stream, pidfd, pid }
     }
 
@@ -133,39 +112,4 @@ impl PeerLink {
     pub fn into_stream(self) -> UnixStream {
         self.stream
     }
-}
-
-/// `getsockopt(SO_PEERPIDFD)`: a pidfd of the process that connected (or
-/// listened), immune to pid reuse; `None` where the kernel lacks it.
-fn peer_pidfd(stream: &UnixStream) -> Option<OwnedFd> {
-    let option = SO_PEERPIDFD?;
-    let mut fd: libc::c_int = -1;
-    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
-    // SAFETY: getsockopt writes at most `len` bytes into `fd`, a local of
-    // this thread that no other thread or process can reach; the socket is
-    // ours and open for the call.
-    let rc = unsafe {
-        libc::getsockopt(
-            std::os::fd::AsRawFd::as_raw_fd(stream),
-            libc::SOL_SOCKET,
-            option,
-            (&raw mut fd).cast(),
-            &raw mut len,
-        )
-    };
-    if rc != 0 || fd < 0 || len as usize != std::mem::size_of::<libc::c_int>() {
-        return None;
-    }
-    // SAFETY: the kernel just created `fd` for us (a new pidfd); nothing
-    // else in this process knows it, so it is owned here alone.
-    Some(unsafe { OwnedFd::from_raw_fd(fd) })
-}
-
-/// A poll timeout; a `Duration` beyond `Timespec`'s range waits as long as
-/// it can.
-pub(crate) fn timespec(timeout: Duration) -> rustix::event::Timespec {
-    rustix::event::Timespec::try_from(timeout).unwrap_or(rustix::event::Timespec {
-        tv_sec: i64::MAX,
-        tv_nsec: 999_999_999,
-    })
 }

@@ -262,7 +262,7 @@ fn accept_loop(listener: Listener, shared: Arc<Shared>, stop: Arc<AtomicBool>) {
     let handlers: Mutex<Vec<JoinHandle<()>>> = Mutex::new(Vec::new());
     while !stop.load(Ordering::SeqCst) {
         let mut polls = [PollFd::new(&listener, PollFlags::IN)];
-        let tick = crate::link::timespec(ACCEPT_TICK);
+        let tick = nodeipc_shm::wait::timespec(ACCEPT_TICK);
         if !matches!(rustix::event::poll(&mut polls, Some(&tick)), Ok(n) if n > 0) {
             continue;
         }

@@ -8,7 +8,10 @@ use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
-use nodeipc_channel::{ChannelConfig, Coordinator, Direction, Error, Role, SemKind};
+use nodeipc_channel::{
+    Aggregated, All, Channel, ChannelBuilder, Coordinator, Direction, Error, First, Init, Role,
+    SemKind,
+};
 use nodeipc_proto::execute::{
     ExecuteRequest, ExecuteResponse, ExecuteType, ForwardRequest, execute_request, execute_response,
 };
@@ -29,8 +32,9 @@ fn worker(args: &[&str]) -> ChildGuard {
     )
 }
 
-fn config(name: &str, workers: u32, sems: SemKind, depth: u32) -> ChannelConfig {
-    ChannelConfig::new(name, workers)
+fn config(name: &str, workers: u32, sems: SemKind, depth: u32) -> ChannelBuilder {
+    Channel::builder(name)
+        .workers(workers)
         .sems(sems)
         .depth(depth)
         .request_capacity(CAPACITY)
@@ -100,7 +104,7 @@ fn run(workers: u32, sems: SemKind, depth: u32, count: u64, mode: &str) {
     } else {
         "in-region"
     };
-    let mut coordinator = Coordinator::create(config(&name, workers, sems, depth)).unwrap();
+    let mut coordinator = config(&name, workers, sems, depth).create().unwrap();
     let children = spawn_workers(&name, workers, sems_arg, depth, count);
     coordinator
         .wait_for_workers(Duration::from_secs(20))
@@ -114,22 +118,22 @@ fn run(workers: u32, sems: SemKind, depth: u32, count: u64, mode: &str) {
     let mut gathered = 0;
     let gather = |coordinator: &mut Coordinator, sequence: u64| match mode {
         "all" => {
-            let responses = coordinator.recv_all().unwrap();
+            let responses = coordinator.recv(All).unwrap();
             assert_eq!(responses.len(), workers as usize);
             for (rank, response) in responses.iter().enumerate() {
                 check(response, rank, sequence, &payload(sequence));
             }
         }
         "aggregated" => check(
-            &coordinator.recv_all_aggregated().unwrap(),
+            &coordinator.recv(Aggregated).unwrap(),
             0,
             sequence,
             &payload(sequence),
         ),
         "first" => {
             let (rank, response) = coordinator
-                .recv_first()
-                .unwrap_or_else(|e| panic!("recv_first of request {sequence}: {e}"));
+                .recv(First)
+                .unwrap_or_else(|e| panic!("recv(First) of request {sequence}: {e}"));
             check(&response, rank as usize, sequence, &payload(sequence));
         }
         _ => unreachable!(),
@@ -148,7 +152,7 @@ fn run(workers: u32, sems: SemKind, depth: u32, count: u64, mode: &str) {
             gather(&mut coordinator, gathered);
             gathered += 1;
         }
-        // `recv_first` leaves the slower workers' answers: take them so every
+        // `recv(First)` leaves the slower workers' answers: take them so every
         // worker finishes its last one.
         coordinator.drain().unwrap();
     }));
@@ -205,7 +209,7 @@ fn payload_filling(capacity: usize) -> usize {
 fn payloads_of_0_1_capacity_and_capacity_plus_one() {
     let _dog = Watchdog::new("payload edges", Duration::from_secs(60));
     let name = unique_name("edges");
-    let coordinator = Coordinator::create(config(&name, 1, SemKind::InRegion, 1)).unwrap();
+    let coordinator = config(&name, 1, SemKind::InRegion, 1).create().unwrap();
     let children = spawn_workers(&name, 1, "in-region", 1, 4);
     coordinator
         .wait_for_workers(Duration::from_secs(20))
@@ -216,7 +220,7 @@ fn payloads_of_0_1_capacity_and_capacity_plus_one() {
         coordinator
             .send(&forward(sequence, payload.clone()))
             .unwrap();
-        check(&coordinator.recv_all().unwrap()[0], 0, sequence, &payload);
+        check(&coordinator.recv(All).unwrap()[0], 0, sequence, &payload);
     }
     // One byte more than fits: refused before anything is written.
     match coordinator.send(&forward(3, vec![7; exact + 1])) {
@@ -225,7 +229,7 @@ fn payloads_of_0_1_capacity_and_capacity_plus_one() {
     }
     // The worker sees the next request that fits, as request 3.
     coordinator.send(&forward(3, vec![9; 10])).unwrap();
-    check(&coordinator.recv_all().unwrap()[0], 0, 3, &[9; 10]);
+    check(&coordinator.recv(All).unwrap()[0], 0, 3, &[9; 10]);
     drop(coordinator);
     finish(children);
 }
@@ -234,7 +238,7 @@ fn payloads_of_0_1_capacity_and_capacity_plus_one() {
 fn init_gather_reads_the_init_slots() {
     let _dog = Watchdog::new("init gather", Duration::from_secs(60));
     let name = unique_name("init");
-    let coordinator = Coordinator::create(config(&name, 3, SemKind::InRegion, 1)).unwrap();
+    let coordinator = config(&name, 3, SemKind::InRegion, 1).create().unwrap();
     let children = spawn_workers(&name, 3, "in-region", 1, 2);
     coordinator
         .wait_for_workers(Duration::from_secs(20))
@@ -246,7 +250,7 @@ fn init_gather_reads_the_init_slots() {
             ..Default::default()
         })
         .unwrap();
-    let inits = coordinator.recv_init().unwrap();
+    let inits = coordinator.recv(Init).unwrap();
     assert_eq!(inits.len(), 3);
     assert!(
         inits
@@ -254,7 +258,7 @@ fn init_gather_reads_the_init_slots() {
             .all(|r| r.msg_type == ExecuteType::ModelInit as i32 && r.sequence == 0)
     );
     coordinator.send(&forward(1, vec![1])).unwrap();
-    check(&coordinator.recv_all().unwrap()[2], 2, 1, &[1]);
+    check(&coordinator.recv(All).unwrap()[2], 2, 1, &[1]);
     drop(coordinator);
     finish(children);
 }
@@ -277,12 +281,12 @@ fn a_c_worker_takes_rank_0_with_named_semaphores() {
     let workers = 2u32;
     let depth = 2u32;
     let config = config(&name, workers, SemKind::Named, depth);
-    let coordinator = Coordinator::create(config.clone()).unwrap();
+    let coordinator = config.create().unwrap();
     let count = 2_000u64;
     let c_worker = spawn_child(
         Command::new(&program)
             .args([&name, "2", &depth.to_string(), &CAPACITY.to_string()])
-            .arg(config.response_slot_size.to_string())
+            .arg(config.config().response_slot_size.to_string())
             .args(["0", &count.to_string()]),
     );
     let rust_worker = worker(&[
@@ -299,7 +303,7 @@ fn a_c_worker_takes_rank_0_with_named_semaphores() {
         .unwrap();
     for sequence in 0..count {
         coordinator.send(&forward(sequence, vec![5; 100])).unwrap();
-        let responses = coordinator.recv_all().unwrap();
+        let responses = coordinator.recv(All).unwrap();
         assert_eq!(responses[0].sequence, sequence, "the C worker");
         assert_eq!(responses[0].msg_type, ExecuteType::Execute as i32);
         check(&responses[1], 1, sequence, &[5; 100]);
@@ -375,9 +379,9 @@ fn a_c_worker_refuses_frame_and_field_lengths_past_its_frame() {
     for (frame, expected) in cases {
         let name = unique_name("cframe");
         let config = config(&name, 1, SemKind::Named, 1);
-        let coordinator = Coordinator::create(config.clone()).unwrap();
+        let coordinator = config.create().unwrap();
         // Opened while the names exist: they go once the worker has joined.
-        let consume = nodeipc_sem::NamedSemaphore::open(&config.semaphore_name(
+        let consume = nodeipc_sem::NamedSemaphore::open(&config.config().semaphore_name(
             Direction::Request,
             Role::Consume,
             0,
@@ -386,7 +390,7 @@ fn a_c_worker_refuses_frame_and_field_lengths_past_its_frame() {
         let c_worker = spawn_child(
             Command::new(&program)
                 .args([&name, "1", "1", &CAPACITY.to_string()])
-                .arg(config.response_slot_size.to_string())
+                .arg(config.config().response_slot_size.to_string())
                 .args(["0", "1"])
                 .stdout(Stdio::piped())
                 .stderr(Stdio::piped()),
@@ -397,7 +401,9 @@ fn a_c_worker_refuses_frame_and_field_lengths_past_its_frame() {
         // Play a hostile coordinator: the frame written by hand, the worker woken.
         let request =
             Region::from_fd(coordinator.request_fd().try_clone_to_owned().unwrap()).unwrap();
-        request.write_at(config.layout().frame(0), &frame).unwrap();
+        request
+            .write_at(config.config().layout().frame(0), &frame)
+            .unwrap();
         nodeipc_sem::Semaphore::post(&consume).unwrap();
         let out = c_worker.output_timeout(Duration::from_secs(20));
         let stderr = String::from_utf8_lossy(&out.stderr);
@@ -427,7 +433,7 @@ fn a_worker_killed_mid_request_is_reported_dead_within_a_second() {
         } else {
             "in-region"
         };
-        let coordinator = Coordinator::create(config(&name, 2, sems, 1)).unwrap();
+        let coordinator = config(&name, 2, sems, 1).create().unwrap();
         let honest = worker(&["serve", &name, "2", sems_arg, "1", "0", "1"]);
         let mut victim = worker(&["hang", &name, "2", sems_arg, "1", "1"]);
         coordinator
@@ -438,7 +444,7 @@ fn a_worker_killed_mid_request_is_reported_dead_within_a_second() {
         let victim_pid = victim.id();
         victim.kill();
         let killed = Instant::now();
-        match coordinator.recv_all() {
+        match coordinator.recv(All) {
             Err(Error::WorkerDied { rank, pid, .. }) => assert_eq!((rank, pid), (1, victim_pid)),
             other => panic!("expected WorkerDied, got {other:?}"),
         }
@@ -461,14 +467,14 @@ fn a_worker_killed_mid_request_is_reported_dead_within_a_second() {
 fn garbage_in_a_response_slot_is_corrupt_not_a_panic() {
     let _dog = Watchdog::new("garbage slot", Duration::from_secs(60));
     let name = unique_name("garbage");
-    let coordinator = Coordinator::create(config(&name, 1, SemKind::Named, 1)).unwrap();
+    let coordinator = config(&name, 1, SemKind::Named, 1).create().unwrap();
     let hostile = worker(&["garbage", &name, "1", "0"]);
     // The hostile worker maps the region by name before it joins; the names go at the join.
     coordinator
         .wait_for_workers(Duration::from_secs(20))
         .unwrap();
     coordinator.send(&forward(0, vec![1])).unwrap();
-    match coordinator.recv_all() {
+    match coordinator.recv(All) {
         Err(Error::Corrupt {
             rank,
             len,

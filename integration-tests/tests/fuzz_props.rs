@@ -260,7 +260,9 @@ fn a_server_that_misdescribes_its_descriptors_is_refused_naming_which() {
             .collect();
         server.answer(accept_frame(described), regions);
         match logon() {
-            Err(nodeipc_channel::Error::Handshake { reason, .. }) => assert!(
+            Err(nodeipc_channel::Error::Handshake(
+                nodeipc_channel::HandshakeError::Handshake { reason, .. },
+            )) => assert!(
                 reason.contains(expected),
                 "refused for another reason: {reason} (expected {expected})"
             ),
@@ -415,13 +417,14 @@ fn the_vault_offsets_the_drivers_use_are_the_real_ones() {
 /// writes (`channel/README.md`, "The layout").
 #[test]
 fn the_channel_header_offsets_the_drivers_use_are_the_real_ones() {
-    use nodeipc_channel::{ChannelConfig, Coordinator};
-    let config = ChannelConfig::new(unique_name("header-offsets"), 3)
+    use nodeipc_channel::Channel;
+    let config = Channel::anonymous(unique_name("header-offsets"))
+        .workers(3)
         .depth(2)
         .request_capacity(300)
         .response_slot_size(200)
         .init_slot_size(100);
-    let coordinator = Coordinator::create_anonymous(config).unwrap();
+    let coordinator = config.create().unwrap();
     let map = |fd: std::os::fd::BorrowedFd<'_>| {
         Region::from_fd(fd.try_clone_to_owned().unwrap()).unwrap()
     };

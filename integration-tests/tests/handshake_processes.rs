@@ -6,7 +6,7 @@ use std::os::unix::process::CommandExt;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use nodeipc_channel::{ChannelConfig, Coordinator, HandshakeOptions, HandshakeServer};
+use nodeipc_channel::{All, Channel, ChannelServer, HandshakeOptions};
 use nodeipc_proto::execute::ExecuteRequest;
 use nodeipc_testkit::{
     NOBODY, TempDir, Watchdog, is_root, shm_leftovers, skip, spawn_child, unique_name,
@@ -23,19 +23,15 @@ fn four_worker_processes_log_on_and_serve_1000_requests() {
     let _dog = Watchdog::new("handshake workers", Duration::from_secs(120));
     let dir = private_dir();
     let name = unique_name("hsw");
-    let coordinator = Coordinator::create_anonymous(
-        ChannelConfig::new(&name, 4)
-            .depth(2)
-            .timeout(Duration::from_secs(20)),
-    )
-    .unwrap();
+    let coordinator = Channel::anonymous(&name)
+        .workers(4)
+        .depth(2)
+        .timeout(Duration::from_secs(20))
+        .create()
+        .unwrap();
     let offer = coordinator.offer().unwrap();
-    let server = HandshakeServer::bind(
-        dir.join("logon.sock"),
-        HandshakeOptions::default(),
-        move |l, p| offer.decide(l, p),
-    )
-    .unwrap();
+    let server =
+        ChannelServer::bind(dir.join("logon.sock"), HandshakeOptions::default(), offer).unwrap();
     let path = server.path().to_str().unwrap().to_owned();
     let workers: Vec<_> = (0..4)
         .map(|rank| {
@@ -59,7 +55,7 @@ fn four_worker_processes_log_on_and_serve_1000_requests() {
                 ..Default::default()
             })
             .unwrap();
-        let responses = coordinator.recv_all().unwrap();
+        let responses = coordinator.recv(All).unwrap();
         assert!(responses.iter().all(|r| r.sequence == sequence));
     }
     for (rank, worker) in workers.into_iter().enumerate() {
@@ -89,15 +85,13 @@ fn a_client_of_another_uid_is_refused() {
         return;
     }
     let dir = private_dir();
-    let coordinator =
-        Coordinator::create_anonymous(ChannelConfig::new(unique_name("hsu"), 1)).unwrap();
+    let coordinator = Channel::anonymous(unique_name("hsu"))
+        .workers(1)
+        .create()
+        .unwrap();
     let offer = coordinator.offer().unwrap();
-    let server = HandshakeServer::bind(
-        dir.join("logon.sock"),
-        HandshakeOptions::default(),
-        move |l, p| offer.decide(l, p),
-    )
-    .unwrap();
+    let server =
+        ChannelServer::bind(dir.join("logon.sock"), HandshakeOptions::default(), offer).unwrap();
     let path = server.path().to_str().unwrap().to_owned();
     let as_nobody = || {
         spawn_child(

@@ -11,7 +11,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use nodeipc_barrier::{Group, GroupOptions, TransportChoice};
-use nodeipc_channel::{ChannelConfig, Coordinator, Direction, Role, SemKind, Worker};
+use nodeipc_channel::{Channel, Direction, Role, SemKind};
 use nodeipc_shm::{OpenOptions, Region};
 use nodeipc_testkit::{NOBODY, Watchdog, is_root, shm_leftovers, skip, spawn_child, unique_name};
 
@@ -88,20 +88,26 @@ fn a_group_vault_of_ours_with_a_loose_mode_is_refused() {
 fn channel_regions_squatted_by_another_uid_are_refused() {
     let _dog = Watchdog::new("channel squatted", Duration::from_secs(60));
     let name = unique_name("squat-chan");
-    let config = ChannelConfig::new(&name, 1).timeout(Duration::from_secs(2));
-    if !as_nobody(&["shm-create", &config.request_region_name(), "65536"]) {
+    let config = Channel::builder(&name)
+        .workers(1)
+        .timeout(Duration::from_secs(2));
+    if !as_nobody(&[
+        "shm-create",
+        &config.config().request_region_name(),
+        "65536",
+    ]) {
         skip("channel_regions_squatted_by_another_uid", "needs root");
         return;
     }
-    match Coordinator::create(config.clone()) {
+    match config.clone().create() {
         Err(nodeipc_channel::Error::Shm {
             source: nodeipc_shm::Error::AlreadyExists { name: taken },
             ..
-        }) => assert_eq!(taken, config.request_region_name()),
+        }) => assert_eq!(taken, config.config().request_region_name()),
         Err(other) => panic!("expected AlreadyExists, got {other}"),
         Ok(_) => panic!("a coordinator was made over a squatted name"),
     }
-    match Worker::join(config.clone(), 0) {
+    match config.clone().join(0) {
         Err(nodeipc_channel::Error::Shm { source, .. }) => {
             assert!(untrusted_by_nobody(&source), "{source}")
         }
@@ -111,24 +117,27 @@ fn channel_regions_squatted_by_another_uid_are_refused() {
     // Nothing of ours was left beside the squatter's object.
     assert_eq!(
         shm_leftovers(&name),
-        vec![config.request_region_name()[1..].to_owned()]
+        vec![config.config().request_region_name()[1..].to_owned()]
     );
-    nodeipc_shm::unlink(&config.request_region_name()).unwrap();
+    nodeipc_shm::unlink(&config.config().request_region_name()).unwrap();
 }
 
 #[test]
 fn channel_semaphores_squatted_by_another_uid_are_refused() {
     let _dog = Watchdog::new("channel sems squatted", Duration::from_secs(60));
     let name = unique_name("squat-sems");
-    let config = ChannelConfig::new(&name, 1)
+    let config = Channel::builder(&name)
+        .workers(1)
         .sems(SemKind::Named)
         .timeout(Duration::from_secs(2));
-    let squatted = config.semaphore_name(Direction::Response, Role::Consume, 0);
+    let squatted = config
+        .config()
+        .semaphore_name(Direction::Response, Role::Consume, 0);
     if !as_nobody(&["sem-create", &squatted]) {
         skip("channel_semaphores_squatted_by_another_uid", "needs root");
         return;
     }
-    match Coordinator::create(config.clone()) {
+    match config.clone().create() {
         Err(nodeipc_channel::Error::Sem {
             source: nodeipc_sem::Error::AlreadyExists { .. },
             ..
@@ -145,14 +154,16 @@ fn channel_semaphores_squatted_by_another_uid_are_refused() {
 fn a_channel_region_of_ours_with_a_loose_mode_is_refused_by_workers() {
     let _dog = Watchdog::new("channel loose", Duration::from_secs(60));
     let name = unique_name("loose-chan");
-    let config = ChannelConfig::new(&name, 1).timeout(Duration::from_secs(2));
-    let coordinator = Coordinator::create(config.clone()).unwrap();
+    let config = Channel::builder(&name)
+        .workers(1)
+        .timeout(Duration::from_secs(2));
+    let coordinator = config.clone().create().unwrap();
     std::fs::set_permissions(
-        format!("/dev/shm{}", config.response_region_name()),
+        format!("/dev/shm{}", config.config().response_region_name()),
         PermissionsExt::from_mode(0o660),
     )
     .unwrap();
-    match Worker::join(config, 0) {
+    match config.join(0) {
         Err(nodeipc_channel::Error::Shm {
             source: nodeipc_shm::Error::Untrusted { mode, .. },
             ..

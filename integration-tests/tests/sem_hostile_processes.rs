@@ -7,7 +7,7 @@ use std::os::unix::fs::FileExt;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use nodeipc_channel::{ChannelConfig, Coordinator, Direction, Error, Role, SemKind, Worker};
+use nodeipc_channel::{All, Channel, ChannelBuilder, Direction, Error, Role, SemKind};
 use nodeipc_proto::execute::{ExecuteRequest, ExecuteType};
 use nodeipc_testkit::{Watchdog, shm_leftovers, spawn_child, unique_name};
 
@@ -17,8 +17,9 @@ const CORRUPT_AS_WORKER: &str = "NODEIPC_SEM_TEST_CORRUPT_AS_WORKER";
 
 const TEST: &str = "regression_a_worker_corrupting_a_named_semaphore_fails_the_coordinator_cleanly";
 
-fn config(name: &str) -> ChannelConfig {
-    ChannelConfig::new(name, 1)
+fn config(name: &str) -> ChannelBuilder {
+    Channel::builder(name)
+        .workers(1)
         .sems(SemKind::Named)
         .depth(1)
         .request_capacity(4096)
@@ -44,7 +45,7 @@ fn hostile_worker(spec: &str) {
         _ => Direction::Response,
     };
     let config = config(name);
-    let sem_name = config.semaphore_name(direction, Role::Consume, 0);
+    let sem_name = config.config().semaphore_name(direction, Role::Consume, 0);
     let path = format!("/dev/shm/sem.{}", &sem_name[1..]);
     let mut file = None;
     for _ in 0..1000 {
@@ -59,7 +60,7 @@ fn hostile_worker(spec: &str) {
         std::thread::sleep(Duration::from_millis(5));
     }
     let file = file.expect("the coordinator's semaphore appears");
-    let worker = Worker::join(config, 0).expect("join");
+    let worker = config.join(0).expect("join");
     file.write_all_at(&garbage(), 0).expect("write garbage");
     println!("\ncorrupted");
     let mut rest = String::new();
@@ -75,10 +76,10 @@ fn regression_a_worker_corrupting_a_named_semaphore_fails_the_coordinator_cleanl
     }
     let _dog = Watchdog::new(TEST, Duration::from_secs(60));
     // The request-consume semaphore is what `send` posts; the
-    // response-consume one is what `recv_all` waits on.
+    // response-consume one is what `recv(All)` waits on.
     for which in ["request", "response"] {
         let name = unique_name("sem-corrupt-chan");
-        let coordinator = Coordinator::create(config(&name)).unwrap();
+        let coordinator = config(&name).create().unwrap();
         let mut child = spawn_child(
             Command::new(std::env::current_exe().unwrap())
                 .args(["--exact", TEST, "--nocapture", "--test-threads=1"])
@@ -103,7 +104,7 @@ fn regression_a_worker_corrupting_a_named_semaphore_fails_the_coordinator_cleanl
             "request" => coordinator.send(&request).map(drop),
             _ => {
                 coordinator.send(&request).unwrap();
-                coordinator.recv_all().map(drop)
+                coordinator.recv(All).map(drop)
             }
         };
         match result {

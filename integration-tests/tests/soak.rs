@@ -16,7 +16,7 @@ use std::process::{Command, Stdio};
 use std::sync::mpsc::channel;
 use std::time::{Duration, Instant};
 
-use nodeipc_channel::{ChannelConfig, Coordinator, HandshakeOptions, HandshakeServer};
+use nodeipc_channel::{All, Channel, ChannelServer, HandshakeOptions};
 use nodeipc_proto::execute::{
     ExecuteRequest, ExecuteType, ForwardRequest, execute_request, execute_response,
 };
@@ -76,17 +76,15 @@ fn soak(requests: u64, every: u64) {
         std::os::unix::fs::PermissionsExt::from_mode(0o700),
     )
     .unwrap();
-    let config = ChannelConfig::new(unique_name("soak"), WORKERS)
+    let config = Channel::anonymous(unique_name("soak"))
+        .workers(WORKERS)
         .request_capacity(256)
         .response_slot_size(256)
         .timeout(Duration::from_secs(30));
-    let coordinator = Coordinator::create_anonymous(config).unwrap();
+    let coordinator = config.create().unwrap();
     let offer = coordinator.offer().unwrap();
     let socket = dir.join("logon.sock");
-    let server = HandshakeServer::bind(&socket, HandshakeOptions::default(), move |l, p| {
-        offer.decide(l, p)
-    })
-    .unwrap();
+    let server = ChannelServer::bind(&socket, HandshakeOptions::default(), offer).unwrap();
 
     let (tx, lines) = channel::<(u32, String)>();
     let workers: Vec<_> = (0..WORKERS)
@@ -129,7 +127,7 @@ fn soak(requests: u64, every: u64) {
     for sequence in 0..requests {
         coordinator.send(&request(sequence)).unwrap();
         let responses = coordinator
-            .recv_all()
+            .recv(All)
             .unwrap_or_else(|e| panic!("request {sequence}: {e}"));
         for (rank, response) in responses.iter().enumerate() {
             let echoed = match &response.result {

@@ -18,7 +18,10 @@ pub struct RoundPlan {
     pub master_addr: String,
     /// `MASTER_PORT`.
     pub master_port: u16,
-    /// `NODEIPC_GROUP`: unique to the launcher and the round.
+    /// `NODEIPC_GROUP`: unique to the launcher and the round, a POSIX name
+    /// with its leading `/`, so that every face's group constructor takes
+    /// it verbatim (`Group::join`, `nodeipc_group_join`,
+    /// `kittens::KittensBroker`, `nodeipc.Group`).
     pub group: String,
     /// `GROUP_RANK`: this node's rank.
     pub group_rank: u32,
@@ -188,7 +191,8 @@ pub struct LocalBackend {
 }
 
 impl LocalBackend {
-    /// A backend whose groups are named `nodeipc-<launch_id>-r<restart>`.
+    /// A backend whose groups are named `/nodeipc-<launch_id>-r<restart>`
+    /// (its runs `nodeipc-<launch_id>-r<restart>`).
     pub fn new(launch_id: impl Into<String>) -> LocalBackend {
         LocalBackend {
             launch_id: launch_id.into(),
@@ -204,7 +208,7 @@ impl RoundBackend for LocalBackend {
             rank_offset: 0,
             master_addr: Ipv4Addr::LOCALHOST.to_string(),
             master_port: free_port()?,
-            group: format!("nodeipc-{}-r{restart}", self.launch_id),
+            group: format!("/nodeipc-{}-r{restart}", self.launch_id),
             group_rank: 0,
             group_world_size: 1,
             run_id: format!("nodeipc-{}-r{restart}", self.launch_id),

@@ -147,6 +147,17 @@ pub enum Event {
         /// The signal's number.
         signal: i32,
     },
+    /// Where the ranks' output files are kept (`--redirects`, `--tee`).
+    Logs {
+        /// The run's log directory.
+        dir: String,
+    },
+    /// Something the launcher does differently from what was asked, or
+    /// could not read (an unreadable checkpoint iteration file, say).
+    Warning {
+        /// Why, for people.
+        reason: String,
+    },
     /// The launch is over.
     Finished {
         /// The launcher's exit status.
@@ -168,6 +179,8 @@ impl Event {
             } => format!(
                 "{nproc} ranks, up to {max_restarts} restarts, monitors as {monitors} in {run_dir}"
             ),
+            Event::Warning { reason } => format!("warning: {reason}"),
+            Event::Logs { dir } => format!("ranks' output files under {dir}"),
             Event::HealthUnavailable { check, reason } => {
                 format!("{check} health check unavailable, not run: {reason}")
             }
@@ -298,6 +311,16 @@ impl Events {
             file,
             kept: Vec::new(),
         })
+    }
+
+    /// Events that go nowhere: for work whose events were already told.
+    pub(crate) fn discard() -> Events {
+        Events {
+            start: Instant::now(),
+            stderr: false,
+            file: None,
+            kept: Vec::new(),
+        }
     }
 
     /// Writes `event` everywhere. A failed write to the events file is an

@@ -3,7 +3,8 @@
 //! command-line flags) laid over it, built once per local rank at start;
 //! what cannot run here is reported, not fatal.
 
-use nodeipc_monitor::{GpuHealth, HealthCheck, HealthConfig, NicHealth};
+use nodeipc_monitor::{GpuHealth, HealthCheck, HealthConfig, NicHealth, RankContext, RankInfo};
+use nodeipc_monitor_host::HealthChecks;
 
 use crate::events::{Event, Events};
 use crate::options::{HealthOptions, LaunchOptions};
@@ -72,6 +73,38 @@ pub(crate) fn checks_for(
         })?;
     }
     Ok(setup.checks)
+}
+
+/// The node's checks before a round starts, as nvidia-resiliency-ext runs
+/// its GPU and NIC checks before each rendezvous: every local rank's
+/// checks, run once with the launcher standing in for the rank (the rank
+/// does not exist yet; a check of a GPU or a NIC asks about the node).
+/// `Err` names the first check that failed, its rank and why.
+pub(crate) fn before_round(
+    checks: &mut [Vec<Box<dyn HealthCheck>>],
+) -> Result<std::result::Result<(), String>> {
+    if checks.iter().all(Vec::is_empty) {
+        return Ok(Ok(()));
+    }
+    let pidfd = nodeipc_fdpass::Pidfd::open(std::process::id())
+        .map_err(|e| Error::io("pidfd_open of the launcher itself", std::io::Error::from(e)))?;
+    for (local, checks) in checks.iter_mut().enumerate() {
+        let local = u32::try_from(local).unwrap_or(u32::MAX);
+        let rank = RankInfo::this_process(local, local);
+        let context = RankContext {
+            rank: &rank,
+            pidfd: &pidfd,
+        };
+        for check in checks.iter_mut() {
+            if let Err(why) = check.check(&context) {
+                return Ok(Err(format!(
+                    "{} health check of local rank {local} failed: {why}",
+                    check.name()
+                )));
+            }
+        }
+    }
+    Ok(Ok(()))
 }
 
 #[cfg(test)]

@@ -2,16 +2,19 @@
 //! rounds of N ranks until one round succeeds, restarts run out, or a stop
 //! signal comes.
 
-use std::path::PathBuf;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use nodeipc_monitor::{HealthCheck, StopSignals};
+use nodeipc_fdpass::StopSignals;
+use nodeipc_fs::PrivateDir;
+use nodeipc_monitor::HealthCheck;
 use nodeipc_text::{duration, signal_name};
 
 use crate::backend::{Begin, Decision, LocalBackend, RoundBackend, RoundReport, RoundResult};
 use crate::events::{Event, Events};
 use crate::monitors::Monitor;
 use crate::options::LaunchOptions;
+use crate::output::{self, Logs};
+use crate::progress::{ProgressTracker, Verdict};
 use crate::rank::Rank;
 use crate::round::{self, Ctx, RoundEnd};
 use crate::{Error, Result, health, reap};
@@ -79,10 +82,17 @@ pub fn launch_with(
     if options.own_all_children {
         reap::become_subreaper().map_err(|e| Error::io("prctl(PR_SET_CHILD_SUBREAPER)", e))?;
     }
-    let run_dir = RunDir::create(options)?;
+    let run_dir = run_dir(options)?;
+    // A second set of the node's checks, run before each round (the
+    // monitors' own run while ranks are registered). What cannot run was
+    // reported once, below.
+    let mut preflight = Vec::new();
+    for local in 0..options.nproc {
+        preflight.push(health::checks_for(options, local, &mut Events::discard())?);
+    }
     let mut monitors = Vec::new();
     for local in 0..options.nproc {
-        let socket = run_dir.0.join(format!("rank{local}.sock"));
+        let socket = run_dir.path().join(format!("rank{local}.sock"));
         let mut local_checks = checks(local);
         local_checks.extend(health::checks_for(options, local, &mut events)?);
         monitors.push(Monitor::start(
@@ -96,7 +106,7 @@ pub fn launch_with(
     events.emit(Event::Launched {
         nproc: options.nproc,
         max_restarts: options.max_restarts,
-        run_dir: run_dir.0.display().to_string(),
+        run_dir: run_dir.path().display().to_string(),
         monitors: "threads",
     })?;
     let mut ctx = Ctx {
@@ -107,7 +117,7 @@ pub fn launch_with(
         backend,
         registered_before: vec![false; options.nproc as usize],
     };
-    let (exit_code, summary, restarts) = rounds(&mut ctx)?;
+    let (exit_code, summary, restarts) = rounds(&mut ctx, &mut preflight)?;
     ctx.events.emit(Event::Finished {
         exit_code,
         summary: summary.clone(),
@@ -126,10 +136,18 @@ pub fn launch_with(
 }
 
 /// The rounds; (exit code, summary, restarts done).
-fn rounds(ctx: &mut Ctx<'_>) -> Result<(i32, String, u32)> {
+fn rounds(
+    ctx: &mut Ctx<'_>,
+    preflight: &mut [Vec<Box<dyn HealthCheck>>],
+) -> Result<(i32, String, u32)> {
     let options = ctx.options;
     let launch_started = Instant::now();
     let mut restart = 0;
+    let mut logs: Option<Logs> = None;
+    let (mut progress, warning) = ProgressTracker::start(&options.progress);
+    if let Some(reason) = warning {
+        ctx.events.emit(Event::Warning { reason })?;
+    }
     loop {
         let plan = match begin(ctx, restart)? {
             Begin::Start(plan) => plan,
@@ -137,6 +155,22 @@ fn rounds(ctx: &mut Ctx<'_>) -> Result<(i32, String, u32)> {
             Begin::Wait | Begin::Notice(_) => unreachable!("begin() waits"),
         };
         restart = plan.restart;
+        // A node that fails its checks starts no rank, and says why.
+        if let Err(why) = health::before_round(preflight)? {
+            let summary = format!("this node is unhealthy, round {restart} not started: {why}");
+            let _ = ctx.backend.end_round(restart, &RoundResult::Failed(why));
+            return Ok((1, summary, restart));
+        }
+        if logs.is_none() {
+            let made = Logs::create(&options.output, &plan.run_id)?;
+            if let Some(path) = made.path() {
+                ctx.events.emit(Event::Logs {
+                    dir: path.display().to_string(),
+                })?;
+            }
+            logs = Some(made);
+        }
+        let logs = logs.as_ref().expect("made above");
         for monitor in ctx.monitors.iter() {
             monitor.take_heard();
         }
@@ -151,15 +185,25 @@ fn rounds(ctx: &mut Ctx<'_>) -> Result<(i32, String, u32)> {
             let socket = ctx.monitors[local as usize].socket();
             // A failure here ends the round through the stop below, so
             // that no rank started so far is left running.
-            let started = Rank::spawn(options, &plan, local, socket).and_then(|rank| {
-                let event = Event::RankStarted {
+            let node = (plan.group_world_size > 1).then_some(plan.group_rank);
+            let global = plan.rank_offset.saturating_add(local);
+            let started = logs
+                .rank_streams(
+                    &options.output,
                     restart,
-                    rank: rank.global_rank,
-                    pid: rank.child.id(),
-                };
-                ranks.push(rank);
-                ctx.events.emit(event)
-            });
+                    local,
+                    output::prefix(global, node),
+                )
+                .and_then(|streams| Rank::spawn(options, &plan, local, socket, streams))
+                .and_then(|rank| {
+                    let event = Event::RankStarted {
+                        restart,
+                        rank: rank.global_rank,
+                        pid: rank.child.id(),
+                    };
+                    ranks.push(rank);
+                    ctx.events.emit(event)
+                });
             if let Err(e) = started {
                 end = Some(Err(e));
                 break;
@@ -187,6 +231,12 @@ fn rounds(ctx: &mut Ctx<'_>) -> Result<(i32, String, u32)> {
             ctx.backend.failure_seen(restart, report);
         }
         let stopped = round::stop(ctx, &plan, &mut ranks)?;
+        let deadline = output::drain_deadline();
+        for rank in &mut ranks {
+            for tee in rank.tees.drain(..) {
+                tee.drain(deadline);
+            }
+        }
         ctx.registered_before = ctx
             .monitors
             .iter()
@@ -252,6 +302,24 @@ fn rounds(ctx: &mut Ctx<'_>) -> Result<(i32, String, u32)> {
             }
             None => report,
         };
+        // Progress comes before the restarts left, as in
+        // nvidia-resiliency-ext: a job that keeps failing in place is not
+        // restarted even with restarts to spare. Across nodes each launcher
+        // reads the file itself (on a shared file system, the same answer).
+        if let RoundReport::Failed { .. } | RoundReport::Requested { .. } = report {
+            let (verdict, warning) = progress.cycle_failed();
+            if let Some(reason) = warning {
+                ctx.events.emit(Event::Warning { reason })?;
+            }
+            if let Verdict::Stop { cycles } = verdict {
+                let summary = format!(
+                    "not restarted: {cycles} cycles in a row made no progress \
+                     (max_no_progress_cycles {}): {summary}",
+                    options.progress.max_no_progress_cycles
+                );
+                return Ok((options.progress.no_restart_exit_code, summary, restart));
+            }
+        }
         match decide(ctx, restart, &report)? {
             Decision::Next { restart: next } => {
                 restart = next;
@@ -370,19 +438,8 @@ fn decide(ctx: &mut Ctx<'_>, restart: u32, report: &RoundReport) -> Result<Decis
 
 /// The private run directory, removed (with whatever the monitors left,
 /// which is nothing once they have stopped) when dropped.
-struct RunDir(PathBuf);
-
-impl RunDir {
-    fn create(options: &LaunchOptions) -> Result<RunDir> {
-        let parent = options.run_parent();
-        nodeipc_fs::create_unique_private_dir(&parent, "nodeipc-launch-")
-            .map(RunDir)
-            .map_err(|source| Error::RunDir { parent, source })
-    }
-}
-
-impl Drop for RunDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
+fn run_dir(options: &LaunchOptions) -> Result<PrivateDir> {
+    let parent = options.run_parent();
+    PrivateDir::create(&parent, "nodeipc-launch-")
+        .map_err(|source| Error::RunDir { parent, source })
 }

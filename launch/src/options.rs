@@ -7,6 +7,8 @@ use std::time::Duration;
 use nodeipc_monitor::MonitorConfig;
 use nodeipc_text::duration;
 
+use crate::output::OutputOptions;
+use crate::progress::ProgressOptions;
 use crate::{Error, Result};
 
 /// Most local ranks one launch starts: each costs a process, a monitor
@@ -78,7 +80,7 @@ pub struct LaunchOptions {
     pub json_events: Option<PathBuf>,
     /// Write the event lines to stderr.
     pub stderr_events: bool,
-    /// Catch every terminating signal (`nodeipc_monitor::terminating_signals`:
+    /// Catch every terminating signal (`nodeipc_fdpass::terminating_signals`:
     /// SIGHUP, SIGINT, SIGQUIT, SIGTERM, SIGUSR1, SIGUSR2, SIGALRM, ...,
     /// SIGRTMIN to SIGRTMAX; blocked in the calling thread, read from a
     /// signalfd) and stop everything on them as on SIGTERM, the launch then
@@ -92,6 +94,10 @@ pub struct LaunchOptions {
     pub own_all_children: bool,
     /// Health checks for every monitor.
     pub health: HealthOptions,
+    /// When a job that makes no progress is no longer restarted.
+    pub progress: ProgressOptions,
+    /// Where ranks' stdout and stderr go.
+    pub output: OutputOptions,
     /// The program and its arguments.
     pub command: Vec<OsString>,
 }
@@ -112,6 +118,8 @@ impl LaunchOptions {
             handle_signals: false,
             own_all_children: false,
             health: HealthOptions::default(),
+            progress: ProgressOptions::off(),
+            output: OutputOptions::default(),
             command,
         }
     }
@@ -127,6 +135,12 @@ impl LaunchOptions {
             return Err(Error::options(format!(
                 "--nproc {} is out of range: 1 to {MAX_NPROC}",
                 self.nproc
+            )));
+        }
+        if !(1..=255).contains(&self.progress.no_restart_exit_code) {
+            return Err(Error::options(format!(
+                "--ft-no-restart-exit-code {} is out of range: 1 to 255 (an exit status)",
+                self.progress.no_restart_exit_code
             )));
         }
         if self.max_restarts > MAX_RESTARTS {

@@ -12,6 +12,7 @@ use rustix::process::{Pid, Signal, WaitId, WaitIdOptions};
 
 use crate::backend::RoundPlan;
 use crate::options::LaunchOptions;
+use crate::output::{RankStreams, Tee};
 use crate::{Error, Result};
 
 /// A running (or just ended) rank.
@@ -23,6 +24,8 @@ pub(crate) struct Rank {
     pub(crate) started: Instant,
     /// How it ended, once it has.
     pub(crate) status: Option<Ended>,
+    /// The threads copying its tee'd output.
+    pub(crate) tees: Vec<Tee>,
 }
 
 /// The environment a rank gets besides the launcher's own: ours, then
@@ -66,12 +69,14 @@ impl Rank {
     /// its own (so a stop reaches whatever it started in that group), with
     /// SIGKILL as its parent-death signal (the launcher killed outright
     /// takes its ranks along). Working directory, the rest of the
-    /// environment, stdin, stdout and stderr are the launcher's.
+    /// environment and stdin are the launcher's; stdout and stderr as
+    /// `streams` say (the launcher's unless redirected).
     pub(crate) fn spawn(
         options: &LaunchOptions,
         plan: &RoundPlan,
         local_rank: u32,
         socket: &Path,
+        streams: RankStreams,
     ) -> Result<Rank> {
         let program = &options.command[0];
         let mut command = Command::new(program);
@@ -83,11 +88,15 @@ impl Rank {
             options.max_restarts,
             socket,
         ));
+        if let Some(file) = &streams.error_file {
+            command.env("TORCHELASTIC_ERROR_FILE", file);
+        }
+        command.stdout(streams.stdout);
+        command.stderr(streams.stderr);
         command.process_group(0);
-        let empty = empty_sigset();
         // SAFETY: the closure runs in the child between fork and exec and
-        // only calls prctl and sigprocmask (both async-signal-safe) on its
-        // own copy of `empty`, touching no memory another thread uses. The
+        // only calls prctl, sigemptyset and sigprocmask (async-signal-safe)
+        // on its own stack, touching no memory another thread uses. The
         // death signal follows the thread that forked: the launcher forks
         // every rank from the thread that runs the launch. The mask is the
         // launcher's (its stop signals blocked for its signalfd): the rank
@@ -97,10 +106,7 @@ impl Rank {
             command.pre_exec(move || {
                 rustix::process::set_parent_process_death_signal(Some(Signal::KILL))
                     .map_err(std::io::Error::from)?;
-                if libc::sigprocmask(libc::SIG_SETMASK, &empty, std::ptr::null_mut()) != 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                Ok(())
+                nodeipc_fdpass::clear_signal_mask()
             });
         }
         let spawn_error = |source| Error::Spawn {
@@ -108,7 +114,11 @@ impl Rank {
             program: program.to_string_lossy().into_owned(),
             source,
         };
-        let mut child = command.spawn().map_err(spawn_error)?;
+        let spawned = command.spawn();
+        // The pipes' write ends went to the child: the tee threads see end
+        // of file when the rank (and what it started) closes them.
+        drop(command);
+        let mut child = spawned.map_err(spawn_error)?;
         let pidfd = match Pidfd::open(child.id()) {
             Ok(pidfd) => pidfd,
             Err(e) => {
@@ -125,6 +135,7 @@ impl Rank {
             pidfd,
             started: Instant::now(),
             status: None,
+            tees: streams.tees,
         })
     }
 
@@ -157,16 +168,6 @@ impl Rank {
     /// Reaps the rank (after it has exited).
     pub(crate) fn reap(&mut self) {
         let _ = self.child.wait();
-    }
-}
-
-/// A signal set with nothing in it.
-fn empty_sigset() -> libc::sigset_t {
-    let mut set = std::mem::MaybeUninit::<libc::sigset_t>::uninit();
-    // SAFETY: sigemptyset initialises the set it is given, ours on this stack.
-    unsafe {
-        libc::sigemptyset(set.as_mut_ptr());
-        set.assume_init()
     }
 }
 

@@ -13,8 +13,9 @@ pub(crate) struct Proc {
     pub(crate) zombie: bool,
 }
 
-/// Every process we can see. Processes that vanish while we read are
-/// skipped: they are gone, which is what the callers want to know.
+/// Every process we can see, each read by fdpass's reader of
+/// `/proc/<pid>/stat`. Processes that vanish while we read are skipped:
+/// they are gone, which is what the callers want to know.
 pub(crate) fn processes() -> Vec<Proc> {
     let Ok(dir) = std::fs::read_dir("/proc") else {
         return Vec::new();
@@ -22,19 +23,12 @@ pub(crate) fn processes() -> Vec<Proc> {
     dir.flatten()
         .filter_map(|entry| entry.file_name().to_str()?.parse::<u32>().ok())
         .filter_map(|pid| {
-            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-            // The command name may hold spaces and parentheses: the fields
-            // we want follow its last ')'.
-            let (_, rest) = stat.rsplit_once(')')?;
-            let mut fields = rest.split_whitespace();
-            let state = fields.next()?;
-            let ppid = fields.next()?.parse().ok()?;
-            let pgrp = fields.next()?.parse().ok()?;
+            let stat = nodeipc_fdpass::process_stat(pid).ok()?;
             Some(Proc {
                 pid,
-                ppid,
-                pgrp,
-                zombie: state == "Z" || state == "X",
+                ppid: stat.ppid,
+                pgrp: stat.pgrp,
+                zombie: stat.is_exited(),
             })
         })
         .collect()

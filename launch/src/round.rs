@@ -6,7 +6,7 @@
 use std::os::fd::AsFd;
 use std::time::{Duration, Instant};
 
-use rustix::event::{PollFd, PollFlags, Timespec};
+use rustix::event::{PollFd, PollFlags};
 use rustix::process::Signal;
 
 use crate::backend::{RoundBackend, RoundPlan};
@@ -16,7 +16,7 @@ use crate::options::LaunchOptions;
 use crate::rank::Rank;
 use crate::reap;
 use crate::{Error, Result};
-use nodeipc_monitor::StopSignals;
+use nodeipc_fdpass::StopSignals;
 
 /// How often the loop wakes with nothing to do: the backend, the restart
 /// check and orphans are looked at this often.
@@ -239,8 +239,8 @@ fn wait(signals: Option<&StopSignals>, ranks: &[Rank], limit: Duration) -> Resul
     if let Some(signals) = signals {
         fds.push(PollFd::from_borrowed_fd(signals.as_fd(), PollFlags::IN));
     }
-    let timeout = Timespec::try_from(limit).ok();
-    match rustix::event::poll(&mut fds, timeout.as_ref()) {
+    let timeout = nodeipc_shm::wait::timespec(limit);
+    match rustix::event::poll(&mut fds, Some(&timeout)) {
         Ok(_) | Err(rustix::io::Errno::INTR) => {}
         Err(e) => return Err(Error::io("poll on the ranks' pidfds", e)),
     }

@@ -116,8 +116,8 @@ fn spares_wait_and_one_takes_a_lost_nodes_place() {
         },
     );
     let spares = saying(&launchers, "waiting as a spare");
-    let first = saying(&launchers, &format!("group nodeipc-{id}-n0-r0"));
-    let second = saying(&launchers, &format!("group nodeipc-{id}-n1-r0"));
+    let first = saying(&launchers, &format!("group /nodeipc-{id}-n0-r0"));
+    let second = saying(&launchers, &format!("group /nodeipc-{id}-n1-r0"));
     assert_eq!(
         (first.len(), second.len()),
         (1, 1),
@@ -168,13 +168,13 @@ fn spares_wait_and_one_takes_a_lost_nodes_place() {
     }
     let renumbered = launchers[second].output();
     assert!(
-        renumbered.contains(&format!("group nodeipc-{id}-n0-r1")),
+        renumbered.contains(&format!("group /nodeipc-{id}-n0-r1")),
         "node 1 of round 0 is node 0 of round 1: {renumbered}"
     );
     assert!(
         launchers[promoted]
             .output()
-            .contains(&format!("group nodeipc-{id}-n1-r1")),
+            .contains(&format!("group /nodeipc-{id}-n1-r1")),
         "{}",
         launchers[promoted].output()
     );
@@ -233,7 +233,7 @@ fn a_lost_node_without_a_spare_leaves_the_others_to_run_on_fewer() {
     wait_until("round 0 on 2 nodes", Duration::from_secs(30), || {
         (0..4).all(|r| records(&dir.join("record")).contains(&(r, 0)))
     });
-    let lost = saying(&launchers, &format!("group nodeipc-{id}-n1-r0"));
+    let lost = saying(&launchers, &format!("group /nodeipc-{id}-n1-r0"));
     assert_eq!(lost.len(), 1);
     let (lost, kept) = (lost[0], 1 - lost[0]);
     launchers[lost].signal(libc::SIGKILL);

@@ -25,10 +25,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitCode, ExitStatus};
 use std::time::{Duration, Instant};
 
-use nodeipc_monitor::{
-    ControlClient, MonitorClient, MonitorConfig, RankInfo, RankState, Timeouts, run_if_server,
-    spawn_monitor,
-};
+use nodeipc_monitor::{ControlClient, MonitorClient, MonitorConfig, RankInfo, RankState, Timeouts};
+use nodeipc_monitor_host::{run_if_server, spawn_monitor};
 
 /// Names the monitor's socket (and so the role) in the rank process.
 const SOCKET_ENV: &str = "NODEIPC_EXAMPLE_MONITOR_SOCKET";

@@ -3,13 +3,16 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
+use crate::limits::{MAX_SECTION_NAME, MAX_SECTIONS};
 use crate::{Error, Result, TimeoutUpdate};
 
 /// The longest of a series of observed intervals, and how many there were.
-#[derive(Clone, Copy, Debug, Default, PartialEq)]
-pub(crate) struct Samples {
-    pub(crate) count: usize,
-    pub(crate) max: Duration,
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Samples {
+    /// How many intervals were observed.
+    pub count: usize,
+    /// The longest of them.
+    pub max: Duration,
 }
 
 impl Samples {
@@ -17,6 +20,32 @@ impl Samples {
         self.count += 1;
         self.max = self.max.max(d);
     }
+
+    /// Adds `other`'s observations to these.
+    fn absorb(&mut self, other: Samples) {
+        self.count = self.count.saturating_add(other.count);
+        self.max = self.max.max(other.max);
+    }
+}
+
+/// What an estimator has observed, and its last proposal: what a rank
+/// keeps across a restart (in its heartbeat state or its checkpoint) so
+/// that the next run's timeouts are estimated over past runs too, as
+/// nvidia-resiliency-ext does through its state dict.
+/// `nodeipc-monitor-host` writes it as bytes and reads it back
+/// (`EstimatorState`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Observations {
+    /// From `Init` to the first heartbeat, one sample a run.
+    pub initial_heartbeat: Samples,
+    /// Between heartbeats.
+    pub heartbeat: Samples,
+    /// With no section open.
+    pub out_of_section: Samples,
+    /// Each section's duration.
+    pub sections: BTreeMap<String, Samples>,
+    /// The last proposal.
+    pub previous: Option<TimeoutUpdate>,
 }
 
 /// Records heartbeat intervals, section durations and out-of-section
@@ -55,15 +84,15 @@ pub struct TimeoutEstimator {
     min_samples: usize,
     smoothing: f64,
     floor: Duration,
-    pub(crate) initial: Samples,
+    initial: Samples,
     init_at: Option<Instant>,
-    pub(crate) heartbeat: Samples,
-    pub(crate) out_of_section: Samples,
-    pub(crate) sections: BTreeMap<String, Samples>,
+    heartbeat: Samples,
+    out_of_section: Samples,
+    sections: BTreeMap<String, Samples>,
     last_beat: Option<Instant>,
     open: BTreeMap<String, Instant>,
     out_of_section_since: Option<Instant>,
-    pub(crate) previous: Option<TimeoutUpdate>,
+    previous: Option<TimeoutUpdate>,
 }
 
 impl TimeoutEstimator {
@@ -174,6 +203,60 @@ impl TimeoutEstimator {
         self.out_of_section_since = Some(at);
     }
 
+    /// What has been observed so far, and the last proposal.
+    pub fn observations(&self) -> Observations {
+        Observations {
+            initial_heartbeat: self.initial,
+            heartbeat: self.heartbeat,
+            out_of_section: self.out_of_section,
+            sections: self.sections.clone(),
+            previous: self.previous.clone(),
+        }
+    }
+
+    /// Adds the observations of a past run to this one's, and takes its
+    /// last proposal as the previous one when this estimator has none.
+    ///
+    /// # Errors
+    /// [`Error::Config`] for more than [`MAX_SECTIONS`](crate::MAX_SECTIONS)
+    /// sections (this run's and the past run's counted apart), or a section
+    /// name of 0 or more than [`MAX_SECTION_NAME`](crate::MAX_SECTION_NAME)
+    /// bytes; nothing is changed then.
+    pub fn add_observations(&mut self, past: Observations) -> Result<()> {
+        let names = past
+            .sections
+            .keys()
+            .chain(past.previous.iter().flat_map(|p| p.sections.keys()));
+        for name in names {
+            if name.is_empty() || name.len() > MAX_SECTION_NAME {
+                return Err(Error::config(format!(
+                    "estimator state: section name of {} bytes (1 to {MAX_SECTION_NAME})",
+                    name.len()
+                )));
+            }
+        }
+        if self.sections.len() + past.sections.len() > MAX_SECTIONS
+            || past
+                .previous
+                .as_ref()
+                .is_some_and(|p| p.sections.len() > MAX_SECTIONS)
+        {
+            return Err(Error::config(format!(
+                "estimator state: more than {MAX_SECTIONS} sections"
+            )));
+        }
+        self.initial.absorb(past.initial_heartbeat);
+        self.heartbeat.absorb(past.heartbeat);
+        self.out_of_section.absorb(past.out_of_section);
+        for (name, samples) in past.sections {
+            self.sections.entry(name).or_default().absorb(samples);
+        }
+        if self.previous.is_none() {
+            self.previous = past.previous;
+        }
+        Ok(())
+    }
+
     /// Heartbeat intervals seen so far.
     pub fn heartbeat_samples(&self) -> usize {
         self.heartbeat.count
@@ -185,7 +268,7 @@ impl TimeoutEstimator {
     }
 
     /// Initial-heartbeat samples (one per run; past runs come back through
-    /// [`restore_state`](TimeoutEstimator::restore_state)).
+    /// [`add_observations`](TimeoutEstimator::add_observations)).
     pub fn initial_samples(&self) -> usize {
         self.initial.count
     }

@@ -28,10 +28,7 @@ pub const MAX_HOST: usize = 256;
 /// Longest text the server sends or keeps for people, in bytes: an
 /// `Error`'s cause, the last timeout's description (which quotes a section
 /// name or a health check's reason). Longer texts are cut, marked with `…`.
-pub const MAX_CAUSE: usize = 4096;
-
-/// Largest configuration file [`MonitorConfig::load`](crate::MonitorConfig::load) reads.
-pub const MAX_CONFIG_FILE: u64 = 1024 * 1024;
+pub(crate) const MAX_CAUSE: usize = 4096;
 
 /// Bytes of a varint holding `v`.
 const fn varint_len(mut v: u64) -> usize {
@@ -84,7 +81,7 @@ const STATUS: usize = SMALL // state
 
 /// The longest status reply, as a frame: `ServerMessage { status }` with
 /// every field at its cap, length prefix included.
-pub const MAX_STATUS_FRAME: usize = LEN_PREFIX + field(STATUS);
+pub(crate) const MAX_STATUS_FRAME: usize = LEN_PREFIX + field(STATUS);
 
 // The caps add up to one frame: a status can always be sent.
 const _: () = assert!(MAX_STATUS_FRAME <= MAX_FRAME);
@@ -105,4 +102,66 @@ pub(crate) fn truncate(mut text: String, max: usize) -> String {
         text.push('…');
     }
     text
+}
+
+#[cfg(test)]
+mod tests {
+    use nodeipc_proto::monitor as pb;
+    use prost::Message;
+
+    use super::*;
+
+    /// A status with every field at its cap and every number at its
+    /// longest encoding is exactly the computed bound: the bound holds,
+    /// and it is tight.
+    #[test]
+    fn a_status_at_every_cap_fits_the_computed_bound() {
+        let name = |i: usize| format!("{i:0>width$}", width = MAX_SECTION_NAME);
+        let status = pb::Status {
+            state: pb::MonitorState::Restarting.into(),
+            rank: Some(pb::RankInfo {
+                global_rank: u32::MAX,
+                local_rank: u32::MAX,
+                pid: u32::MAX,
+                host: "h".repeat(MAX_HOST),
+            }),
+            heartbeats: u64::MAX,
+            open_sections: (0..MAX_SECTIONS)
+                .map(|i| pb::OpenSection {
+                    name: name(i),
+                    ms_open: u64::MAX,
+                    timeout_ms: Some(u64::MAX),
+                })
+                .collect(),
+            ms_since_last_heartbeat: Some(u64::MAX),
+            last_timeout: "c".repeat(MAX_CAUSE),
+            ms_since_init: Some(u64::MAX),
+            ms_out_of_section: Some(u64::MAX),
+            config: Some(pb::EffectiveConfig {
+                timeouts: Some(pb::Timeouts {
+                    initial_heartbeat_ms: Some(u64::MAX),
+                    heartbeat_ms: Some(u64::MAX),
+                    out_of_section_ms: Some(u64::MAX),
+                    section_timeouts_ms: (0..MAX_SECTIONS).map(|i| (name(i), u64::MAX)).collect(),
+                }),
+                termination_signal: -1,
+                kill_after_ms: Some(u64::MAX),
+                skip_section_replies: true,
+            }),
+            last_state: Some(vec![0xff; MAX_STATE]),
+            ms_restarting: Some(u64::MAX),
+        };
+        let message = pb::ServerMessage {
+            msg: Some(pb::server_message::Msg::Status(status)),
+        };
+        let frame = LEN_PREFIX + message.encoded_len();
+        assert!(
+            frame <= MAX_STATUS_FRAME,
+            "{frame} > bound {MAX_STATUS_FRAME}"
+        );
+        assert!(
+            frame + 16 >= MAX_STATUS_FRAME,
+            "{frame} far below the bound {MAX_STATUS_FRAME}"
+        );
+    }
 }

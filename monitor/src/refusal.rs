@@ -137,7 +137,7 @@ impl Refusal {
         }
     }
 
-    /// As the `Error` frame that carries it, the cause cut to [`MAX_CAUSE`].
+    /// As the `Error` frame that carries it, the cause cut to 4 KiB.
     pub fn to_message(self) -> pb::ServerMessage {
         pb::ServerMessage {
             msg: Some(pb::server_message::Msg::Error(pb::Error {

@@ -1,5 +1,6 @@
 //! What a monitor reports: the rank's identity, the state machine, and the
-//! status a `StatusQuery` answers, in Rust and (feature `json`) JSON form.
+//! status a `StatusQuery` answers, in Rust (and, with the feature `serde`,
+//! serde's derives: `nodeipc-monitor-host` reads and writes its JSON form).
 
 use std::collections::BTreeMap;
 
@@ -9,7 +10,7 @@ use nodeipc_proto::monitor as pb;
 /// Who a rank is. `pid` is the process the monitor signals on a timeout: it
 /// must be the process that connects, or a descendant of it.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-#[cfg_attr(feature = "json", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct RankInfo {
     /// Rank in the whole job.
     pub global_rank: u32,
@@ -56,8 +57,8 @@ impl RankInfo {
 
 /// Where a monitor's state machine is (see the README for the transitions).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-#[cfg_attr(feature = "json", derive(serde::Serialize, serde::Deserialize))]
-#[cfg_attr(feature = "json", serde(rename_all = "snake_case"))]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(rename_all = "snake_case"))]
 pub enum RankState {
     /// No rank registered yet (or the last one left and no restart is expected).
     Waiting,
@@ -108,7 +109,7 @@ impl RankState {
 
 /// A section open now.
 #[derive(Clone, Debug, PartialEq, Eq)]
-#[cfg_attr(feature = "json", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct OpenSectionStatus {
     /// Its name.
     pub name: String,
@@ -120,7 +121,7 @@ pub struct OpenSectionStatus {
 
 /// The timeouts in force, in milliseconds (`None`: no limit).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-#[cfg_attr(feature = "json", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct TimeoutsMs {
     /// Initial heartbeat timeout.
     pub initial_heartbeat_ms: Option<u64>,
@@ -174,7 +175,7 @@ impl From<&Timeouts> for TimeoutsMs {
 
 /// The answer to a status query: what `nodeipc monitor status --json` prints.
 #[derive(Clone, Debug, PartialEq, Eq)]
-#[cfg_attr(feature = "json", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct MonitorStatus {
     /// Where the state machine is.
     pub state: RankState,
@@ -204,7 +205,7 @@ pub struct MonitorStatus {
     pub last_state: Option<Vec<u8>>,
     /// Milliseconds the monitor has waited for its rank to come back
     /// (`restarting` or `terminated`); unset otherwise or from an older server.
-    #[cfg_attr(feature = "json", serde(default))]
+    #[cfg_attr(feature = "serde", serde(default))]
     pub ms_restarting: Option<u64>,
 }
 
@@ -271,25 +272,6 @@ impl MonitorStatus {
             skip_section_replies: config.skip_section_replies,
             last_state: s.last_state.clone(),
             ms_restarting: s.ms_restarting,
-        })
-    }
-
-    /// The JSON form (one object, pretty-printed), as `nodeipc monitor
-    /// status` prints it. Feature `json`.
-    #[cfg(feature = "json")]
-    pub fn to_json(&self) -> String {
-        serde_json::to_string_pretty(self).expect("a status always serializes")
-    }
-
-    /// Reads the JSON form back (a launcher reading `nodeipc monitor status
-    /// --json`). Feature `json`.
-    ///
-    /// # Errors
-    /// [`Error::Protocol`](crate::Error::Protocol) naming what does not parse.
-    #[cfg(feature = "json")]
-    pub fn from_json(text: &str) -> crate::Result<MonitorStatus> {
-        serde_json::from_str(text).map_err(|e| crate::Error::Protocol {
-            reason: format!("not a monitor status: {e}"),
         })
     }
 }

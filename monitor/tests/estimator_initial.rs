@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use common::InProcess;
 use nodeipc_monitor::{MonitorClient, MonitorConfig, RankInfo, TimeoutEstimator};
+use nodeipc_monitor_host::EstimatorState;
 use nodeipc_testkit::Watchdog;
 
 fn ms(n: u64) -> Duration {

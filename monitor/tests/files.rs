@@ -10,7 +10,8 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use common::helper;
-use nodeipc_monitor::{Error, MonitorConfig, SpawnOptions};
+use nodeipc_monitor::{Error, MonitorConfig};
+use nodeipc_monitor_host::SpawnOptions;
 use nodeipc_testkit::{NOBODY, TempDir, Watchdog, is_root};
 
 fn write_mode(path: &Path, text: &str, mode: u32) {
@@ -21,14 +22,18 @@ fn write_mode(path: &Path, text: &str, mode: u32) {
 fn spawn_with_log(
     dir: &TempDir,
     log: PathBuf,
-) -> nodeipc_monitor::Result<nodeipc_monitor::MonitorHandle> {
+) -> nodeipc_monitor::Result<nodeipc_monitor_host::MonitorHandle> {
     let options = SpawnOptions {
         program: Some(helper()),
         log_file: Some(log),
         ready_timeout: Duration::from_secs(10),
         ..SpawnOptions::default()
     };
-    nodeipc_monitor::spawn_monitor_with(&MonitorConfig::default(), dir.join("rank.sock"), options)
+    nodeipc_monitor_host::spawn_monitor_with(
+        &MonitorConfig::default(),
+        dir.join("rank.sock"),
+        options,
+    )
 }
 
 #[test]
@@ -97,8 +102,7 @@ fn the_log_file_is_created_0600_or_appended_to_when_it_is_ours() {
     );
 }
 
-/// `MonitorConfig::load` (feature `json`): what reading the file trusts.
-#[cfg(feature = "json")]
+/// `MonitorConfig::load`: what reading the file trusts.
 mod config_file {
     use std::os::unix::fs::symlink;
     use std::path::Path;
@@ -106,7 +110,8 @@ mod config_file {
     use std::sync::mpsc;
     use std::time::Duration;
 
-    use nodeipc_monitor::{Error, MAX_CONFIG_FILE, MonitorConfig};
+    use nodeipc_monitor::{Error, MonitorConfig};
+    use nodeipc_monitor_host::{MAX_CONFIG_FILE, MonitorConfigFile};
     use nodeipc_testkit::{NOBODY, TempDir, Watchdog, is_root, spawn_child};
 
     use super::{helper, write_mode};

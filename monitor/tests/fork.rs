@@ -6,7 +6,8 @@ mod common;
 use std::time::Duration;
 
 use common::helper;
-use nodeipc_monitor::{MonitorConfig, RankState, SpawnOptions};
+use nodeipc_monitor::{MonitorConfig, RankState};
+use nodeipc_monitor_host::SpawnOptions;
 use nodeipc_testkit::{TempDir, Watchdog, fork_child};
 
 #[test]
@@ -19,7 +20,7 @@ fn regression_a_monitor_handle_dropped_in_a_forked_child_leaves_the_monitor_runn
         ..SpawnOptions::default()
     };
     let mut handle = Some(
-        nodeipc_monitor::spawn_monitor_with(
+        nodeipc_monitor_host::spawn_monitor_with(
             &MonitorConfig::default(),
             dir.join("rank.sock"),
             options,

@@ -15,9 +15,9 @@ use std::time::Duration;
 use common::sysfs::net;
 use common::{InProcess, Proc};
 use nodeipc_monitor::{
-    GpuHealth, GpuId, GpuProbe, HealthConfig, MonitorClient, MonitorConfig, NicHealth, RankInfo,
-    RankState,
+    GpuHealth, HealthConfig, MonitorClient, MonitorConfig, NicHealth, RankInfo, RankState,
 };
+use nodeipc_monitor_host::{GpuId, GpuProbe, HealthChecks};
 use nodeipc_testkit::{TempDir, Watchdog};
 
 fn nic(root: &Path, devices: &[&str], interval_ms: u64) -> NicHealth {
@@ -257,101 +257,6 @@ fn a_nic_from_the_config_going_down_terminates_the_rank() {
     let last = status.last_timeout.unwrap();
     assert!(last.contains("NIC eth0 is lowerlayerdown"), "{last}");
     server.finish();
-}
-
-#[cfg(feature = "json")]
-mod json {
-    use super::*;
-
-    /// The example in the README, verbatim.
-    const README_HEALTH: &str = r#"{
-  "heartbeat_timeout_ms": 30000,
-  "health_checks": {
-    "nic": { "devices": ["eth0", "mlx5_0"], "sysfs_root": "/sys", "interval_ms": 5000 },
-    "gpu": { "interval_ms": 10000 }
-  }
-}"#;
-
-    #[test]
-    fn the_readme_health_example_parses_and_is_in_the_readme() {
-        let readme = include_str!("../README.md");
-        assert!(readme.contains(README_HEALTH), "README example drifted");
-        let c = MonitorConfig::from_json(README_HEALTH).unwrap();
-        let nic = c.health.nic.as_ref().unwrap();
-        assert_eq!(nic.devices, ["eth0", "mlx5_0"]);
-        assert_eq!(nic.sysfs_root, Path::new("/sys"));
-        assert_eq!(nic.interval, Duration::from_secs(5));
-        let gpu = c.health.gpu.as_ref().unwrap();
-        assert_eq!(gpu.interval, Duration::from_secs(10));
-        assert_eq!(gpu.cuda_visible_devices, None);
-        // Defaults: /sys, 5 s.
-        let c =
-            MonitorConfig::from_json(r#"{"health_checks": {"nic": {"devices": ["lo"]}}}"#).unwrap();
-        assert_eq!(c.health.nic.unwrap(), nic_default(&["lo"]));
-    }
-
-    fn nic_default(devices: &[&str]) -> NicHealth {
-        NicHealth {
-            devices: devices.iter().map(|d| (*d).to_owned()).collect(),
-            ..NicHealth::default()
-        }
-    }
-
-    #[test]
-    fn the_section_is_strict_and_names_what_is_wrong() {
-        for (json, fragment) in [
-            (
-                r#"{"health_checks": {"nic": {"devices": ["eth0"], "intervall_ms": 5}}}"#,
-                "unknown field `intervall_ms`",
-            ),
-            (r#"{"health_checks": {"disk": {}}}"#, "unknown field `disk`"),
-            (
-                r#"{"health_checks": {"nic": {}}}"#,
-                "missing field `devices`",
-            ),
-            (
-                r#"{"health_checks": {"gpu": {"interval_ms": 0}}}"#,
-                "health_checks.gpu.interval_ms is 0",
-            ),
-            (
-                r#"{"health_checks": {"nic": {"devices": []}}}"#,
-                "lists 0 devices",
-            ),
-        ] {
-            let error = MonitorConfig::from_json(json).unwrap_err().to_string();
-            assert!(error.contains(fragment), "{json}: {error}");
-        }
-    }
-
-    #[test]
-    fn to_json_writes_the_section_back_escaping_what_needs_it() {
-        let config = MonitorConfig {
-            timeouts: nodeipc_monitor::Timeouts {
-                sections: [(
-                    "quote \" back \\ nl \n ctl \u{1}".to_owned(),
-                    Duration::from_millis(5),
-                )]
-                .into(),
-                ..Default::default()
-            },
-            health: HealthConfig {
-                nic: Some(NicHealth {
-                    devices: vec!["eth0".into(), "ib\"0".into()],
-                    sysfs_root: PathBuf::from("/tmp/a \"b\""),
-                    interval: Duration::from_millis(1500),
-                }),
-                gpu: Some(GpuHealth {
-                    interval: Duration::from_secs(3),
-                    cuda_visible_devices: Some("GPU-1,2".into()),
-                }),
-            },
-            ..MonitorConfig::default()
-        };
-        let json = config.to_json();
-        assert_eq!(MonitorConfig::from_json(&json).unwrap(), config, "{json}");
-        // And the tests' own reader agrees (it is what runs without `json`).
-        assert_eq!(common::flat::parse(&json), config, "{json}");
-    }
 }
 
 #[test]

@@ -1,10 +1,12 @@
 //! The health checks of nvidia-resiliency-ext's monitor: NICs through a
-//! sysfs fixture, the GPU through a fake probe (no GPU here), NVML's
-//! "unavailable" path for real, and checks run at their own interval.
+//! sysfs fixture, the GPU through a fake probe (no GPU here). (NVML's
+//! "unavailable" path and checks run at their own interval: the unit tests
+//! of nodeipc-monitor-host.)
 
 mod common;
 
 use std::os::unix::process::ExitStatusExt;
+use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
@@ -13,10 +15,38 @@ use common::InProcess;
 use common::sysfs::{ib_port, net};
 use nodeipc_fdpass::Pidfd;
 use nodeipc_monitor::{
-    Every, GpuCheck, GpuId, GpuProbe, HealthCheck, MonitorClient, MonitorConfig, NVML_LIBRARY,
-    NicCheck, Nvml, RankContext, RankInfo, RankState, gpu_for_local_rank,
+    GpuHealth, HealthCheck, HealthConfig, MonitorClient, MonitorConfig, NicHealth, RankContext,
+    RankInfo, RankState,
 };
+use nodeipc_monitor_host::{GpuId, GpuProbe, HealthChecks};
 use nodeipc_testkit::{TempDir, Watchdog};
+
+/// The NIC check a configuration builds, run whenever asked (its interval
+/// is 1 ms; [`probe`] waits 2 ms first).
+fn nic_check(root: &Path, names: &[&str]) -> nodeipc_monitor::Result<Box<dyn HealthCheck>> {
+    let config = HealthConfig {
+        nic: Some(NicHealth {
+            devices: names.iter().map(|n| (*n).to_owned()).collect(),
+            sysfs_root: root.to_owned(),
+            interval: Duration::from_millis(1),
+        }),
+        gpu: None,
+    };
+    let mut setup = config.checks_for(0, None, &mut || unreachable!("no GPU asked for"))?;
+    assert_eq!(setup.checks.len(), 1);
+    Ok(setup.checks.remove(0))
+}
+
+/// Runs `check` once, for this process.
+fn probe(check: &mut Box<dyn HealthCheck>) -> Result<(), String> {
+    std::thread::sleep(Duration::from_millis(2));
+    let pidfd = Pidfd::open(std::process::id()).unwrap();
+    let info = RankInfo::this_process(0, 0);
+    check.check(&RankContext {
+        rank: &info,
+        pidfd: &pidfd,
+    })
+}
 
 #[test]
 fn the_nic_check_reads_operstate_and_infiniband_port_states() {
@@ -26,17 +56,16 @@ fn the_nic_check_reads_operstate_and_infiniband_port_states() {
     net(root, "lo", "unknown");
     ib_port(root, "mlx5_0", 1, "4: ACTIVE");
     ib_port(root, "mlx5_0", 2, "4: ACTIVE");
-    let names = ["eth0", "lo", "mlx5_0"].map(String::from);
-    let check = NicCheck::new(root, &names).unwrap();
-    assert_eq!(check.probe(), Ok(()));
+    let mut check = nic_check(root, &["eth0", "lo", "mlx5_0"]).unwrap();
+    assert_eq!(probe(&mut check), Ok(()));
 
     net(root, "eth0", "down");
-    let why = check.probe().unwrap_err();
+    let why = probe(&mut check).unwrap_err();
     assert!(why.contains("NIC eth0 is down"), "{why}");
     net(root, "eth0", "up");
 
     ib_port(root, "mlx5_0", 2, "1: DOWN");
-    let why = check.probe().unwrap_err();
+    let why = probe(&mut check).unwrap_err();
     assert!(
         why.contains("InfiniBand mlx5_0 port 2") && why.contains("DOWN"),
         "{why}"
@@ -45,7 +74,7 @@ fn the_nic_check_reads_operstate_and_infiniband_port_states() {
 
     // A device that goes away fails the check, naming the file.
     std::fs::remove_dir_all(root.join("class/net/eth0")).unwrap();
-    let why = check.probe().unwrap_err();
+    let why = probe(&mut check).unwrap_err();
     assert!(why.contains("eth0/operstate"), "{why}");
 }
 
@@ -58,9 +87,10 @@ fn the_nic_check_refuses_at_start_a_device_that_is_not_there_or_a_bad_name() {
         ("../eth0", "is not a device name"),
         ("", "is not a device name"),
     ] {
-        let error = NicCheck::new(dir.path(), &[name.to_owned()])
-            .unwrap_err()
-            .to_string();
+        let Err(error) = nic_check(dir.path(), &[name]) else {
+            panic!("{name:?} accepted");
+        };
+        let error = error.to_string();
         assert!(error.contains(expect), "{name:?}: {error}");
     }
 }
@@ -70,7 +100,7 @@ fn a_nic_going_down_mid_run_terminates_the_rank() {
     let _dog = Watchdog::new("nic mid-run", Duration::from_secs(60));
     let dir = TempDir::new("nic-midrun");
     net(dir.path(), "eth0", "up");
-    let check = NicCheck::new(dir.path(), &["eth0".to_owned()]).unwrap();
+    let check = nic_check(dir.path(), &["eth0"]).unwrap();
     let config = MonitorConfig {
         check_interval: Duration::from_millis(50),
         ..MonitorConfig::default()
@@ -86,28 +116,6 @@ fn a_nic_going_down_mid_run_terminates_the_rank() {
     let last = status.last_timeout.unwrap();
     assert!(last.contains("NIC eth0 is down"), "{last}");
     server.finish();
-}
-
-#[test]
-fn a_rank_finds_its_gpu_through_cuda_visible_devices() {
-    assert_eq!(gpu_for_local_rank(0, None), Ok(GpuId::Index(0)));
-    assert_eq!(gpu_for_local_rank(3, None), Ok(GpuId::Index(3)));
-    assert_eq!(gpu_for_local_rank(1, Some("2, 5 ,7")), Ok(GpuId::Index(5)));
-    assert_eq!(
-        gpu_for_local_rank(0, Some("GPU-8e0a5b1c-0000-1111-2222-333344445555,1")),
-        Ok(GpuId::Uuid(
-            "GPU-8e0a5b1c-0000-1111-2222-333344445555".to_owned()
-        ))
-    );
-    let short = gpu_for_local_rank(2, Some("0,1")).unwrap_err();
-    assert!(
-        short.contains("local rank 2 has no device") && short.contains("lists 2"),
-        "{short}"
-    );
-    let bad = gpu_for_local_rank(0, Some("zero")).unwrap_err();
-    assert!(bad.contains("\"zero\""), "{bad}");
-    // An empty list hides every device.
-    assert!(gpu_for_local_rank(0, Some("")).is_err());
 }
 
 /// A GPU that reports an XID once told to.
@@ -134,15 +142,23 @@ fn a_gpu_error_terminates_the_rank_naming_the_device() {
     let xid = Arc::new(AtomicBool::new(false));
     let asked = Arc::new(AtomicUsize::new(0));
     let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
-    let gpu = gpu_for_local_rank(1, Some("4,6")).unwrap();
-    let check = GpuCheck::new(
-        FakeGpu {
-            xid: Arc::clone(&xid),
-            asked: Arc::clone(&asked),
-            seen: Arc::clone(&seen),
-        },
-        gpu,
-    );
+    let health = HealthConfig {
+        nic: None,
+        gpu: Some(GpuHealth {
+            interval: Duration::from_millis(1),
+            cuda_visible_devices: Some("4,6".to_owned()),
+        }),
+    };
+    let mut setup = health
+        .checks_for(1, None, &mut || {
+            Ok(Box::new(FakeGpu {
+                xid: Arc::clone(&xid),
+                asked: Arc::clone(&asked),
+                seen: Arc::clone(&seen),
+            }))
+        })
+        .unwrap();
+    let check = setup.checks.remove(0);
     let config = MonitorConfig {
         check_interval: Duration::from_millis(50),
         ..MonitorConfig::default()
@@ -163,53 +179,6 @@ fn a_gpu_error_terminates_the_rank_naming_the_device() {
     assert!(last.contains("GPU 6: reported XID 79"), "{last}");
     assert!(seen.lock().unwrap().iter().all(|g| *g == GpuId::Index(6)));
     server.finish();
-}
-
-#[test]
-fn nvml_is_reported_unavailable_where_the_driver_is_not_installed() {
-    match Nvml::load() {
-        Err(why) => assert!(why.contains(NVML_LIBRARY), "{why}"),
-        // A machine with the driver: the real path, on device 0.
-        Ok(mut nvml) => {
-            let answer = nvml.check(&GpuId::Index(0));
-            assert!(answer.is_ok(), "GPU 0 on this machine: {answer:?}");
-        }
-    }
-}
-
-/// Counts its runs.
-struct Counter(Arc<AtomicUsize>);
-
-impl HealthCheck for Counter {
-    fn name(&self) -> &str {
-        "counter"
-    }
-
-    fn check(&mut self, _rank: &RankContext<'_>) -> Result<(), String> {
-        self.0.fetch_add(1, Ordering::SeqCst);
-        Ok(())
-    }
-}
-
-#[test]
-fn every_runs_a_check_at_most_once_per_its_interval() {
-    let runs = Arc::new(AtomicUsize::new(0));
-    let mut every = Every::new(Counter(Arc::clone(&runs)), Duration::from_millis(200));
-    let pidfd = Pidfd::open(std::process::id()).unwrap();
-    let info = RankInfo::this_process(0, 0);
-    let context = RankContext {
-        rank: &info,
-        pidfd: &pidfd,
-    };
-    let start = Instant::now();
-    while start.elapsed() < Duration::from_millis(500) {
-        every.check(&context).unwrap();
-        std::thread::sleep(Duration::from_millis(5));
-    }
-    // At 0, ~200 and ~400 ms: 3 runs (never 1 per call, ~100 of them).
-    let n = runs.load(Ordering::SeqCst);
-    assert!((2..=3).contains(&n), "{n} runs in 500 ms");
-    assert_eq!(every.name(), "counter");
 }
 
 /// The server's log once it holds `needle` (bounded).

@@ -11,10 +11,12 @@ use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{InProcess, Proc, Served, config, helper, helper_command, raw, wait_status};
+use common::{
+    InProcess, LOG_BURST, Proc, Served, config, helper, helper_command, raw, wait_status,
+};
 use nodeipc_monitor::{
-    LOG_BURST, MAX_LOG_LINE, MAX_SECTION_NAME, MAX_SECTIONS, MonitorClient, MonitorConfig,
-    RankInfo, RankState, control_socket_path,
+    MAX_LOG_LINE, MAX_SECTION_NAME, MAX_SECTIONS, MonitorClient, MonitorConfig, RankInfo,
+    RankState, control_socket_path,
 };
 use nodeipc_testkit::{TempDir, Watchdog, spawn_child};
 

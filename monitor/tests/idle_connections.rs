@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 
 use common::{InProcess, raw};
 use nodeipc_monitor::{ControlClient, MonitorClient, MonitorConfig, RankInfo, RankState};
+use nodeipc_monitor_host::MonitorConfigFile;
 use nodeipc_proto::monitor::{self as pb, client_message::Msg, server_message};
 use nodeipc_testkit::Watchdog;
 
@@ -24,7 +25,6 @@ fn server(tag: &str, change: impl FnOnce(&mut MonitorConfig)) -> InProcess {
     InProcess::start(tag, config)
 }
 
-#[cfg(feature = "json")]
 #[test]
 fn the_default_first_message_timeout_is_one_second_and_the_file_sets_it() {
     let defaults = MonitorConfig::default();

@@ -13,8 +13,9 @@ use common::{Served, config, helper, helper_command};
 use nodeipc_fdpass::Pidfd;
 use nodeipc_monitor::{
     ControlClient, Error, MonitorClient, MonitorConfig, MonitorServer, RankInfo, RankState,
-    SpawnOptions, control_socket_path,
+    control_socket_path,
 };
+use nodeipc_monitor_host::SpawnOptions;
 use nodeipc_testkit::{TempDir, Watchdog, is_root, skip, spawn_child};
 
 const T: Duration = Duration::from_secs(10);
@@ -241,7 +242,7 @@ fn a_monitor_that_cannot_start_is_reported_with_its_reason() {
         ..SpawnOptions::default()
     };
     let socket = dir.join("rank.sock");
-    match nodeipc_monitor::spawn_monitor_with(&MonitorConfig::default(), &socket, options) {
+    match nodeipc_monitor_host::spawn_monitor_with(&MonitorConfig::default(), &socket, options) {
         Err(Error::ServerExited { status, .. }) => assert_eq!(status.code(), Some(1)),
         other => panic!("expected ServerExited, got {other:?}"),
     }
@@ -256,7 +257,7 @@ fn a_monitor_that_cannot_start_is_reported_with_its_reason() {
         ..MonitorConfig::default()
     };
     assert!(matches!(
-        nodeipc_monitor::spawn_monitor(&bad, &socket),
+        nodeipc_monitor_host::spawn_monitor(&bad, &socket),
         Err(Error::Config { .. })
     ));
 }

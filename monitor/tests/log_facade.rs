@@ -8,8 +8,13 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use log::{Level, LevelFilter, Log, Metadata, Record};
-use nodeipc_monitor::{LOG_BURST, LOG_TARGET, MonitorConfig, MonitorServer, StderrLogger};
+use nodeipc_monitor::{LOG_TARGET, MonitorConfig, MonitorServer};
+use nodeipc_monitor_host::StderrLogger;
 use nodeipc_testkit::{TempDir, Watchdog};
+
+/// The server's rate limit on log lines a client can cause: lines of one
+/// kind per window (the README's "Logging").
+const LOG_BURST: u32 = 10;
 
 /// The program's own logger: keeps every record.
 struct Capture(Mutex<Vec<(Level, String, String)>>);

@@ -6,13 +6,9 @@ use std::time::{Duration, Instant};
 
 use nodeipc_monitor::tracker::{Action, Handled, Note, RankTracker, Registration};
 use nodeipc_monitor::{LogLevel, RankInfo, RankState, Signal};
+use nodeipc_monitor_host::MonitorConfigFile;
 use nodeipc_proto::monitor as pb;
 use pb::client_message::Msg;
-
-#[cfg(not(feature = "json"))]
-#[path = "common/flat.rs"]
-#[allow(dead_code, unreachable_pub)]
-mod flat;
 
 const PID: u32 = 4242;
 
@@ -21,10 +17,7 @@ fn ms(n: u64) -> Duration {
 }
 
 fn tracker(json: &str) -> RankTracker {
-    #[cfg(feature = "json")]
     let config = nodeipc_monitor::MonitorConfig::from_json(json).expect("test config");
-    #[cfg(not(feature = "json"))]
-    let config = flat::parse(json);
     RankTracker::new(config)
 }
 

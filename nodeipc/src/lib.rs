@@ -21,6 +21,9 @@ pub use nodeipc_launch as launch;
 #[cfg(feature = "monitor")]
 #[doc(inline)]
 pub use nodeipc_monitor as monitor;
+#[cfg(feature = "monitor-host")]
+#[doc(inline)]
+pub use nodeipc_monitor_host as monitor_host;
 #[cfg(feature = "pool")]
 #[doc(inline)]
 pub use nodeipc_pool as pool;

@@ -6,7 +6,9 @@
 use std::sync::{Mutex, MutexGuard, RwLock, RwLockReadGuard, TryLockError};
 use std::time::Duration;
 
-use nodeipc_channel::{ChannelConfig, HandshakeOptions, HandshakeServer, connect, worker_logon};
+use nodeipc_channel::{
+    All, Channel, ChannelServer, First, HandshakeOptions, Raw, connect, worker_logon,
+};
 use nodeipc_fdpass::ForkGeneration;
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
@@ -16,7 +18,7 @@ use crate::errors::{self, Kind, invalid, raise};
 
 /// The channel's errors as the package's exceptions.
 pub(crate) fn channel_error(py: Python<'_>, e: nodeipc_channel::Error) -> PyErr {
-    use nodeipc_channel::Error as E;
+    use nodeipc_channel::{Error as E, HandshakeError as H};
     let kind = match &e {
         E::InvalidConfig { .. }
         | E::TooLarge { .. }
@@ -29,7 +31,10 @@ pub(crate) fn channel_error(py: Python<'_>, e: nodeipc_channel::Error) -> PyErr 
         | E::Closed { .. } => Kind::PeerDied,
         E::RankTaken { .. } => Kind::AlreadyExists,
         E::Busy { .. } => Kind::ConcurrentUse,
-        E::Rejected { .. } | E::Handshake { .. } => Kind::Refused,
+        // The handshake layer's error, whole: by its own variant.
+        E::Handshake(H::InvalidConfig { .. }) => Kind::InvalidArgument,
+        E::Handshake(H::Timeout { .. }) => Kind::Timeout,
+        E::Handshake(H::Rejected { .. } | H::Handshake { .. }) => Kind::Refused,
         _ => Kind::Base,
     };
     raise(py, kind, e.to_string(), errors::errno_of(&e))
@@ -75,9 +80,9 @@ fn timeout_or(default: Duration, value: Option<Option<f64>>) -> PyResult<Duratio
 pub(crate) struct Coordinator {
     /// Read-locked by each call (`try_read`: only `close()` write-locks it,
     /// and only with `try_write`, so a call never waits here).
-    inner: RwLock<Option<nodeipc_channel::Coordinator>>,
+    inner: RwLock<Option<nodeipc_channel::Coordinator<Raw, Raw>>>,
     /// The handshake server, while serving.
-    server: Mutex<Option<HandshakeServer>>,
+    server: Mutex<Option<ChannelServer>>,
     name: String,
     /// The process that made it: in a child forked since, only `close()`
     /// and `stop_serving()` (which then join, lock and remove nothing) are
@@ -85,7 +90,7 @@ pub(crate) struct Coordinator {
     born: ForkGeneration,
 }
 
-type Shared<'a> = RwLockReadGuard<'a, Option<nodeipc_channel::Coordinator>>;
+type Shared<'a> = RwLockReadGuard<'a, Option<nodeipc_channel::Coordinator<Raw, Raw>>>;
 
 /// The `Busy` error of a call that another thread's call excludes.
 fn busy(
@@ -121,7 +126,7 @@ fn open<'g>(
     py: Python<'_>,
     shared: &'g Shared<'_>,
     name: &str,
-) -> PyResult<&'g nodeipc_channel::Coordinator> {
+) -> PyResult<&'g nodeipc_channel::Coordinator<Raw, Raw>> {
     shared
         .as_ref()
         .ok_or_else(|| closed(py, "coordinator", name))
@@ -152,12 +157,14 @@ impl Coordinator {
         depth: i128,
         timeout: Option<f64>,
     ) -> PyResult<Coordinator> {
-        let config = ChannelConfig::new(name, count("workers", workers)?)
+        let coordinator = Channel::anonymous(name)
+            .workers(count("workers", workers)?)
             .request_capacity(size("request_capacity", request_capacity)?)
             .response_slot_size(size("response_size", response_size)?)
             .depth(count("depth", depth)?)
-            .timeout(seconds("timeout", timeout)?);
-        let coordinator = nodeipc_channel::Coordinator::create_anonymous(config)
+            .timeout(seconds("timeout", timeout)?)
+            .raw()
+            .create()
             .map_err(|e| channel_error(py, e))?;
         Ok(Coordinator {
             inner: RwLock::new(Some(coordinator)),
@@ -206,12 +213,8 @@ impl Coordinator {
                 None,
             ));
         }
-        let bound = HandshakeServer::bind(
-            socket_path,
-            HandshakeOptions::default(),
-            move |logon, peer| offer.decide(logon, peer),
-        )
-        .map_err(|e| channel_error(py, e))?;
+        let bound = ChannelServer::bind(socket_path, HandshakeOptions::default(), offer)
+            .map_err(|e| channel_error(py, e))?;
         *server = Some(bound);
         Ok(())
     }
@@ -261,7 +264,7 @@ impl Coordinator {
         let limit = timeout_or(coordinator.config().timeout, timeout)?;
         blocking(
             py,
-            move || coordinator.send_bytes_timeout(data, limit),
+            move || coordinator.send_timeout(data, limit),
             channel_error,
         )
     }
@@ -277,7 +280,7 @@ impl Coordinator {
             py,
             move || {
                 coordinator
-                    .recv_all_bytes_timeout(limit)
+                    .recv_timeout(All, limit)
                     .map(|gathered| gathered.iter().map(|(_, a)| a.to_vec()).collect::<Vec<_>>())
             },
             channel_error,
@@ -297,7 +300,7 @@ impl Coordinator {
             py,
             move || {
                 coordinator
-                    .recv_first_bytes()
+                    .recv(First)
                     .map(|first| (first.rank(), first.bytes().to_vec()))
             },
             channel_error,
@@ -376,7 +379,7 @@ pub(crate) struct Worker {
 }
 
 struct WorkerState {
-    inner: Option<nodeipc_channel::Worker>,
+    inner: Option<nodeipc_channel::Worker<Raw, Raw>>,
     /// Where each request is copied before it becomes a `bytes`, reused.
     buffer: Vec<u8>,
 }
@@ -479,7 +482,7 @@ impl Worker {
             .inner
             .as_mut()
             .ok_or_else(|| closed(py, "worker", &self.name))?;
-        blocking(py, || worker.respond_bytes(data), channel_error)
+        blocking(py, || worker.respond(data), channel_error)
     }
 
     /// Leaves the channel (the rank may be taken again). In a child forked

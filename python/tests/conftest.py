@@ -1,7 +1,8 @@
 """Shared fixtures: unique names, a watchdog per test, the leak check, and
 the Rust programs some tests drive (`nodeipc`, the integration tests'
-`rank`). Under CI=true a missing module or program fails the test instead
-of skipping it."""
+`rank`) and the C/C++ ones they build on the C ABI's libnodeipc.a. Under
+CI=true a missing module or program fails the test instead of skipping
+it."""
 
 from __future__ import annotations
 
@@ -40,9 +41,9 @@ def require_module(name: str):
         skip(f"Python module {name} is missing (pip install {name})")
 
 
-def rust_program(name: str) -> str:
-    """A program built by `cargo build` (NODEIPC_BIN_DIR, else
-    $CARGO_TARGET_DIR/debug, else target/debug of the repository)."""
+def built_file(name: str, what: str, build: str, executable: bool) -> str:
+    """A file `build` (a cargo command) made: in NODEIPC_BIN_DIR, else
+    $CARGO_TARGET_DIR/debug, else target/debug of the repository."""
     candidates = []
     if os.environ.get("NODEIPC_BIN_DIR"):
         candidates.append(pathlib.Path(os.environ["NODEIPC_BIN_DIR"]))
@@ -51,10 +52,40 @@ def rust_program(name: str) -> str:
     candidates.append(REPO / "target" / "debug")
     for directory in candidates:
         path = directory / name
-        if path.is_file() and os.access(path, os.X_OK):
+        if path.is_file() and (not executable or os.access(path, os.X_OK)):
             return str(path)
-    skip(f"the Rust program {name} is not built (cargo build; looked in {candidates})")
+    skip(f"{what} {name} is not built ({build}; looked in {candidates})")
     raise AssertionError("unreachable")
+
+
+def rust_program(name: str) -> str:
+    """A program built by `cargo build` (see `built_file`)."""
+    return built_file(name, "the Rust program", "cargo build", executable=True)
+
+
+def c_program(source: str, out_dir: pathlib.Path) -> str:
+    """Compiles capi/tests/c/SOURCE (C11 with $CC else cc for a .c, C++17
+    with $CXX else g++ for a .cpp) against the C ABI's headers and the
+    static library `cargo build -p nodeipc-capi` made; the program's path.
+    Skipped (failed under CI=true) without a compiler or the library."""
+    library = built_file(
+        "libnodeipc.a", "the C ABI's static library", "cargo build -p nodeipc-capi", executable=False
+    )
+    if source.endswith(".cpp"):
+        compiler, std = os.environ.get("CXX", "g++"), "-std=c++17"
+    else:
+        compiler, std = os.environ.get("CC", "cc"), "-std=c11"
+    if shutil.which(compiler) is None:
+        skip(f"no compiler {compiler} to build {source}")
+    program = out_dir / pathlib.Path(source).name.replace(".", "_")
+    done = subprocess.run(
+        [compiler, std, "-O1", "-Wall", "-Wextra", "-Werror", "-o", str(program),
+         "-I", str(REPO / "capi" / "include"), str(REPO / "capi" / "tests" / "c" / source),
+         library, "-lpthread", "-ldl", "-lm", "-lrt"],
+        capture_output=True, text=True, timeout=120,
+    )
+    assert done.returncode == 0, f"{compiler} failed on {source}:\n{done.stderr}"
+    return str(program)
 
 
 def ours_in_dev_shm(fragment: str) -> List[str]:

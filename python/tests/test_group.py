@@ -148,6 +148,13 @@ def test_bad_group_arguments_are_refused_before_anything_is_made(unique_name, ar
     assert ours_in_dev_shm(name) == []
 
 
+def test_a_group_name_without_its_slash_is_refused(unique_name):
+    name = unique_name("no-slash")
+    with pytest.raises(nodeipc.InvalidArgumentError, match="must start with '/'"):
+        nodeipc.Group(name.lstrip("/"), 0, 1, timeout=5)
+    assert ours_in_dev_shm(name) == []
+
+
 def test_a_closed_descriptor_is_refused_by_exchange_fds(unique_name):
     with nodeipc.Group(unique_name("fds"), 0, 1, timeout=5) as group:
         r, w = os.pipe()

@@ -47,7 +47,8 @@ unsafe impl Sync for End {}
 /// owner and mode check of `Region::open`; one received as a descriptor is
 /// trusted as its sender is (see SECURITY.md).
 pub(crate) fn check_seals(region: &Region, label: &str) -> Result<()> {
-    if region.name().is_some() || !is_memfd(region) {
+    // A descriptor `/proc` cannot place may be a memfd: seals demanded.
+    if region.name().is_some() || !region.is_memfd().unwrap_or(true) {
         return Ok(());
     }
     match rustix::fs::fcntl_get_seals(region.as_fd()) {
@@ -61,16 +62,6 @@ pub(crate) fn check_seals(region: &Region, label: &str) -> Result<()> {
             source: e.into(),
         }
         .into()),
-    }
-}
-
-/// Whether the region's descriptor is a memfd (its `/proc` link says
-/// `/memfd:`); when `/proc` cannot tell, assume it is, and demand seals.
-fn is_memfd(region: &Region) -> bool {
-    use std::os::fd::AsRawFd;
-    match std::fs::read_link(format!("/proc/self/fd/{}", region.as_fd().as_raw_fd())) {
-        Ok(target) => target.to_string_lossy().starts_with("/memfd:"),
-        Err(_) => true,
     }
 }
 

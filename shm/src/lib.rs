@@ -3,11 +3,9 @@
 
 mod error;
 mod fork;
-mod lease;
 mod list;
 mod name;
 mod open;
-mod procscan;
 mod region;
 mod space;
 mod view;
@@ -15,14 +13,15 @@ pub mod wait;
 
 pub use error::{Error, Result};
 pub use fork::{ForkGeneration, Forked};
-pub use lease::{NotProved, Unheld};
+// The listing and the forensics it needs to prove an object abandoned
+// (`/proc` scans, `kcmp`, write leases): `nodeipc ls` and `nodeipc clean`
+// are their users, and the region type carries none of them.
 pub use list::{
-    Cleanup, KeepReason, ObjectKind, ShmObject, list, list_with, plan_cleanup, plan_cleanup_with,
-    remove_stale, remove_stale_with,
+    Cleanup, Gap, KeepReason, NotProved, ObjectKind, ProcessScan, ShmObject, Unheld, list,
+    list_with, plan_cleanup, plan_cleanup_with, remove_stale, remove_stale_with,
 };
 pub use name::{MAX_NAME_LEN, validate_name};
 pub use open::{OpenOptions, open_unmapped};
-pub use procscan::{Gap, ProcessScan};
 pub use region::{Pages, REGION_MODE, Region, unlink};
 pub use view::{Padded, ShmSafe};
 

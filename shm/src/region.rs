@@ -497,6 +497,25 @@ impl Region {
             .unwrap_or(false)
     }
 
+    /// Whether the region is a memfd (`memfd_create`, made here or received
+    /// as a descriptor) rather than a named object or another file; `None`
+    /// when `/proc` cannot tell (not mounted, out of descriptors). A memfd
+    /// can be sealed, so a receiver demands [`is_size_sealed`](Region::is_size_sealed)
+    /// of one; queue and pool take `None` as "maybe" and demand it too.
+    ///
+    /// Performs `readlink("/proc/self/fd/<fd>")`: a memfd's link reads
+    /// `/memfd:<name> (deleted)`.
+    ///
+    /// # References
+    /// - [Linux `memfd_create(2)`](https://man7.org/linux/man-pages/man2/memfd_create.2.html), "NOTES"
+    /// - [Linux `proc_pid_fd(5)`](https://man7.org/linux/man-pages/man5/proc_pid_fd.5.html)
+    #[doc(alias = "memfd")]
+    pub fn is_memfd(&self) -> Option<bool> {
+        use std::os::fd::AsRawFd;
+        let link = std::fs::read_link(format!("/proc/self/fd/{}", self.fd.as_raw_fd())).ok()?;
+        Some(link.to_string_lossy().starts_with("/memfd:"))
+    }
+
     /// The label errors use for this region: its name, or what it came from.
     pub fn label(&self) -> &str {
         &self.label

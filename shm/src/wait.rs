@@ -410,19 +410,44 @@ pub fn coarse_now_ns() -> u64 {
         .wrapping_add(t.tv_nsec as u64)
 }
 
-/// The largest `timespec`: what a timeout too long for one becomes. The
-/// kernel takes it (`poll`, `futex`) as a deadline it never reaches.
+/// The largest `struct timespec`: what a timeout too long for one becomes.
+/// The kernel takes it (`poll`, `futex`) as a deadline it never reaches.
 pub const TIMESPEC_MAX: Timespec = Timespec {
     tv_sec: i64::MAX,
     tv_nsec: 999_999_999,
 };
 
-/// A relative `timeout` as a `timespec` (rustix's conversion); one too long
-/// for it becomes [`TIMESPEC_MAX`], in effect no limit — never a panic, a
-/// wrap to a negative (refused) value, or a shorter wait.
+/// A relative `timeout` as the `struct timespec` that `poll(2)`,
+/// `futex(2)` and `sem_timedwait(3)` take.
 ///
-/// The one conversion of the tree: every crate above this one uses it for
-/// `poll`, `futex` and `sem_timedwait` timeouts.
+/// No system call: rustix's `Timespec::try_from(Duration)`, saturated. A
+/// timeout too long for a `timespec` (more than `i64::MAX` seconds)
+/// becomes [`TIMESPEC_MAX`], in effect no limit — never a panic, a wrap to
+/// a negative value the kernel refuses (`EINVAL`), or a shorter wait.
+///
+/// The one conversion of the tree: every crate above this one (fdpass,
+/// handshake, the barrier's mesh, the monitor, the launcher) uses it for
+/// its `poll`, `futex` and `sem_timedwait` timeouts.
+///
+/// # Errors
+/// None: every `Duration` has a `timespec`.
+///
+/// # Examples
+/// ```
+/// use std::time::Duration;
+/// use nodeipc_shm::wait::{TIMESPEC_MAX, timespec};
+///
+/// let t = timespec(Duration::from_millis(1500));
+/// assert_eq!((t.tv_sec, t.tv_nsec), (1, 500_000_000));
+/// assert_eq!(timespec(Duration::MAX), TIMESPEC_MAX);
+/// ```
+///
+/// # References
+/// - [Linux `timespec(3type)`](https://man7.org/linux/man-pages/man3/timespec.3type.html)
+/// - [Linux `poll(2)`](https://man7.org/linux/man-pages/man2/poll.2.html)
+/// - [Linux `futex(2)`](https://man7.org/linux/man-pages/man2/futex.2.html)
+#[doc(alias = "struct timespec")]
+#[doc(alias = "Timespec")]
 pub fn timespec(timeout: Duration) -> Timespec {
     Timespec::try_from(timeout).unwrap_or(TIMESPEC_MAX)
 }

@@ -430,6 +430,21 @@ fn sealing_forbids_resizing_and_named_regions_cannot_be_sealed() {
     ));
 }
 
+/// `is_memfd` tells a memfd (made here, or received as a descriptor) from
+/// a named object, also one received as a descriptor: what queue and pool
+/// ask before they demand seals.
+#[test]
+fn a_memfd_is_told_from_a_named_object_however_it_arrived() {
+    let anonymous = Region::anonymous(4096).unwrap();
+    assert_eq!(anonymous.is_memfd(), Some(true));
+    let received = Region::from_fd(anonymous.as_fd().try_clone_to_owned().unwrap()).unwrap();
+    assert_eq!(received.is_memfd(), Some(true));
+    let named = Region::create(&unique_name("memfd"), 4096).unwrap();
+    assert_eq!(named.is_memfd(), Some(false));
+    let by_fd = Region::from_fd(named.as_fd().try_clone_to_owned().unwrap()).unwrap();
+    assert_eq!(by_fd.is_memfd(), Some(false));
+}
+
 #[test]
 fn from_fd_refuses_what_is_not_a_region() {
     let (read_end, _write_end) = std::io::pipe().unwrap();

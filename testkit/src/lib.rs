@@ -172,6 +172,22 @@ impl ChildGuard {
         }
     }
 
+    /// As [`output_timeout`](ChildGuard::output_timeout), and panics with the
+    /// child's status, stdout and stderr unless it exited successfully: the
+    /// parent's half of a test whose work runs in a child of its own
+    /// ([`this_test_in_a_child`]).
+    pub fn output_success(self, limit: Duration) -> std::process::Output {
+        let out = self.output_timeout(limit);
+        assert!(
+            out.status.success(),
+            "the child failed: {}\n{}\n{}",
+            out.status,
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        out
+    }
+
     /// Sends SIGKILL and waits (up to `limit`) until the child is a zombie:
     /// exited, every thread of it gone, not reaped (`waitid` with `WNOWAIT`
     /// says so), its pid and `/proc/<pid>/stat` start time still there. The

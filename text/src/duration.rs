@@ -49,6 +49,25 @@ pub fn duration(d: Duration) -> String {
     InWords(d).to_string()
 }
 
+/// Whole milliseconds, rounded up so that a non-zero duration never reads
+/// as 0 (which configuration files and protocols take for "none"),
+/// saturating at `u64::MAX`.
+///
+/// ```
+/// use std::time::Duration;
+/// assert_eq!(nodeipc_text::whole_ms(Duration::from_micros(1)), 1);
+/// assert_eq!(nodeipc_text::whole_ms(Duration::from_millis(1500)), 1500);
+/// assert_eq!(nodeipc_text::whole_ms(Duration::ZERO), 0);
+/// ```
+pub fn whole_ms(d: Duration) -> u64 {
+    let whole = u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
+    if d.subsec_nanos().is_multiple_of(1_000_000) {
+        whole
+    } else {
+        whole.saturating_add(1)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -5,6 +5,6 @@ mod duration;
 mod escape;
 mod signal;
 
-pub use duration::{InWords, duration};
+pub use duration::{InWords, duration, whole_ms};
 pub use escape::{Printable, printable};
 pub use signal::signal_name;

@@ -2,7 +2,7 @@
 //! size, both measured in the same run in interleaved rounds.
 //!
 //! ```sh
-//! cargo run --release -p nodeipc-benches --bin versus-iceoryx2 -- --json
+//! cargo run --release -p nodeipc-benches --features rivals --bin versus-iceoryx2 -- --json
 //! ```
 //!
 //! Each side: one coordinator (client) pinned to core 0 and one worker
@@ -18,13 +18,12 @@
 //! `nodeipc_sleeping_ns` is nodeipc with its default waits (a short spin,
 //! then a futex sleep: no core burnt while the peer works), for reference.
 
-#[path = "../../shared/iceoryx.rs"]
-mod iceoryx;
+use nodeipc_benches::iceoryx;
 
 use std::process::ExitCode;
 use std::time::Duration;
 
-use nodeipc_benches::channel::{ChannelImpl, ChannelSession};
+use nodeipc_cli::bench::channel::{ChannelImpl, ChannelSession};
 
 const PAYLOADS: [usize; 4] = [64, 4 << 10, 64 << 10, 1 << 20];
 const WARM_UP: u64 = 200;
@@ -159,7 +158,7 @@ fn row(payload: usize, options: &Options) -> Result<String> {
 
 fn main() -> ExitCode {
     iceoryx::run_if_server();
-    nodeipc_benches::run_if_peer();
+    nodeipc_cli::bench::run_if_peer();
     let options = match parse(std::env::args()) {
         Ok(options) => options,
         Err(message) => {
@@ -167,7 +166,7 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    if nodeipc_benches::machine::cores() < 2 {
+    if nodeipc_cli::bench::machine::cores() < 2 {
         eprintln!("versus-iceoryx2: fewer than 2 cores; both sides run unpinned");
     }
     for payload in PAYLOADS {

@@ -8,8 +8,14 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <exception>
 #include <string>
 #include <vector>
+
+// What this file uses (check, to_ms, detail::Owned): included alone, this
+// brings nodeipc.hpp in first; from nodeipc.hpp (which includes this file at
+// its end) the guard makes it a no-op.
+#include "../nodeipc.hpp"
 
 namespace nodeipc {
 
@@ -69,9 +75,64 @@ class Coordinator {
         }
         return out;
     }
+    // A worker's response where it lies, valid during the call to `choose`.
+    struct Response {
+        const uint8_t* data;
+        size_t size;
+    };
+    // What recv_aggregated keeps: the chosen response and its worker's rank.
+    struct Aggregated {
+        uint32_t rank;
+        std::vector<uint8_t> bytes;
+    };
+    // One response for the whole gather: `choose` is called with every
+    // worker's (`const std::vector<Response>&`, in rank order) and returns
+    // the index of the one to keep. An exception `choose` throws fails the
+    // gather (its responses are taken) and is rethrown here; it never
+    // crosses into the library.
+    template <class F, class D = Millis>
+    Aggregated recv_aggregated(F&& choose, D timeout = forever) {
+        Call<F> call{choose, nullptr};
+        std::vector<uint8_t> buffer(response_size_);
+        size_t length = 0;
+        uint32_t rank = 0;
+        nodeipc_status s = nodeipc_coordinator_recv_aggregated(
+            h_.get(), to_ms(timeout), &Coordinator::aggregate<F>, &call, buffer.data(),
+            buffer.size(), &length, &rank);
+        if (call.error) std::rethrow_exception(call.error);
+        check(s);
+        buffer.resize(length);
+        return Aggregated{rank, std::move(buffer)};
+    }
     nodeipc_coordinator* handle() const noexcept { return h_.get(); }
 
   private:
+    template <class F>
+    struct Call {
+        F& choose;
+        std::exception_ptr error;
+    };
+    // The C callback: no exception leaves it (the library is Rust).
+    template <class F>
+    static int32_t aggregate(void* user, uint32_t count, const uint8_t* const* responses,
+                             const size_t* lengths) noexcept {
+        auto* call = static_cast<Call<F>*>(user);
+        try {
+            std::vector<Response> all;
+            all.reserve(count);
+            for (uint32_t r = 0; r < count; ++r) all.push_back(Response{responses[r], lengths[r]});
+            size_t index = call->choose(static_cast<const std::vector<Response>&>(all));
+            if (index >= count)
+                throw Error(NODEIPC_ERR_INVALID_ARGUMENT,
+                            "nodeipc::Coordinator::recv_aggregated: choose returned index " +
+                                std::to_string(index) + " of " + std::to_string(count) +
+                                " responses");
+            return static_cast<int32_t>(index);
+        } catch (...) {
+            call->error = std::current_exception();
+            return NODEIPC_ERR_INVALID_ARGUMENT;
+        }
+    }
     Coordinator(nodeipc_coordinator* c, uint32_t workers, size_t response_size)
         : h_(c), workers_(workers), response_size_(response_size) {}
     detail::Owned<nodeipc_coordinator, nodeipc_coordinator_free> h_;

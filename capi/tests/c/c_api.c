@@ -188,6 +188,9 @@ static void bad_arguments(const char *prefix) {
     CHECK(strstr(nodeipc_last_error(), "rank 3") != NULL);
     EXPECT(nodeipc_group_join(name, 0, 0, 0, 100, &g), NODEIPC_ERR_INVALID_ARGUMENT);
     EXPECT(nodeipc_group_join(NULL, 0, 1, 0, 100, &g), NODEIPC_ERR_INVALID_ARGUMENT);
+    /* A name without its leading '/' (as nodeipc launch set NODEIPC_GROUP once). */
+    EXPECT(nodeipc_group_join(name + 1, 0, 1, 0, 100, &g), NODEIPC_ERR_INVALID_ARGUMENT);
+    CHECK(strstr(nodeipc_last_error(), "must start with '/'") != NULL);
     EXPECT(nodeipc_group_all_gather(NULL, NULL, 0, NULL, 0), NODEIPC_ERR_INVALID_ARGUMENT);
     nodeipc_monitor *m = NULL;
     EXPECT(nodeipc_monitor_connect("/nonexistent/nodeipc-test.sock", 30, &m), NODEIPC_ERR_TIMEOUT);

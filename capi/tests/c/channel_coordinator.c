@@ -35,6 +35,25 @@ static int32_t last_rank(void *user, uint32_t count, const uint8_t *const *respo
     return (int32_t)count - 1;
 }
 
+/* Fails the gather as a timeout: the code is passed through as it is. */
+static int32_t fails(void *user, uint32_t count, const uint8_t *const *responses,
+                     const size_t *lengths) {
+    (void)count;
+    (void)responses;
+    (void)lengths;
+    *(uint32_t *)user += 1;
+    return NODEIPC_ERR_TIMEOUT;
+}
+
+/* Chooses a response past the last: refused as an invalid argument. */
+static int32_t past_the_last(void *user, uint32_t count, const uint8_t *const *responses,
+                             const size_t *lengths) {
+    (void)responses;
+    (void)lengths;
+    *(uint32_t *)user += 1;
+    return (int32_t)count;
+}
+
 static int check_answer(const uint8_t *answer, size_t len, uint64_t want, uint32_t rank) {
     uint64_t got;
     if (len != 9) return fprintf(stderr, "worker %u: a %zu-byte answer\n", rank, len), 1;
@@ -90,6 +109,20 @@ int main(int argc, char **argv) {
         case 1: {
             size_t got = 0;
             uint32_t rank = 99;
+            /* A failing callback and one choosing no response fail that
+             * gather alone, with their codes: every answer is still taken. */
+            if (i == 1 || i == 4) {
+                s = nodeipc_coordinator_recv_aggregated(c, 20000, i == 1 ? fails : past_the_last,
+                                                        &calls, buffer, 64, &got, &rank);
+                nodeipc_status want_status =
+                    i == 1 ? NODEIPC_ERR_TIMEOUT : NODEIPC_ERR_INVALID_ARGUMENT;
+                if (s != want_status)
+                    return fprintf(stderr, "callback %ld: %s, not %s: %s\n", i,
+                                   nodeipc_status_name(s), nodeipc_status_name(want_status),
+                                   nodeipc_last_error()),
+                           1;
+                break;
+            }
             s = nodeipc_coordinator_recv_aggregated(c, 20000, last_rank, &calls, buffer, 64, &got,
                                                     &rank);
             if (s != NODEIPC_OK) return fail("recv_aggregated", s);

@@ -1,5 +1,7 @@
 // nodeipc.hpp's RAII classes: Region, Semaphore and Error, their moves and
-// their exceptions. Run by tests/cpp_classes.rs as `hpp_classes PREFIX`;
+// their exceptions; Coordinator::recv_aggregated's choice, and an exception
+// from its callable rethrown; KittensBroker refusing a group name without
+// its '/'. Run by tests/cpp_classes.rs as `hpp_classes PREFIX`;
 // MonitorClient is driven by monitor_client.cpp.
 #include <sys/mman.h>
 #include <unistd.h>
@@ -10,10 +12,13 @@
 #include <cstdio>
 #include <cstring>
 #include <string>
+#include <stdexcept>
 #include <thread>
 #include <utility>
+#include <vector>
 
 #include "nodeipc.hpp"
+#include "nodeipc/kittens_broker.hpp"
 
 using namespace std::chrono_literals;
 
@@ -173,6 +178,79 @@ int main(int argc, char** argv) {
     taken.wait(std::chrono::hours::max());
     taken.post();
     taken.wait(std::chrono::duration<double>(INFINITY));
+
+    // Coordinator::recv_aggregated, with two workers of this process (on
+    // the channel's descriptors): the response the callable picks, with its
+    // rank; an exception it throws rethrown as it was (the gather taken); an
+    // index past the responses refused; the channel fine afterwards.
+    {
+        using Responses = std::vector<nodeipc::Coordinator::Response>;
+        auto c = nodeipc::Coordinator::create(prefix + "-channel", 2, 64, 64);
+        nodeipc_worker* workers[2] = {nullptr, nullptr};
+        for (uint32_t r = 0; r < 2; r++) {
+            int32_t request = -1, response = -1;
+            nodeipc::check(nodeipc_coordinator_fds(c.handle(), &request, &response));
+            nodeipc::check(
+                nodeipc_worker_from_fds("hpp-worker", r, request, response, 10000, &workers[r]));
+        }
+        c.wait_for_workers(10s);
+        auto round = [&] {
+            c.send("?", 1, 10s);
+            for (uint32_t r = 0; r < 2; r++) {
+                uint8_t request[8];
+                size_t len = 0;
+                nodeipc::check(nodeipc_worker_recv(workers[r], 10000, request, sizeof request, &len));
+                const char* answer = r == 0 ? "zero" : "one";
+                nodeipc::check(nodeipc_worker_respond(
+                    workers[r], reinterpret_cast<const uint8_t*>(answer), std::strlen(answer)));
+            }
+        };
+        round();
+        size_t seen = 0;
+        auto kept = c.recv_aggregated(
+            [&](const Responses& all) {
+                seen = all.size();
+                return all.size() - 1;
+            },
+            10s);
+        CHECK(seen == 2 && kept.rank == 1);
+        CHECK(std::string(kept.bytes.begin(), kept.bytes.end()) == "one");
+        round();
+        std::string rethrown;
+        try {
+            c.recv_aggregated([](const Responses&) -> size_t { throw std::logic_error("mine"); },
+                              10s);
+        } catch (const std::logic_error& e) {
+            rethrown = e.what();
+        }
+        CHECK(rethrown == "mine");
+        round();
+        CHECK(code_of([&] { c.recv_aggregated([](const Responses& all) { return all.size(); }); }) ==
+              NODEIPC_ERR_INVALID_ARGUMENT);
+        round();
+        kept = c.recv_aggregated([](const Responses&) { return size_t{0}; }, 10s);
+        CHECK(kept.rank == 0 && std::string(kept.bytes.begin(), kept.bytes.end()) == "zero");
+        for (nodeipc_worker* w : workers) nodeipc_worker_free(w);
+    }
+
+    // KittensBroker takes NODEIPC_GROUP (or its own group argument) as it
+    // is, so a name without the leading '/' is refused, never mended.
+    {
+        const std::string no_slash = prefix.substr(1) + "-kittens";
+        auto refused = [&](auto make) {
+            try {
+                make();
+            } catch (const nodeipc::Error& e) {
+                return e.code() == NODEIPC_ERR_INVALID_ARGUMENT &&
+                       std::string(e.what()).find("must start with '/'") != std::string::npos;
+            }
+            return false;
+        };
+        CHECK(refused([&] { kittens::KittensBroker(0, 1, no_slash); }));
+        setenv("NODEIPC_GROUP", no_slash.c_str(), 1);
+        CHECK(refused([&] { kittens::KittensBroker(0, 1); }));
+        unsetenv("NODEIPC_GROUP");
+    }
 
     std::printf("%d of %d checks failed\n", failed, checks);
     return failed ? 1 : 0;

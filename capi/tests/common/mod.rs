@@ -15,26 +15,50 @@ pub(crate) fn crate_dir() -> &'static Path {
 
 /// The static library in `target/<profile>/`, as `cargo build -p
 /// nodeipc-capi` leaves it. `cargo test` does not build it (a static
-/// library cannot be a test's dependency): the tests refuse a missing one,
-/// and one older than any source it is made of, rather than test stale code.
+/// library cannot be a test's dependency): built here when it is missing or
+/// older than a source it is made of, rather than test stale code.
 pub(crate) fn static_lib() -> PathBuf {
     static BUILT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
-    BUILT.get_or_init(build_static_lib).clone()
+    BUILT
+        .get_or_init(|| built("libnodeipc.a", "libnodeipc.d", &["-p", "nodeipc-capi"]))
+        .clone()
 }
 
-fn build_static_lib() -> PathBuf {
+/// The `nodeipc` program in `target/<profile>/` (for `nodeipc launch`),
+/// built as [`static_lib`] is when missing or stale.
+pub(crate) fn nodeipc_program() -> PathBuf {
+    static BUILT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    BUILT
+        .get_or_init(|| {
+            built(
+                "nodeipc",
+                "nodeipc.d",
+                &["-p", "nodeipc-cli", "--bin", "nodeipc"],
+            )
+        })
+        .clone()
+}
+
+/// `target/<profile>/`: where this test's executable lives, one up.
+pub(crate) fn profile_dir() -> PathBuf {
     let exe = std::env::current_exe().expect("test executable path");
-    let profile_dir = exe
-        .parent()
+    exe.parent()
         .and_then(Path::parent)
-        .expect("target/<profile>/deps/<test>");
-    let lib = profile_dir.join("libnodeipc.a");
-    if let Some(why) = stale(&lib) {
-        // `cargo test` never builds a static library (no test can depend on
-        // one): build it now, in this target folder and profile.
-        eprintln!("{why}: running cargo build -p nodeipc-capi");
+        .expect("target/<profile>/deps/<test>")
+        .to_path_buf()
+}
+
+/// `target/<profile>/<artifact>`, after `cargo build ARGS` in that target
+/// folder and profile when it is missing or older than a file its dep-info
+/// (`<dep_info>`, written by cargo beside it) names.
+fn built(artifact: &str, dep_info: &str, args: &[&str]) -> PathBuf {
+    let profile_dir = profile_dir();
+    let path = profile_dir.join(artifact);
+    let dep_info = profile_dir.join(dep_info);
+    if let Some(why) = stale(&path, &dep_info) {
+        eprintln!("{why}: running cargo build {}", args.join(" "));
         let mut command = Command::new(env!("CARGO"));
-        command.args(["build", "-p", "nodeipc-capi"]);
+        command.arg("build").args(args);
         if profile_dir.file_name().is_some_and(|p| p == "release") {
             command.arg("--release");
         }
@@ -47,59 +71,49 @@ fn build_static_lib() -> PathBuf {
                 .stdout(std::process::Stdio::piped())
                 .stderr(std::process::Stdio::piped()),
         )
-        .output_timeout(std::time::Duration::from_secs(600));
+        .output_timeout(std::time::Duration::from_secs(900));
         assert!(
             out.status.success(),
-            "cargo build -p nodeipc-capi: {}\n{}",
+            "cargo build {}: {}\n{}",
+            args.join(" "),
             out.status,
             String::from_utf8_lossy(&out.stderr)
         );
-        if let Some(why) = stale(&lib) {
-            panic!("{why} after cargo build -p nodeipc-capi");
+        if let Some(why) = stale(&path, &dep_info) {
+            panic!("{why} after cargo build {}", args.join(" "));
         }
     }
-    lib
+    path
 }
 
-/// Why `lib` cannot be used: missing, or older than a source it is made of.
-fn stale(lib: &Path) -> Option<String> {
-    let built = match std::fs::metadata(lib).and_then(|m| m.modified()) {
+/// Why `artifact` cannot be used: missing, or older than a file its
+/// dep-info lists (every source cargo built it from).
+fn stale(artifact: &Path, dep_info: &Path) -> Option<String> {
+    let built = match std::fs::metadata(artifact).and_then(|m| m.modified()) {
         Ok(t) => t,
-        Err(e) => return Some(format!("{}: {e}", lib.display())),
+        Err(e) => return Some(format!("{}: {e}", artifact.display())),
     };
-    let workspace = crate_dir().parent().expect("workspace root");
-    [
-        "capi", "fs", "shm", "sem", "fdpass", "barrier", "proto", "channel", "monitor",
-    ]
-    .iter()
-    .filter_map(|layer| newest_source(&workspace.join(layer).join("src")))
-    .find(|(modified, _)| *modified > built)
-    .map(|(_, path)| format!("{} is older than {}", lib.display(), path.display()))
-}
-
-/// The most recently modified `.rs` file under `dir`.
-fn newest_source(dir: &Path) -> Option<(std::time::SystemTime, PathBuf)> {
-    let mut newest: Option<(std::time::SystemTime, PathBuf)> = None;
-    for entry in std::fs::read_dir(dir).ok()?.flatten() {
-        let path = entry.path();
-        let found = if path.is_dir() {
-            newest_source(&path)
-        } else if path.extension().is_some_and(|e| e == "rs") {
-            entry
-                .metadata()
+    let deps = match std::fs::read_to_string(dep_info) {
+        Ok(text) => text,
+        Err(e) => return Some(format!("{}: {e}", dep_info.display())),
+    };
+    // `target: dep dep ...`, a space inside a path escaped as `\ `.
+    let (_, list) = deps.split_once(": ")?;
+    let list = list.replace("\\ ", "\u{0}");
+    list.split_whitespace()
+        .map(|dep| PathBuf::from(dep.replace('\u{0}', " ")))
+        .find(|dep| {
+            std::fs::metadata(dep)
                 .and_then(|m| m.modified())
-                .ok()
-                .map(|t| (t, path))
-        } else {
-            None
-        };
-        if let Some(f) = found
-            && newest.as_ref().is_none_or(|n| f.0 > n.0)
-        {
-            newest = Some(f);
-        }
-    }
-    newest
+                .map_or(true, |t| t > built)
+        })
+        .map(|dep| {
+            format!(
+                "{} is older than {} (or it is gone)",
+                artifact.display(),
+                dep.display()
+            )
+        })
 }
 
 /// What linking the static library needs beyond what the compiler adds.
@@ -119,35 +133,74 @@ pub(crate) fn compile_file(src: &Path, dir: &TempDir) -> Option<PathBuf> {
         .file_name()
         .and_then(|n| n.to_str())
         .expect("a source file name");
-    let is_c = source.ends_with(".c");
-    let (var, default, std) = if is_c {
-        ("CC", "cc", "-std=c11")
-    } else {
-        ("CXX", "g++", "-std=c++17")
-    };
-    let compiler = std::env::var(var).unwrap_or_else(|_| default.to_owned());
+    let (compiler, std) = compiler_for(source);
     let out = dir.join(source.split('.').next().expect("a file name"));
-    let include = crate_dir().join("include");
-    let output = Command::new(&compiler)
+    let mut command = Command::new(&compiler);
+    command
         .arg(std)
         .args(["-O2", "-Wall", "-Wextra", "-Werror", "-o"])
         .arg(&out)
         .arg("-I")
-        .arg(&include)
+        .arg(crate_dir().join("include"))
         .arg(src)
         .arg(static_lib())
-        .args(LINK_LIBS)
-        .output();
-    match output {
-        Ok(o) if o.status.success() => Some(out),
+        .args(LINK_LIBS);
+    run_compiler(&mut command, source).then_some(out)
+}
+
+/// The compiler for `source` and its language standard: `$CC` (else `cc`)
+/// and C11 for a `.c` file, `$CXX` (else `g++`) and C++17 otherwise.
+pub(crate) fn compiler_for(source: &str) -> (String, &'static str) {
+    let (var, default, std) = if source.ends_with(".c") {
+        ("CC", "cc", "-std=c11")
+    } else {
+        ("CXX", "g++", "-std=c++17")
+    };
+    (
+        std::env::var(var).unwrap_or_else(|_| default.to_owned()),
+        std,
+    )
+}
+
+/// Runs a compiler (or another build tool): `true` when it succeeded,
+/// `false` (with a message) when it is missing outside CI; a panic under
+/// `CI=true`, or with its output when it fails. `what` names the input.
+pub(crate) fn run_compiler(command: &mut Command, what: &str) -> bool {
+    let tool = command.get_program().to_string_lossy().into_owned();
+    match command.output() {
+        Ok(o) if o.status.success() => true,
         Ok(o) => panic!(
-            "{compiler} failed to compile {}:\n{}",
-            src.display(),
+            "{tool} failed on {what}: {}\n{}{}",
+            o.status,
+            String::from_utf8_lossy(&o.stdout),
             String::from_utf8_lossy(&o.stderr)
         ),
         Err(e) => {
-            nodeipc_testkit::skip(source, &format!("no compiler ({compiler}: {e})"));
-            None
+            nodeipc_testkit::skip(what, &format!("no {tool} ({e})"));
+            false
         }
+    }
+}
+
+/// What each of the README's examples (`examples/<file>`) prints when it
+/// runs, line by line (`channel.cpp`'s last line names pids: its start).
+pub(crate) fn example_says(file: &str) -> &'static [&'static str] {
+    match file {
+        "group.c" => &[
+            "rank 0: gathered \"rank 0\" \"rank 1\", region says \"shared\"",
+            "rank 1: gathered \"rank 0\" \"rank 1\", region says \"shared\"",
+        ],
+        "kittens.cpp" => &[
+            "rank 0: exchanged 100 101, fd says \"from rank 0\"",
+            "rank 1: exchanged 100 101, fd says \"from rank 0\"",
+        ],
+        "channel.cpp" => &[
+            "init: 3 workers loaded tiny",
+            "forward: 1 2 3 -> worker 0: 1 2 3",
+            "forward: 1 -2 -> worker 1 failed: worker 1 refuses input -2",
+            "worker 2 killed: NODEIPC_ERR_PEER_DIED: nodeipc_coordinator_recv_aggregated: \
+             channel /nodeipc-example-channel-",
+        ],
+        _ => panic!("no example {file}"),
     }
 }

@@ -1,21 +1,22 @@
-//! Taking the workers' responses out of their slots: every worker's
-//! (`recv_all`, `recv_init`, and their `_bytes` forms), the first to arrive
-//! (`recv_first`), the ones `recv_first` left behind (`drain`).
+//! Taking the workers' responses out of their slots: the one byte-level
+//! gather every form calls ([`Shared::gather_frames`], for a [`Mode`] and a
+//! [`Wait`]), and the draining of answers a [`First`](crate::First) gather
+//! left behind.
 //!
-//! Every gather works on bytes first: a worker's frame is copied out of its
-//! slot into the coordinator's own buffer for that worker, its length checked
-//! against the slot, and the slot given back at once. The typed gathers
-//! decode from those buffers; the `_bytes` ones hand them out as slices.
+//! Every gather works on bytes: a worker's frame is copied out of its slot
+//! into the coordinator's own buffer for that worker, its length checked
+//! against the slot, and the slot given back at once. The typed modes
+//! decode from those buffers; the raw ones hand them out as slices.
 
+use std::sync::MutexGuard;
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, MutexGuard};
 use std::time::Duration;
 
 use super::liveness::Waiter;
-use super::{Coordinator, Gatherer, Shared, Turn, TurnGuard};
-use crate::aggregate::Aggregate;
+use super::{Gatherer, Shared, TurnGuard};
+use crate::mode::Mode;
 use crate::sem_kind::{Direction, Role};
-use crate::wait::Budget;
+use crate::wait::Wait;
 use crate::{Error, Result};
 
 /// Which response slots a gather reads.
@@ -26,6 +27,13 @@ pub(super) enum Slot {
 }
 
 impl Slot {
+    pub(super) fn of(mode: Mode) -> Slot {
+        match mode {
+            Mode::Init => Slot::Init,
+            _ => Slot::Response,
+        }
+    }
+
     fn name(self) -> &'static str {
         match self {
             Slot::Response => "response slot",
@@ -36,7 +44,7 @@ impl Slot {
 
 /// Every worker's response to one request, as bytes (the frames' bodies,
 /// length prefix removed), in the coordinator's own buffers: borrowed until
-/// the next call on the coordinator.
+/// it drops, which the coordinator's next gather waits for.
 pub struct Gathered<'c> {
     gatherer: MutexGuard<'c, Gatherer>,
     /// The caller's turn as the gathering thread, held while the responses
@@ -44,7 +52,7 @@ pub struct Gathered<'c> {
     turn: Option<TurnGuard<'c>>,
 }
 
-impl Gathered<'_> {
+impl<'c> Gathered<'c> {
     /// Worker `rank`'s response; `None` past the last rank.
     pub fn get(&self, rank: u32) -> Option<&[u8]> {
         self.gatherer.frames.get(rank as usize).map(Vec::as_slice)
@@ -68,262 +76,88 @@ impl Gathered<'_> {
             .enumerate()
             .map(|(rank, frame)| (rank as u32, frame.as_slice()))
     }
+
+    /// Worker `rank`'s response alone (the others were checked and are
+    /// dropped), or [`Error::RankOutOfRange`] naming the channel.
+    pub(super) fn into_picked(self, channel: &str, rank: u32) -> Result<Picked<'c>> {
+        if rank as usize >= self.len() {
+            return Err(Error::RankOutOfRange {
+                channel: channel.to_owned(),
+                rank,
+                workers: self.len() as u32,
+            });
+        }
+        Ok(Picked {
+            gatherer: self.gatherer,
+            rank,
+            turn: self.turn,
+        })
+    }
 }
 
-/// The first response to arrive for one request, as bytes in the
-/// coordinator's own buffer: borrowed until the next call on the coordinator.
-pub struct First<'c> {
+/// One worker's response to one request, as bytes in the coordinator's own
+/// buffer: the first to arrive ([`First`](crate::First)), rank 0's
+/// ([`Rank0AfterAll`](crate::Rank0AfterAll)) or the one a
+/// [`Pick`](crate::Pick) rule chose ([`Aggregated`](crate::Aggregated)).
+/// Borrowed until it drops, which the coordinator's next gather waits for.
+pub struct Picked<'c> {
     gatherer: MutexGuard<'c, Gatherer>,
     rank: u32,
     /// As in [`Gathered`].
-    _turn: TurnGuard<'c>,
+    turn: Option<TurnGuard<'c>>,
 }
 
-impl First<'_> {
-    /// The rank that answered first.
+impl Picked<'_> {
+    /// The rank whose response this is.
     pub fn rank(&self) -> u32 {
         self.rank
     }
 
     /// Its response (the frame's body).
     pub fn bytes(&self) -> &[u8] {
-        &self.gatherer.frames[self.rank as usize]
+        self.gatherer
+            .frames
+            .get(self.rank as usize)
+            .map_or(&[], Vec::as_slice)
     }
 }
 
-impl<Req: prost::Message + Default, Resp: prost::Message + Default + 'static>
-    Coordinator<Req, Resp>
-{
-    /// Every worker's response to the oldest request not yet gathered, in
-    /// rank order.
-    ///
-    /// # Errors
-    /// The first of: [`Error::WorkerFailed`] (non-zero status),
-    /// [`Error::UnknownMessageType`], [`Error::Corrupt`], [`Error::Decode`]
-    /// — every worker's slot is still consumed, so the channel stays in step;
-    /// or [`Error::WorkerDied`], [`Error::Timeout`],
-    /// [`Error::NothingOutstanding`].
-    pub fn recv_all(&self) -> Result<Vec<Resp>> {
-        self.recv_all_within(self.default_budget())
-    }
+/// What a [`Raw`](crate::Raw) coordinator's gather in a runtime [`Mode`]
+/// hands out: every worker's bytes ([`Mode::All`], [`Mode::Init`]) or one
+/// worker's ([`Mode::First`], [`Mode::Aggregated`], [`Mode::Rank0AfterAll`]).
+pub enum Answers<'c> {
+    /// Every worker's response, in rank order.
+    All(Gathered<'c>),
+    /// One worker's response.
+    One(Picked<'c>),
+}
 
-    /// [`recv_all`](Coordinator::recv_all) within `timeout` instead of the
-    /// configured one. On a timeout what was gathered is kept: the next
-    /// gather resumes there.
-    ///
-    /// # Errors
-    /// As [`recv_all`](Coordinator::recv_all).
-    pub fn recv_all_timeout(&self, timeout: Duration) -> Result<Vec<Resp>> {
-        self.recv_all_within(Budget::new(timeout))
-    }
-
-    fn recv_all_within(&self, budget: Budget) -> Result<Vec<Resp>> {
-        let gathered = self.gather_as_caller("recv_all", Slot::Response, budget)?;
-        decode_all(
-            &self.shared.config.name,
-            &gathered,
-            Slot::Response,
-            self.check,
-        )
-    }
-
-    /// One response for the oldest request not yet gathered: every worker's,
-    /// folded by the channel's aggregation rule ([`PullKvRule`](crate::PullKvRule)
-    /// for the execute schema: the first response whose pull-KV results
-    /// carry a failure code, else rank 0's; see
-    /// [`set_aggregate`](Coordinator::set_aggregate)).
-    ///
-    /// # Errors
-    /// As [`recv_all`](Coordinator::recv_all); [`Error::ResponseThread`]
-    /// (before anything is gathered) if the channel has no aggregation rule.
-    pub fn recv_all_aggregated(&mut self) -> Result<Resp> {
-        let Some(mut aggregate) = self.aggregate_mut().take() else {
-            return Err(self.thread_error(
-                "no aggregation rule for these messages (call set_aggregate first)",
-            ));
-        };
-        let result = self.recv_all().and_then(|all| aggregate.aggregate(all));
-        *self.aggregate_mut() = Some(aggregate);
-        result
-    }
-
-    /// Every worker's response folded by `aggregate`, whatever rule the
-    /// channel has.
-    ///
-    /// # Errors
-    /// As [`recv_all`](Coordinator::recv_all), and what `aggregate` returns.
-    pub fn recv_all_aggregated_by(&self, aggregate: &mut impl Aggregate<Resp>) -> Result<Resp> {
-        aggregate.aggregate(self.recv_all()?)
-    }
-
-    /// Waits for every worker's response to the oldest request not yet
-    /// gathered and returns rank 0's — the answer MindIE's coordinator takes
-    /// (the other workers' responses are checked and dropped).
-    ///
-    /// # Errors
-    /// As [`recv_all`](Coordinator::recv_all).
-    pub fn recv_rank0_after_all(&self) -> Result<Resp> {
-        let mut all = self.recv_all()?;
-        Ok(all.swap_remove(0))
-    }
-
-    /// Every worker's init response (from its fixed-size init slot), in rank order.
-    ///
-    /// # Errors
-    /// As [`recv_all`](Coordinator::recv_all).
-    pub fn recv_init(&self) -> Result<Vec<Resp>> {
-        let gathered = self.gather_as_caller("recv_init", Slot::Init, self.default_budget())?;
-        decode_all(&self.shared.config.name, &gathered, Slot::Init, self.check)
-    }
-
-    /// The first response to arrive for the oldest request not yet gathered,
-    /// with the rank that sent it. The other workers' responses to it are
-    /// consumed (and dropped) by the next gather.
-    ///
-    /// # Errors
-    /// As [`recv_all`](Coordinator::recv_all), for the response returned.
-    pub fn recv_first(&self) -> Result<(u32, Resp)> {
-        let (shared, check) = (Arc::clone(&self.shared), self.check);
-        let channel = &shared.config.name;
-        let first = self.recv_first_bytes()?;
-        let rank = first.rank();
-        let response = decode(channel, rank, Slot::Response, first.bytes())?;
-        drop(first);
-        check(channel, rank, response).map(|r| (rank, r))
-    }
-
-    /// Every worker's response to the oldest request not yet gathered, as
-    /// bytes: a frame of any encoding (see [`send_bytes`](Coordinator::send_bytes)).
-    /// Nothing is decoded or checked beyond the frame's length.
-    ///
-    /// # Errors
-    /// [`Error::Corrupt`] naming the first worker whose frame is longer than
-    /// its slot (every slot is still consumed); [`Error::WorkerDied`],
-    /// [`Error::Timeout`], [`Error::NothingOutstanding`].
-    pub fn recv_all_bytes(&self) -> Result<Gathered<'_>> {
-        self.gather_as_caller("recv_all_bytes", Slot::Response, self.default_budget())
-    }
-
-    /// [`recv_all_bytes`](Coordinator::recv_all_bytes) within `timeout`.
-    ///
-    /// # Errors
-    /// As [`recv_all_bytes`](Coordinator::recv_all_bytes).
-    pub fn recv_all_bytes_timeout(&self, timeout: Duration) -> Result<Gathered<'_>> {
-        self.gather_as_caller("recv_all_bytes", Slot::Response, Budget::new(timeout))
-    }
-
-    /// Every worker's init response as bytes.
-    ///
-    /// # Errors
-    /// As [`recv_all_bytes`](Coordinator::recv_all_bytes).
-    pub fn recv_init_bytes(&self) -> Result<Gathered<'_>> {
-        self.gather_as_caller("recv_init_bytes", Slot::Init, self.default_budget())
-    }
-
-    /// A gather by the caller's thread: refused while the response thread
-    /// runs or another thread gathers; the turn lives as long as the
-    /// responses are borrowed.
-    fn gather_as_caller(
-        &self,
-        op: &'static str,
-        slot: Slot,
-        mut budget: Budget,
-    ) -> Result<Gathered<'_>> {
-        self.check_no_thread()?;
-        let turn = self.shared.turn(Turn::Gather, op)?;
-        let mut gathered = self.shared.gather(Waiter::Caller, slot, &mut budget)?;
-        gathered.turn = Some(turn);
-        Ok(gathered)
-    }
-
-    /// [`recv_first`](Coordinator::recv_first) as bytes.
-    ///
-    /// # Errors
-    /// As [`recv_all_bytes`](Coordinator::recv_all_bytes), for the response returned.
-    pub fn recv_first_bytes(&self) -> Result<First<'_>> {
-        self.check_no_thread()?;
-        let turn = self.shared.turn(Turn::Gather, "recv_first")?;
-        let mut budget = self.default_budget();
-        let shared = &*self.shared;
-        let mut gatherer = shared.lock_gatherer();
-        let n = gatherer.next;
-        shared.check_outstanding(n)?;
-        // A gather interrupted half-way may already hold an answer.
-        if let Some(rank) = gatherer
-            .taken
-            .iter()
-            .position(|t| matches!(t, Some(Ok(()))))
-        {
-            gatherer.taken.iter_mut().for_each(|t| *t = None);
-            gatherer.next += 1;
-            shared.update_stale(&gatherer);
-            return Ok(First {
-                gatherer,
-                rank: rank as u32,
-                _turn: turn,
-            });
-        }
-        let mut poll = budget.poll(Duration::from_micros(5), Duration::from_millis(1));
-        loop {
-            for rank in 0..shared.config.workers {
-                let r = rank as usize;
-                while gatherer.consumed[r] < n {
-                    if !shared.try_discard(rank)? {
-                        break;
-                    }
-                    gatherer.consumed[r] += 1;
-                }
-                if gatherer.consumed[r] == n {
-                    let Gatherer { frames, .. } = &mut *gatherer;
-                    let Some(frame) = shared.try_consume(rank, Slot::Response, &mut frames[r])?
-                    else {
-                        continue;
-                    };
-                    gatherer.consumed[r] += 1;
-                    gatherer.next += 1;
-                    gatherer.taken.iter_mut().for_each(|t| *t = None);
-                    shared.update_stale(&gatherer);
-                    frame?;
-                    return Ok(First {
-                        gatherer,
-                        rank,
-                        _turn: turn,
-                    });
-                }
-            }
-            for rank in 0..shared.config.workers {
-                shared.check_worker(rank)?;
-            }
-            poll.pause(&shared.config.name, || {
-                format!("waiting for any worker's response to request {n}")
-            })?;
+impl<'c> Answers<'c> {
+    /// The answers of a gather that takes every worker's (every mode but
+    /// [`Mode::First`]).
+    pub(super) fn every(self) -> Gathered<'c> {
+        match self {
+            Answers::All(gathered) => gathered,
+            Answers::One(_) => unreachable!("only a First gather takes one answer"),
         }
     }
 
-    /// Consumes (and drops) every answer [`recv_first`](Coordinator::recv_first)
-    /// left behind, waiting for the slower workers to give them; returns how
-    /// many. Call it before closing the channel after `recv_first`, so every
-    /// worker can finish its last answer.
-    ///
-    /// # Errors
-    /// [`Error::WorkerDied`], [`Error::Timeout`].
-    pub fn drain(&self) -> Result<u64> {
-        self.check_no_thread()?;
-        let _turn = self.shared.turn(Turn::Gather, "drain")?;
-        let mut budget = self.default_budget();
-        let shared = &*self.shared;
-        let mut gatherer = shared.lock_gatherer();
-        let next = gatherer.next;
-        let mut drained = 0;
-        for rank in 0..shared.config.workers {
-            while gatherer.consumed[rank as usize] < next {
-                shared.discard(Waiter::Caller, rank, &mut budget)?;
-                gatherer.consumed[rank as usize] += 1;
-                drained += 1;
-            }
+    /// The answer of a [`Mode::First`] gather.
+    pub(super) fn first(self) -> Picked<'c> {
+        match self {
+            Answers::One(picked) => picked,
+            Answers::All(_) => unreachable!("a First gather takes one answer"),
         }
-        shared.stale.store(false, Ordering::Release);
-        Ok(drained)
+    }
+
+    /// With the caller's turn as the gathering thread, held as long as the
+    /// answers are borrowed.
+    pub(super) fn with_turn(mut self, turn: TurnGuard<'c>) -> Answers<'c> {
+        match &mut self {
+            Answers::All(gathered) => gathered.turn = Some(turn),
+            Answers::One(picked) => picked.turn = Some(turn),
+        }
+        self
     }
 }
 
@@ -345,7 +179,7 @@ pub(super) fn decode_all<Resp: prost::Message + Default>(
         .collect()
 }
 
-fn decode<Resp: prost::Message + Default>(
+pub(super) fn decode<Resp: prost::Message + Default>(
     channel: &str,
     rank: u32,
     slot: Slot,
@@ -360,6 +194,29 @@ fn decode<Resp: prost::Message + Default>(
 }
 
 impl Shared {
+    /// The one byte-level gather: the answers to the oldest request not
+    /// yet gathered, as `mode` takes them, waiting as `wait` allows
+    /// (`None`: a [`Wait::Try`] found them not all there yet). Every
+    /// gather of the coordinator — each mode's `recv`, `try_recv` and
+    /// `recv_timeout`, the bindings', the response thread's — is this call.
+    ///
+    /// Interrupted (by a stop of the response thread, a dead worker, a
+    /// timeout, a try that found an answer missing), it keeps what it
+    /// gathered: the next gather goes on from there.
+    pub(super) fn gather_frames(
+        &self,
+        waiter: Waiter,
+        mode: Mode,
+        wait: &mut Wait,
+    ) -> Result<Option<Answers<'_>>> {
+        Ok(match mode {
+            Mode::First => self.first(waiter, wait)?.map(Answers::One),
+            Mode::All | Mode::Aggregated | Mode::Rank0AfterAll | Mode::Init => {
+                self.every(waiter, Slot::of(mode), wait)?.map(Answers::All)
+            }
+        })
+    }
+
     fn check_outstanding(&self, n: u64) -> Result<()> {
         if n >= self.sent.load(Ordering::Acquire) {
             return Err(Error::NothingOutstanding {
@@ -369,42 +226,193 @@ impl Shared {
         Ok(())
     }
 
-    /// Whether some worker's slot still holds an answer `recv_first` did not
-    /// need, which `send` must then drain.
+    /// Whether some worker's slot still holds an answer a [`First`](crate::First)
+    /// gather did not need, which `send` must then drain.
     fn update_stale(&self, gatherer: &Gatherer) {
         let behind = gatherer.consumed.iter().any(|&c| c < gatherer.next);
         self.stale.store(behind, Ordering::Release);
     }
 
-    /// Takes worker `rank`'s next frame from `slot` into `into`, waiting for
-    /// it. The outer result is the wait (a dead worker, a timeout); the
-    /// inner one the frame's own validity.
-    fn consume(
-        &self,
-        waiter: Waiter,
-        rank: u32,
-        slot: Slot,
-        into: &mut Vec<u8>,
-        budget: &mut Budget,
-    ) -> Result<Result<()>> {
-        self.wait_worker_as(waiter, Direction::Response, Role::Consume, rank, budget)?;
-        Ok(self.read_and_release(rank, slot, into))
+    /// Every worker's response to the next request, as frames in the
+    /// gatherer's buffers.
+    fn every(&self, waiter: Waiter, slot: Slot, wait: &mut Wait) -> Result<Option<Gathered<'_>>> {
+        let mut gatherer = self.lock_gatherer();
+        let n = gatherer.next;
+        self.check_outstanding(n)?;
+        let mut complete = true;
+        for rank in 0..self.config.workers {
+            let r = rank as usize;
+            if gatherer.taken[r].is_some() {
+                continue;
+            }
+            // Answers a First gather did not need: consumed and dropped.
+            while gatherer.consumed[r] < n && self.take(waiter, rank, wait)? {
+                self.release(rank)?;
+                gatherer.consumed[r] += 1;
+            }
+            if gatherer.consumed[r] < n || !self.take(waiter, rank, wait)? {
+                // A try: this worker has not answered yet.
+                complete = false;
+                continue;
+            }
+            let Gatherer { frames, .. } = &mut *gatherer;
+            let frame = self.read_and_release(rank, slot, &mut frames[r]);
+            gatherer.consumed[r] += 1;
+            gatherer.taken[r] = Some(frame);
+        }
+        if !complete {
+            self.update_stale(&gatherer);
+            return Ok(None);
+        }
+        gatherer.next += 1;
+        // Every worker's slot is consumed up to this request now.
+        self.stale.store(false, Ordering::Release);
+        let mut first_error = None;
+        for taken in &mut gatherer.taken {
+            if let Some(Err(e)) = taken.take() {
+                first_error.get_or_insert(e);
+            }
+        }
+        match first_error {
+            Some(e) => Err(e),
+            None => Ok(Some(Gathered {
+                gatherer,
+                turn: None,
+            })),
+        }
     }
 
-    /// [`consume`](Shared::consume) without waiting: `None` if no response is there yet.
+    /// The first response to arrive for the next request; the others are
+    /// left in their slots, to be drained.
+    fn first(&self, waiter: Waiter, wait: &mut Wait) -> Result<Option<Picked<'_>>> {
+        let mut gatherer = self.lock_gatherer();
+        let n = gatherer.next;
+        self.check_outstanding(n)?;
+        // A gather interrupted half-way may already hold an answer.
+        if let Some(rank) = gatherer
+            .taken
+            .iter()
+            .position(|t| matches!(t, Some(Ok(()))))
+        {
+            return Ok(Some(self.picked(gatherer, rank as u32)));
+        }
+        // Any worker may answer first: there is no one semaphore to wait
+        // on, so every slot is looked at, paced as every such loop is.
+        let mut pause = match wait {
+            Wait::Within(budget) => {
+                Some(budget.poll(Duration::from_micros(5), Duration::from_millis(1)))
+            }
+            Wait::Try => None,
+        };
+        loop {
+            for rank in 0..self.config.workers {
+                let r = rank as usize;
+                while gatherer.consumed[r] < n {
+                    if !self.try_discard(rank)? {
+                        break;
+                    }
+                    gatherer.consumed[r] += 1;
+                }
+                if gatherer.consumed[r] == n {
+                    let Gatherer { frames, .. } = &mut *gatherer;
+                    let Some(frame) = self.try_consume(rank, Slot::Response, &mut frames[r])?
+                    else {
+                        continue;
+                    };
+                    gatherer.consumed[r] += 1;
+                    let picked = self.picked(gatherer, rank);
+                    frame?;
+                    return Ok(Some(picked));
+                }
+            }
+            for rank in 0..self.config.workers {
+                self.check_worker(rank)?;
+            }
+            self.check_stop(waiter)?;
+            match &mut pause {
+                None => return Ok(None),
+                Some(pause) => pause.pause(&self.config.name, || {
+                    format!("waiting for any worker's response to request {n}")
+                })?,
+            }
+        }
+    }
+
+    /// Worker `rank`'s answer as the first to the next request, which is
+    /// gathered from here on (the others' answers to it are left behind).
+    fn picked<'a>(&'a self, mut gatherer: MutexGuard<'a, Gatherer>, rank: u32) -> Picked<'a> {
+        gatherer.taken.iter_mut().for_each(|t| *t = None);
+        gatherer.next += 1;
+        self.update_stale(&gatherer);
+        Picked {
+            gatherer,
+            rank,
+            turn: None,
+        }
+    }
+
+    /// Consumes (and drops) every answer a [`First`](crate::First) gather
+    /// left behind; how many (`None`: a [`Wait::Try`] found some not given
+    /// yet, and took the others).
+    pub(super) fn drain(&self, waiter: Waiter, wait: &mut Wait) -> Result<Option<u64>> {
+        let mut gatherer = self.lock_gatherer();
+        let next = gatherer.next;
+        let mut drained = 0;
+        let mut complete = true;
+        for rank in 0..self.config.workers {
+            let r = rank as usize;
+            while gatherer.consumed[r] < next {
+                if !self.take(waiter, rank, wait)? {
+                    complete = false;
+                    break;
+                }
+                self.release(rank)?;
+                gatherer.consumed[r] += 1;
+                drained += 1;
+            }
+        }
+        self.update_stale(&gatherer);
+        Ok(complete.then_some(drained))
+    }
+
+    /// Takes worker `rank`'s response-consume count, waiting as `wait`
+    /// allows: whether it was taken (always, unless a try).
+    fn take(&self, waiter: Waiter, rank: u32, wait: &mut Wait) -> Result<bool> {
+        match wait {
+            Wait::Within(budget) => {
+                self.wait_worker_as(waiter, Direction::Response, Role::Consume, rank, budget)?;
+                Ok(true)
+            }
+            Wait::Try => {
+                if self.try_take(rank)? {
+                    return Ok(true);
+                }
+                // Nothing there: a dead worker is still news, but what it
+                // posted before it went is still ours to take.
+                match self.check_worker(rank) {
+                    Ok(()) => Ok(false),
+                    Err(gone) => {
+                        if self.try_take(rank)? {
+                            return Ok(true);
+                        }
+                        Err(gone)
+                    }
+                }
+            }
+        }
+    }
+
+    /// Takes worker `rank`'s next frame from `slot` into `into` if it is
+    /// there: `None` if not. The outer result is the look; the inner one
+    /// the frame's own validity.
     fn try_consume(&self, rank: u32, slot: Slot, into: &mut Vec<u8>) -> Result<Option<Result<()>>> {
         Ok(self
             .try_take(rank)?
             .then(|| self.read_and_release(rank, slot, into)))
     }
 
-    /// Waits for worker `rank`'s next response and gives its slot back unread.
-    fn discard(&self, waiter: Waiter, rank: u32, budget: &mut Budget) -> Result<()> {
-        self.wait_worker_as(waiter, Direction::Response, Role::Consume, rank, budget)?;
-        self.release(rank)
-    }
-
-    /// [`discard`](Shared::discard) without waiting: whether there was one.
+    /// Gives worker `rank`'s next response back unread, if it is there:
+    /// whether there was one.
     pub(super) fn try_discard(&self, rank: u32) -> Result<bool> {
         if !self.try_take(rank)? {
             return Ok(false);
@@ -478,52 +486,6 @@ impl Shared {
         // capacity, which `reserve` made room for.
         unsafe { into.set_len(body) };
         Ok(())
-    }
-
-    /// Every worker's response to the next request, as frames in the
-    /// gatherer's buffers. Interrupted (by a stop of the response thread, a
-    /// dead worker, a timeout), it keeps what it gathered: the next gather
-    /// goes on from there.
-    pub(super) fn gather(
-        &self,
-        waiter: Waiter,
-        slot: Slot,
-        budget: &mut Budget,
-    ) -> Result<Gathered<'_>> {
-        let mut gatherer = self.lock_gatherer();
-        let n = gatherer.next;
-        self.check_outstanding(n)?;
-        for rank in 0..self.config.workers {
-            let r = rank as usize;
-            if gatherer.taken[r].is_some() {
-                continue;
-            }
-            while gatherer.consumed[r] < n {
-                // A response recv_first did not need: consume and drop it.
-                self.discard(waiter, rank, budget)?;
-                gatherer.consumed[r] += 1;
-            }
-            let Gatherer { frames, .. } = &mut *gatherer;
-            let frame = self.consume(waiter, rank, slot, &mut frames[r], budget)?;
-            gatherer.consumed[r] += 1;
-            gatherer.taken[r] = Some(frame);
-        }
-        gatherer.next += 1;
-        // Every worker's slot is consumed up to this request now.
-        self.stale.store(false, Ordering::Release);
-        let mut first_error = None;
-        for taken in &mut gatherer.taken {
-            if let Some(Err(e)) = taken.take() {
-                first_error.get_or_insert(e);
-            }
-        }
-        match first_error {
-            Some(e) => Err(e),
-            None => Ok(Gathered {
-                gatherer,
-                turn: None,
-            }),
-        }
     }
 }
 

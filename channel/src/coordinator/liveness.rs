@@ -8,6 +8,7 @@ use nodeipc_fdpass::Identity;
 
 use super::{Coordinator, Shared};
 use crate::layout::worker_flags;
+use crate::payload::Payload;
 use crate::sem_kind::{Direction, Role};
 use crate::wait::{self, Budget, Poll};
 use crate::{Error, Result};
@@ -20,9 +21,7 @@ pub(super) enum Waiter {
     ResponseThread,
 }
 
-impl<Req: prost::Message + Default, Resp: prost::Message + Default + 'static>
-    Coordinator<Req, Resp>
-{
+impl<Req: Payload, Resp: Payload> Coordinator<Req, Resp> {
     /// Waits (bounded) until every worker has joined, then removes every name
     /// the channel had: from here on a crash of any process leaves nothing.
     ///
@@ -141,15 +140,22 @@ impl Shared {
             &self.config.name,
             what,
             || {
-                if waiter == Waiter::ResponseThread && self.stop.load(Ordering::SeqCst) {
-                    return Err(Error::ResponseThread {
-                        channel: self.config.name.clone(),
-                        reason: "the response thread was asked to stop",
-                    });
-                }
+                self.check_stop(waiter)?;
                 self.check_worker(rank)
             },
         )
+    }
+
+    /// For the response thread, whether it was asked to stop: then its
+    /// wait ends (what it gathered stays for the next gather).
+    pub(super) fn check_stop(&self, waiter: Waiter) -> Result<()> {
+        if waiter == Waiter::ResponseThread && self.stop.load(Ordering::SeqCst) {
+            return Err(Error::ResponseThread {
+                channel: self.config.name.clone(),
+                reason: "the response thread was asked to stop",
+            });
+        }
+        Ok(())
     }
 
     /// How many requests worker `rank` has taken, as its entry says (for

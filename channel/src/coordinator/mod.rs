@@ -4,15 +4,19 @@
 //! The types live here with their private fields, which the parts below
 //! see and nothing outside does; each part adds `impl` blocks by concern:
 //! - `liveness`: whether a worker is still there, and bounded waits on one;
-//! - `gather`: taking responses out of the slots (`recv_*`, `drain`);
+//! - `gather`: taking responses out of the slots, for any [`Mode`] and any
+//!   wait — the one byte-level gather every form calls;
+//! - `recv`: the public grid over it (`recv`, `try_recv`, `recv_timeout`
+//!   for every mode, raw or typed; `drain` and its forms);
 //! - `send`: broadcasting a request into the ring;
 //! - `thread`: the response thread, and closing the channel on drop.
 //!
-//! The parts depend one way only: `send` and `thread` on `gather`, all
-//! three on `liveness`; this file on none of them.
+//! The parts depend one way only: `recv`, `send` and `thread` on `gather`,
+//! all of them on `liveness`; this file on none of them.
 
 mod gather;
 mod liveness;
+mod recv;
 mod send;
 mod thread;
 
@@ -26,16 +30,19 @@ use nodeipc_fdpass::{ForkGeneration, PeerWatch};
 use nodeipc_proto::execute::{ExecuteRequest, ExecuteResponse};
 use nodeipc_shm::Region;
 
-pub use gather::{First, Gathered};
+pub use gather::{Answers, Gathered, Picked};
 pub use thread::ThreadPolicy;
 
-use crate::aggregate::{Aggregate, PullKvRule};
 use crate::config::ChannelConfig;
 use crate::layout::Layout;
+use crate::payload::Payload;
 use crate::sem_kind::{Direction, Role};
 use crate::sems::SemSet;
 use crate::wait::Budget;
 use crate::{Error, Result};
+
+#[cfg(doc)]
+use crate::mode::{Aggregated, All, First, Mode};
 
 /// Called by the response thread with each aggregated response, or with the
 /// error that ended its gather (or, under [`ThreadPolicy::LogAndContinue`],
@@ -44,26 +51,26 @@ pub type ResponseHandler<Resp = ExecuteResponse> = Box<dyn FnMut(Result<Resp>) +
 
 /// What a response must be before a gather hands it out: for the execute
 /// schema, a known message type and a zero status; for any other, nothing.
-type Check<Resp> = fn(&str, u32, Resp) -> Result<Resp>;
+pub(crate) type Check<Resp> = fn(&str, u32, Resp) -> Result<Resp>;
 
-/// The coordinator's end of an execute channel.
+/// The coordinator's end of an execute channel, made by a
+/// [`ChannelBuilder`](crate::ChannelBuilder).
 ///
 /// [`send`](Coordinator::send) waits until every worker has room (its
-/// request-produce semaphore), encodes the request straight into the next
+/// request-produce semaphore), writes the request straight into the next
 /// frame of the request ring — no allocation — and posts every worker's
 /// request-consume semaphore. With `depth = k` the coordinator may run `k`
 /// requests ahead of the slowest worker. Responses come back one slot per
-/// worker and are gathered with [`recv_all`](Coordinator::recv_all),
-/// [`recv_all_aggregated`](Coordinator::recv_all_aggregated),
-/// [`recv_first`](Coordinator::recv_first),
-/// [`recv_rank0_after_all`](Coordinator::recv_rank0_after_all) or
-/// [`recv_init`](Coordinator::recv_init), as raw bytes with
-/// [`recv_all_bytes`](Coordinator::recv_all_bytes), or handed to a handler on
-/// a thread of their own.
+/// worker and are gathered in a mode ([`All`], [`First`], [`Aggregated`],
+/// …) by [`recv`](Coordinator::recv), [`try_recv`](Coordinator::try_recv)
+/// (never waits) or [`recv_timeout`](Coordinator::recv_timeout), or handed
+/// to a handler on a thread of their own.
 ///
-/// The request and response types are any protobuf messages (`Req`, `Resp`),
-/// our own `execute.proto` by default; [`send_bytes`](Coordinator::send_bytes)
-/// and the `_bytes` gathers carry frames of any encoding.
+/// `Req` and `Resp` are any protobuf messages (our `execute.proto` by
+/// default), or [`Raw`](crate::Raw) for frames of bytes of any encoding: the
+/// calls have the same names, and what they take and return follows from
+/// the type (`send(&Req)` or `send(&[u8])`; a `Vec<Resp>` or a
+/// [`Gathered`] view of the bytes).
 ///
 /// Threads: the coordinator is `Sync`, and its sends and gathers take
 /// `&self`, so one thread may send while another gathers (as the response
@@ -72,17 +79,21 @@ type Check<Resp> = fn(&str, u32, Resp) -> Result<Resp>;
 /// is sent or taken then.
 ///
 /// Nothing waits forever: every call is bounded by the configured timeout
-/// or the one it is given (`send_timeout`, `recv_all_timeout`), and a worker
+/// or the one it is given (`send_timeout`, `recv_timeout`), and a worker
 /// whose process died is reported as [`Error::WorkerDied`] within a fraction
 /// of a second. A timeout breaks nothing: the next call resumes where the
 /// one that timed out stopped.
-pub struct Coordinator<Req = ExecuteRequest, Resp = ExecuteResponse> {
+pub struct Coordinator<Req = ExecuteRequest, Resp = ExecuteResponse>
+where
+    Resp: Payload,
+{
     shared: Arc<Shared>,
     /// Reached only through `&mut self` (`get_mut`, never locked): in a
     /// mutex so that the coordinator is `Sync` for its `&self` calls.
     handler: Mutex<Option<ResponseHandler<Resp>>>,
-    /// As `handler`.
-    aggregate: Mutex<Option<Box<dyn Aggregate<Resp> + Send>>>,
+    /// The channel's rule for [`Aggregated`] gathers: set through `&mut
+    /// self`, locked (never contended) by the one gathering thread.
+    rule: Mutex<Option<Box<Resp::Rule>>>,
     check: Check<Resp>,
     thread: Option<ResponseThread<Resp>>,
     _request: PhantomData<fn(&Req)>,
@@ -93,11 +104,12 @@ pub struct Coordinator<Req = ExecuteRequest, Resp = ExecuteResponse> {
 const _: () = {
     const fn assert_send_sync<T: Send + Sync>() {}
     assert_send_sync::<Coordinator>();
+    assert_send_sync::<Coordinator<crate::Raw, crate::Raw>>();
 };
 
-struct ResponseThread<Resp> {
+struct ResponseThread<Resp: Payload> {
     #[allow(clippy::type_complexity)]
-    handle: JoinHandle<(ResponseHandler<Resp>, Box<dyn Aggregate<Resp> + Send>)>,
+    handle: JoinHandle<(ResponseHandler<Resp>, Box<Resp::Rule>)>,
 }
 
 /// What the sending side and the response thread share.
@@ -115,9 +127,9 @@ struct Shared {
     idle: (Mutex<()>, Condvar),
     thread_idle: AtomicBool,
     stop: AtomicBool,
-    /// Set while `recv_first` has left answers of slower workers unconsumed:
-    /// `send` must then drain them while it waits, or a slow worker blocked
-    /// on its full slot could never free a request frame.
+    /// Set while a [`First`] gather has left answers of slower workers
+    /// unconsumed: `send` must then drain them while it waits, or a slow
+    /// worker blocked on its full slot could never free a request frame.
     stale: AtomicBool,
     /// Set while a thread is sending: a second sending thread is refused.
     sending: AtomicBool,
@@ -146,100 +158,32 @@ struct Gatherer {
     frames: Vec<Vec<u8>>,
 }
 
-impl Coordinator {
-    /// Creates a channel whose regions (and semaphores, if named) have names
-    /// derived from `config.name`, so workers can [`join`](crate::Worker::join)
-    /// by name. Call [`wait_for_workers`](Coordinator::wait_for_workers) next:
-    /// it removes every name once all workers are in.
-    ///
-    /// The channel carries our `execute.proto` messages; for another schema
-    /// see [`create_typed`](Coordinator::create_typed).
-    ///
-    /// # Errors
-    /// [`Error::InvalidConfig`]; [`Error::Shm`] / [`Error::Sem`] (a name
-    /// already taken, say).
-    pub fn create(config: ChannelConfig) -> Result<Coordinator> {
-        let mut coordinator = Coordinator::create_typed(config)?;
-        coordinator.use_execute_rules();
-        Ok(coordinator)
-    }
-
-    /// Creates a channel over anonymous regions (sealed memfds) that have no
-    /// name at all: workers get them as descriptors, through the handshake
-    /// ([`HandshakeServer`](crate::HandshakeServer)) or any other way, and
-    /// join with [`Worker::from_fds`](crate::Worker::from_fds).
-    ///
-    /// # Errors
-    /// As [`create`](Coordinator::create).
-    pub fn create_anonymous(config: ChannelConfig) -> Result<Coordinator> {
-        let mut coordinator = Coordinator::create_anonymous_typed(config)?;
-        coordinator.use_execute_rules();
-        Ok(coordinator)
-    }
-
-    /// The execute schema's rules: a response with a non-zero status or an
-    /// unknown message type is refused, and aggregation is the pull-KV rule.
-    fn use_execute_rules(&mut self) {
-        self.check = crate::aggregate::validate;
-        *self.aggregate_mut() = Some(Box::new(PullKvRule));
-    }
-}
-
-impl<Req: prost::Message + Default, Resp: prost::Message + Default + 'static>
-    Coordinator<Req, Resp>
-{
-    /// [`create`](Coordinator::create) for any request and response
-    /// messages: responses are handed out as they decode (no status check),
-    /// and aggregation needs a rule ([`set_aggregate`](Coordinator::set_aggregate)).
-    ///
-    /// # Errors
-    /// As [`create`](Coordinator::create).
-    ///
-    /// # Examples
-    /// ```no_run
-    /// use nodeipc_channel::{ChannelConfig, Coordinator};
-    /// #[derive(Clone, PartialEq, prost::Message)]
-    /// struct Prompt { #[prost(string, tag = "1")] text: String }
-    /// #[derive(Clone, PartialEq, prost::Message)]
-    /// struct Tokens { #[prost(uint32, repeated, tag = "1")] ids: Vec<u32> }
-    ///
-    /// let mut coordinator = Coordinator::<Prompt, Tokens>::create_typed(
-    ///     ChannelConfig::new("/nodeipc-doc-typed", 2),
-    /// )?;
-    /// coordinator.set_aggregate(|mut all: Vec<Tokens>| Ok(all.swap_remove(0)));
-    /// # Ok::<(), nodeipc_channel::Error>(())
-    /// ```
-    pub fn create_typed(config: ChannelConfig) -> Result<Coordinator<Req, Resp>> {
+impl<Req: Payload, Resp: Payload> Coordinator<Req, Resp> {
+    /// Makes the channel `config` describes, over named regions (workers
+    /// join by name) or anonymous ones (sealed memfds: workers get them as
+    /// descriptors); what [`ChannelBuilder::create`](crate::ChannelBuilder::create)
+    /// does.
+    pub(crate) fn create(config: ChannelConfig, anonymous: bool) -> Result<Coordinator<Req, Resp>> {
         config.check()?;
         let layout = config.layout();
         let shm = |source| Error::Shm {
             channel: config.name.clone(),
             source,
         };
-        let request =
-            Region::create(&config.request_region_name(), layout.request_size()).map_err(shm)?;
-        let response =
-            Region::create(&config.response_region_name(), layout.response_size()).map_err(shm)?;
-        Coordinator::with_regions(config, layout, request, response)
-    }
-
-    /// [`create_anonymous`](Coordinator::create_anonymous) for any request
-    /// and response messages (see [`create_typed`](Coordinator::create_typed)).
-    ///
-    /// # Errors
-    /// As [`create`](Coordinator::create).
-    pub fn create_anonymous_typed(config: ChannelConfig) -> Result<Coordinator<Req, Resp>> {
-        config.check()?;
-        let layout = config.layout();
-        let shm = |source| Error::Shm {
-            channel: config.name.clone(),
-            source,
+        let (request, response) = if anonymous {
+            let request = Region::anonymous(layout.request_size()).map_err(shm)?;
+            let response = Region::anonymous(layout.response_size()).map_err(shm)?;
+            // No worker may truncate a region under the others (SIGBUS).
+            request.seal_grow_shrink().map_err(shm)?;
+            response.seal_grow_shrink().map_err(shm)?;
+            (request, response)
+        } else {
+            let request = Region::create(&config.request_region_name(), layout.request_size())
+                .map_err(shm)?;
+            let response = Region::create(&config.response_region_name(), layout.response_size())
+                .map_err(shm)?;
+            (request, response)
         };
-        let request = Region::anonymous(layout.request_size()).map_err(shm)?;
-        let response = Region::anonymous(layout.response_size()).map_err(shm)?;
-        // No worker may truncate a region under the others (SIGBUS).
-        request.seal_grow_shrink().map_err(shm)?;
-        response.seal_grow_shrink().map_err(shm)?;
         Coordinator::with_regions(config, layout, request, response)
     }
 
@@ -287,7 +231,7 @@ impl<Req: prost::Message + Default, Resp: prost::Message + Default + 'static>
                 born: ForkGeneration::current(),
             }),
             handler: Mutex::new(None),
-            aggregate: Mutex::new(None),
+            rule: Mutex::new(None),
             check: |_, _, response| Ok(response),
             thread: None,
             _request: PhantomData,
@@ -332,14 +276,6 @@ impl<Req: prost::Message + Default, Resp: prost::Message + Default + 'static>
         (self.shared.request.len(), self.shared.response.len())
     }
 
-    /// The rule [`recv_all_aggregated`](Coordinator::recv_all_aggregated) and
-    /// the response thread fold the workers' responses with (the pull-KV
-    /// rule for the execute schema; none otherwise). A closure
-    /// `FnMut(Vec<Resp>) -> Result<Resp>` is one.
-    pub fn set_aggregate(&mut self, aggregate: impl Aggregate<Resp> + Send + 'static) {
-        *self.aggregate_mut() = Some(Box::new(aggregate));
-    }
-
     /// Never locks: `&mut self` is the only access (see the field).
     fn handler_mut(&mut self) -> &mut Option<ResponseHandler<Resp>> {
         self.handler
@@ -347,11 +283,23 @@ impl<Req: prost::Message + Default, Resp: prost::Message + Default + 'static>
             .unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Never locks: `&mut self` is the only access (see the field).
-    fn aggregate_mut(&mut self) -> &mut Option<Box<dyn Aggregate<Resp> + Send>> {
-        self.aggregate
-            .get_mut()
-            .unwrap_or_else(PoisonError::into_inner)
+    /// Never locks: `&mut self` is the only access.
+    fn rule_mut(&mut self) -> &mut Option<Box<Resp::Rule>> {
+        self.rule.get_mut().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The channel's rule, for the gathering thread (whose turn makes the
+    /// lock uncontended: only `&mut self` calls take it otherwise).
+    fn lock_rule(&self) -> MutexGuard<'_, Option<Box<Resp::Rule>>> {
+        self.rule.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// With `check` for every response a typed gather decodes, and `rule`
+    /// as the channel's aggregation rule.
+    pub(crate) fn with_rules(mut self, check: Check<Resp>, rule: Option<Box<Resp::Rule>>) -> Self {
+        self.check = check;
+        *self.rule_mut() = rule;
+        self
     }
 
     fn check_no_thread(&self) -> Result<()> {
@@ -373,6 +321,17 @@ impl<Req: prost::Message + Default, Resp: prost::Message + Default + 'static>
     /// The budget of a call that has no timeout of its own.
     fn default_budget(&self) -> Budget {
         Budget::new(self.shared.config.timeout)
+    }
+}
+
+impl Coordinator<ExecuteRequest, ExecuteResponse> {
+    /// The execute schema's rules: a response with a non-zero status or an
+    /// unknown message type is refused, and aggregation is the pull-KV rule.
+    pub(crate) fn execute_rules(self) -> Self {
+        self.with_rules(
+            crate::aggregate::validate,
+            Some(Box::new(crate::aggregate::PullKvRule)),
+        )
     }
 }
 

@@ -7,12 +7,15 @@ use std::time::Duration;
 use super::liveness::Waiter;
 use super::{Coordinator, Shared, Turn};
 use crate::layout;
+use crate::payload::Raw;
 use crate::sem_kind::{Direction, Role};
-use crate::wait::Budget;
+use crate::wait::{Budget, Wait};
 use crate::{Error, Result};
 
-impl<Req: prost::Message + Default, Resp: prost::Message + Default + 'static>
-    Coordinator<Req, Resp>
+impl<Req, Resp> Coordinator<Req, Resp>
+where
+    Req: prost::Message + Default + 'static,
+    Resp: prost::Message + Default + 'static,
 {
     /// Broadcasts `request` to every worker; returns its index (0, 1, …).
     ///
@@ -32,8 +35,19 @@ impl<Req: prost::Message + Default, Resp: prost::Message + Default + 'static>
     /// [`Error::WorkerDied`], [`Error::WorkerLeft`], [`Error::Timeout`];
     /// [`Error::Busy`] while another thread sends.
     pub fn send(&self, request: &Req) -> Result<u64> {
-        let mut budget = self.default_budget();
-        self.send_within(request, &mut budget)
+        let wait = Wait::Within(self.default_budget());
+        Ok(self
+            .send_message("send", request, wait)?
+            .expect("a send that may wait sends or fails"))
+    }
+
+    /// [`send`](Coordinator::send) without waiting: `None` (nothing sent)
+    /// while a worker has no free frame.
+    ///
+    /// # Errors
+    /// As [`send`](Coordinator::send), never [`Error::Timeout`].
+    pub fn try_send(&self, request: &Req) -> Result<Option<u64>> {
+        self.send_message("try_send", request, Wait::Try)
     }
 
     /// [`send`](Coordinator::send) within `timeout` instead of the configured
@@ -42,38 +56,16 @@ impl<Req: prost::Message + Default, Resp: prost::Message + Default + 'static>
     /// # Errors
     /// As [`send`](Coordinator::send).
     pub fn send_timeout(&self, request: &Req, timeout: Duration) -> Result<u64> {
-        self.send_within(request, &mut Budget::new(timeout))
+        let wait = Wait::Within(Budget::new(timeout));
+        Ok(self
+            .send_message("send_timeout", request, wait)?
+            .expect("a send that may wait sends or fails"))
     }
 
-    /// Broadcasts `frame` as it is: bytes of any encoding, which workers
-    /// take with [`recv_in_place`](crate::Worker::recv_in_place) or
-    /// [`recv_bytes`](crate::Worker::recv_bytes).
-    ///
-    /// # Errors
-    /// As [`send`](Coordinator::send).
-    pub fn send_bytes(&self, frame: &[u8]) -> Result<u64> {
-        let _turn = self.shared.turn(Turn::Send, "send_bytes")?;
-        let mut budget = self.default_budget();
-        self.shared
-            .send(frame.len(), &mut budget, |out| bytes_frame(frame, out))
-    }
-
-    /// [`send_bytes`](Coordinator::send_bytes) within `timeout`.
-    ///
-    /// # Errors
-    /// As [`send`](Coordinator::send).
-    pub fn send_bytes_timeout(&self, frame: &[u8], timeout: Duration) -> Result<u64> {
-        let _turn = self.shared.turn(Turn::Send, "send_bytes")?;
-        self.shared
-            .send(frame.len(), &mut Budget::new(timeout), |out| {
-                bytes_frame(frame, out)
-            })
-    }
-
-    fn send_within(&self, request: &Req, budget: &mut Budget) -> Result<u64> {
-        let _turn = self.shared.turn(Turn::Send, "send")?;
+    fn send_message(&self, op: &'static str, request: &Req, mut wait: Wait) -> Result<Option<u64>> {
+        let _turn = self.shared.turn(Turn::Send, op)?;
         let channel = &self.shared.config.name;
-        self.shared.send(request.encoded_len(), budget, |out| {
+        self.shared.send(request.encoded_len(), &mut wait, |out| {
             nodeipc_proto::encode_frame(request, out)
                 .map(drop)
                 .map_err(|source| Error::Proto {
@@ -84,21 +76,59 @@ impl<Req: prost::Message + Default, Resp: prost::Message + Default + 'static>
     }
 }
 
-/// [`layout::write_bytes_frame`] as `Shared::send`'s filler.
-fn bytes_frame(body: &[u8], out: &mut [u8]) -> Result<()> {
-    layout::write_bytes_frame(body, out);
-    Ok(())
+impl Coordinator<Raw, Raw> {
+    /// Broadcasts `frame` as it is: bytes of any encoding; returns its
+    /// index (0, 1, …). As the typed [`send`](Coordinator::send) otherwise.
+    ///
+    /// # Errors
+    /// As the typed [`send`](Coordinator::send).
+    pub fn send(&self, frame: &[u8]) -> Result<u64> {
+        let wait = Wait::Within(self.default_budget());
+        Ok(self
+            .send_frame("send", frame, wait)?
+            .expect("a send that may wait sends or fails"))
+    }
+
+    /// [`send`](Coordinator::send) without waiting: `None` (nothing sent)
+    /// while a worker has no free frame.
+    ///
+    /// # Errors
+    /// As the typed [`send`](Coordinator::send), never [`Error::Timeout`].
+    pub fn try_send(&self, frame: &[u8]) -> Result<Option<u64>> {
+        self.send_frame("try_send", frame, Wait::Try)
+    }
+
+    /// [`send`](Coordinator::send) within `timeout`. A timeout leaves the
+    /// channel as it was: nothing is sent.
+    ///
+    /// # Errors
+    /// As the typed [`send`](Coordinator::send).
+    pub fn send_timeout(&self, frame: &[u8], timeout: Duration) -> Result<u64> {
+        let wait = Wait::Within(Budget::new(timeout));
+        Ok(self
+            .send_frame("send_timeout", frame, wait)?
+            .expect("a send that may wait sends or fails"))
+    }
+
+    fn send_frame(&self, op: &'static str, frame: &[u8], mut wait: Wait) -> Result<Option<u64>> {
+        let _turn = self.shared.turn(Turn::Send, op)?;
+        self.shared.send(frame.len(), &mut wait, |out| {
+            layout::write_bytes_frame(frame, out);
+            Ok(())
+        })
+    }
 }
 
 impl Shared {
     /// Broadcasts a request of `body` bytes, whose whole frame (length
-    /// prefix included) `fill` writes into the slice it is given.
+    /// prefix included) `fill` writes into the slice it is given; `None`
+    /// (nothing sent) when a try found a worker without a free frame.
     fn send(
         &self,
         body: usize,
-        budget: &mut Budget,
+        wait: &mut Wait,
         fill: impl FnOnce(&mut [u8]) -> Result<()>,
-    ) -> Result<u64> {
+    ) -> Result<Option<u64>> {
         let capacity = self.layout.request_capacity;
         let size = body.saturating_add(nodeipc_proto::LEN_PREFIX);
         // A capacity never exceeds MAX_SLOT (1 GiB), so a body that fits it
@@ -114,25 +144,29 @@ impl Shared {
         let header = layout::request_header(&self.request);
         let index = self.sent.load(Ordering::Relaxed);
         for rank in 0..self.config.workers {
-            let freed = if self.stale.load(Ordering::Acquire) {
-                self.wait_frame_draining(rank, budget)
-            } else {
-                self.wait_worker_as(
-                    Waiter::Caller,
-                    Direction::Request,
-                    Role::Produce,
-                    rank,
-                    budget,
-                )
+            let freed = match wait {
+                Wait::Within(budget) if self.stale.load(Ordering::Acquire) => {
+                    self.wait_frame_draining(rank, budget).map(|()| true)
+                }
+                Wait::Within(budget) => self
+                    .wait_worker_as(
+                        Waiter::Caller,
+                        Direction::Request,
+                        Role::Produce,
+                        rank,
+                        budget,
+                    )
+                    .map(|()| true),
+                Wait::Try => self.try_free_frame(rank),
             };
-            if let Err(e) = freed {
+            if !matches!(freed, Ok(true)) {
                 // Nothing is written: give back the frames already taken from
                 // the workers before this one, or they would stay taken and
                 // every later send would wait on them in vain.
                 for earlier in 0..rank {
                     let _ = self.sem(Direction::Request, Role::Produce, earlier).post();
                 }
-                return Err(e);
+                return freed.map(|_| None);
             }
         }
         let frame = self.layout.frame(index);
@@ -167,12 +201,36 @@ impl Shared {
             let _guard = self.idle.0.lock().unwrap_or_else(|e| e.into_inner());
             self.idle.1.notify_all();
         }
-        Ok(index)
+        Ok(Some(index))
+    }
+
+    /// Takes a free request frame of worker `rank` if there is one, after
+    /// dropping the answers it gave to requests a [`First`](crate::First)
+    /// gather already handed out (it may be blocked on its full slot until
+    /// then): whether one was taken. With none, a dead worker is news.
+    fn try_free_frame(&self, rank: u32) -> Result<bool> {
+        let produce = self.sem(Direction::Request, Role::Produce, rank);
+        let sem = |source| Error::Sem {
+            channel: self.config.name.clone(),
+            source,
+        };
+        if produce.try_wait().map_err(sem)? {
+            return Ok(true);
+        }
+        if self.stale.load(Ordering::Acquire) {
+            self.drop_stale(rank)?;
+        }
+        if produce.try_wait().map_err(sem)? {
+            return Ok(true);
+        }
+        self.check_worker(rank)?;
+        Ok(false)
     }
 
     /// Waits for a free request frame of worker `rank` while consuming (and
-    /// dropping) the answers it gave to requests already gathered by
-    /// `recv_first`: the worker may be blocked on its full slot until then.
+    /// dropping) the answers it gave to requests a [`First`](crate::First)
+    /// gather already handed out: the worker may be blocked on its full
+    /// slot until then.
     fn wait_frame_draining(&self, rank: u32, budget: &mut Budget) -> Result<()> {
         let produce = self.sem(Direction::Request, Role::Produce, rank);
         let mut poll = budget.poll(Duration::from_micros(5), Duration::from_millis(1));
@@ -183,32 +241,33 @@ impl Shared {
             })? {
                 return Ok(());
             }
-            {
-                let mut gatherer = self.lock_gatherer();
-                let (next, r) = (gatherer.next, rank as usize);
-                while gatherer.consumed[r] < next {
-                    if !self.try_discard(rank)? {
-                        break;
-                    }
-                    gatherer.consumed[r] += 1;
-                }
-                let behind = gatherer.consumed.iter().any(|&c| c < next);
-                self.stale.store(behind, Ordering::Release);
-                if !behind {
-                    drop(gatherer);
-                    return self.wait_worker_as(
-                        Waiter::Caller,
-                        Direction::Request,
-                        Role::Produce,
-                        rank,
-                        budget,
-                    );
-                }
+            if !self.drop_stale(rank)? {
+                return self.wait_worker_as(
+                    Waiter::Caller,
+                    Direction::Request,
+                    Role::Produce,
+                    rank,
+                    budget,
+                );
             }
             self.check_worker(rank)?;
             poll.pause(&self.config.name, || {
                 format!("waiting for worker {rank} to free a request frame")
             })?;
         }
+    }
+
+    /// Consumes (and drops) what worker `rank` has given of the answers a
+    /// [`First`](crate::First) gather left behind: whether some worker is
+    /// still behind after that.
+    fn drop_stale(&self, rank: u32) -> Result<bool> {
+        let mut gatherer = self.lock_gatherer();
+        let (next, r) = (gatherer.next, rank as usize);
+        while gatherer.consumed[r] < next && self.try_discard(rank)? {
+            gatherer.consumed[r] += 1;
+        }
+        let behind = gatherer.consumed.iter().any(|&c| c < next);
+        self.stale.store(behind, Ordering::Release);
+        Ok(behind)
     }
 }

@@ -11,8 +11,10 @@ use super::liveness::Waiter;
 use super::{Check, Coordinator, ResponseHandler, ResponseThread, Shared};
 use crate::aggregate::Aggregate;
 use crate::layout;
+use crate::mode::Mode;
+use crate::payload::Payload;
 use crate::sem_kind::{Direction, Role};
-use crate::wait::{self, Budget};
+use crate::wait::{self, Budget, Wait};
 use crate::{Error, Result};
 
 /// What the response thread does after an error that breaks a gather (a
@@ -29,8 +31,10 @@ pub enum ThreadPolicy {
     LogAndContinue,
 }
 
-impl<Req: prost::Message + Default, Resp: prost::Message + Default + 'static>
-    Coordinator<Req, Resp>
+impl<Req, Resp> Coordinator<Req, Resp>
+where
+    Req: prost::Message + Default + 'static,
+    Resp: prost::Message + Default + 'static,
 {
     /// Registers the handler the response thread calls with every aggregated
     /// response (or an error).
@@ -48,8 +52,9 @@ impl<Req: prost::Message + Default, Resp: prost::Message + Default + 'static>
         Ok(())
     }
 
-    /// Starts a thread that gathers every response ([`recv_all_aggregated`](Coordinator::recv_all_aggregated)
-    /// for each request sent) and calls the handler with it. The thread ends
+    /// Starts a thread that gathers every response (an
+    /// [`Aggregated`](crate::Aggregated) gather for each request sent) and
+    /// calls the handler with it. The thread ends
     /// by itself after an error that breaks the channel (a dead worker, a
     /// timeout); after an error of one response it goes on. See
     /// [`start_response_thread_with`](Coordinator::start_response_thread_with)
@@ -76,7 +81,7 @@ impl<Req: prost::Message + Default, Resp: prost::Message + Default + 'static>
                 self.thread_error("no response handler is registered (call on_response first)")
             );
         }
-        let Some(aggregate) = self.aggregate_mut().take() else {
+        let Some(aggregate) = self.rule_mut().take() else {
             return Err(self.thread_error(
                 "no aggregation rule for these messages (call set_aggregate first)",
             ));
@@ -115,7 +120,7 @@ impl<Req: prost::Message + Default, Resp: prost::Message + Default + 'static>
         match thread.handle.join() {
             Ok((handler, aggregate)) => {
                 *self.handler_mut() = Some(handler);
-                *self.aggregate_mut() = Some(aggregate);
+                *self.rule_mut() = Some(aggregate);
                 Ok(())
             }
             Err(_) => Err(self.thread_error("the response handler panicked")),
@@ -131,7 +136,7 @@ impl<Req: prost::Message + Default, Resp: prost::Message + Default + 'static>
     }
 }
 
-impl<Req, Resp> Drop for Coordinator<Req, Resp> {
+impl<Req, Resp: Payload> Drop for Coordinator<Req, Resp> {
     fn drop(&mut self) {
         if self.shared.born.is_forked() {
             // A child's copy of its parent's channel: the response thread
@@ -174,10 +179,13 @@ fn response_loop<Resp: prost::Message + Default>(
             shared.wait_idle(next);
             continue;
         }
-        let mut budget = Budget::new(shared.config.timeout);
-        let gathered = shared.gather(Waiter::ResponseThread, Slot::Response, &mut budget);
+        let mut wait = Wait::Within(Budget::new(shared.config.timeout));
+        let gathered = shared.gather_frames(Waiter::ResponseThread, Mode::Aggregated, &mut wait);
         match gathered {
-            Ok(gathered) => {
+            Ok(answers) => {
+                let gathered = answers
+                    .expect("a gather that may wait gathers or fails")
+                    .every();
                 let all = super::gather::decode_all(channel, &gathered, Slot::Response, check);
                 drop(gathered);
                 handler(all.and_then(|all| aggregate.aggregate(all)));

@@ -8,6 +8,7 @@ use nodeipc_fdpass::Credentials;
 use nodeipc_proto::handshake::{Accept, FdKind, Logon, PROTOCOL_VERSION};
 
 use super::{MAX_PASSED_FDS, MAX_REPLY};
+use crate::payload::Payload;
 use crate::{Error, Result, Worker};
 
 /// An accepted logon: what the server said, and the descriptors it passed,
@@ -39,32 +40,25 @@ impl Session {
     }
 
     /// Joins the channel as worker `rank` over the passed regions, under the
-    /// name the server gave.
+    /// name the server gave. The messages are the worker's type, as for
+    /// [`Worker::from_fds`] (`let worker: Worker = …` for `execute.proto`,
+    /// `into_worker::<Raw, Raw>` for bytes).
     ///
     /// # Errors
-    /// [`Error::Handshake`] if the server passed no request or response
-    /// region, or no channel geometry; otherwise as [`Worker::from_fds`].
-    pub fn into_worker(self, rank: u32, timeout: Duration) -> Result<Worker> {
-        self.into_worker_typed(rank, timeout)
-    }
-
-    /// [`into_worker`](Session::into_worker) for a channel of other messages.
-    ///
-    /// # Errors
-    /// As [`into_worker`](Session::into_worker).
-    pub fn into_worker_typed<Req, Resp>(
+    /// [`Error::Handshake`] (the layer's `Handshake`, naming what is
+    /// missing) if the server passed no request or response region, or no
+    /// channel geometry; otherwise as [`Worker::from_fds`].
+    pub fn into_worker<Req: Payload, Resp: Payload>(
         mut self,
         rank: u32,
         timeout: Duration,
-    ) -> Result<Worker<Req, Resp>>
-    where
-        Req: prost::Message + Default,
-        Resp: prost::Message + Default,
-    {
+    ) -> Result<Worker<Req, Resp>> {
         let server_pid = self.server.pid;
-        let missing = |what: &str| Error::Handshake {
-            peer: format!("server pid {server_pid}"),
-            reason: format!("the accept carries no {what}"),
+        let missing = |what: &str| {
+            Error::Handshake(nodeipc_handshake::Error::Handshake {
+                peer: format!("server pid {server_pid}"),
+                reason: format!("the accept carries no {what}"),
+            })
         };
         let name = self
             .channel_name()
@@ -76,7 +70,7 @@ impl Session {
         let response = self
             .take(FdKind::ResponseRegion)
             .ok_or_else(|| missing("response region"))?;
-        Worker::from_fds_typed(&name, rank, request, response, timeout)
+        Worker::from_fds(&name, rank, request, response, timeout)
     }
 }
 
@@ -86,20 +80,20 @@ impl Session {
 /// (at most 16: a channel's regions).
 ///
 /// # Errors
-/// [`Error::Rejected`] with the server's code and reason; [`Error::Handshake`]
-/// for a server of another uid, a protocol version other than ours, a reply
-/// that is not one, descriptors that do not match their description, or a
-/// server that closed early; [`Error::Timeout`] naming what was awaited
-/// (the connection, the logon's sending, the reply); [`Error::FdPass`] for a
-/// socket that cannot be connected to (`EACCES`, say).
+/// [`Error::Handshake`] wrapping the handshake layer's error: `Rejected`
+/// with the server's code and reason; `Handshake` for a server of another
+/// uid, a protocol version other than ours, a reply that is not one,
+/// descriptors that do not match their description, or a server that
+/// closed early; `Timeout` naming what was awaited (the connection, the
+/// logon's sending, the reply); `FdPass` for a socket that cannot be
+/// connected to (`EACCES`, say).
 pub fn connect(path: impl AsRef<Path>, logon: &Logon, timeout: Duration) -> Result<Session> {
     let options = nodeipc_handshake::ClientOptions {
         timeout,
         max_fds: MAX_PASSED_FDS,
         max_reply: MAX_REPLY,
     };
-    let session =
-        nodeipc_handshake::connect_with(path, logon, &options).map_err(super::channel_error)?;
+    let session = nodeipc_handshake::connect_with(path, logon, &options)?;
     // The channel keeps no session: its server closes the socket after the
     // accept, and dropping the link here closes ours.
     Ok(Session {

@@ -13,6 +13,7 @@ use nodeipc_shm::Region;
 use super::server::passed;
 use crate::config::ChannelConfig;
 use crate::layout::{Layout, worker_flags};
+use crate::payload::Payload;
 use crate::sem_kind::SemKind;
 use crate::{Coordinator, Error, Result};
 use nodeipc_handshake::{Decision, Offer};
@@ -24,12 +25,22 @@ use nodeipc_handshake::{Decision, Offer};
 ///
 /// # Examples
 /// ```no_run
-/// use nodeipc_channel::{ChannelConfig, Coordinator, HandshakeOptions, HandshakeServer};
-/// let coordinator = Coordinator::create_anonymous(ChannelConfig::new("/nodeipc-doc-offer", 2))?;
+/// use nodeipc_channel::{Channel, ChannelServer};
+/// use nodeipc_proto::handshake::{Reject, RejectCode};
+/// let coordinator = Channel::anonymous("/nodeipc-doc-offer").workers(2).create()?;
 /// let offer = coordinator.offer()?;
-/// let server = HandshakeServer::bind("/run/user/1000/job/channel.sock", HandshakeOptions::default(), move |logon, peer| {
-///     offer.decide(logon, peer)
-/// })?;
+/// // The offer's decision, after a policy of our own.
+/// let server = ChannelServer::bind_with(
+///     "/run/user/1000/job/channel.sock",
+///     Default::default(),
+///     move |logon, peer| {
+///         if logon.worker_rank == 0 && peer.pid == 1 {
+///             let code = RejectCode::PermissionDenied as i32;
+///             return Err(Reject { code, reason: "not init".to_owned() });
+///         }
+///         offer.decide(logon, peer)
+///     },
+/// )?;
 /// # Ok::<(), nodeipc_channel::Error>(())
 /// ```
 #[derive(Debug)]
@@ -42,9 +53,7 @@ pub struct ChannelOffer {
     response_view: Region,
 }
 
-impl<Req: prost::Message + Default, Resp: prost::Message + Default + 'static>
-    Coordinator<Req, Resp>
-{
+impl<Req: Payload, Resp: Payload> Coordinator<Req, Resp> {
     /// What a handshake server should hand out for this channel.
     ///
     /// # Errors

@@ -1,6 +1,7 @@
 //! [`InPlace`]: a request read where it lies in the ring.
 
 use super::{SlotKind, Worker};
+use crate::payload::Raw;
 use crate::{Error, Result};
 
 /// A request held in place in the ring: its frame's bytes, borrowed from the
@@ -13,15 +14,19 @@ use crate::{Error, Result};
 /// uid outside the channel that opens the ring's name, while it has one, or
 /// ptraces the coordinator could; see the crate's README.)
 ///
+/// A typed worker's guard decodes the bytes on demand and answers with a
+/// message; a [`Raw`] worker's answers with bytes.
+///
 /// # Examples
 /// ```no_run
-/// # fn f(worker: &mut nodeipc_channel::Worker) -> nodeipc_channel::Result<()> {
+/// # use nodeipc_channel::{Raw, Worker};
+/// # fn f(worker: &mut Worker<Raw, Raw>) -> nodeipc_channel::Result<()> {
 /// let request = worker.recv_in_place()?;
 /// let digest = request.bytes().iter().fold(0u64, |h, &b| h.rotate_left(5) ^ u64::from(b));
-/// request.respond_bytes(&digest.to_le_bytes())?;
+/// request.respond(&digest.to_le_bytes())?;
 /// # Ok(()) }
 /// ```
-pub struct InPlace<'w, Req: prost::Message + Default, Resp: prost::Message + Default> {
+pub struct InPlace<'w, Req, Resp> {
     worker: &'w mut Worker<Req, Resp>,
     /// Offset of the body in the request region, and its length: checked
     /// against the frame when the request was taken.
@@ -30,7 +35,7 @@ pub struct InPlace<'w, Req: prost::Message + Default, Resp: prost::Message + Def
     released: bool,
 }
 
-impl<'w, Req: prost::Message + Default, Resp: prost::Message + Default> InPlace<'w, Req, Resp> {
+impl<'w, Req, Resp> InPlace<'w, Req, Resp> {
     pub(super) fn new(worker: &'w mut Worker<Req, Resp>, at: usize, len: usize) -> Self {
         InPlace {
             worker,
@@ -55,6 +60,28 @@ impl<'w, Req: prost::Message + Default, Resp: prost::Message + Default> InPlace<
         self.worker.received.wrapping_sub(1)
     }
 
+    /// Releases the frame now, reporting a failure to (dropping the guard
+    /// releases it too, silently).
+    ///
+    /// # Errors
+    /// [`Error::Sem`] if the coordinator's semaphore cannot be posted.
+    pub fn release(mut self) -> Result<()> {
+        self.release_inner()
+    }
+
+    fn release_inner(&mut self) -> Result<()> {
+        if std::mem::replace(&mut self.released, true) {
+            return Ok(());
+        }
+        self.worker.release_frame()
+    }
+}
+
+impl<Req, Resp> InPlace<'_, Req, Resp>
+where
+    Req: prost::Message + Default + 'static,
+    Resp: prost::Message + Default + 'static,
+{
     /// Decodes the request into a new message (its `bytes` and `string`
     /// fields are copies).
     ///
@@ -91,40 +118,24 @@ impl<'w, Req: prost::Message + Default, Resp: prost::Message + Default> InPlace<
         let released = self.release_inner();
         answered.and(released)
     }
+}
 
-    /// Answers with bytes of any encoding (as [`Worker::respond_bytes`]) and
-    /// releases the frame.
+impl InPlace<'_, Raw, Raw> {
+    /// Answers the request with bytes of any encoding (as the raw
+    /// [`Worker::respond`]) and releases its frame.
     ///
     /// # Errors
     /// As [`Worker::respond`]; the frame is released either way.
-    pub fn respond_bytes(mut self, frame: &[u8]) -> Result<()> {
-        let answered = self
-            .worker
-            .respond_bytes_releasing(frame, Some(&mut self.released));
+    pub fn respond(mut self, response: &[u8]) -> Result<()> {
+        let answered =
+            self.worker
+                .respond_frame(response, SlotKind::Response, Some(&mut self.released));
         let released = self.release_inner();
         answered.and(released)
     }
-
-    /// Releases the frame now, reporting a failure to (dropping the guard
-    /// releases it too, silently).
-    ///
-    /// # Errors
-    /// [`Error::Sem`] if the coordinator's semaphore cannot be posted.
-    pub fn release(mut self) -> Result<()> {
-        self.release_inner()
-    }
-
-    fn release_inner(&mut self) -> Result<()> {
-        if std::mem::replace(&mut self.released, true) {
-            return Ok(());
-        }
-        self.worker.release_frame()
-    }
 }
 
-impl<Req: prost::Message + Default, Resp: prost::Message + Default> Drop
-    for InPlace<'_, Req, Resp>
-{
+impl<Req, Resp> Drop for InPlace<'_, Req, Resp> {
     fn drop(&mut self) {
         // In a child forked since the worker joined, the frame is the
         // parent's to release (it still holds it).

@@ -19,6 +19,7 @@ pub(crate) use respond::SlotKind;
 
 use crate::config::ChannelConfig;
 use crate::layout::{self, Layout, worker_flags};
+use crate::payload::Payload;
 use crate::sem_kind::{Direction, Role};
 use crate::sems::SemSet;
 use crate::wait::Budget;
@@ -31,10 +32,12 @@ use crate::{Error, Result, wait};
 /// request, so [`recv_in_place`](Worker::recv_in_place) can hand out the
 /// frame's bytes without a copy for as long as its guard lives.
 ///
-/// `Req` and `Resp` are the channel's messages (our `execute.proto` by
-/// default; any protobuf messages with [`join_typed`](Worker::join_typed));
-/// [`recv_in_place`](Worker::recv_in_place) and
-/// [`respond_bytes`](Worker::respond_bytes) carry frames of any encoding.
+/// `Req` and `Resp` are the channel's messages: our `execute.proto` by
+/// default, any protobuf messages, or [`Raw`](crate::Raw) frames of bytes
+/// of any encoding. The calls have the same names either way
+/// (`recv`, `try_recv`, `recv_timeout`, `recv_into`, `recv_in_place` and
+/// its `try_` and `_timeout` forms, `respond`, `respond_init`); what they
+/// take and return follows from the type.
 ///
 /// Every wait is bounded by the configured timeout or the one a call is
 /// given; a coordinator whose process died is reported as
@@ -60,45 +63,21 @@ pub struct Worker<Req = ExecuteRequest, Resp = ExecuteResponse> {
     _messages: PhantomData<fn(Resp) -> Req>,
 }
 
-impl Worker {
+impl<Req: Payload, Resp: Payload> Worker<Req, Resp> {
     /// Joins the channel `config.name` as worker `rank`, opening its named
     /// regions (and semaphores) with a bounded wait for the coordinator to
     /// create them, and checking that they have this configuration's shape.
-    /// The request region is opened read-only.
+    /// The request region is opened read-only. The messages are the
+    /// worker's type (`let worker: Worker = …` for `execute.proto`,
+    /// `Worker::<Raw, Raw>::join` for bytes); a
+    /// [`ChannelBuilder::join`](crate::ChannelBuilder::join) infers them.
     ///
     /// # Errors
     /// [`Error::InvalidConfig`], [`Error::RankOutOfRange`], [`Error::Timeout`]
     /// (no coordinator in time), [`Error::Mismatch`], [`Error::RankTaken`],
     /// [`Error::CoordinatorDied`]; [`Error::Shm`] for regions of another
     /// owner or mode.
-    pub fn join(config: ChannelConfig, rank: u32) -> Result<Worker> {
-        Worker::join_typed(config, rank)
-    }
-
-    /// Joins as worker `rank` over regions received as descriptors (from the
-    /// handshake, say). The shape is read from the regions' headers and
-    /// range-checked; `name` only labels errors, `timeout` bounds waits. The
-    /// request region is mapped read-only, whatever the descriptor allows.
-    ///
-    /// # Errors
-    /// As [`join`](Worker::join).
-    pub fn from_fds(
-        name: &str,
-        rank: u32,
-        request: OwnedFd,
-        response: OwnedFd,
-        timeout: Duration,
-    ) -> Result<Worker> {
-        Worker::from_fds_typed(name, rank, request, response, timeout)
-    }
-}
-
-impl<Req: prost::Message + Default, Resp: prost::Message + Default> Worker<Req, Resp> {
-    /// [`join`](Worker::join) for a channel of other messages.
-    ///
-    /// # Errors
-    /// As [`join`](Worker::join).
-    pub fn join_typed(config: ChannelConfig, rank: u32) -> Result<Worker<Req, Resp>> {
+    pub fn join(config: ChannelConfig, rank: u32) -> Result<Worker<Req, Resp>> {
         config.check()?;
         let open = |name: &str, size: usize, read_only: bool| {
             let mut options = OpenOptions::wait(size, config.timeout);
@@ -127,11 +106,15 @@ impl<Req: prost::Message + Default, Resp: prost::Message + Default> Worker<Req, 
         Worker::attach(config, rank, request, response)
     }
 
-    /// [`from_fds`](Worker::from_fds) for a channel of other messages.
+    /// Joins as worker `rank` over regions received as descriptors (from the
+    /// handshake, say). The shape is read from the regions' headers and
+    /// range-checked; `name` only labels errors, `timeout` bounds waits. The
+    /// request region is mapped read-only, whatever the descriptor allows.
+    /// The messages are the worker's type, as for [`join`](Worker::join).
     ///
     /// # Errors
     /// As [`join`](Worker::join).
-    pub fn from_fds_typed(
+    pub fn from_fds(
         name: &str,
         rank: u32,
         request: OwnedFd,
@@ -226,7 +209,9 @@ impl<Req: prost::Message + Default, Resp: prost::Message + Default> Worker<Req, 
             _messages: PhantomData,
         })
     }
+}
 
+impl<Req, Resp> Worker<Req, Resp> {
     /// This worker's rank.
     pub fn rank(&self) -> u32 {
         self.rank
@@ -269,6 +254,16 @@ impl<Req: prost::Message + Default, Resp: prost::Message + Default> Worker<Req, 
             || what.to_owned(),
             || self.check_coordinator(direction),
         )
+    }
+
+    /// Gives the frame of the request taken last back to the coordinator.
+    pub(super) fn release_frame(&self) -> Result<()> {
+        self.sem(Direction::Request, Role::Produce)
+            .post()
+            .map_err(|source| Error::Sem {
+                channel: self.config.name.clone(),
+                source,
+            })
     }
 
     /// Whether waiting on the coordinator still makes sense: it lives, and it

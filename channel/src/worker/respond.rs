@@ -3,6 +3,7 @@
 
 use super::Worker;
 use crate::layout;
+use crate::payload::{Payload, Raw};
 use crate::sem_kind::{Direction, Role};
 use crate::wait::Budget;
 use crate::{Error, Result};
@@ -14,7 +15,11 @@ pub(crate) enum SlotKind {
     Init,
 }
 
-impl<Req: prost::Message + Default, Resp: prost::Message + Default> Worker<Req, Resp> {
+impl<Req, Resp> Worker<Req, Resp>
+where
+    Req: prost::Message + Default + 'static,
+    Resp: prost::Message + Default + 'static,
+{
     /// Answers the oldest request not yet answered, encoding straight into
     /// this worker's response slot (no intermediate buffer, no allocation).
     ///
@@ -25,31 +30,8 @@ impl<Req: prost::Message + Default, Resp: prost::Message + Default> Worker<Req, 
         self.respond_message(response, SlotKind::Response, None)
     }
 
-    /// Answers with `frame` as it is: bytes of any encoding, which the
-    /// coordinator gathers with [`recv_all_bytes`](crate::Coordinator::recv_all_bytes).
-    ///
-    /// # Errors
-    /// As [`respond`](Worker::respond).
-    pub fn respond_bytes(&mut self, frame: &[u8]) -> Result<()> {
-        self.respond_bytes_releasing(frame, None)
-    }
-
-    /// [`respond_bytes`](Worker::respond_bytes); with `held`, the frame of a
-    /// request held in place is released once the answer is written, before
-    /// it is announced (see [`write_slot`](Worker::write_slot)).
-    pub(crate) fn respond_bytes_releasing(
-        &mut self,
-        frame: &[u8],
-        held: Option<&mut bool>,
-    ) -> Result<()> {
-        self.write_slot(frame.len(), SlotKind::Response, held, |out| {
-            layout::write_bytes_frame(frame, out);
-            Ok(())
-        })
-    }
-
     /// Answers an init request in this worker's fixed-size init slot
-    /// (gathered by [`Coordinator::recv_init`](crate::Coordinator::recv_init)).
+    /// (gathered by an [`Init`](crate::Init) gather).
     ///
     /// # Errors
     /// As [`respond`](Worker::respond).
@@ -74,7 +56,46 @@ impl<Req: prost::Message + Default, Resp: prost::Message + Default> Worker<Req, 
                 })
         })
     }
+}
 
+impl Worker<Raw, Raw> {
+    /// Answers the oldest request not yet answered with `response` as it
+    /// is: bytes of any encoding, written straight into this worker's
+    /// response slot.
+    ///
+    /// # Errors
+    /// [`Error::TooLarge`] before anything is written; [`Error::CoordinatorDied`];
+    /// [`Error::Timeout`] if the coordinator has not consumed the previous answer.
+    pub fn respond(&mut self, response: &[u8]) -> Result<()> {
+        self.respond_frame(response, SlotKind::Response, None)
+    }
+
+    /// Answers an init request with bytes, in this worker's fixed-size init
+    /// slot (gathered by an [`Init`](crate::Init) gather).
+    ///
+    /// # Errors
+    /// As [`respond`](Worker::respond).
+    pub fn respond_init(&mut self, response: &[u8]) -> Result<()> {
+        self.respond_frame(response, SlotKind::Init, None)
+    }
+
+    /// Writes `frame` into the slot of `kind`; with `held`, the frame of a
+    /// request held in place is released once the answer is written, before
+    /// it is announced (see [`write_slot`](Worker::write_slot)).
+    pub(crate) fn respond_frame(
+        &mut self,
+        frame: &[u8],
+        kind: SlotKind,
+        held: Option<&mut bool>,
+    ) -> Result<()> {
+        self.write_slot(frame.len(), kind, held, |out| {
+            layout::write_bytes_frame(frame, out);
+            Ok(())
+        })
+    }
+}
+
+impl<Req: Payload, Resp: Payload> Worker<Req, Resp> {
     /// Writes a frame of `body` bytes into this worker's slot of `kind`
     /// through `fill` (given exactly the frame's bytes, prefix included),
     /// once the coordinator has taken the previous one.

@@ -8,6 +8,8 @@
 
 use std::path::{Path, PathBuf};
 
+use nodeipc_fs::PrivateDir;
+
 use crate::Failure;
 
 /// The prefix of the demo's directory: `nodeipc-demo-<pid>-<16 hex digits>`,
@@ -17,7 +19,7 @@ const PREFIX: &str = "nodeipc-demo-";
 /// `$TMPDIR/nodeipc-demo-<pid>-<random>`, removed with everything in it on
 /// drop.
 pub(crate) struct DemoDir {
-    path: PathBuf,
+    dir: PrivateDir,
     tag: String,
 }
 
@@ -37,24 +39,25 @@ impl DemoDir {
     /// As [`create`](DemoDir::create).
     pub(crate) fn create_in(parent: &Path) -> Result<DemoDir, Failure> {
         let prefix = format!("{PREFIX}{}-", std::process::id());
-        let path = nodeipc_fs::create_unique_private_dir(parent, &prefix).map_err(|e| {
+        let dir = PrivateDir::create(parent, &prefix).map_err(|e| {
             Failure::Error(format!(
                 "making the demo's private directory in {}: {e}",
                 parent.display()
             ))
         })?;
-        let tag = path
+        let tag = dir
+            .path()
             .file_name()
             .and_then(|n| n.to_str())
             .and_then(|n| n.strip_prefix(PREFIX))
             .unwrap_or_default()
             .to_owned();
-        Ok(DemoDir { path, tag })
+        Ok(DemoDir { dir, tag })
     }
 
     /// The directory.
     pub(crate) fn path(&self) -> &Path {
-        &self.path
+        self.dir.path()
     }
 
     /// `<pid>-<random>`: what the demo's names under `/dev/shm` carry.
@@ -68,17 +71,10 @@ impl DemoDir {
     /// # Errors
     /// The path and the errno (`EEXIST` when anything is at the path).
     pub(crate) fn create_log(&self, rank: u32) -> Result<PathBuf, Failure> {
-        let path = self.path.join(format!("monitor-{rank}.log"));
+        let path = self.path().join(format!("monitor-{rank}.log"));
         nodeipc_fs::create_exclusive(&path, 0o600)
             .map_err(|e| Failure::Error(format!("making the log of monitor {rank}: {e}")))?;
         Ok(path)
-    }
-}
-
-impl Drop for DemoDir {
-    fn drop(&mut self) {
-        // remove_dir_all never follows a link out of the directory.
-        let _ = std::fs::remove_dir_all(&self.path);
     }
 }
 
@@ -131,17 +127,10 @@ mod tests {
         }
         let _dog = Watchdog::new(TEST, Duration::from_secs(60));
         let parent = TempDir::new("demo-files");
-        let out = nodeipc_testkit::spawn_child(
+        nodeipc_testkit::spawn_child(
             nodeipc_testkit::this_test_in_a_child(TEST).env(CHILD_ENV, parent.path()),
         )
-        .output_timeout(Duration::from_secs(30));
-        assert!(
-            out.status.success(),
-            "the child failed: {}\n{}\n{}",
-            out.status,
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
+        .output_success(Duration::from_secs(30));
         let left: Vec<_> = std::fs::read_dir(parent.path()).unwrap().collect();
         assert!(left.is_empty(), "the directory was not removed: {left:?}");
     }

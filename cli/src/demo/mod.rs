@@ -24,9 +24,10 @@ use std::time::{Duration, Instant};
 use clap::{Args, ValueEnum};
 use nodeipc_barrier::{Group, GroupOptions};
 use nodeipc_channel::{
-    ChannelConfig, Coordinator, Error as ChannelError, HandshakeOptions, HandshakeServer, SemKind,
+    All, Channel, ChannelServer, Coordinator, Error as ChannelError, HandshakeOptions, SemKind,
 };
-use nodeipc_monitor::{MonitorConfig, MonitorHandle, SpawnOptions, Timeouts};
+use nodeipc_monitor::{MonitorConfig, Timeouts};
+use nodeipc_monitor_host::{MonitorHandle, SpawnOptions};
 use nodeipc_proto::execute::{
     ExecuteRequest, ExecuteResponse, ExecuteType, ForwardRequest, execute_request, execute_response,
 };
@@ -149,7 +150,7 @@ fn run_until_done(args: &DemoArgs, signals: &Signals) -> CmdResult {
     // channel and handshake server close (giving their descriptors back),
     // and last the directory goes (removing it needs descriptors too).
     let demo_dir = DemoDir::create()?;
-    let server: HandshakeServer;
+    let server: ChannelServer;
     let mut coordinator: Coordinator;
     let mut group: Group;
     let mut cleanup = Cleanup {
@@ -160,7 +161,8 @@ fn run_until_done(args: &DemoArgs, signals: &Signals) -> CmdResult {
     let tag = demo_dir.tag().to_owned();
     let name = format!("/nodeipc-demo-{tag}");
     let frame = forward(0, payload(0, args.payload as usize)).encoded_len() + 64;
-    let config = ChannelConfig::new(&name, args.workers)
+    let config = Channel::anonymous(&name)
+        .workers(args.workers)
         .depth(args.depth)
         .sems(match args.sems {
             Sems::InRegion => SemKind::InRegion,
@@ -169,12 +171,10 @@ fn run_until_done(args: &DemoArgs, signals: &Signals) -> CmdResult {
         .request_capacity(frame.max(1024))
         .response_slot_size(1024)
         .timeout(STEP_TIMEOUT);
-    coordinator = Coordinator::create_anonymous(config)?;
+    coordinator = config.create()?;
     let offer = coordinator.offer()?;
     let socket = dir.join("logon.sock");
-    server = HandshakeServer::bind(&socket, HandshakeOptions::default(), move |logon, peer| {
-        offer.decide(logon, peer)
-    })?;
+    server = ChannelServer::bind(&socket, HandshakeOptions::default(), offer)?;
 
     let monitor_config = MonitorConfig {
         timeouts: Timeouts {
@@ -198,7 +198,7 @@ fn run_until_done(args: &DemoArgs, signals: &Signals) -> CmdResult {
             ..SpawnOptions::default()
         };
         cleanup.monitors.push(
-            nodeipc_monitor::spawn_monitor_with(&monitor_config, &monitor_socket, options)
+            nodeipc_monitor_host::spawn_monitor_with(&monitor_config, &monitor_socket, options)
                 .map_err(|e| {
                     Failure::Error(format!("starting the monitor of worker {rank}: {e}"))
                 })?,
@@ -352,7 +352,7 @@ fn gather(
     let Some(expected) = in_flight.pop_front() else {
         return Ok(0);
     };
-    let responses = coordinator.recv_all()?;
+    let responses = coordinator.recv(All)?;
     let nanos = u64::try_from(expected.sent.elapsed().as_nanos()).unwrap_or(u64::MAX);
     latencies.record(nanos);
     let mut bytes = 0u64;

@@ -1,5 +1,5 @@
 //! SIGINT, SIGTERM, SIGHUP and every other terminating signal
-//! (`nodeipc_monitor::terminating_signals`) during the demo: noted by a
+//! (`nodeipc_fdpass::terminating_signals`) during the demo: noted by a
 //! thread of their own, so the demo ends in order (workers killed, monitors
 //! stopped, every name and its directory removed) and exits 128 + the
 //! signal, instead of dying with its directory left in the temporary
@@ -33,7 +33,7 @@ impl Signals {
     /// # Errors
     /// `pthread_sigmask` failing, or the thread not starting.
     pub(crate) fn install() -> Result<Signals, Failure> {
-        let set = nodeipc_monitor::block_terminating_signals().map_err(|e| {
+        let set = nodeipc_fdpass::block_terminating_signals().map_err(|e| {
             Failure::Error(format!(
                 "blocking the terminating signals (pthread_sigmask): {e}"
             ))

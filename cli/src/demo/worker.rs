@@ -69,7 +69,7 @@ fn serve(args: WorkerArgs) -> CmdResult {
     let logon = nodeipc_channel::worker_logon(args.rank);
     let session = nodeipc_channel::connect(&args.socket, &logon, STEP_TIMEOUT)
         .map_err(|e| failed(format!("logging on at {}", args.socket.display()), e))?;
-    let mut channel = session
+    let mut channel: nodeipc_channel::Worker = session
         .into_worker(args.rank, STEP_TIMEOUT)
         .map_err(|e| failed("joining the channel", e))?;
 

@@ -61,6 +61,29 @@ pub(crate) fn rank_main() {
                 &std::env::current_dir().unwrap().display().to_string(),
             );
         }
+        "group" => {
+            // NODEIPC_GROUP as it is, as a Rust program meets its peers.
+            let name = std::env::var("NODEIPC_GROUP").unwrap();
+            let (local, world) = (
+                env_num("NODEIPC_LOCAL_RANK"),
+                env_num("NODEIPC_LOCAL_WORLD_SIZE"),
+            );
+            let options = nodeipc_barrier::GroupOptions::new(name.as_str(), local, world)
+                .timeout(Duration::from_secs(30));
+            let mut group = nodeipc_barrier::Group::join(options)
+                .unwrap_or_else(|e| panic!("rank {rank}: join {name:?}: {e}"));
+            let all = group
+                .all_gather(format!("rust rank {rank}").as_bytes())
+                .unwrap();
+            let all: Vec<String> = all
+                .iter()
+                .map(|b| String::from_utf8_lossy(b).into_owned())
+                .collect();
+            write_atomic(
+                &dir.join(format!("group-{rank}")),
+                &format!("{name}\n{}", all.join(", ")),
+            );
+        }
         "rank1-exits-3" => {
             if rank == 1 {
                 std::process::exit(3);

@@ -19,7 +19,7 @@ use std::time::Duration;
 
 use nodeipc_barrier::{Group, GroupOptions};
 use nodeipc_channel::{
-    ChannelConfig, Coordinator, Error as ChannelError, HandshakeOptions, HandshakeServer,
+    All, Channel, ChannelServer, Error as ChannelError, HandshakeOptions, Worker,
 };
 use nodeipc_monitor::{MonitorClient, MonitorConfig, MonitorServer, RankInfo};
 use nodeipc_proto::execute::{
@@ -124,20 +124,18 @@ fn answer(request: &ExecuteRequest, rank: u32) -> ExecuteResponse {
 }
 
 fn coordinator(dir: &Path, group: &str, workers: u32, requests: u64) -> Result<(), Failure> {
-    let config = ChannelConfig::new(format!("{group}-chan"), workers)
+    let config = Channel::anonymous(format!("{group}-chan"))
+        .workers(workers)
         .request_capacity(1024)
         .response_slot_size(1024)
         .timeout(STEP);
-    let channel = Coordinator::create_anonymous(config).map_err(failure)?;
+    let channel = config.create().map_err(failure)?;
     let offer = channel.offer().map_err(failure)?;
     let options = HandshakeOptions {
         logon_timeout: STEP,
         ..HandshakeOptions::default()
     };
-    let server = HandshakeServer::bind(logon_socket(dir), options, move |logon, peer| {
-        offer.decide(logon, peer)
-    })
-    .map_err(failure)?;
+    let server = ChannelServer::bind(logon_socket(dir), options, offer).map_err(failure)?;
     stage("listening");
     channel.wait_for_workers(STEP).map_err(failure)?;
     stage("workers-joined");
@@ -155,7 +153,7 @@ fn coordinator(dir: &Path, group: &str, workers: u32, requests: u64) -> Result<(
     stage("fd-broadcast");
     for sequence in 0..requests {
         channel.send(&request(sequence)).map_err(failure)?;
-        let responses = channel.recv_all().map_err(failure)?;
+        let responses = channel.recv(All).map_err(failure)?;
         for (rank, response) in responses.iter().enumerate() {
             if response != &answer(&request(sequence), rank as u32) {
                 return Err((
@@ -181,7 +179,7 @@ fn worker(dir: &Path, group: &str, workers: u32, rank: u32) -> Result<(), Failur
     )
     .map_err(failure)?;
     stage("logged-on");
-    let mut channel = session.into_worker(rank, STEP).map_err(failure)?;
+    let mut channel: Worker = session.into_worker(rank, STEP).map_err(failure)?;
     stage("channel-joined");
     let mut group = Group::join(GroupOptions::new(group, rank + 1, workers + 1).timeout(STEP))
         .map_err(failure)?;

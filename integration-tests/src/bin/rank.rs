@@ -39,6 +39,7 @@ fn main() -> ExitCode {
         "hang-after" => hang_after(group, rest),
         "subset" => subset(group, rest),
         "exchange" => exchange(group),
+        "launched" => launched(group, name),
         _ => panic!("unknown mode {mode}"),
     });
     match result {
@@ -93,6 +94,32 @@ fn soak(mut group: Group, args: &[String]) -> Result<(), Error> {
     }
     descriptor_rounds(&mut group)?;
     println!("transport {:?}", group.transport());
+    Ok(())
+}
+
+/// `launched`, for a rank of `nodeipc launch` beside ranks in other
+/// languages (NAME its `NODEIPC_GROUP`, as it is): all-gathers `rust rank
+/// <r> pid <pid>` in 32 bytes (NUL-padded, as the C, C++ and Python ranks
+/// of python/tests/test_launched.py pass theirs) and prints `rank <r> pid
+/// <pid> in NAME gathered: <each rank's>|...`.
+fn launched(mut group: Group, name: &str) -> Result<(), Error> {
+    let rank = group.rank();
+    let pid = std::process::id();
+    let mut mine = [0u8; 32];
+    let tag = format!("rust rank {rank} pid {pid}");
+    mine[..tag.len()].copy_from_slice(tag.as_bytes());
+    let all: Vec<String> = group
+        .all_gather(&mine)?
+        .iter()
+        .map(|slot| {
+            let text = slot.split(|&b| b == 0).next().unwrap_or_default();
+            String::from_utf8_lossy(text).into_owned()
+        })
+        .collect();
+    println!(
+        "rank {rank} pid {pid} in {name} gathered: {}",
+        all.join("|")
+    );
     Ok(())
 }
 

@@ -13,7 +13,7 @@ use std::io::Write;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use nodeipc_channel::{Error, connect, worker_logon};
+use nodeipc_channel::{Error, Worker, connect, worker_logon};
 use nodeipc_proto::execute::{ExecuteResponse, ForwardResponse, execute_request, execute_response};
 
 const TIMEOUT: Duration = Duration::from_secs(30);
@@ -48,7 +48,7 @@ fn serve(socket: &str, rank: u32, every: u64) -> Result<u64, Error> {
     let mut request = Default::default();
     for stint in 0u64.. {
         let session = connect(socket, &worker_logon(rank), TIMEOUT)?;
-        let mut worker = session.into_worker(rank, TIMEOUT)?;
+        let mut worker: Worker = session.into_worker(rank, TIMEOUT)?;
         let (fds, mapped, rss) = usage();
         println!("stats {stint} {fds} {mapped} {rss}");
         let _ = std::io::stdout().flush();

@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
-use nodeipc_channel::{ChannelConfig, Coordinator, Direction, Error, Role, SemKind, Worker};
+use nodeipc_channel::{All, Channel, ChannelBuilder, Direction, Error, Role, SemKind, Worker};
 use nodeipc_proto::execute::{
     ExecuteRequest, ExecuteResponse, ExecuteType, ForwardResponse, execute_request,
     execute_response,
@@ -35,8 +35,9 @@ fn main() -> ExitCode {
     }
 }
 
-fn config(name: &str, workers: &str, sems: &str, depth: &str) -> ChannelConfig {
-    ChannelConfig::new(name, workers.parse().unwrap())
+fn config(name: &str, workers: &str, sems: &str, depth: &str) -> ChannelBuilder {
+    Channel::builder(name)
+        .workers(workers.parse().unwrap())
         .sems(if sems == "named" {
             SemKind::Named
         } else {
@@ -91,8 +92,7 @@ fn run(args: &[&str]) -> Result<(), Error> {
     match args {
         // Serves COUNT requests, then waits for the channel to close.
         ["serve", name, workers, sems, depth, rank, count] => {
-            let mut worker =
-                Worker::join(config(name, workers, sems, depth), rank.parse().unwrap())?;
+            let mut worker = config(name, workers, sems, depth).join(rank.parse().unwrap())?;
             serve(&mut worker, count.parse().unwrap())?;
             match worker.recv() {
                 Err(Error::Closed { .. }) => Ok(()),
@@ -105,13 +105,12 @@ fn run(args: &[&str]) -> Result<(), Error> {
             let rank: u32 = rank.parse().unwrap();
             let session =
                 nodeipc_channel::connect(path, &nodeipc_channel::worker_logon(rank), TIMEOUT)?;
-            let mut worker = session.into_worker(rank, TIMEOUT)?;
+            let mut worker: Worker = session.into_worker(rank, TIMEOUT)?;
             serve(&mut worker, count.parse().unwrap())
         }
         // Receives one request, then hangs without answering (to be killed).
         ["hang", name, workers, sems, depth, rank] => {
-            let mut worker =
-                Worker::join(config(name, workers, sems, depth), rank.parse().unwrap())?;
+            let mut worker = config(name, workers, sems, depth).join(rank.parse().unwrap())?;
             worker.recv()?;
             std::thread::sleep(Duration::from_secs(120));
             Ok(())
@@ -122,22 +121,27 @@ fn run(args: &[&str]) -> Result<(), Error> {
             let rank: u32 = rank.parse().unwrap();
             // Everything by name first: joining lets the coordinator remove the names.
             let response = Region::open(
-                &config.response_region_name(),
+                &config.config().response_region_name(),
                 OpenOptions::wait(1, TIMEOUT),
             )
             .unwrap();
             let sem = |role| {
                 NamedSemaphore::open_wait(
-                    &config.semaphore_name(Direction::Response, role, rank),
+                    &config
+                        .config()
+                        .semaphore_name(Direction::Response, role, rank),
                     TIMEOUT,
                 )
                 .unwrap()
             };
             let (produce, consume) = (sem(Role::Produce), sem(Role::Consume));
-            let mut worker = Worker::join(config.clone(), rank)?;
+            let mut worker = config.join(rank)?;
             worker.recv()?;
             response
-                .write_at(config.layout().response_slot(rank), &u32::MAX.to_le_bytes())
+                .write_at(
+                    config.config().layout().response_slot(rank),
+                    &u32::MAX.to_le_bytes(),
+                )
                 .unwrap();
             produce.wait_timeout(TIMEOUT).unwrap();
             consume.post().unwrap();
@@ -148,14 +152,14 @@ fn run(args: &[&str]) -> Result<(), Error> {
         // A coordinator that sends COUNT requests, gathers them, then hangs
         // with the channel open (to be killed).
         ["coordinator", name, workers, sems, count] => {
-            let coordinator = Coordinator::create(config(name, workers, sems, "1"))?;
+            let coordinator = config(name, workers, sems, "1").create()?;
             coordinator.wait_for_workers(TIMEOUT)?;
             for sequence in 0..count.parse().unwrap() {
                 coordinator.send(&ExecuteRequest {
                     sequence,
                     ..Default::default()
                 })?;
-                coordinator.recv_all()?;
+                coordinator.recv(All)?;
             }
             let ready = Region::open(&format!("{name}-ready"), OpenOptions::default()).unwrap();
             ready

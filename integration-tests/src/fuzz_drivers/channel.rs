@@ -3,7 +3,10 @@
 use std::os::fd::OwnedFd;
 use std::time::Duration;
 
-use nodeipc_channel::{ChannelConfig, Coordinator, Direction, Role, SemKind, Worker};
+use nodeipc_channel::{
+    All, Channel, ChannelBuilder, Coordinator, Direction, First, Init, Rank0AfterAll, Raw, Role,
+    SemKind, Worker,
+};
 use nodeipc_proto::execute::{self, ExecuteRequest, ExecuteResponse};
 use nodeipc_sem::{Semaphore, ShmSemaphore};
 use nodeipc_shm::Region;
@@ -65,9 +68,10 @@ const CONFIG_FIELDS: &[&str] = &[
     "name",
 ];
 
-fn small_config(script: &mut Script<'_>, name: &str) -> ChannelConfig {
+fn small_config(script: &mut Script<'_>, name: &str) -> ChannelBuilder {
     let shape = script.byte();
-    ChannelConfig::new(name, 1 + u32::from(shape % 3))
+    Channel::anonymous(name)
+        .workers(1 + u32::from(shape % 3))
         .depth(1 + u32::from((shape >> 2) % 3))
         .request_capacity(64 + script.byte() as usize)
         .response_slot_size(64 + script.byte() as usize)
@@ -107,9 +111,9 @@ fn scramble(region: &Region, fields: &[(usize, usize)], keep: u32, script: &mut 
 pub fn channel_headers(data: &[u8]) {
     let mut script = Script::new(data);
     let name = fresh_name("fuzz-chh");
-    let config = small_config(&mut script, &name);
-    let workers = config.workers;
-    let coordinator = Coordinator::create_anonymous(config).expect("coordinator");
+    let channel = small_config(&mut script, &name);
+    let workers = channel.config().workers;
+    let coordinator = channel.create().expect("coordinator");
     let (request, response) = (
         remap(coordinator.request_fd()),
         remap(coordinator.response_fd()),
@@ -123,7 +127,7 @@ pub fn channel_headers(data: &[u8]) {
         response.write_at(64, entries).expect("worker table");
     }
     let rank = u32::from(script.byte()) % (workers + 1);
-    let joined = Worker::from_fds(
+    let joined: nodeipc_channel::Result<Worker> = Worker::from_fds(
         &name,
         rank,
         dup(coordinator.request_fd()),
@@ -201,34 +205,120 @@ fn request(sequence: u64) -> ExecuteRequest {
     }
 }
 
-/// A worker's receive, one of its forms: decoded, read in place (every byte
-/// looked at, then decoded), or copied as bytes.
-fn receive(worker: &mut Worker, how: u8) -> nodeipc_channel::Result<()> {
-    match how % 3 {
-        0 => worker.recv().map(drop),
-        1 => {
-            let request = worker.recv_in_place()?;
-            let sum = request.bytes().iter().map(|&b| u64::from(b)).sum::<u64>();
-            std::hint::black_box(sum);
-            request.decode().map(drop)
+/// The coordinator of a fuzzed channel: typed (`execute.proto`) or raw,
+/// as the script chose.
+enum Side {
+    Typed(Coordinator),
+    Raw(Coordinator<Raw, Raw>),
+}
+
+/// Its worker, of the same kind.
+enum Peer {
+    Typed(Worker),
+    Raw(Worker<Raw, Raw>),
+}
+
+impl Side {
+    fn coordinator_fds(&self) -> (OwnedFd, OwnedFd) {
+        let (request, response) = match self {
+            Side::Typed(c) => (c.request_fd(), c.response_fd()),
+            Side::Raw(c) => (c.request_fd(), c.response_fd()),
+        };
+        (dup(request), dup(response))
+    }
+
+    fn send(&self, sequence: u64) -> nodeipc_channel::Result<()> {
+        match self {
+            Side::Typed(c) => c.send(&request(sequence)).map(drop),
+            Side::Raw(c) => c.send(&sequence.to_le_bytes()).map(drop),
         }
-        _ => worker.recv_bytes(&mut Vec::new()),
+    }
+
+    /// A gather in one of its modes and forms: every answer (decoded, or
+    /// as bytes), rank 0's after all, a try, or the first answer and the
+    /// rest drained.
+    fn gather(&self, how: u8) -> nodeipc_channel::Result<()> {
+        match (self, how % 4) {
+            (Side::Typed(c), 0) => c.recv(All).map(drop),
+            (Side::Typed(c), 1) => c.recv(Rank0AfterAll).map(drop),
+            (Side::Typed(c), 2) => c.try_recv(All).map(drop),
+            (Side::Typed(c), _) => {
+                c.recv(First).map(drop)?;
+                c.drain().map(drop)
+            }
+            (Side::Raw(c), 0) => c.recv(All).map(|g| {
+                std::hint::black_box(g.iter().map(|(_, b)| b.len()).sum::<usize>());
+            }),
+            (Side::Raw(c), 1) => c.recv(Rank0AfterAll).map(|p| {
+                std::hint::black_box(p.bytes().len());
+            }),
+            (Side::Raw(c), 2) => c.try_recv(All).map(drop),
+            (Side::Raw(c), _) => {
+                c.recv(First).map(|f| {
+                    std::hint::black_box(f.bytes().len());
+                })?;
+                c.drain().map(drop)
+            }
+        }
+    }
+
+    fn gather_init(&self) -> nodeipc_channel::Result<()> {
+        match self {
+            Side::Typed(c) => c.recv(Init).map(drop),
+            Side::Raw(c) => c.recv(Init).map(drop),
+        }
+    }
+
+    fn wait_for_workers(&self, timeout: Duration) -> nodeipc_channel::Result<()> {
+        match self {
+            Side::Typed(c) => c.wait_for_workers(timeout),
+            Side::Raw(c) => c.wait_for_workers(timeout),
+        }
     }
 }
 
-/// A coordinator's gather, one of its forms: decoded, as bytes, or the
-/// first answer as bytes and the rest drained.
-fn gather(coordinator: &mut Coordinator, how: u8) -> nodeipc_channel::Result<()> {
-    match how % 3 {
-        0 => coordinator.recv_all().map(drop),
-        1 => coordinator.recv_all_bytes().map(|g| {
-            std::hint::black_box(g.iter().map(|(_, b)| b.len()).sum::<usize>());
-        }),
-        _ => {
-            coordinator
-                .recv_first_bytes()
-                .map(|f| std::hint::black_box(f.bytes().len()))?;
-            coordinator.drain().map(drop)
+impl Peer {
+    fn join(side: &Side, name: &str) -> nodeipc_channel::Result<Peer> {
+        let (request, response) = side.coordinator_fds();
+        let timeout = Duration::from_millis(3);
+        Ok(match side {
+            Side::Typed(_) => Peer::Typed(Worker::from_fds(name, 0, request, response, timeout)?),
+            Side::Raw(_) => Peer::Raw(Worker::from_fds(name, 0, request, response, timeout)?),
+        })
+    }
+
+    /// A worker's receive, one of its forms: decoded (or copied, raw), read
+    /// in place (every byte looked at, then decoded), or into a buffer
+    /// reused.
+    fn receive(&mut self, how: u8) -> nodeipc_channel::Result<()> {
+        match (self, how % 3) {
+            (Peer::Typed(w), 0) => w.recv().map(drop),
+            (Peer::Typed(w), 1) => {
+                let request = w.recv_in_place()?;
+                let sum = request.bytes().iter().map(|&b| u64::from(b)).sum::<u64>();
+                std::hint::black_box(sum);
+                request.decode().map(drop)
+            }
+            (Peer::Typed(w), _) => w.recv_into(&mut ExecuteRequest::default()),
+            (Peer::Raw(w), 0) => w.recv().map(drop),
+            (Peer::Raw(w), 1) => {
+                let request = w.recv_in_place()?;
+                let sum = request.bytes().iter().map(|&b| u64::from(b)).sum::<u64>();
+                std::hint::black_box(sum);
+                request.release()
+            }
+            (Peer::Raw(w), _) => w.recv_into(&mut Vec::new()),
+        }
+    }
+
+    fn recv(&mut self) -> nodeipc_channel::Result<()> {
+        self.receive(0)
+    }
+
+    fn respond(&mut self) -> nodeipc_channel::Result<()> {
+        match self {
+            Peer::Typed(w) => w.respond(&ExecuteResponse::default()),
+            Peer::Raw(w) => w.respond(b"answer"),
         }
     }
 }
@@ -240,27 +330,30 @@ fn gather(coordinator: &mut Coordinator, how: u8) -> nodeipc_channel::Result<()>
 pub fn channel_slots(data: &[u8]) {
     let mut script = Script::new(data);
     let name = fresh_name("fuzz-chs");
-    let depth = 1 + u32::from(script.byte() % 3);
-    let config = ChannelConfig::new(&name, 1)
+    let shape = script.byte();
+    let depth = 1 + u32::from(shape % 3);
+    let channel = Channel::anonymous(&name)
+        .workers(1)
         .depth(depth)
         .request_capacity(96)
         .response_slot_size(96)
         .init_slot_size(32)
         .timeout(Duration::from_millis(3));
-    let layout = config.layout();
-    let mut coordinator = Coordinator::create_anonymous(config).expect("coordinator");
-    let (request_map, response_map) = (
-        remap(coordinator.request_fd()),
-        remap(coordinator.response_fd()),
-    );
-    let mut worker = Worker::from_fds(
-        &name,
-        0,
-        dup(coordinator.request_fd()),
-        dup(coordinator.response_fd()),
-        Duration::from_millis(3),
-    )
-    .expect("an honest worker joins");
+    let layout = channel.config().layout();
+    // Typed (execute.proto) or raw: the same regions, other calls.
+    let coordinator = if shape & 0x80 == 0 {
+        Side::Typed(channel.create().expect("coordinator"))
+    } else {
+        Side::Raw(channel.raw().create().expect("coordinator"))
+    };
+    let (request_map, response_map) = {
+        let (request, response) = coordinator.coordinator_fds();
+        (
+            Region::from_fd(request).expect("map"),
+            Region::from_fd(response).expect("map"),
+        )
+    };
+    let mut worker = Peer::join(&coordinator, &name).expect("an honest worker joins");
     coordinator
         .wait_for_workers(Duration::from_secs(1))
         .expect("the worker is in");
@@ -273,16 +366,16 @@ pub fn channel_slots(data: &[u8]) {
         match script.byte() % 8 {
             // An honest round trip.
             0 => {
-                check(coordinator.send(&request(sent)).map(drop));
+                check(coordinator.send(sent));
                 sent += 1;
                 let how = script.byte();
-                check(receive(&mut worker, how));
-                check(worker.respond(&ExecuteResponse::default()));
-                check(gather(&mut coordinator, how >> 2));
+                check(worker.receive(how));
+                check(worker.respond());
+                check(coordinator.gather(how >> 2));
             }
             // A request frame rewritten after the coordinator wrote it.
             1 => {
-                check(coordinator.send(&request(sent)).map(drop));
+                check(coordinator.send(sent));
                 let at = layout.frame(sent);
                 sent += 1;
                 let prefix = script.u32();
@@ -292,7 +385,7 @@ pub fn channel_slots(data: &[u8]) {
                     .expect("prefix");
                 request_map.write_at(at + 4, body).expect("body");
                 let how = script.byte();
-                check(receive(&mut worker, how));
+                check(worker.receive(how));
             }
             // A response or init slot the worker filled with anything.
             2 | 3 => {
@@ -313,9 +406,9 @@ pub fn channel_slots(data: &[u8]) {
                     .expect("semaphore");
                 let _ = consume.post();
                 let gathered = if init {
-                    coordinator.recv_init().map(drop)
+                    coordinator.gather_init()
                 } else {
-                    gather(&mut coordinator, script.byte())
+                    coordinator.gather(script.byte())
                 };
                 check(gathered);
             }
@@ -325,7 +418,7 @@ pub fn channel_slots(data: &[u8]) {
                 response_map
                     .write_at(layout.worker_entry(0), entry)
                     .expect("entry");
-                check(coordinator.send(&request(sent)).map(drop));
+                check(coordinator.send(sent));
                 sent += 1;
             }
             // The request header's counters (requests sent, closed).
@@ -337,25 +430,19 @@ pub fn channel_slots(data: &[u8]) {
                 request_map
                     .write_at(52, &[script.byte() & 1, 0, 0, 0])
                     .expect("closed");
-                check(worker.recv().map(drop));
+                check(worker.recv());
             }
             // The worker leaves and comes back where its entry says it stopped.
             6 => {
                 drop(worker);
-                worker = match Worker::from_fds(
-                    &name,
-                    0,
-                    dup(coordinator.request_fd()),
-                    dup(coordinator.response_fd()),
-                    Duration::from_millis(3),
-                ) {
+                worker = match Peer::join(&coordinator, &name) {
                     Ok(worker) => worker,
                     Err(e) => {
                         check_channel_error(&name, Some(e));
                         return;
                     }
                 };
-                check(worker.recv().map(drop));
+                check(worker.recv());
             }
             // A semaphore word of the worker's, set to anything.
             _ => {
@@ -369,9 +456,9 @@ pub fn channel_slots(data: &[u8]) {
                 response_map
                     .write_at(at, &script.u32().to_le_bytes())
                     .expect("count");
-                check(coordinator.send(&request(sent)).map(drop));
+                check(coordinator.send(sent));
                 sent += 1;
-                check(worker.recv().map(drop));
+                check(worker.recv());
             }
         }
     }

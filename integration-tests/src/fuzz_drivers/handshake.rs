@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Mutex, OnceLock, mpsc};
 use std::time::Duration;
 
-use nodeipc_channel::{ChannelConfig, ChannelOffer, Coordinator, connect, worker_logon};
+use nodeipc_channel::{Channel, ChannelOffer, HandshakeError, Worker, connect, worker_logon};
 use nodeipc_proto::{Error as ProtoError, decode_message, handshake, read_frame};
 use nodeipc_shm::Region;
 use nodeipc_testkit::TempDir;
@@ -19,9 +19,10 @@ fn offer() -> &'static ChannelOffer {
     static OFFER: OnceLock<ChannelOffer> = OnceLock::new();
     OFFER.get_or_init(|| {
         // Anonymous regions: nothing named, nothing to leak.
-        let coordinator =
-            Coordinator::create_anonymous(ChannelConfig::new("/nodeipc-fuzz-logon", 4))
-                .expect("coordinator");
+        let coordinator = Channel::anonymous("/nodeipc-fuzz-logon")
+            .workers(4)
+            .create()
+            .expect("coordinator");
         coordinator.offer().expect("offer")
     })
 }
@@ -148,26 +149,23 @@ pub fn logon_reply(server: &FakeServer, data: &[u8]) {
         Ok(session) => {
             assert_eq!(session.fds.len(), session.accept.fds.len());
             let name = session.channel_name().unwrap_or("").to_owned();
-            match session.into_worker(0, Duration::from_millis(3)) {
+            let joined: nodeipc_channel::Result<Worker> =
+                session.into_worker(0, Duration::from_millis(3));
+            match joined {
                 Ok(_) => {}
-                Err(nodeipc_channel::Error::Handshake { reason, .. }) => {
+                Err(nodeipc_channel::Error::Handshake(HandshakeError::Handshake {
+                    reason,
+                    ..
+                })) => {
                     assert!(reason.contains("no "), "{reason}")
                 }
                 Err(e) if !name.is_empty() => check_channel_error(&name, Some(e)),
                 Err(_) => {}
             }
         }
-        Err(e) => {
-            use nodeipc_channel::Error as E;
-            match e {
-                E::Rejected { .. }
-                | E::Handshake { .. }
-                | E::Timeout { .. }
-                | E::Proto { .. }
-                | E::FdPass { .. }
-                | E::Io { .. } => {}
-                other => panic!("unexpected error: {other}"),
-            }
-        }
+        // The handshake layer's own error, whole: a rejection, a broken
+        // protocol, a timeout, framing, descriptors, a system call.
+        Err(nodeipc_channel::Error::Handshake(_)) => {}
+        Err(other) => panic!("unexpected error: {other}"),
     }
 }

@@ -29,7 +29,7 @@ impl EtcdBackend {
         };
         let began = Instant::now();
         while !session.view().synced {
-            if nodeipc_monitor::StopSignals::pending() {
+            if nodeipc_fdpass::StopSignals::pending() {
                 return Ok(false);
             }
             if began.elapsed() > self.rdzv.timeout {

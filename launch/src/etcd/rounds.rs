@@ -84,7 +84,7 @@ impl RoundBackend for EtcdBackend {
             rank_offset: group_rank.saturating_mul(nproc),
             master_addr,
             master_port,
-            group: format!("nodeipc-{}-n{group_rank}-r{}", self.rdzv.id, self.round),
+            group: format!("/nodeipc-{}-n{group_rank}-r{}", self.rdzv.id, self.round),
             group_rank,
             group_world_size,
             run_id: self.rdzv.id.clone(),

@@ -125,7 +125,7 @@ impl Session {
         let thread = std::thread::Builder::new()
             .name("nodeipc-etcd".into())
             .spawn(move || {
-                nodeipc_monitor::StopSignals::block_in_this_thread();
+                nodeipc_fdpass::StopSignals::block_in_this_thread();
                 runtime.block_on(async {
                     let _ = stop.await;
                 });
@@ -222,7 +222,7 @@ impl Session {
         let began = Instant::now();
         let mut pause = Duration::from_millis(50);
         loop {
-            if nodeipc_monitor::StopSignals::pending() {
+            if nodeipc_fdpass::StopSignals::pending() {
                 return Ok(None);
             }
             match op(self) {

@@ -164,6 +164,21 @@ impl RdzvOptions {
             }
             return Ok(Rendezvous::Local);
         };
+        // torchrun's and ft_launcher's defaults: on one node there is
+        // nothing to meet, so their job scripts run as they are.
+        if matches!(backend.to_ascii_lowercase().as_str(), "c10d" | "static") {
+            if max > 1 {
+                return Err(Error::options(format!(
+                    "--rdzv-backend {backend} is torch's rendezvous: across nodes nodeipc meets through etcd, give --rdzv-backend etcd with --rdzv-endpoint HOST:PORT of an etcd v3 server"
+                )));
+            }
+            if let Some(rank) = self.node_rank.filter(|&r| r != 0) {
+                return Err(Error::options(format!(
+                    "--node-rank {rank} is out of range for a single node: 0 only"
+                )));
+            }
+            return Ok(Rendezvous::Local);
+        }
         if backend != "etcd" && backend != "etcd-v3" {
             return Err(Error::options(format!(
                 "--rdzv-backend {backend:?} is not supported: only etcd (etcd v3)"
@@ -394,10 +409,29 @@ mod tests {
     #[test]
     fn an_unknown_backend_is_refused() {
         let options = RdzvOptions {
+            backend: Some("etcd-v2".into()),
+            ..etcd("2")
+        };
+        assert!(refused(&options).contains("\"etcd-v2\" is not supported"));
+    }
+
+    #[test]
+    fn c10d_runs_one_node_and_is_refused_across_nodes_naming_etcd() {
+        let one = RdzvOptions {
+            backend: Some("c10d".into()),
+            endpoint: Some("localhost:29400".into()),
+            ..RdzvOptions::default()
+        };
+        assert!(matches!(one.resolve(), Ok(Rendezvous::Local)));
+        let two = RdzvOptions {
             backend: Some("c10d".into()),
             ..etcd("2")
         };
-        assert!(refused(&options).contains("\"c10d\" is not supported"));
+        let error = refused(&two);
+        assert!(
+            error.contains("--rdzv-backend c10d") && error.contains("--rdzv-backend etcd"),
+            "{error}"
+        );
     }
 
     #[test]

@@ -19,6 +19,7 @@ use std::time::{Duration, Instant};
 
 use nodeipc_launch::{EtcdBackend, LaunchOptions, RdzvOptions, Rendezvous};
 use nodeipc_monitor::MonitorConfig;
+use nodeipc_monitor_host::MonitorConfigFile;
 use nodeipc_testkit::{ChildGuard, spawn_child};
 use serde_json::{Value, json};
 

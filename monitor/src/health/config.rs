@@ -1,13 +1,11 @@
 //! The health-check section of [`MonitorConfig`](crate::MonitorConfig):
-//! which checks run, each at its own interval, and what they look at; and
-//! the checks it builds for one local rank.
+//! which checks run, each at its own interval, and what they look at.
+//! The checks themselves are built beside the monitor, by
+//! `nodeipc-monitor-host`.
 
 use std::path::PathBuf;
 use std::time::Duration;
 
-use crate::health::{
-    Every, GpuCheck, GpuId, GpuProbe, HealthCheck, NicCheck, RankGpuCheck, gpu_for_local_rank,
-};
 use crate::{Error, MAX_CHECK_INTERVAL, Result};
 
 /// Most NICs one configuration names.
@@ -83,40 +81,6 @@ impl Default for GpuHealth {
     }
 }
 
-/// A check the configuration asks for that cannot run here (no NVML, no
-/// device for the rank): reported once at start, never a failure later.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Unavailable {
-    /// Which check (`GPU (local rank 3)`).
-    pub check: String,
-    /// Why, for people.
-    pub reason: String,
-}
-
-/// The checks built for one local rank, and those that cannot run.
-pub struct HealthSetup {
-    /// To hand to the rank's monitor.
-    pub checks: Vec<Box<dyn HealthCheck>>,
-    /// Asked for but not run.
-    pub unavailable: Vec<Unavailable>,
-}
-
-impl std::fmt::Debug for HealthSetup {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let names: Vec<&str> = self.checks.iter().map(|c| c.name()).collect();
-        f.debug_struct("HealthSetup")
-            .field("checks", &names)
-            .field("unavailable", &self.unavailable)
-            .finish()
-    }
-}
-
-impl GpuProbe for Box<dyn GpuProbe> {
-    fn check(&mut self, gpu: &GpuId) -> std::result::Result<(), String> {
-        (**self).check(gpu)
-    }
-}
-
 fn check_interval(what: &str, interval: Duration) -> Result<()> {
     if interval.is_zero() || interval > MAX_CHECK_INTERVAL {
         return Err(Error::config(format!(
@@ -181,101 +145,5 @@ impl HealthConfig {
             }
         }
         Ok(())
-    }
-
-    /// The checks of local rank `local_rank`, each wrapped in [`Every`] at
-    /// its interval. The GPU is found through `cuda_visible_devices` (the
-    /// configuration's, else `env_visible_devices`, the builder's
-    /// `CUDA_VISIBLE_DEVICES`), and asked through the probe `gpu_probe`
-    /// returns (NVML on a real machine: [`checks_with_nvml`](HealthConfig::checks_with_nvml)).
-    /// A GPU the rank has no device for, or a probe that cannot load, is
-    /// [`Unavailable`], not an error: a machine without NVML never fails
-    /// the check later for that reason.
-    ///
-    /// # Errors
-    /// [`Error::Config`] for an invalid section, or a NIC that is not
-    /// there now (a typo would otherwise pass silently).
-    pub fn checks_for(
-        &self,
-        local_rank: u32,
-        env_visible_devices: Option<&str>,
-        gpu_probe: &mut dyn FnMut() -> std::result::Result<Box<dyn GpuProbe>, String>,
-    ) -> Result<HealthSetup> {
-        self.validate()?;
-        let mut setup = HealthSetup {
-            checks: Vec::new(),
-            unavailable: Vec::new(),
-        };
-        if let Some(nic) = &self.nic {
-            let check = NicCheck::new(&nic.sysfs_root, &nic.devices)?;
-            setup.checks.push(Box::new(Every::new(check, nic.interval)));
-        }
-        if let Some(gpu) = &self.gpu {
-            let list = gpu.cuda_visible_devices.as_deref().or(env_visible_devices);
-            let found = gpu_for_local_rank(local_rank, list)
-                .and_then(|device| gpu_probe().map(|probe| (device, probe)));
-            match found {
-                Ok((device, probe)) => setup.checks.push(Box::new(Every::new(
-                    GpuCheck::new(probe, device),
-                    gpu.interval,
-                ))),
-                Err(reason) => setup.unavailable.push(Unavailable {
-                    check: format!("GPU (local rank {local_rank})"),
-                    reason,
-                }),
-            }
-        }
-        Ok(setup)
-    }
-
-    /// The checks for a monitor that learns its rank only at `Init` (a
-    /// monitor process of its own): as [`checks_for`](HealthConfig::checks_for),
-    /// but the GPU is found from each registered rank's local rank when it
-    /// is first checked ([`RankGpuCheck`]; a rank with no device is logged
-    /// once and not checked). Only a probe that does not load is
-    /// [`Unavailable`] here.
-    ///
-    /// # Errors
-    /// As `checks_for`.
-    pub fn checks_for_any_rank(
-        &self,
-        env_visible_devices: Option<&str>,
-        gpu_probe: &mut dyn FnMut() -> std::result::Result<Box<dyn GpuProbe>, String>,
-    ) -> Result<HealthSetup> {
-        let gpu = self.gpu.clone();
-        let without_gpu = HealthConfig {
-            nic: self.nic.clone(),
-            gpu: None,
-        };
-        let mut setup = without_gpu.checks_for(0, None, gpu_probe)?;
-        if let Some(gpu) = gpu {
-            let list = gpu
-                .cuda_visible_devices
-                .or_else(|| env_visible_devices.map(str::to_owned));
-            match gpu_probe() {
-                Ok(probe) => setup.checks.push(Box::new(Every::new(
-                    RankGpuCheck::new(probe, list),
-                    gpu.interval,
-                ))),
-                Err(reason) => setup.unavailable.push(Unavailable {
-                    check: "GPU".to_owned(),
-                    reason,
-                }),
-            }
-        }
-        Ok(setup)
-    }
-
-    /// [`checks_for`](HealthConfig::checks_for) with this process's
-    /// `CUDA_VISIBLE_DEVICES` and NVML loaded from
-    /// [`NVML_LIBRARY`](crate::NVML_LIBRARY).
-    ///
-    /// # Errors
-    /// As `checks_for`.
-    pub fn checks_with_nvml(&self, local_rank: u32) -> Result<HealthSetup> {
-        let env = std::env::var("CUDA_VISIBLE_DEVICES").ok();
-        self.checks_for(local_rank, env.as_deref(), &mut || {
-            crate::Nvml::load().map(|n| Box::new(n) as Box<dyn GpuProbe>)
-        })
     }
 }

@@ -32,14 +32,14 @@ use crate::bind::{self, control_socket_path};
 use crate::conn::{Conn, Deadlines};
 use crate::fastpath::ServerRegion;
 use crate::logging::Logger;
-use crate::signals::StopSignals;
 use crate::tracker::RankTracker;
 use crate::{Error, HealthCheck, LogLevel, MonitorConfig, Result};
+use nodeipc_fdpass::StopSignals;
 
 /// Why [`MonitorServer::run`] returned.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Shutdown {
-    /// One of the [`terminating_signals`](crate::terminating_signals)
+    /// One of the [`terminating_signals`](nodeipc_fdpass::terminating_signals)
     /// arrived: its number (a real-time one has no [`Signal`] name).
     Signal(i32),
     /// [`StopHandle::stop`] was called.
@@ -199,7 +199,7 @@ impl MonitorServer {
     }
 
     /// Shuts down in order on any of the
-    /// [`terminating_signals`](crate::terminating_signals) (SIGTERM,
+    /// [`terminating_signals`](nodeipc_fdpass::terminating_signals) (SIGTERM,
     /// SIGINT, SIGHUP, SIGUSR1, ...): blocks them in the calling thread and
     /// reads them from a `signalfd` in the loop ([`StopSignals`]). Call it
     /// from the thread that will call `run`, before starting any other
@@ -215,7 +215,11 @@ impl MonitorServer {
         Ok(())
     }
 
-    pub(crate) fn set_signals(&mut self, signals: StopSignals) {
+    /// As [`handle_shutdown_signals`](MonitorServer::handle_shutdown_signals),
+    /// with signals the caller blocked already: a monitor process blocks
+    /// them before its sockets exist, so that none can kill it with its
+    /// socket files still in place.
+    pub fn set_shutdown_signals(&mut self, signals: StopSignals) {
         self.signals = Some(signals);
     }
 

@@ -2,8 +2,13 @@
 //! clock of its own. It holds the state (`monitor.proto`'s
 //! `MonitorState`), the registered rank, its open sections, heartbeats and
 //! the timeouts in force, answers the rank's messages, and decides when the
-//! rank must be terminated; every call is given the time (`now`), so a test
-//! drives it with `base + Duration`s.
+//! rank must be terminated; every call is given the time (`now`).
+//!
+//! This is the API for driving the state machine without a server: with a
+//! clock of one's own (the crate's tests give it `base + Duration`s and
+//! check every transition below without waiting), or from an event loop
+//! that is not [`MonitorServer`](crate::MonitorServer)'s. It speaks the
+//! protocol's messages ([`nodeipc_proto::monitor`]) as they arrive.
 //!
 //! The server owns one and does what it cannot: it checks the process an
 //! `Init` names ([`Handled::Register`] asks for that), reads the

@@ -20,7 +20,8 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::time::Duration;
 
-use nodeipc_monitor::{MonitorClient, MonitorConfig, RankInfo, SpawnOptions};
+use nodeipc_monitor::{MonitorClient, MonitorConfig, RankInfo};
+use nodeipc_monitor_host::{MonitorConfigFile, SpawnOptions};
 
 const TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -63,7 +64,7 @@ extern "C" fn entry() {
     // panic (it cannot unwind out of an `extern "C"` function). A role
     // process never reaches `main`.
     // A monitor re-executed by `spawn_monitor`: serves, then exits.
-    nodeipc_monitor::run_if_server();
+    nodeipc_monitor_host::run_if_server();
     let args: Vec<String> = match std::fs::read("/proc/self/cmdline") {
         // Each argument ends with a NUL, the last one too.
         Ok(bytes) => bytes
@@ -112,7 +113,7 @@ fn serve(args: &[String]) -> Result<(), String> {
         Some(file) => load(file)?,
         None => MonitorConfig::default(),
     };
-    nodeipc_monitor::serve(options.socket(), config)
+    nodeipc_monitor_host::serve(options.socket(), config)
         .map(drop)
         .map_err(|e| e.to_string())
 }
@@ -258,8 +259,9 @@ fn spawn(o: &Options) -> Result<(), String> {
         Some(json) => super::parse_config(json),
         None => MonitorConfig::default(),
     };
-    let handle = nodeipc_monitor::spawn_monitor_with(&config, o.socket(), SpawnOptions::default())
-        .map_err(|e| e.to_string())?;
+    let handle =
+        nodeipc_monitor_host::spawn_monitor_with(&config, o.socket(), SpawnOptions::default())
+            .map_err(|e| e.to_string())?;
     println!("ready {}", handle.pid());
     for line in std::io::stdin().lock().lines() {
         if line.is_err() {
@@ -271,13 +273,7 @@ fn spawn(o: &Options) -> Result<(), String> {
     Ok(())
 }
 
-/// The config file `spawn_monitor_with` wrote: read by the crate with the
-/// `json` feature, by the tests' own reader without it.
+/// The config file `spawn_monitor_with` wrote.
 fn load(file: &std::path::Path) -> Result<MonitorConfig, String> {
-    #[cfg(feature = "json")]
-    return MonitorConfig::load(file).map_err(|e| e.to_string());
-    #[cfg(not(feature = "json"))]
-    return std::fs::read_to_string(file)
-        .map(|text| super::flat::parse(&text))
-        .map_err(|e| format!("{}: {e}", file.display()));
+    MonitorConfig::load(file).map_err(|e| e.to_string())
 }

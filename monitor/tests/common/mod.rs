@@ -3,7 +3,6 @@
 //! bounded waits on the monitor's state.
 #![allow(dead_code, unreachable_pub)]
 
-pub mod flat;
 pub mod helper;
 pub mod raw;
 pub mod sysfs;
@@ -15,20 +14,20 @@ use std::sync::mpsc::{Receiver, channel};
 use std::time::{Duration, Instant};
 
 use nodeipc_monitor::{
-    ControlClient, MonitorClient, MonitorConfig, MonitorHandle, MonitorServer, MonitorStatus,
-    RankInfo, SpawnOptions, StopHandle,
+    ControlClient, MonitorClient, MonitorConfig, MonitorServer, MonitorStatus, RankInfo, StopHandle,
 };
+use nodeipc_monitor_host::{MonitorConfigFile, MonitorHandle, SpawnOptions};
 use nodeipc_testkit::{ChildGuard, TempDir, spawn_child};
 
 pub use helper::{helper, helper_command};
 
-/// The config a JSON text describes: read by the crate with the `json`
-/// feature, by the tests' own reader without it.
+/// The server's rate limit on log lines a client can cause: lines of one
+/// kind per window (the README's "Logging").
+pub const LOG_BURST: u32 = 10;
+
+/// The config a JSON text describes.
 pub fn parse_config(json: &str) -> MonitorConfig {
-    #[cfg(feature = "json")]
-    return MonitorConfig::from_json(json).expect("test config");
-    #[cfg(not(feature = "json"))]
-    return flat::parse(json);
+    MonitorConfig::from_json(json).expect("test config")
 }
 
 /// A config with the given timeouts in milliseconds and a 100 ms check.
@@ -57,8 +56,8 @@ impl Served {
             log_file: Some(dir.join("monitor.log")),
             ..SpawnOptions::default()
         };
-        let monitor =
-            nodeipc_monitor::spawn_monitor_with(config, &socket, options).expect("spawn monitor");
+        let monitor = nodeipc_monitor_host::spawn_monitor_with(config, &socket, options)
+            .expect("spawn monitor");
         Served {
             monitor,
             socket,

@@ -20,7 +20,7 @@
 //! fresh pair of processes), with its spread. `--quick`: 3 rounds of few
 //! messages, to prove it runs.
 //!
-//! `cargo run --release -p nodeipc-benches --bin versus-shaq -- --json`
+//! `cargo run --release -p nodeipc-benches --features rivals --bin versus-shaq -- --json`
 //! (`--only spsc-rt-poll,floor-rt` measures those rows alone).
 
 mod mpmc_rows;
@@ -69,11 +69,11 @@ fn main() -> io::Result<()> {
         return Err(io::Error::other("--only names no row"));
     }
     let params = if quick { Params::QUICK } else { Params::FULL };
-    let pin = nodeipc_benches::machine::cores() >= 2;
+    let pin = nodeipc_cli::bench::machine::cores() >= 2;
     // Described before pinning narrows what this process sees.
-    let machine = nodeipc_benches::machine::describe();
+    let machine = nodeipc_cli::bench::machine::describe();
     let _pinned = if pin {
-        Some(nodeipc_benches::machine::Pinned::to(0)?)
+        Some(nodeipc_cli::bench::machine::Pinned::to(0)?)
     } else {
         None
     };

@@ -10,37 +10,16 @@ use std::os::fd::{AsFd, OwnedFd};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use nodeipc_cli::bench::queue::{Msg, check, msg, reply};
 use nodeipc_queue::{Consumer, Producer, Queue};
 use nodeipc_shm::Region;
 
 use crate::peer::{Peer, inherited};
 
-type Msg = [u64; 8];
 const SCHEMA: u64 = 0x7673_7368_6171; // "vshaq"
 const CAPACITY: u32 = 1024;
 const BATCH: usize = 64;
 const WAIT: Duration = Duration::from_secs(5);
-
-/// Message `i`: cheap to make and to check, different in every word.
-#[inline]
-fn msg(i: u64) -> Msg {
-    std::array::from_fn(|k| i.wrapping_add(k as u64))
-}
-
-/// The reply to `m`: every word read and changed.
-#[inline]
-fn reply(m: &Msg) -> Msg {
-    std::array::from_fn(|k| !m[k])
-}
-
-#[inline]
-fn check(got: &Msg, want: &Msg) -> io::Result<()> {
-    if got == want {
-        Ok(())
-    } else {
-        Err(io::Error::other(format!("got {got:?}, expected {want:?}")))
-    }
-}
 
 fn queue_err(e: nodeipc_queue::Error) -> io::Error {
     io::Error::other(e)

@@ -1,0 +1,45 @@
+#![doc = include_str!("../README.md")]
+#![deny(unsafe_op_in_unsafe_fn)]
+
+mod codec;
+mod config;
+mod estimator_state;
+mod health;
+mod logging;
+mod nvrx;
+mod spawn;
+mod status;
+
+pub use config::{MAX_CONFIG_FILE, MonitorConfigFile};
+pub use estimator_state::EstimatorState;
+pub use health::{GpuId, GpuProbe, HealthChecks, HealthSetup, Unavailable};
+pub use logging::StderrLogger;
+pub use nvrx::NvrxConfig;
+pub use spawn::{
+    CONFIG_ENV, MonitorHandle, SERVE_ENV, SpawnOptions, run_if_server, serve, spawn_monitor,
+    spawn_monitor_with,
+};
+pub use status::StatusJson;
+
+/// The monitor's error type: this crate's calls fail as the monitor's do.
+pub use nodeipc_monitor::{Error, Result};
+
+/// An [`Error::Config`] naming the value and why.
+pub(crate) fn config_error(reason: impl Into<String>) -> Error {
+    Error::Config {
+        reason: reason.into(),
+    }
+}
+
+/// An [`Error::Io`]: the call, what it was about, the errno kept.
+pub(crate) fn io_error(
+    op: &'static str,
+    path: impl std::fmt::Display,
+    source: impl Into<std::io::Error>,
+) -> Error {
+    Error::Io {
+        op,
+        path: path.to_string(),
+        source: source.into(),
+    }
+}
