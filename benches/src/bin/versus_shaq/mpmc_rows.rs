@@ -88,6 +88,20 @@ fn shaq_size(file: &File) -> io::Result<usize> {
     Ok(file.metadata()?.len() as usize)
 }
 
+/// With two pairs, four processes: this one (pinned to core 0 for the
+/// one-pair rows) and the peers it spawns, which inherit its affinity, run
+/// on both cores for the row, as its name says; on one core the timed
+/// pops once waited out their 5 s while the process holding the answer
+/// was not scheduled.
+/// (`pinned`: whether this process is pinned, which it is only where there
+/// are two cores.)
+fn spread(pairs: u32, pinned: bool) -> io::Result<Option<nodeipc_cli::bench::machine::Pinned>> {
+    if pairs < 2 || !pinned {
+        return Ok(None);
+    }
+    nodeipc_cli::bench::machine::Pinned::to_cores(&[0, 1]).map(Some)
+}
+
 /// A counter another process adds to (the 2x2 throughput's second consumer).
 fn counter() -> io::Result<Region> {
     Region::anonymous(4096).map_err(err)
@@ -95,6 +109,7 @@ fn counter() -> io::Result<Region> {
 
 /// ns per round trip, ours (`rt-1x1`, polling) or (`rt-2x2`, timed pops).
 pub(crate) fn rt_nodeipc(pairs: u32, p: Params, pin: bool) -> io::Result<f64> {
+    let _spread = spread(pairs, pin)?;
     let ping = MpmcQueue::<Msg>::anonymous(CAPACITY, pairs, pairs, SCHEMA).map_err(err)?;
     let pong = MpmcQueue::<Msg>::anonymous(CAPACITY, pairs, pairs, SCHEMA).map_err(err)?;
     let total = p.rt_warm + p.rt_n;
@@ -211,6 +226,7 @@ pub(crate) fn peer_nodeipc(kind: &str, ping: OwnedFd, pong: OwnedFd, total: u64)
 
 /// ns per round trip, shaq's `mpmc`.
 pub(crate) fn rt_shaq(pairs: u32, p: Params, pin: bool) -> io::Result<f64> {
+    let _spread = spread(pairs, pin)?;
     let (ping, pong) = (shaq_file()?, shaq_file()?);
     // SAFETY: fresh memfds of ours, each initialised once here; every peer
     // joins with the same `Msg` (plain words).
@@ -333,6 +349,7 @@ pub(crate) fn peer_shaq(kind: &str, ping: OwnedFd, pong: OwnedFd, total: u64) ->
 /// Messages per second, ours: `pairs` producers (children) to `pairs`
 /// consumers (this process and, for 2, a child adding to a counter).
 pub(crate) fn tp_nodeipc(pairs: u32, p: Params, pin: bool) -> io::Result<f64> {
+    let _spread = spread(pairs, pin)?;
     let queue = MpmcQueue::<Msg>::anonymous(CAPACITY, pairs, pairs, SCHEMA).map_err(err)?;
     let count = counter()?;
     let per = (p.tp_warm + p.tp_n) / u64::from(pairs);
@@ -432,6 +449,7 @@ pub(crate) fn tp_peer_nodeipc(
 
 /// Messages per second, shaq's `mpmc`, the same shape.
 pub(crate) fn tp_shaq(pairs: u32, p: Params, pin: bool) -> io::Result<f64> {
+    let _spread = spread(pairs, pin)?;
     let file = shaq_file()?;
     // SAFETY: a fresh memfd of ours, initialised once here; every peer joins
     // with the same `Msg`.
