@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The queue and pool layers' extra CI: their loom models (the ring's
 # park/wake race and wrap-around, on loom's atomics and a mock futex; the
+# MPMC ring's claims of the dead skipped or released, racing live ones; the
 # pool's remote free racing the owner's clean-up and an adoption, two frees
 # of one block, a freer killed between its bit and its mark). Their unit, multi-process, hostile and proptest tests
 # run with `cargo test --workspace`.

@@ -1,6 +1,7 @@
 #![doc = include_str!("../README.md")]
 #![deny(unsafe_op_in_unsafe_fn)]
 
+mod accept;
 mod client;
 mod error;
 mod link;
@@ -8,6 +9,7 @@ mod offer;
 mod server;
 mod wire;
 
+pub use accept::{AcceptedSession, Acceptor};
 pub use client::{
     ClientOptions, ClientSession, PassedDescriptor, connect, connect_with, count, logon,
 };

@@ -14,7 +14,7 @@ use nodeipc_fdpass::{Credentials, ForkGeneration, Listener};
 use nodeipc_proto::handshake::{Logon, LogonReply, PROTOCOL_VERSION, RejectCode, logon_reply};
 use rustix::event::{PollFd, PollFlags};
 
-use crate::offer::{Decision, reject};
+use crate::offer::{Decision, Offer, reject};
 use crate::wire::send_reply;
 use crate::{Error, PeerLink, Result};
 
@@ -86,8 +86,13 @@ pub struct ServerSession {
     pub link: PeerLink,
 }
 
-type Decide = dyn Fn(&Logon, &Credentials) -> Decision + Send + Sync;
-type OnSession = dyn Fn(ServerSession) + Send + Sync;
+/// What a decision made for the session besides its offer (the objects
+/// [`accept`](crate::Acceptor::accept) hands over), type-erased.
+pub(crate) type Made = Option<Box<dyn std::any::Any + Send>>;
+pub(crate) type Decide = dyn Fn(&Logon, &Credentials) -> Result<(Offer, Made), nodeipc_proto::handshake::Reject>
+    + Send
+    + Sync;
+pub(crate) type OnSession = dyn Fn(ServerSession, Made) + Send + Sync;
 
 /// A server answering logons at a socket path, on a thread of its own.
 ///
@@ -122,7 +127,7 @@ impl HandshakeServer {
         options: HandshakeOptions,
         decide: impl Fn(&Logon, &Credentials) -> Decision + Send + Sync + 'static,
     ) -> Result<HandshakeServer> {
-        Self::start(path.as_ref(), options, Arc::new(decide), None)
+        Self::start(path.as_ref(), options, plain(decide), None)
     }
 
     /// Binds `path`, answers logons with `decide`, and hands every accepted
@@ -145,12 +150,12 @@ impl HandshakeServer {
         Self::start(
             path.as_ref(),
             options,
-            Arc::new(decide),
-            Some(Arc::new(on_session)),
+            plain(decide),
+            Some(Arc::new(move |session, _| on_session(session))),
         )
     }
 
-    fn start(
+    pub(crate) fn start(
         path: &Path,
         options: HandshakeOptions,
         decide: Arc<Decide>,
@@ -357,8 +362,8 @@ fn serve_one(mut stream: UnixStream, peer: Credentials, shared: &Shared) {
         refuse(&stream, RejectCode::VersionMismatch, reason);
         return;
     }
-    let offer = match (shared.decide)(&logon, &peer) {
-        Ok(offer) => offer,
+    let (offer, made) = match (shared.decide)(&logon, &peer) {
+        Ok(decided) => decided,
         Err(rejected) => {
             counters.rejected.fetch_add(1, Ordering::AcqRel);
             let reply = LogonReply {
@@ -394,8 +399,13 @@ fn serve_one(mut stream: UnixStream, peer: Credentials, shared: &Shared) {
         let _ = stream.set_read_timeout(None);
         let _ = stream.set_write_timeout(None);
         let link = PeerLink::new(stream, peer.pid);
-        on_session(ServerSession { logon, peer, link });
+        on_session(ServerSession { logon, peer, link }, made);
     }
+}
+
+/// A decision that makes nothing besides its offer.
+fn plain(decide: impl Fn(&Logon, &Credentials) -> Decision + Send + Sync + 'static) -> Arc<Decide> {
+    Arc::new(move |logon, peer| decide(logon, peer).map(|offer| (offer, None)))
 }
 
 /// Sends one reply with `fds`; whether it all went.

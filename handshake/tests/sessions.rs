@@ -247,3 +247,65 @@ fn the_request_bytes_reach_the_decision_and_the_payload_the_client() {
         "{err}"
     );
 }
+
+#[test]
+fn accept_returns_each_session_with_what_was_made_for_it() {
+    let _dog = Watchdog::new("accept", Duration::from_secs(60));
+    let dir = TempDir::new("hs-accept");
+    // What the decision makes: the server's end of each worker's pipe,
+    // whose other end the client gets.
+    let mut server = nodeipc_handshake::Acceptor::bind(
+        dir.join("logon.sock"),
+        HandshakeOptions::default(),
+        |logon, _peer| {
+            let workers = count(logon, "workers").unwrap_or(0);
+            if workers > 4 {
+                return Err(reject(RejectCode::GeometryMismatch, "at most 4 workers"));
+            }
+            let mut offer = Offer::new();
+            let mut ends = Vec::new();
+            for w in 0..workers {
+                let (reader, writer) = std::io::pipe().expect("pipe");
+                offer = offer.fd(FdKind::Other, format!("worker.{w}"), 0, writer.into());
+                ends.push(reader);
+            }
+            Ok((offer, ends))
+        },
+    )
+    .unwrap();
+    let path = server.path().to_owned();
+    let refused = nodeipc_handshake::connect(
+        &path,
+        &logon(&[("workers", 9)], Vec::new()),
+        Duration::from_secs(5),
+    );
+    assert!(refused.is_err(), "9 workers are refused");
+    let mut client = nodeipc_handshake::connect(
+        &path,
+        &logon(&[("workers", 3)], Vec::new()),
+        Duration::from_secs(5),
+    )
+    .unwrap();
+    let session = server.accept(Duration::from_secs(5)).unwrap();
+    assert_eq!(count(&session.logon, "workers"), Some(3));
+    assert_eq!(session.peer.pid, std::process::id());
+    assert_eq!(session.made.len(), 3);
+    // The descriptors the client holds are the other ends of what was made.
+    let writer = client.take_role("worker.1").unwrap().fd;
+    rustix::io::write(&writer, b"hi").unwrap();
+    let mut buf = [0u8; 2];
+    use std::io::Read;
+    (&session.made[1]).read_exact(&mut buf).unwrap();
+    assert_eq!(&buf, b"hi");
+    // No second session: the rejected logon never comes out.
+    assert!(server.try_accept().is_none());
+    let err = server.accept(Duration::from_millis(50)).unwrap_err();
+    assert!(
+        err.to_string().contains("waiting for a client to log on"),
+        "{err}"
+    );
+    assert_eq!(server.stats().accepted, 1);
+    assert_eq!(server.stats().rejected, 1);
+    drop(client);
+    assert!(session.link.wait_gone(Duration::from_secs(5)).is_some());
+}

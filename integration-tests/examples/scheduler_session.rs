@@ -1,9 +1,12 @@
-//! Agave's scheduler session on nodeipc, for a newcomer: a server (the
-//! validator) with 4 worker processes and an external scheduler process
-//! that logs on through `nodeipc-handshake` and receives the block pool,
-//! the TPU → scheduler queue, the progress queue and a queue pair per
-//! worker. Transactions (pool blocks referenced from queue messages, every
-//! byte checked by the workers) flow TPU → scheduler → workers → scheduler.
+//! Agave's scheduler session on nodeipc, for a newcomer, on Agave's own
+//! message types: a server (the validator) with 4 execution worker
+//! processes and an external scheduler process that logs on through
+//! `nodeipc-handshake` and receives the block pool, the TPU → scheduler
+//! queue, the progress queue, a queue pair per worker and its pool handle
+//! ids, and 2 check worker processes on two MPMC rings. Transactions
+//! (pool blocks referenced from `TpuToPackMessage`s, sent in batches whose
+//! arrays live in pool blocks, read in place, every byte checked) flow
+//! TPU → scheduler → check workers → scheduler → workers → scheduler.
 //!
 //! Prints messages per second with the pipeline full, then the latency of
 //! one transaction at a time (TPU → scheduler → worker → the server's
@@ -24,11 +27,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use nodeipc_integration_tests::scheduler_session::{
-    Ledger, SessionServer, Setup, TpuProgress, run_scheduler, run_worker,
+    Ledger, SessionServer, Setup, TpuProgress, run_checker, run_scheduler, run_worker,
 };
 
 const WORKERS: u32 = 4;
 const HANDLES: u32 = 2;
+const CHECKERS: u32 = 2;
 
 type Result<T> = std::result::Result<T, Box<dyn std::error::Error>>;
 
@@ -37,6 +41,7 @@ fn main() -> Result<()> {
     // The peers are this same program, run again.
     match args.first().map(String::as_str) {
         Some("worker") => return run_worker(Path::new(&args[1]), args[2].parse()?),
+        Some("checker") => return run_checker(Path::new(&args[1]), args[2].parse()?),
         Some("scheduler") => {
             return run_scheduler(Path::new(&args[1]), args[2].parse()?, args[3].parse()?, 0);
         }
@@ -53,11 +58,12 @@ fn main() -> Result<()> {
 }
 
 fn run(dir: &Path, count: u64) -> Result<()> {
-    let server = SessionServer::start(
+    let mut server = SessionServer::start(
         &dir.join("session.sock"),
         Setup {
             workers: WORKERS,
             scheduler_handles: HANDLES,
+            checkers: CHECKERS,
         },
         512,
     )?;
@@ -67,12 +73,14 @@ fn run(dir: &Path, count: u64) -> Result<()> {
     for w in 0..WORKERS {
         let mut worker = Peer::spawn(&["worker".into(), socket.clone(), w.to_string()])?;
         worker.wait_line("WORKER-READY")?;
-        sessions.push(
-            server
-                .next_session(Duration::from_secs(5))
-                .ok_or("no worker session")?,
-        );
+        sessions.push(server.accept(Duration::from_secs(5))?);
         peers.push(worker);
+    }
+    for c in 0..CHECKERS {
+        let mut checker = Peer::spawn(&["checker".into(), socket.clone(), c.to_string()])?;
+        checker.wait_line("CHECKER-READY")?;
+        sessions.push(server.accept(Duration::from_secs(5))?);
+        peers.push(checker);
     }
     let mut scheduler = Peer::spawn(&[
         "scheduler".into(),
@@ -81,14 +89,11 @@ fn run(dir: &Path, count: u64) -> Result<()> {
         HANDLES.to_string(),
     ])?;
     scheduler.wait_line("SCHEDULER-READY")?;
-    sessions.push(
-        server
-            .next_session(Duration::from_secs(5))
-            .ok_or("no scheduler session")?,
-    );
+    sessions.push(server.accept(Duration::from_secs(5))?);
     println!(
-        "session: {WORKERS} workers and a scheduler logged on ({} descriptors to the scheduler)",
-        3 + 2 * WORKERS
+        "session: {WORKERS} workers, {CHECKERS} check workers and a scheduler logged on \
+         ({} descriptors to the scheduler)",
+        5 + 2 * WORKERS
     );
 
     let (mut tpu, mut progress, mut reports, mut handle) = server.tpu_ends()?;
@@ -112,7 +117,7 @@ fn run(dir: &Path, count: u64) -> Result<()> {
     let full = stream(count, nodeipc_integration_tests::scheduler_session::WINDOW)?;
     println!(
         "throughput: {count} transactions in {:.3} s: {:.0} transactions/s \
-         (each a pool block, 64-208 B, every byte checked)",
+         (each a pool block, 64-1144 B, read in place, every byte checked)",
         full.elapsed.as_secs_f64(),
         count as f64 / full.elapsed.as_secs_f64()
     );
@@ -131,12 +136,23 @@ fn run(dir: &Path, count: u64) -> Result<()> {
     let summary = scheduler.wait_line("SCHEDULER-DONE")?;
     // Its round trips mix both phases: mostly queueing under full load.
     println!("scheduler: {summary}");
-    for peer in &mut peers {
-        peer.wait_line("WORKER-DONE")?;
+    for (i, peer) in peers.iter_mut().enumerate() {
+        // The workers first, then the check workers.
+        peer.wait_line(if i < WORKERS as usize {
+            "WORKER-DONE"
+        } else {
+            "CHECKER-DONE"
+        })?;
     }
-    handle.clean_remote_frees()?;
-    let held: usize = handle.occupancy_all()?.iter().map(|o| o.blocks).sum();
-    println!("pool: {held} blocks held after the session");
+    let held: usize = server
+        .blocks_left(&mut handle)?
+        .iter()
+        .map(|(_, n)| n)
+        .sum();
+    println!(
+        "pool: {held} blocks held after the session (huge pages: {})",
+        server.huge_pages()
+    );
     if held != 0 {
         return Err(format!("{held} blocks still held").into());
     }

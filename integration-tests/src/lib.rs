@@ -3,5 +3,6 @@
 //! both the property tests (`tests/fuzz_props.rs`) and the cargo-fuzz
 //! targets (`fuzz/`) run.
 
+pub mod agave_bindings;
 pub mod fuzz_drivers;
 pub mod scheduler_session;

@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use nodeipc_pool::{BlockRef, Pool, PoolConfig};
-use nodeipc_queue::{Error, PeerState, Pod, Queue, Zeroable};
+use nodeipc_queue::{Error, MpmcQueue, PeerState, Pod, Queue, Zeroable};
 use nodeipc_testkit::{
     ChildGuard, TempDir, Watchdog, compile_c, shm_leftovers, skip, spawn_child, unique_name,
 };
@@ -163,12 +163,91 @@ fn a_c_consumer_from_the_readme_drains_a_rust_producer_and_leaves() {
     assert_eq!(c.line(), format!("done {COUNT}"));
     c.succeeds();
     assert_eq!(tx.peer(), PeerState::Left);
-    while tx.try_push(&msg(0)).unwrap() {}
+    // A push looks at the consumer at least every 50 ms: it says so.
+    let deadline = std::time::Instant::now() + Duration::from_secs(2);
+    while tx.try_push(&msg(0)).is_ok() {
+        assert!(std::time::Instant::now() < deadline, "pushes go on");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert!(matches!(tx.try_push(&msg(0)), Err(Error::PeerLeft { .. })));
     assert!(matches!(
         tx.push_timeout(&msg(0), Duration::from_secs(1)),
         Err(Error::PeerLeft { .. })
     ));
     drop((tx, queue));
+    assert!(shm_leftovers(&name).is_empty());
+}
+
+/// An MPMC message as the C peer writes it: `{source << 48 | n, that × K}`.
+fn mpmc_msg(source: u64, n: u64) -> Msg {
+    let value = source << 48 | n;
+    Msg {
+        seq: value,
+        check: value.wrapping_mul(K),
+    }
+}
+
+#[test]
+fn c_mpmc_peers_from_the_readme_produce_and_consume_beside_rust_ones() {
+    let _dog = Watchdog::new("C mpmc peers", Duration::from_secs(120));
+    let dir = TempDir::new("cmpmc");
+    let Some(peer) = program(&dir, "mpmc_peer") else {
+        skip("c_mpmc_peers_from_the_readme", "no C compiler");
+        return;
+    };
+    let name = unique_name("cmpmc");
+    let queue = MpmcQueue::<Msg>::create(&name, 64, 2, 2, SCHEMA).unwrap();
+    // Producer place 0: a process that died holding it (and claiming
+    // nothing); place 1: a live Rust producer. The C producer must take
+    // the dead one's place.
+    let mut dead = spawn_child(Command::new("sleep").arg("30"));
+    let dead_pid = dead.id();
+    let dead_start = nodeipc_fdpass::process_start_time(dead_pid).unwrap();
+    dead.kill();
+    let region = queue.region();
+    region.write_at(768, &dead_pid.to_ne_bytes()).unwrap();
+    region.write_at(772, &1u32.to_ne_bytes()).unwrap();
+    region.write_at(776, &dead_start.to_ne_bytes()).unwrap();
+    let mut vacant = queue.producer().unwrap();
+    assert_eq!(vacant.place(), 1);
+    let mut rx = queue.consumer().unwrap();
+
+    // C producer (source 1) → the Rust consumer, in order.
+    let mut c = Peer::spawn(Command::new(&peer).args([
+        "produce",
+        &name,
+        &SCHEMA.to_string(),
+        &COUNT.to_string(),
+        "1",
+    ]));
+    let joined = c.line();
+    assert_eq!(field(&joined, "place"), "0", "{joined}");
+    assert_eq!(field(&joined, "took_over"), "1", "{joined}");
+    for n in 0..COUNT {
+        assert_eq!(rx.pop_timeout(T).unwrap(), mpmc_msg(1, n), "message {n}");
+    }
+    assert_eq!(c.line(), format!("done {COUNT}"));
+    c.succeeds();
+
+    // The Rust producer (source 2) → the C consumer, beside the Rust one
+    // (idle: it takes nothing while the C consumer pops every message).
+    let mut c = Peer::spawn(Command::new(&peer).args([
+        "consume",
+        &name,
+        &SCHEMA.to_string(),
+        &COUNT.to_string(),
+        "2",
+    ]));
+    let joined = c.line();
+    assert_eq!(field(&joined, "place"), "1", "{joined}");
+    for n in 0..COUNT {
+        vacant.push_timeout(&mpmc_msg(2, n), T).unwrap();
+    }
+    assert_eq!(c.line(), format!("done {COUNT}"));
+    c.succeeds();
+    assert_eq!(rx.try_pop().unwrap(), None);
+    assert_eq!(rx.skipped_and_lost(), (0, 0));
+    drop((vacant, rx, queue));
     assert!(shm_leftovers(&name).is_empty());
 }
 

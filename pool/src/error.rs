@@ -40,6 +40,16 @@ pub enum Error {
         /// Their holders.
         holders: Vec<u32>,
     },
+    /// The handle asked for by id is held by a live process.
+    #[error("pool {pool}: handle {handle} is held by live process {pid}")]
+    HandleTaken {
+        /// The pool.
+        pool: String,
+        /// The handle asked for.
+        handle: u32,
+        /// Its holder.
+        pid: u32,
+    },
     /// No slab is left for a new block of this class.
     #[error("pool {pool}: no free slab for a block of {class} bytes (asked {size})")]
     Full {

@@ -76,31 +76,13 @@ impl Handle {
     /// # Errors
     /// [`Error::BadHeader`]; [`Error::NoHandleFree`] naming the holders.
     pub fn join(region: Arc<Region>) -> Result<Handle> {
-        let geo = read_geometry(&region)?;
-        let ident = Identity::current()?;
-        let (metas, descriptors) = views(&region, &geo)?;
-        let mut handle = Handle {
-            free: vec![Vec::new(); geo.classes.len()],
-            shifts: shifts(&geo),
-            books: vec![None; geo.slabs as usize],
-            metas,
-            descriptors,
-            region,
-            geo,
-            me: None,
-            ident,
-        };
+        let mut handle = Handle::unjoined(region)?;
         // A vacant handle first; only then one whose holder is dead.
         let mut holders = Vec::new();
         for take_over in [false, true] {
             for h in 0..handle.geo.handles {
-                let region = handle.region.clone();
-                match entry(&region, &handle.geo, h)?.take(ident, take_over)? {
-                    Taken::Vacant | Taken::FromDead(_) => {
-                        handle.me = Some(h);
-                        handle.adopt_slabs_of(h, false)?;
-                        return Ok(handle);
-                    }
+                match handle.take(h, take_over)? {
+                    Taken::Vacant | Taken::FromDead(_) => return Ok(handle),
                     Taken::Refused(pid) if take_over => holders.push(pid),
                     Taken::Refused(_) => {}
                 }
@@ -111,6 +93,64 @@ impl Handle {
             handles: handle.geo.handles,
             holders,
         })
+    }
+
+    /// Takes handle `id` of the pool in `region` (as rts-alloc's
+    /// `join(&file, id)`): vacant, or held by a dead process (its slabs
+    /// adopted). Slabs left owned by the handle's previous holder become
+    /// ours.
+    ///
+    /// # Errors
+    /// [`Error::BadHeader`]; [`Error::InvalidArgument`] for an `id` past the
+    /// pool's handles; [`Error::HandleTaken`] naming its live holder.
+    pub fn join_id(region: Arc<Region>, id: u32) -> Result<Handle> {
+        let mut handle = Handle::unjoined(region)?;
+        if id >= handle.geo.handles {
+            return Err(Error::InvalidArgument {
+                pool: handle.label(),
+                what: "handle id",
+                value: u64::from(id),
+                limit: "must be below the pool's number of handles",
+            });
+        }
+        match handle.take(id, true)? {
+            Taken::Vacant | Taken::FromDead(_) => Ok(handle),
+            Taken::Refused(pid) => Err(Error::HandleTaken {
+                pool: handle.label(),
+                handle: id,
+                pid,
+            }),
+        }
+    }
+
+    /// A handle that holds no slot yet.
+    fn unjoined(region: Arc<Region>) -> Result<Handle> {
+        let geo = read_geometry(&region)?;
+        let ident = Identity::current()?;
+        let (metas, descriptors) = views(&region, &geo)?;
+        Ok(Handle {
+            free: vec![Vec::new(); geo.classes.len()],
+            shifts: shifts(&geo),
+            books: vec![None; geo.slabs as usize],
+            metas,
+            descriptors,
+            region,
+            geo,
+            me: None,
+            ident,
+        })
+    }
+
+    /// Tries to take handle `h` (a dead holder's only with `take_over`);
+    /// taken, it is ours and its slabs adopted.
+    fn take(&mut self, h: u32, take_over: bool) -> Result<Taken> {
+        let region = self.region.clone();
+        let taken = entry(&region, &self.geo, h)?.take(self.ident, take_over)?;
+        if matches!(taken, Taken::Vacant | Taken::FromDead(_)) {
+            self.me = Some(h);
+            self.adopt_slabs_of(h, false)?;
+        }
+        Ok(taken)
     }
 
     /// Opens the named pool (waiting up to `timeout` for its creator) and
@@ -157,6 +197,21 @@ impl Handle {
     /// Our handle index (`None`: free-only).
     pub fn index(&self) -> Option<u32> {
         self.me
+    }
+
+    /// The region the pool lives in.
+    pub(crate) fn region(&self) -> &Arc<Region> {
+        &self.region
+    }
+
+    /// Reads `block` in place: checks it (as [`read_at`](Handle::read_at)
+    /// does) and returns a view of its words.
+    ///
+    /// # Errors
+    /// [`Error::NotABlock`], [`Error::Stale`], [`Error::NotAllocated`],
+    /// [`Error::Forged`].
+    pub fn view(&self, block: BlockRef) -> Result<crate::BlockView<'_>> {
+        crate::BlockView::new(self, block)
     }
 
     fn label(&self) -> String {
@@ -586,9 +641,10 @@ impl Handle {
         first_forged.map_or(Ok(taken), Err)
     }
 
-    /// Checks `block` is live and `at..at + len` lies in it; returns the
-    /// region offset to copy at.
-    fn checked_range(&self, block: BlockRef, at: usize, len: usize) -> Result<usize> {
+    /// Checks `block` is live (its slab owned, its generation current, its
+    /// state allocated, and, in a slab of ours, handed out by us); returns
+    /// its region offset and size.
+    pub(crate) fn checked_block(&self, block: BlockRef) -> Result<(usize, u32)> {
         let loc = self.locate(block)?;
         let found = self.slab(loc.slab)?.descriptors[loc.index].load(Ordering::Acquire);
         if slab::generation(found) != block.generation() & slab::GEN_MASK
@@ -610,14 +666,21 @@ impl Handle {
         if Some(loc.owner) == self.me && !self.handed_out(loc.slab, loc.index) {
             return Err(self.forged(block.offset(), "allocated".to_owned(), NEVER_HANDED_OUT));
         }
+        Ok((block.offset() as usize, loc.class))
+    }
+
+    /// Checks `block` is live and `at..at + len` lies in it; returns the
+    /// region offset to copy at.
+    fn checked_range(&self, block: BlockRef, at: usize, len: usize) -> Result<usize> {
+        let (offset, size) = self.checked_block(block)?;
         match at.checked_add(len) {
-            Some(end) if end <= loc.class as usize => Ok(block.offset() as usize + at),
+            Some(end) if end <= size as usize => Ok(offset + at),
             _ => Err(Error::OutOfBlock {
                 pool: self.label(),
                 offset: block.offset(),
                 at,
                 len,
-                size: loc.class,
+                size,
             }),
         }
     }

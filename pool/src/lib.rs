@@ -16,6 +16,8 @@ mod occupancy;
 mod pool;
 #[cfg(not(loom))]
 mod slab_table;
+#[cfg(not(loom))]
+mod view;
 
 #[cfg(all(loom, test))]
 mod loom_model;
@@ -29,8 +31,12 @@ pub use handle::{Handle, Reclaimed};
 pub use layout::{
     MAGIC, MAX_CLASSES, MAX_HANDLES, MAX_SLABS, MIN_CLASS, PoolConfig, SLAB_SIZE, VERSION,
 };
+/// What backs an anonymous region (`anonymous_pages`): normal or huge pages.
+pub use nodeipc_shm::Pages;
 #[cfg(not(loom))]
 pub use occupancy::{Occupancy, inspect};
 #[cfg(not(loom))]
 pub use pool::Pool;
 pub use slab::MAX_BLOCKS;
+#[cfg(not(loom))]
+pub use view::BlockView;

@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 use nodeipc_fdpass::PeerRecord;
-use nodeipc_shm::Region;
+use nodeipc_shm::{Pages, Region};
 
 use crate::layout::{Geometry, HANDLE_LEN, MAGIC, MAX_CLASSES, PoolConfig, SLAB_SIZE, VERSION};
 use crate::{Error, Handle, Result};
@@ -35,13 +35,45 @@ impl Pool {
     /// # Errors
     /// As [`create`](Pool::create).
     pub fn anonymous(config: &PoolConfig) -> Result<Pool> {
+        Pool::anonymous_pages(config, Pages::Normal)
+    }
+
+    /// As [`anonymous`](Pool::anonymous), backed as `pages` asks: with
+    /// [`Pages::HugeOrNormal`] huge pages when the system can reserve them
+    /// now (`fallocate` at creation), else normal ones;
+    /// [`huge_pages`](Pool::huge_pages) says which it got.
+    ///
+    /// # Errors
+    /// As [`anonymous`](Pool::anonymous); with [`Pages::Huge`],
+    /// `nodeipc_shm::Error::HugePagesUnavailable` saying what the system has.
+    pub fn anonymous_pages(config: &PoolConfig, pages: Pages) -> Result<Pool> {
         let geo = Geometry::new("memfd pool", config)?;
-        let region = Region::anonymous(geo.len)?;
+        let region = Region::anonymous_pages(geo.len, pages)?;
         region.seal_grow_shrink()?;
         init(&region, &geo)?;
         Ok(Pool {
             region: Arc::new(region),
         })
+    }
+
+    /// A pool received as a descriptor (a memfd its creator sealed, or a
+    /// named object's descriptor): the header is checked (magic, version,
+    /// geometry against the region's length; a memfd must be sealed
+    /// against shrinking) and handles are taken from it here.
+    ///
+    /// # Errors
+    /// [`Error::BadHeader`]; those of `Region::from_fd`.
+    pub fn from_fd(fd: std::os::fd::OwnedFd) -> Result<Pool> {
+        let region = Region::from_fd(fd)?;
+        read_geometry(&region)?;
+        Ok(Pool {
+            region: Arc::new(region),
+        })
+    }
+
+    /// Whether huge pages back the pool's region.
+    pub fn huge_pages(&self) -> bool {
+        self.region.is_huge()
     }
 
     /// Takes a handle in this process.
@@ -50,6 +82,14 @@ impl Pool {
     /// As [`Handle::join`].
     pub fn handle(&self) -> Result<Handle> {
         Handle::join(self.region.clone())
+    }
+
+    /// Takes handle `id` in this process.
+    ///
+    /// # Errors
+    /// As [`Handle::join_id`].
+    pub fn handle_id(&self, id: u32) -> Result<Handle> {
+        Handle::join_id(self.region.clone(), id)
     }
 
     /// A handle that only frees, reads and writes (it takes no handle slot).

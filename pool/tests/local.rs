@@ -231,3 +231,71 @@ fn an_unsealed_memfd_is_refused() {
     let err = nodeipc_pool::Handle::join(std::sync::Arc::new(region)).unwrap_err();
     assert!(err.to_string().contains("not sealed"), "{err}");
 }
+
+#[test]
+fn a_handle_is_joined_by_its_id_and_a_live_holder_is_named() {
+    let pool = pool(4, 3);
+    let h2 = pool.handle_id(2).unwrap();
+    assert_eq!(h2.index(), Some(2));
+    match pool.handle_id(2) {
+        Err(Error::HandleTaken { handle: 2, pid, .. }) => assert_eq!(pid, std::process::id()),
+        other => panic!("expected HandleTaken, got {other:?}"),
+    }
+    assert!(matches!(
+        pool.handle_id(3),
+        Err(Error::InvalidArgument { value: 3, .. })
+    ));
+    // `join` takes the lowest vacant one; 2 stays held.
+    assert_eq!(pool.handle().unwrap().index(), Some(0));
+    drop(h2);
+    let again = pool.handle_id(2).unwrap();
+    assert_eq!(again.index(), Some(2));
+    // A holder that died: its handle is taken over by id, its slabs adopted.
+    let mut child = std::process::Command::new("true").spawn().unwrap();
+    let (pid, start) = (
+        child.id(),
+        nodeipc_fdpass::process_start_time(child.id()).unwrap(),
+    );
+    child.wait().unwrap();
+    let record = 128 + 64;
+    let region = pool.region();
+    region.write_at(record, &pid.to_ne_bytes()).unwrap();
+    region.write_at(record + 4, &1u32.to_ne_bytes()).unwrap();
+    region.write_at(record + 8, &start.to_ne_bytes()).unwrap();
+    assert_eq!(pool.handle_id(1).unwrap().index(), Some(1));
+}
+
+#[test]
+fn a_pool_received_as_a_descriptor_hands_out_handles() {
+    let pool = pool(4, 2);
+    let mut owner = pool.handle().unwrap();
+    let block = owner.alloc(300).unwrap();
+    owner.write_at(block, 0, b"tx").unwrap();
+    let fd = pool.region().as_fd().try_clone_to_owned().unwrap();
+    let received = Pool::from_fd(fd).unwrap();
+    let mut other = received.handle_id(1).unwrap();
+    let mut buf = [0u8; 2];
+    other.read_at(block, 0, &mut buf).unwrap();
+    assert_eq!(&buf, b"tx");
+    other.free(block).unwrap();
+    assert_eq!(owner.clean_remote_frees().unwrap(), 1);
+    // Not a pool: refused by its header.
+    let region = nodeipc_shm::Region::anonymous(65536).unwrap();
+    region.seal_grow_shrink().unwrap();
+    let fd = region.as_fd().try_clone_to_owned().unwrap();
+    assert!(matches!(Pool::from_fd(fd), Err(Error::BadHeader { .. })));
+}
+
+#[test]
+fn huge_pages_fall_back_to_normal_ones_and_say_so() {
+    use nodeipc_pool::Pages;
+    let pool = Pool::anonymous_pages(&PoolConfig::new(4, 2), Pages::HugeOrNormal).unwrap();
+    let mut h = pool.handle().unwrap();
+    let block = h.alloc(100).unwrap();
+    h.write_at(block, 0, b"x").unwrap();
+    if pool.huge_pages() {
+        return; // it/huge_pages tests the reserved case
+    }
+    let err = Pool::anonymous_pages(&PoolConfig::new(4, 2), Pages::Huge).unwrap_err();
+    assert!(err.to_string().contains("huge pages unavailable"), "{err}");
+}

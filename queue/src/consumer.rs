@@ -5,7 +5,7 @@ use std::os::fd::OwnedFd;
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytemuck::Pod;
+use crate::Message;
 use nodeipc_shm::Region;
 use nodeipc_shm::wait::{Deadline, Spin, WaitError, wait_while};
 
@@ -24,7 +24,7 @@ pub struct Consumer<T> {
     _message: PhantomData<fn() -> T>,
 }
 
-impl<T: Pod> Consumer<T> {
+impl<T: Message> Consumer<T> {
     /// Takes the consumer role of the queue in `region`; checks as
     /// [`Producer::join`](crate::Producer::join). A restarted consumer
     /// resumes at the shared head: nothing published is lost or re-read.
@@ -71,8 +71,10 @@ impl<T: Pod> Consumer<T> {
     /// Pops a copy of the oldest message; `None` when the ring is empty.
     ///
     /// # Errors
-    /// [`Error::Corrupt`] when the producer's tail is impossible.
-    #[inline]
+    /// [`Error::Corrupt`] when the producer's tail is impossible;
+    /// [`Error::Invalid`] for a message whose checked fields hold invalid
+    /// values (taken off the queue: the next pop goes on).
+    #[inline(always)]
     pub fn try_pop(&mut self) -> Result<Option<T>> {
         let ring = self.end.ring();
         if ring
@@ -82,16 +84,21 @@ impl<T: Pod> Consumer<T> {
         {
             return Ok(None);
         }
-        let value = ring.read_slot(self.state.head);
+        let index = self.state.head;
+        let value = ring.read_slot(index);
         ring.release(&mut self.state, 1);
-        Ok(Some(value))
+        match value {
+            Ok(value) => Ok(Some(value)),
+            Err(invalid) => Err(self.end.invalid(index, invalid)),
+        }
     }
 
     /// Copies up to `out.len()` messages out, releasing their slots at once;
-    /// returns how many.
+    /// returns how many. An invalid message ends the batch before it; met
+    /// first, it is taken off the queue and returned as the error.
     ///
     /// # Errors
-    /// [`Error::Corrupt`].
+    /// [`Error::Corrupt`]; [`Error::Invalid`].
     pub fn try_pop_into(&mut self, out: &mut [T]) -> Result<usize> {
         let ring = self.end.ring();
         let want = u32::try_from(out.len()).unwrap_or(u32::MAX);
@@ -100,7 +107,19 @@ impl<T: Pod> Consumer<T> {
             .map_err(|b| self.end.corrupt(b))? as usize;
         let n = ready.min(out.len());
         for (i, slot) in out[..n].iter_mut().enumerate() {
-            ring.read_into(self.state.head.wrapping_add(i as u32), slot);
+            let index = self.state.head.wrapping_add(i as u32);
+            match ring.read_slot_into(index, slot) {
+                Ok(()) => {}
+                Err(invalid) if i == 0 => {
+                    ring.release(&mut self.state, 1);
+                    return Err(self.end.invalid(index, invalid));
+                }
+                // The good ones first; the next call meets it.
+                Err(_) => {
+                    ring.release(&mut self.state, i as u32);
+                    return Ok(i);
+                }
+            }
         }
         if n > 0 {
             ring.release(&mut self.state, n as u32);

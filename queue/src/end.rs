@@ -7,7 +7,7 @@ use std::ptr::NonNull;
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytemuck::Pod;
+use crate::Message;
 use nodeipc_fdpass::{Identity, PeerRecord};
 use nodeipc_shm::wait::Pacer;
 use nodeipc_shm::{OpenOptions, Region};
@@ -66,7 +66,7 @@ pub(crate) fn check_seals(region: &Region, label: &str) -> Result<()> {
 }
 
 impl End {
-    pub(crate) fn join<T: Pod>(region: Arc<Region>, schema: u64, role: Role) -> Result<End> {
+    pub(crate) fn join<T: Message>(region: Arc<Region>, schema: u64, role: Role) -> Result<End> {
         let label = region.label().to_owned();
         check_seals(&region, &label)?;
         let header: &Header = region.view(0)?;
@@ -112,7 +112,7 @@ impl End {
         })
     }
 
-    pub(crate) fn open_named<T: Pod>(
+    pub(crate) fn open_named<T: Message>(
         name: &str,
         schema: u64,
         timeout: Duration,
@@ -133,7 +133,7 @@ impl End {
         End::join::<T>(region, schema, role)
     }
 
-    pub(crate) fn from_fd<T: Pod>(fd: OwnedFd, schema: u64, role: Role) -> Result<End> {
+    pub(crate) fn from_fd<T: Message>(fd: OwnedFd, schema: u64, role: Role) -> Result<End> {
         End::join::<T>(Arc::new(Region::from_fd(fd)?), schema, role)
     }
 
@@ -191,6 +191,16 @@ impl End {
         Error::Corrupt {
             queue: self.label.clone(),
             what: bad.0,
+        }
+    }
+
+    #[cold]
+    pub(crate) fn invalid(&self, index: u32, invalid: crate::Invalid) -> Error {
+        Error::Invalid {
+            queue: self.label.clone(),
+            index,
+            slot: index & (self.geo.capacity - 1),
+            invalid,
         }
     }
 

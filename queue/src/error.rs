@@ -76,6 +76,21 @@ pub enum Error {
         /// Its holder.
         pid: u32,
     },
+    /// Every place of the role (an MPMC ring's producers or consumers,
+    /// fixed at creation) is held by a live process.
+    #[error(
+        "queue {queue}: all {places} {role} places are held by live processes (pids {holders:?})"
+    )]
+    NoPlace {
+        /// The queue.
+        queue: String,
+        /// The role asked for.
+        role: Role,
+        /// How many places of it the ring has.
+        places: u32,
+        /// Their holders.
+        holders: Vec<u32>,
+    },
     /// An index in shared memory that the protocol cannot produce: the peer
     /// (or something else) wrote it. Nothing was read or written past it.
     #[error("queue {queue}: corrupt index: {what}")]
@@ -84,6 +99,21 @@ pub enum Error {
         queue: String,
         /// Which index, its value and what it should have been.
         what: String,
+    },
+    /// A received message holds an invalid value (a `bool` that is not 0 or
+    /// 1, an enum discriminant not declared), found on the consumer's own
+    /// copy. The message was taken off the queue (it would fail again);
+    /// the next pop goes on with the one after it.
+    #[error("queue {queue}: message {index} (slot {slot}): {invalid}")]
+    Invalid {
+        /// The queue.
+        queue: String,
+        /// The message's number (messages published before it, wrapping).
+        index: u32,
+        /// The slot it was read from.
+        slot: u32,
+        /// The field, its offset and the value found.
+        invalid: crate::Invalid,
     },
     /// The peer died; everything it published before dying has been returned.
     #[error("queue {queue}: the {role} (pid {pid}) died")]

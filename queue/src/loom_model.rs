@@ -81,7 +81,7 @@ fn consume(shared: &Shared, n: u64) {
             let seen = c.tail_seen;
             ring.park_while(&shared.header.tail, &shared.header.tail_parked, seen);
         }
-        let got: [u64; 2] = ring.read_slot(c.head);
+        let got: [u64; 2] = ring.read_slot(c.head).unwrap();
         assert_eq!(got, message(i), "message {i} torn or out of order");
         ring.release(&mut c, 1);
     }

@@ -5,9 +5,9 @@ use std::os::fd::OwnedFd;
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytemuck::Pod;
+use crate::Message;
 use nodeipc_shm::Region;
-use nodeipc_shm::wait::{Deadline, Spin, WaitError, wait_while};
+use nodeipc_shm::wait::{Deadline, SLICE, Spin, WaitError, coarse_now_ns, wait_while};
 
 use crate::end::End;
 use crate::error::Role;
@@ -30,10 +30,16 @@ use crate::{Error, Result};
 pub struct Producer<T> {
     end: End,
     state: ProducerState,
+    /// When the consumer's liveness is next due for a look (the coarse
+    /// monotonic clock, ns): at least every [`SLICE`] of pushing.
+    next_look: u64,
+    /// The coarse-clock time of the last look at a consumer that left the
+    /// ring full (a spinning pusher looks once a tick).
+    stalled_look: u64,
     _message: PhantomData<fn(T)>,
 }
 
-impl<T: Pod> Producer<T> {
+impl<T: Message> Producer<T> {
     /// Takes the producer role of the queue in `region` (checked: magic,
     /// version, element size and alignment, capacity against the length,
     /// `schema`; a memfd must be sealed against shrinking). A role held by a
@@ -81,24 +87,89 @@ impl<T: Pod> Producer<T> {
                 tail,
                 head_seen: head,
             },
+            next_look: 0,
+            stalled_look: 0,
             _message: PhantomData,
         })
+    }
+
+    /// Looks at the consumer at least every [`SLICE`] of pushing: one
+    /// coarse clock read a push (a few ns), a `poll` of the consumer's
+    /// pidfd when it is due, never per push.
+    #[inline]
+    fn look_at_consumer(&mut self) -> Result<u64> {
+        let now = coarse_now_ns();
+        if now >= self.next_look {
+            self.consumer_gone(now)?;
+        }
+        Ok(now)
+    }
+
+    /// After a push reloaded the consumer's head: a head that moved is the
+    /// consumer's own proof of life; one that did not (the ring is full
+    /// and stays full) has the consumer looked at, once a clock tick at
+    /// most while a caller spins on a full ring.
+    #[inline]
+    fn reloaded(&mut self, head_before: u32, now: u64) -> Result<()> {
+        if self.state.head_seen != head_before {
+            self.next_look = now.saturating_add(SLICE.as_nanos() as u64);
+        } else if now != self.stalled_look {
+            self.stalled_look = now;
+            self.consumer_gone(now)?;
+        }
+        Ok(())
+    }
+
+    /// How many more than the cached head shows free: the push reloads.
+    #[inline]
+    fn will_reload(&self, want: u32) -> bool {
+        self.end.geo.capacity - self.state.tail.wrapping_sub(self.state.head_seen) < want.max(1)
+    }
+
+    #[cold]
+    fn consumer_gone(&mut self, now: u64) -> Result<()> {
+        match self.end.peer() {
+            // Gone stays gone until a consumer joins: the next push looks
+            // again (a gone consumer is an error, not the fast path).
+            PeerState::Died(pid) => Err(Error::PeerDied {
+                queue: self.end.label.clone(),
+                role: Role::Consumer,
+                pid,
+            }),
+            PeerState::Left => Err(Error::PeerLeft {
+                queue: self.end.label.clone(),
+                role: Role::Consumer,
+            }),
+            PeerState::NotJoined | PeerState::Alive(_) => {
+                self.next_look = now.saturating_add(SLICE.as_nanos() as u64);
+                Ok(())
+            }
+        }
     }
 
     /// Pushes a copy of `value`; `false` when the ring is full.
     ///
     /// # Errors
-    /// [`Error::Corrupt`] when the consumer's head is impossible.
-    #[inline]
+    /// [`Error::PeerDied`] (or [`Error::PeerLeft`]) when the consumer is
+    /// gone, seen when the push reloads the consumer's head and at least
+    /// every 50 ms of pushing: a push to a dead consumer does not succeed
+    /// for as long as there is room. [`Error::Corrupt`] when the consumer's
+    /// head is impossible.
+    #[inline(always)]
     pub fn try_push(&mut self, value: &T) -> Result<bool> {
+        let now = self.look_at_consumer()?;
+        let (reload, head_before) = (self.will_reload(1), self.state.head_seen);
         let ring = self.end.ring();
-        if ring
+        let room = ring
             .room(&mut self.state, 1)
-            .map_err(|b| self.end.corrupt(b))?
-            == 0
-        {
+            .map_err(|b| self.end.corrupt(b))?;
+        if reload {
+            self.reloaded(head_before, now)?;
+        }
+        if room == 0 {
             return Ok(false);
         }
+        let ring = self.end.ring();
         ring.write_slot(self.state.tail, value);
         ring.publish(&mut self.state, 1);
         Ok(true)
@@ -108,13 +179,19 @@ impl<T: Pod> Producer<T> {
     /// them at once; returns how many.
     ///
     /// # Errors
-    /// [`Error::Corrupt`].
+    /// As [`try_push`](Producer::try_push).
     pub fn try_push_slice(&mut self, values: &[T]) -> Result<usize> {
-        let ring = self.end.ring();
         let want = u32::try_from(values.len()).unwrap_or(u32::MAX);
+        let now = self.look_at_consumer()?;
+        let (reload, head_before) = (self.will_reload(want), self.state.head_seen);
+        let ring = self.end.ring();
         let room = ring
             .room(&mut self.state, want)
             .map_err(|b| self.end.corrupt(b))? as usize;
+        if reload {
+            self.reloaded(head_before, now)?;
+        }
+        let ring = self.end.ring();
         let n = room.min(values.len());
         for (i, value) in values[..n].iter().enumerate() {
             ring.write_slot(self.state.tail.wrapping_add(i as u32), value);
@@ -129,12 +206,21 @@ impl<T: Pod> Producer<T> {
     /// once with [`Batch::publish`]; `None` when the ring is full.
     ///
     /// # Errors
-    /// [`Error::Corrupt`].
+    /// As [`try_push`](Producer::try_push).
     pub fn reserve(&mut self, n: usize) -> Result<Option<Batch<'_, T>>> {
+        let want = u32::try_from(n).unwrap_or(u32::MAX);
+        let now = self.look_at_consumer()?;
+        let (reload, head_before) = (self.will_reload(want), self.state.head_seen);
+        let room = {
+            let ring = self.end.ring();
+            ring.room(&mut self.state, want)
+                .map_err(|b| self.end.corrupt(b))?
+        };
+        if reload {
+            self.reloaded(head_before, now)?;
+        }
         let Producer { end, state, .. } = self;
         let ring = end.ring();
-        let want = u32::try_from(n).unwrap_or(u32::MAX);
-        let room = ring.room(state, want).map_err(|b| end.corrupt(b))?;
         let reserved = room.min(want);
         if reserved == 0 {
             return Ok(None);
@@ -239,7 +325,7 @@ impl<T: Pod> Producer<T> {
 /// Slots reserved by [`Producer::reserve`]: filled in order, published at
 /// once. Dropping it unpublished publishes nothing.
 #[derive(Debug)]
-pub struct Batch<'p, T: Pod> {
+pub struct Batch<'p, T: Message> {
     ring: Ring<'p>,
     state: &'p mut ProducerState,
     reserved: u32,
@@ -247,7 +333,7 @@ pub struct Batch<'p, T: Pod> {
     _message: PhantomData<fn(T)>,
 }
 
-impl<T: Pod> Batch<'_, T> {
+impl<T: Message> Batch<'_, T> {
     /// Copies `value` into the next reserved slot; `false` when all are filled.
     #[inline]
     pub fn push(&mut self, value: &T) -> bool {

@@ -4,8 +4,8 @@ use std::marker::PhantomData;
 use std::os::fd::{AsFd, BorrowedFd};
 use std::sync::Arc;
 
-use bytemuck::Pod;
-use nodeipc_shm::Region;
+use crate::Message;
+use nodeipc_shm::{Pages, Region};
 
 use crate::layout::{self, Geometry, Header};
 use crate::{Consumer, Error, Producer, Result};
@@ -21,7 +21,7 @@ pub struct Queue<T> {
     _message: PhantomData<fn(T) -> T>,
 }
 
-impl<T: Pod> Queue<T> {
+impl<T: Message> Queue<T> {
     /// Creates a named queue of `capacity` slots (a power of two).
     ///
     /// # Errors
@@ -39,10 +39,27 @@ impl<T: Pod> Queue<T> {
     /// # Errors
     /// As [`create`](Queue::create).
     pub fn anonymous(capacity: u32, schema: u64) -> Result<Self> {
+        Self::anonymous_pages(capacity, schema, Pages::Normal)
+    }
+
+    /// As [`anonymous`](Queue::anonymous), backed as `pages` asks: with
+    /// [`Pages::HugeOrNormal`] huge pages when the system can reserve them
+    /// now (`fallocate` at creation), else normal ones;
+    /// [`huge_pages`](Queue::huge_pages) says which it got.
+    ///
+    /// # Errors
+    /// As [`anonymous`](Queue::anonymous); with [`Pages::Huge`],
+    /// `nodeipc_shm::Error::HugePagesUnavailable` saying what the system has.
+    pub fn anonymous_pages(capacity: u32, schema: u64, pages: Pages) -> Result<Self> {
         let geo = Geometry::new("memfd queue", size_of::<T>(), capacity)?;
-        let region = Region::anonymous(region_len("memfd queue", geo)?)?;
+        let region = Region::anonymous_pages(region_len("memfd queue", geo)?, pages)?;
         region.seal_grow_shrink()?;
         Ok(Self::init(region, geo, schema))
+    }
+
+    /// Whether huge pages back the queue's region.
+    pub fn huge_pages(&self) -> bool {
+        self.region.is_huge()
     }
 
     fn init(region: Region, geo: Geometry, schema: u64) -> Self {

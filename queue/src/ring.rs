@@ -8,10 +8,95 @@
 //! looks full or empty. Every index read from shared memory is loaded once
 //! and checked against what the protocol allows before it is used.
 
-use bytemuck::Pod;
-
 use crate::layout::{Geometry, Header};
+use crate::message::{Incoming, Invalid, Message, Outgoing};
 use crate::sync::{AtomicU32, AtomicU64, Ordering, fence};
+
+/// Copies `value` into `words` (at least `size_of::<T>().div_ceil(8)` of
+/// them) with relaxed word stores: a checked message is encoded first
+/// (padding zeroed), a plain one goes as it is; the last word's bytes past
+/// the message are 0. Whoever publishes the words orders the stores.
+#[inline]
+pub(crate) fn store_words<T: Message>(words: &[AtomicU64], value: &T) {
+    if T::PLAIN {
+        // SAFETY: a plain `T` has no padding (the trait's contract), so all
+        // its bytes are initialised; read-only, for this call.
+        let bytes = unsafe {
+            std::slice::from_raw_parts(std::ptr::from_ref(value).cast::<u8>(), size_of::<T>())
+        };
+        return store_bytes(words, bytes);
+    }
+    store_bytes(words, Outgoing::new(value).bytes());
+}
+
+/// The word stores of [`store_words`].
+#[inline]
+fn store_bytes(words: &[AtomicU64], bytes: &[u8]) {
+    let (chunks, rest) = bytes.as_chunks::<8>();
+    for (word, chunk) in words.iter().zip(chunks) {
+        word.store(u64::from_ne_bytes(*chunk), Ordering::Relaxed);
+    }
+    if !rest.is_empty() {
+        let mut last = [0u8; 8];
+        last[..rest.len()].copy_from_slice(rest);
+        words[chunks.len()].store(u64::from_ne_bytes(last), Ordering::Relaxed);
+    }
+}
+
+/// As [`load_words`], into `dst`: a plain `T` straight into it (any bytes
+/// are one), a checked one through a private copy that must pass first.
+#[inline]
+pub(crate) fn load_words_into<T: Message>(words: &[AtomicU64], dst: &mut T) -> Result<(), Invalid> {
+    if !T::PLAIN {
+        *dst = load_words(words)?;
+        return Ok(());
+    }
+    let words = &words[..size_of::<T>().div_ceil(8)];
+    // SAFETY: `dst` is a live `T` of ours; a plain `T` is valid for any
+    // bytes, so writing bytes into it never makes an invalid value.
+    unsafe { copy_words(words, std::ptr::from_mut(dst).cast::<u8>(), size_of::<T>()) };
+    Ok(())
+}
+
+/// Copies `size` bytes out of `words` (at least `size.div_ceil(8)` of them)
+/// to `dst` with relaxed word loads.
+///
+/// # Safety
+/// `dst` is valid for `size` bytes of writes, memory only this thread sees.
+#[inline]
+unsafe fn copy_words(words: &[AtomicU64], dst: *mut u8, size: usize) {
+    let full = size / 8;
+    for (k, word) in words[..full].iter().enumerate() {
+        let bytes = word.load(Ordering::Relaxed).to_ne_bytes();
+        // SAFETY: `k < size / 8`: bytes `8k .. 8k + 8` of `dst` (caller).
+        unsafe { dst.add(8 * k).cast::<[u8; 8]>().write_unaligned(bytes) };
+    }
+    if !size.is_multiple_of(8) {
+        let last = words[full].load(Ordering::Relaxed).to_ne_bytes();
+        // SAFETY: the last `size % 8` bytes of `dst` (caller), from a local.
+        unsafe { std::ptr::copy_nonoverlapping(last.as_ptr(), dst.add(8 * full), size % 8) };
+    }
+}
+
+/// Copies a `T` out of `words` with relaxed word loads into private memory,
+/// then checks that copy ([`Message::check`]; nothing for plain data, where
+/// whatever a misbehaving writer left is some value).
+///
+/// # Panics
+/// When `words` holds fewer than `size_of::<T>().div_ceil(8)` words (never:
+/// slots are that long, the element size checked at join).
+#[inline]
+pub(crate) fn load_words<T: Message>(words: &[AtomicU64]) -> Result<T, Invalid> {
+    let size = size_of::<T>();
+    // Exactly the words a `T` covers: slicing panics, never reads short.
+    let words = &words[..size.div_ceil(8)];
+    let mut copy = Incoming::<T>::new();
+    // SAFETY: the copy is `size` bytes of this thread's own memory.
+    unsafe { copy_words(words, copy.as_mut_ptr(), size) };
+    // SAFETY: `words` holds `size.div_ceil(8)` words, so `copy_words` wrote
+    // every one of the copy's `size` bytes.
+    unsafe { copy.finish() }
+}
 
 /// An index the peer wrote that the protocol cannot produce.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -63,54 +148,35 @@ impl<'a> Ring<'a> {
     }
 
     /// The words of the slot of `index` that a `T` covers: a length known
-    /// at compile time, so the copies below unroll. `T`'s size is the
-    /// ring's element size (checked at join), so this is the whole slot; the
-    /// `min` keeps it in bounds whatever `T`.
+    /// at compile time, so the copies unroll with no check a word. `T`'s
+    /// size is the ring's element size (checked at join), so this is the
+    /// whole slot; were it not, the slicing would panic, never reach past.
     #[inline]
     fn slot_of<T>(&self, index: u32) -> &'a [AtomicU64] {
-        let words = size_of::<T>().div_ceil(8);
-        let slot = self.slot(index);
-        &slot[..words.min(slot.len())]
+        &self.slot(index)[..size_of::<T>().div_ceil(8)]
     }
 
-    /// Copies `value` into the slot of `index` with relaxed word stores; its
-    /// publication (the release store of `tail`) orders them.
+    /// Copies `value` into the slot of `index` ([`store_words`]); its
+    /// publication (the release store of `tail`) orders the stores.
     #[inline]
-    pub(crate) fn write_slot<T: Pod>(&self, index: u32, value: &T) {
-        let words = self.slot_of::<T>(index);
-        let (chunks, rest) = bytemuck::bytes_of(value).as_chunks::<8>();
-        for (word, chunk) in words.iter().zip(chunks) {
-            word.store(u64::from_ne_bytes(*chunk), Ordering::Relaxed);
-        }
-        if !rest.is_empty() {
-            let mut last = [0u8; 8];
-            last[..rest.len()].copy_from_slice(rest);
-            words[chunks.len()].store(u64::from_ne_bytes(last), Ordering::Relaxed);
-        }
+    pub(crate) fn write_slot<T: Message>(&self, index: u32, value: &T) {
+        store_words(self.slot_of::<T>(index), value);
     }
 
-    /// Copies the slot of `index` out with relaxed word loads: whatever a
-    /// misbehaving writer leaves there is some value of `T` (`Pod`).
+    /// Copies the slot of `index` out and checks the copy ([`load_words`]).
     #[inline]
-    pub(crate) fn read_slot<T: Pod>(&self, index: u32) -> T {
-        let mut value = T::zeroed();
-        self.read_into(index, &mut value);
-        value
+    pub(crate) fn read_slot<T: Message>(&self, index: u32) -> Result<T, Invalid> {
+        load_words(self.slot_of::<T>(index))
     }
 
-    /// As [`read_slot`](Ring::read_slot), into `value`.
+    /// As [`read_slot`](Ring::read_slot), into `dst` ([`load_words_into`]).
     #[inline]
-    pub(crate) fn read_into<T: Pod>(&self, index: u32, value: &mut T) {
-        let words = self.slot_of::<T>(index);
-        let (chunks, rest) = bytemuck::bytes_of_mut(value).as_chunks_mut::<8>();
-        let full = chunks.len();
-        for (chunk, word) in chunks.iter_mut().zip(words) {
-            *chunk = word.load(Ordering::Relaxed).to_ne_bytes();
-        }
-        if !rest.is_empty() {
-            let last = words[full].load(Ordering::Relaxed).to_ne_bytes();
-            rest.copy_from_slice(&last[..rest.len()]);
-        }
+    pub(crate) fn read_slot_into<T: Message>(
+        &self,
+        index: u32,
+        dst: &mut T,
+    ) -> Result<(), Invalid> {
+        load_words_into(self.slot_of::<T>(index), dst)
     }
 
     /// Free slots, reloading the consumer's head when the cache shows fewer

@@ -5,7 +5,7 @@
 use std::thread;
 use std::time::Duration;
 
-use bytemuck::Pod;
+use crate::Message;
 use nodeipc_shm::wait::{Deadline, PARK_ANY_MAX, SLICE, Spin, park_any};
 use rustix::io::Errno;
 
@@ -17,7 +17,8 @@ mod sealed {
     pub trait Sealed {}
 }
 
-/// A queue [`wait_any`] can wait on: a [`Consumer`] of any message type.
+/// A queue [`wait_any`] can wait on: a [`Consumer`] or an
+/// [`MpmcConsumer`](crate::MpmcConsumer) of any message type.
 pub trait Waitable: sealed::Sealed {
     #[doc(hidden)]
     fn has_data(&mut self) -> Result<bool>;
@@ -29,9 +30,10 @@ pub trait Waitable: sealed::Sealed {
     fn queue_label(&self) -> &str;
 }
 
-impl<T: Pod> sealed::Sealed for Consumer<T> {}
+impl<T: Message> sealed::Sealed for Consumer<T> {}
+impl<T: Message> sealed::Sealed for crate::MpmcConsumer<T> {}
 
-impl<T: Pod> Waitable for Consumer<T> {
+impl<T: Message> Waitable for Consumer<T> {
     fn has_data(&mut self) -> Result<bool> {
         Ok(self.ready()? > 0)
     }
@@ -48,6 +50,35 @@ impl<T: Pod> Waitable for Consumer<T> {
             parked.fetch_add(1, Ordering::SeqCst);
             crate::sync::fence(Ordering::SeqCst);
             let still = word.load(Ordering::SeqCst) == seen;
+            (still, Some((word, seen)))
+        } else {
+            parked.fetch_sub(1, Ordering::SeqCst);
+            (false, None)
+        }
+    }
+
+    fn queue_label(&self) -> &str {
+        self.label()
+    }
+}
+
+impl<T: Message> Waitable for crate::MpmcConsumer<T> {
+    fn has_data(&mut self) -> Result<bool> {
+        Ok(crate::MpmcConsumer::has_data(self))
+    }
+
+    fn peer_gone(&mut self) -> bool {
+        self.producers_gone()
+    }
+
+    /// As a [`Consumer`]'s, on the sequence word of the position found
+    /// empty last.
+    fn announce(&self, delta: i32) -> (bool, Option<(&crate::sync::AtomicU32, u32)>) {
+        let (word, parked, seen) = self.park_word();
+        if delta > 0 {
+            parked.fetch_add(1, Ordering::SeqCst);
+            crate::sync::fence(Ordering::SeqCst);
+            let still = word.load(Ordering::SeqCst) == seen && !self.has_data();
             (still, Some((word, seen)))
         } else {
             parked.fetch_sub(1, Ordering::SeqCst);

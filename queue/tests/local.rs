@@ -339,3 +339,25 @@ fn wait_any_returns_the_queue_with_data() {
         Err(Error::InvalidArgument { .. })
     ));
 }
+
+#[test]
+fn huge_pages_fall_back_to_normal_ones_and_say_so() {
+    use nodeipc_queue::Pages;
+    let queue = Queue::<u64>::anonymous_pages(64, SCHEMA, Pages::HugeOrNormal).unwrap();
+    let (mut tx, mut rx) = (queue.producer().unwrap(), queue.consumer().unwrap());
+    assert!(tx.try_push(&5).unwrap());
+    assert_eq!(rx.try_pop().unwrap(), Some(5));
+    if queue.huge_pages() {
+        // The system had huge pages to reserve (it/huge_pages tests that).
+        return;
+    }
+    // None reserved (as on this project's machines): the fallback was
+    // taken, and asking for huge pages alone says why not.
+    let err = Queue::<u64>::anonymous_pages(64, SCHEMA, Pages::Huge).unwrap_err();
+    let text = err.to_string();
+    assert!(
+        text.contains("huge pages unavailable") && text.contains("nr_hugepages"),
+        "{text}"
+    );
+    assert!(!Queue::<u64>::anonymous(64, SCHEMA).unwrap().huge_pages());
+}

@@ -364,3 +364,44 @@ fn regression_a_killed_peer_not_yet_reaped_is_dead_on_the_first_look_and_its_rol
     drop(queue);
     assert!(shm_leftovers(&name).is_empty());
 }
+
+/// A consumer killed while the ring has room: pushes fail with `PeerDied`
+/// within a slice (50 ms, checked on the coarse clock) instead of going on
+/// succeeding into a ring nobody will read (**fixed here**: they succeeded
+/// until the ring was full, then reported it full for ever).
+#[test]
+fn regression_a_push_to_a_killed_consumer_fails_while_there_is_room() {
+    let _dog = Watchdog::new("push to a killed consumer", Duration::from_secs(60));
+    let name = unique_name("queue-push-dead");
+    let queue = Queue::<Msg>::create(&name, 1024, SCHEMA).unwrap();
+    let mut tx = queue.producer().unwrap();
+    let mut consumer = child("consume-then-hang", &name, 0, 0);
+    ready(&mut consumer);
+    let pid = consumer.id();
+    assert!(tx.try_push(&msg(0)).unwrap(), "alive: pushes succeed");
+    consumer.kill();
+    let killed = Instant::now();
+    let mut pushed = 1u64;
+    let err = loop {
+        match tx.try_push(&msg(pushed)) {
+            Ok(true) => pushed += 1,
+            Ok(false) => panic!("the ring filled ({pushed} pushed) before the death was seen"),
+            Err(e) => break e,
+        }
+        // A slow pusher: a message a millisecond, room for a second.
+        thread::sleep(Duration::from_millis(1));
+    };
+    let seen = killed.elapsed();
+    match err {
+        Error::PeerDied {
+            role: Role::Consumer,
+            pid: dead,
+            ..
+        } => assert_eq!(dead, pid),
+        other => panic!("expected PeerDied, got {other:?}"),
+    }
+    assert!(pushed < 1024, "seen with room left");
+    // 50 ms on a quiet machine; generous here for a loaded one.
+    assert!(seen < Duration::from_millis(500), "seen after {seen:?}");
+    println!("a push saw the killed consumer after {seen:?} ({pushed} pushed)");
+}

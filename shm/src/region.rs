@@ -12,6 +12,19 @@ use crate::name::{dev_shm_path, validate_name};
 use crate::space::{HugePages, reserve};
 use crate::{Error, Result};
 
+/// What backs an anonymous region's memory
+/// ([`Region::anonymous_pages`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Pages {
+    /// The system's normal pages.
+    #[default]
+    Normal,
+    /// Huge pages (`MFD_HUGETLB`), or an error saying why not.
+    Huge,
+    /// Huge pages if the system can reserve them now, else normal pages.
+    HugeOrNormal,
+}
+
 /// The only permission bits a region of ours may carry: owner read and write.
 pub const REGION_MODE: u32 = 0o600;
 
@@ -200,6 +213,45 @@ impl Region {
     /// has free and of what size, when it cannot provide them.
     pub fn anonymous_huge(size: usize) -> Result<Region> {
         Region::anonymous_with(size, true)
+    }
+
+    /// An anonymous region backed as `pages` asks: normal pages, huge pages,
+    /// or huge pages if the system has them and normal ones otherwise
+    /// ([`Pages::HugeOrNormal`]). The choice is made here, at creation: huge
+    /// pages are reserved with `fallocate` before anything is mapped, so a
+    /// region that got them never faults for want of one later.
+    /// [`is_huge`](Region::is_huge) says which it got.
+    ///
+    /// # Errors
+    /// As [`anonymous`](Region::anonymous) and
+    /// [`anonymous_huge`](Region::anonymous_huge) ([`Pages::Huge`] only:
+    /// `HugeOrNormal` falls back instead).
+    ///
+    /// # Examples
+    /// ```
+    /// use nodeipc_shm::{Pages, Region};
+    /// let region = Region::anonymous_pages(1 << 20, Pages::HugeOrNormal)?;
+    /// println!("huge pages: {}", region.is_huge());
+    /// # Ok::<(), nodeipc_shm::Error>(())
+    /// ```
+    pub fn anonymous_pages(size: usize, pages: Pages) -> Result<Region> {
+        match pages {
+            Pages::Normal => Region::anonymous(size),
+            Pages::Huge => Region::anonymous_huge(size),
+            Pages::HugeOrNormal => match Region::anonymous_huge(size) {
+                Err(Error::HugePagesUnavailable { .. }) => Region::anonymous(size),
+                other => other,
+            },
+        }
+    }
+
+    /// Whether huge pages back the region (its file is on hugetlbfs:
+    /// `fstatfs`), for any region, received ones included.
+    pub fn is_huge(&self) -> bool {
+        const HUGETLBFS_MAGIC: i64 = 0x9584_58f6;
+        // `f_type`'s type differs between architectures (i64 on x86-64).
+        #[allow(clippy::unnecessary_cast)]
+        fs::fstatfs(&self.fd).is_ok_and(|st| st.f_type as i64 == HUGETLBFS_MAGIC)
     }
 
     fn anonymous_with(size: usize, huge: bool) -> Result<Region> {

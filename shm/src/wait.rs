@@ -393,6 +393,23 @@ pub fn unpark(word: &AtomicU32, count: u32) -> Result<usize, Errno> {
     futex::wake(word, futex::Flags::empty(), count)
 }
 
+/// The monotonic clock at its coarsest (`CLOCK_MONOTONIC_COARSE`, through
+/// the vDSO: a few nanoseconds, no `rdtsc`; it advances once a kernel tick,
+/// 1 to 10 ms), as nanoseconds. For a check that must run at least every so
+/// many milliseconds on a path too hot for a full clock read (a queue's
+/// push checks its consumer's liveness at least every [`SLICE`]).
+///
+/// # References
+/// - [Linux `clock_gettime(2)`](https://man7.org/linux/man-pages/man2/clock_gettime.2.html), `CLOCK_MONOTONIC_COARSE`
+#[doc(alias = "CLOCK_MONOTONIC_COARSE")]
+#[inline]
+pub fn coarse_now_ns() -> u64 {
+    let t = rustix::time::clock_gettime(ClockId::MonotonicCoarse);
+    (t.tv_sec as u64)
+        .wrapping_mul(1_000_000_000)
+        .wrapping_add(t.tv_nsec as u64)
+}
+
 /// The largest `struct timespec`: what a timeout too long for one becomes.
 /// The kernel takes it (`poll`, `futex`) as a deadline it never reaches.
 pub const TIMESPEC_MAX: Timespec = Timespec {

@@ -54,8 +54,23 @@ impl Pinned {
     /// # Errors
     /// The kernel refusing the affinity.
     pub fn to(cpu: usize) -> io::Result<Pinned> {
+        Pinned::to_cores(&[cpu])
+    }
+
+    /// Lets the calling thread (and the processes it spawns meanwhile,
+    /// which inherit its affinity) run on any of `cpus`: a row of more
+    /// processes than cores, run from a thread pinned to one, would
+    /// otherwise put them all on that one.
+    ///
+    /// # Errors
+    /// The kernel refusing the affinity.
+    pub fn to_cores(cpus: &[usize]) -> io::Result<Pinned> {
         let previous = rustix::thread::sched_getaffinity(None)?;
-        pin_current_thread(cpu)?;
+        let mut set = rustix::thread::CpuSet::new();
+        for &cpu in cpus {
+            set.set(cpu);
+        }
+        rustix::thread::sched_setaffinity(None, &set)?;
         Ok(Pinned { previous })
     }
 }

@@ -9,7 +9,8 @@ use std::time::{Duration, Instant};
 use nodeipc_pool::{BlockRef, Handle};
 use nodeipc_queue::{Consumer, PeerState, Producer, Waitable, Zeroable};
 
-use super::{CORRUPT, Done, Progress, Tx, tx_bytes, tx_len, tx_sum};
+use super::{CORRUPT, Done, tx_bytes, tx_len, tx_sum};
+use crate::agave_bindings::{ProgressMessage, SharableTransactionRegion, TpuToPackMessage};
 
 /// Most transactions unreported at once by default: bounds the pool's use.
 pub const WINDOW: u64 = 8192;
@@ -96,8 +97,8 @@ impl Ledger {
     /// A queue or pool error, or the limit, named.
     pub fn run(
         &mut self,
-        tpu: &mut Producer<Tx>,
-        progress: &mut Producer<Progress>,
+        tpu: &mut Producer<TpuToPackMessage>,
+        progress: &mut Producer<ProgressMessage>,
         reports: &mut [Consumer<Done>],
         handle: &mut Handle,
         watch: &Arc<TpuProgress>,
@@ -107,7 +108,7 @@ impl Ledger {
         let mut last_report = Instant::now();
         let mut resend: VecDeque<u64> = VecDeque::new();
         let mut dones = [Done::zeroed(); 256];
-        let mut buf = [0u8; 256];
+        let mut buf = [0u8; 2048];
         let mut slot = 0u64;
         while self.tally.unique < self.count {
             if watch.stop.load(Ordering::Relaxed) || start.elapsed() > limit {
@@ -161,18 +162,30 @@ impl Ledger {
                 handle
                     .write_at(block, 0, &buf[..len])
                     .map_err(|e| e.to_string())?;
-                let tx = Tx {
-                    id,
-                    block: block.to_bits(),
-                    len: len as u32,
-                    ..Tx::default()
+                let tx = TpuToPackMessage {
+                    transaction: SharableTransactionRegion {
+                        offset: block.to_bits() as usize,
+                        length: len as u32,
+                    },
+                    flags: 0,
+                    src_addr: [0; 16],
                 };
-                if !tpu.try_push(&tx).map_err(|e| e.to_string())? {
+                let pushed = match tpu.try_push(&tx) {
+                    Ok(pushed) => pushed,
+                    // No scheduler right now (it died, or left): the next
+                    // one takes the queue over, contents intact.
+                    Err(
+                        nodeipc_queue::Error::PeerDied { .. }
+                        | nodeipc_queue::Error::PeerLeft { .. },
+                    ) => false,
+                    Err(e) => return Err(e.to_string()),
+                };
+                if !pushed {
                     handle.free(block).map_err(|e| e.to_string())?;
                     break;
                 }
                 busy = true;
-                let old = std::mem::replace(&mut self.blocks[id as usize], tx.block);
+                let old = std::mem::replace(&mut self.blocks[id as usize], block.to_bits());
                 if resend.front() == Some(&id) {
                     resend.pop_front();
                     self.resent += 1;
@@ -183,10 +196,19 @@ impl Ledger {
                     watch.pushed.store(self.next, Ordering::Relaxed);
                     if self.next.is_multiple_of(4096) {
                         slot += 1;
-                        // Progress is advisory: a full queue (no scheduler) skips it.
-                        let _ = progress.try_push(&Progress {
-                            slot,
-                            pushed: self.next,
+                        // Progress is advisory: a full queue (no scheduler)
+                        // or none (it died) skips it.
+                        let _ = progress.try_push(&ProgressMessage {
+                            leader_state: 2,
+                            current_slot_progress: (self.next * 100 / self.count) as u8,
+                            epoch: 0,
+                            current_slot: slot,
+                            next_leader_slot: slot,
+                            leader_range_end: slot + 4,
+                            remaining_cost_units: 48_000_000,
+                            remaining_allocated_accounts_data_size: 0,
+                            latest_blockhash: [0; 32],
+                            target_bank_time_ms: 400,
                         });
                     }
                 }

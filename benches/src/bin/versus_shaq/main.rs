@@ -9,7 +9,11 @@
 //! - `floor-rt`: the cache-line round trip, two words in one mapping (ns);
 //! - `spsc-throughput`: 64 B one way in batches of 64 (messages/s);
 //! - `pool-local`, `pool-remote`: nodeipc-pool beside rts-alloc 5.1.0 (see
-//!   `pool_rows.rs`) (ns).
+//!   `pool_rows.rs`) (ns);
+//! - `pool-view-hash`: a 1232-byte transaction read and hashed in place
+//!   through a `BlockView`, beside copying it out first (ns);
+//! - `mpmc-rt-1x1`, `mpmc-rt-2x2`, `mpmc-tp-1x1`, `mpmc-tp-2x2`:
+//!   `MpmcQueue` beside shaq's `mpmc` (see `mpmc_rows.rs`).
 //!
 //! Each row's figure is the median of `--rounds` (default 21) interleaved
 //! rounds (every round measures every row, ours then the anchor's, with a
@@ -17,7 +21,9 @@
 //! messages, to prove it runs.
 //!
 //! `cargo run --release -p nodeipc-benches --features rivals --bin versus-shaq -- --json`
+//! (`--only spsc-rt-poll,floor-rt` measures those rows alone).
 
+mod mpmc_rows;
 mod peer;
 mod pool_rows;
 mod rows;
@@ -28,7 +34,7 @@ use rows::{Impl, Params, Row};
 
 fn main() -> io::Result<()> {
     if let Some(spec) = peer::role() {
-        return rows::run_peer(&spec);
+        return rows::run_peer(&spec).map_err(|e| io::Error::other(format!("peer {spec}: {e}")));
     }
     let args: Vec<String> = std::env::args().skip(1).collect();
     let quick = args.iter().any(|a| a == "--quick");
@@ -41,6 +47,27 @@ fn main() -> io::Result<()> {
         None if quick => 3,
         None => 21,
     };
+    // `--only ROW[,ROW]`: measure those rows alone (for profiling one).
+    let only: Option<Vec<String>> = match args.iter().position(|a| a == "--only") {
+        Some(i) => Some(
+            args.get(i + 1)
+                .ok_or_else(|| io::Error::other("--only needs row names"))?
+                .split(',')
+                .map(str::to_owned)
+                .collect(),
+        ),
+        None => None,
+    };
+    let rows: Vec<Row> = Row::ALL
+        .into_iter()
+        .filter(|r| {
+            only.as_ref()
+                .is_none_or(|o| o.iter().any(|n| n == r.name()))
+        })
+        .collect();
+    if rows.is_empty() {
+        return Err(io::Error::other("--only names no row"));
+    }
     let params = if quick { Params::QUICK } else { Params::FULL };
     let pin = nodeipc_cli::bench::machine::cores() >= 2;
     // Described before pinning narrows what this process sees.
@@ -63,17 +90,19 @@ fn main() -> io::Result<()> {
         );
     }
     let mut samples: Vec<(Row, Impl, Vec<f64>)> = Vec::new();
-    for row in Row::ALL {
+    for &row in &rows {
         for imp in row.impls() {
             samples.push((row, *imp, Vec::new()));
         }
     }
     for _ in 0..rounds {
         for (row, imp, values) in &mut samples {
-            values.push(rows::sample(*row, *imp, params, pin)?);
+            let value = rows::sample(*row, *imp, params, pin)
+                .map_err(|e| io::Error::other(format!("{} ({}): {e}", row.name(), imp.name())))?;
+            values.push(value);
         }
     }
-    for row in Row::ALL {
+    for &row in &rows {
         let of = |imp: Impl| {
             samples
                 .iter()

@@ -201,3 +201,72 @@ pub(crate) fn free_rts(file: OwnedFd, queue: OwnedFd, n: u64) -> io::Result<()> 
     }
     Ok(())
 }
+
+/// A transaction's size, Agave's packet limit.
+const TX: usize = 1232;
+
+/// A word-at-a-time hash (FNV-1a over 64-bit words): each word feeds the
+/// next step, as a parser or a hash over a transaction would.
+#[inline]
+fn hash_words(words: impl Iterator<Item = u64>) -> u64 {
+    words.fold(0xcbf2_9ce4_8422_2325, |h, w| {
+        (h ^ w).wrapping_mul(0x0000_0100_0000_01b3)
+    })
+}
+
+/// A pool with one 1232-byte transaction written by its owner, read by a
+/// free-only handle (another process's view of it).
+fn one_transaction() -> io::Result<(Pool, Handle, BlockRef)> {
+    let pool = Pool::anonymous(&config()).map_err(err)?;
+    let mut owner = pool.handle().map_err(err)?;
+    let block = owner.alloc(TX).map_err(err)?;
+    let bytes: Vec<u8> = (0..TX).map(|i| (i * 131 + 17) as u8).collect();
+    owner.write_at(block, 0, &bytes).map_err(err)?;
+    // The owner's handle stays joined (dropped with the pool at the end).
+    std::mem::forget(owner);
+    let reader = pool.free_only().map_err(err)?;
+    Ok((pool, reader, block))
+}
+
+/// ns per read-and-hash of a 1232-byte transaction in place, through a
+/// `BlockView` (the reference checked, then the words loaded into the hash).
+pub(crate) fn view_hash_nodeipc(n: u64) -> io::Result<f64> {
+    let (_pool, reader, block) = one_transaction()?;
+    let once = || -> io::Result<u64> {
+        let view = reader.view(black_box(block)).map_err(err)?;
+        Ok(hash_words(view.words().take(TX / 8)))
+    };
+    let want = once()?;
+    let start = Instant::now();
+    for _ in 0..n {
+        if black_box(once()?) != want {
+            return Err(err("hash changed"));
+        }
+    }
+    Ok(start.elapsed().as_nanos() as f64 / n as f64)
+}
+
+/// The same, copying the transaction out first (`read_at`, a checked
+/// `memcpy`) into a stack buffer, then hashing the copy.
+pub(crate) fn copy_hash(n: u64) -> io::Result<f64> {
+    let (_pool, reader, block) = one_transaction()?;
+    let once = || -> io::Result<u64> {
+        let mut buf = [0u8; TX];
+        reader.read_at(black_box(block), 0, &mut buf).map_err(err)?;
+        let buf = black_box(&buf);
+        Ok(hash_words(
+            buf.as_chunks::<8>()
+                .0
+                .iter()
+                .map(|c| u64::from_ne_bytes(*c)),
+        ))
+    };
+    let want = once()?;
+    let start = Instant::now();
+    for _ in 0..n {
+        if black_box(once()?) != want {
+            return Err(err("hash changed"));
+        }
+    }
+    Ok(start.elapsed().as_nanos() as f64 / n as f64)
+}

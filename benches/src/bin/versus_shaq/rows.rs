@@ -37,6 +37,11 @@ pub(crate) enum Row {
     Throughput,
     PoolLocal,
     PoolRemote,
+    PoolViewHash,
+    MpmcRt1,
+    MpmcRt2,
+    MpmcTp1,
+    MpmcTp2,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -44,6 +49,8 @@ pub(crate) enum Impl {
     Nodeipc,
     Shaq,
     RtsAlloc,
+    /// Copy a block out, then work on the copy.
+    CopyThenHash,
     /// Two words in one mapping: the floor any queue's round trip sits on.
     Floor,
 }
@@ -54,19 +61,25 @@ impl Impl {
             Impl::Nodeipc => "nodeipc",
             Impl::Shaq => "shaq",
             Impl::RtsAlloc => "rts-alloc",
+            Impl::CopyThenHash => "copy-then-hash",
             Impl::Floor => "floor",
         }
     }
 }
 
 impl Row {
-    pub(crate) const ALL: [Row; 6] = [
+    pub(crate) const ALL: [Row; 11] = [
         Row::RtPoll,
         Row::RtBlock,
         Row::Floor,
         Row::Throughput,
         Row::PoolLocal,
         Row::PoolRemote,
+        Row::PoolViewHash,
+        Row::MpmcRt1,
+        Row::MpmcRt2,
+        Row::MpmcTp1,
+        Row::MpmcTp2,
     ];
 
     pub(crate) fn name(self) -> &'static str {
@@ -77,12 +90,17 @@ impl Row {
             Row::Throughput => "spsc-throughput",
             Row::PoolLocal => "pool-local",
             Row::PoolRemote => "pool-remote",
+            Row::PoolViewHash => "pool-view-hash",
+            Row::MpmcRt1 => "mpmc-rt-1x1",
+            Row::MpmcRt2 => "mpmc-rt-2x2",
+            Row::MpmcTp1 => "mpmc-tp-1x1",
+            Row::MpmcTp2 => "mpmc-tp-2x2",
         }
     }
 
     pub(crate) fn unit(self) -> &'static str {
         match self {
-            Row::Throughput => "msg/s",
+            Row::Throughput | Row::MpmcTp1 | Row::MpmcTp2 => "msg/s",
             _ => "ns",
         }
     }
@@ -91,6 +109,7 @@ impl Row {
         match self {
             Row::Floor => &[Impl::Floor],
             Row::PoolLocal | Row::PoolRemote => &[Impl::Nodeipc, Impl::RtsAlloc],
+            Row::PoolViewHash => &[Impl::Nodeipc, Impl::CopyThenHash],
             _ => &[Impl::Nodeipc, Impl::Shaq],
         }
     }
@@ -99,10 +118,10 @@ impl Row {
 /// How many messages a sample sends.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Params {
-    rt_warm: u64,
-    rt_n: u64,
-    tp_warm: u64,
-    tp_n: u64,
+    pub(crate) rt_warm: u64,
+    pub(crate) rt_n: u64,
+    pub(crate) tp_warm: u64,
+    pub(crate) tp_n: u64,
     pool_n: u64,
 }
 
@@ -135,6 +154,16 @@ pub(crate) fn sample(row: Row, imp: Impl, p: Params, pin: bool) -> io::Result<f6
         (Row::PoolLocal, Impl::RtsAlloc) => crate::pool_rows::local_rts(p.pool_n),
         (Row::PoolRemote, Impl::Nodeipc) => crate::pool_rows::remote_nodeipc(p.pool_n, pin),
         (Row::PoolRemote, Impl::RtsAlloc) => crate::pool_rows::remote_rts(p.pool_n, pin),
+        (Row::PoolViewHash, Impl::Nodeipc) => crate::pool_rows::view_hash_nodeipc(p.pool_n),
+        (Row::PoolViewHash, Impl::CopyThenHash) => crate::pool_rows::copy_hash(p.pool_n),
+        (Row::MpmcRt1, Impl::Nodeipc) => crate::mpmc_rows::rt_nodeipc(1, p, pin),
+        (Row::MpmcRt1, Impl::Shaq) => crate::mpmc_rows::rt_shaq(1, p, pin),
+        (Row::MpmcRt2, Impl::Nodeipc) => crate::mpmc_rows::rt_nodeipc(2, p, pin),
+        (Row::MpmcRt2, Impl::Shaq) => crate::mpmc_rows::rt_shaq(2, p, pin),
+        (Row::MpmcTp1, Impl::Nodeipc) => crate::mpmc_rows::tp_nodeipc(1, p, pin),
+        (Row::MpmcTp1, Impl::Shaq) => crate::mpmc_rows::tp_shaq(1, p, pin),
+        (Row::MpmcTp2, Impl::Nodeipc) => crate::mpmc_rows::tp_nodeipc(2, p, pin),
+        (Row::MpmcTp2, Impl::Shaq) => crate::mpmc_rows::tp_shaq(2, p, pin),
         (row, imp) => Err(io::Error::other(format!("no {imp:?} for {row:?}"))),
     }
 }
@@ -147,6 +176,18 @@ pub(crate) fn run_peer(spec: &str) -> io::Result<()> {
     };
     let total: u64 = total.parse().map_err(|_| io::Error::other("bad count"))?;
     let (a, b) = (inherited(a)?, inherited(b)?);
+    if kind.starts_with("mpmc-send-nodeipc") || kind == "mpmc-recv-nodeipc" {
+        return crate::mpmc_rows::tp_peer_nodeipc(kind, a, b, total);
+    }
+    if kind.starts_with("mpmc-send-shaq") || kind == "mpmc-recv-shaq" {
+        return crate::mpmc_rows::tp_peer_shaq(kind, a, b, total);
+    }
+    if kind.starts_with("mpmc-") && kind.contains("nodeipc") {
+        return crate::mpmc_rows::peer_nodeipc(kind, a, b, total);
+    }
+    if kind.starts_with("mpmc-") && kind.contains("shaq") {
+        return crate::mpmc_rows::peer_shaq(kind, a, b, total);
+    }
     match kind {
         "rt-nodeipc-poll" => echo_nodeipc(a, b, total, false),
         "rt-nodeipc-block" => echo_nodeipc(a, b, total, true),
