@@ -10,9 +10,12 @@ mod nvrx;
 mod spawn;
 mod status;
 
-pub use config::{MAX_CONFIG_FILE, MonitorConfigFile};
+pub use config::{HostConfig, MAX_CONFIG_FILE, MonitorConfigFile};
 pub use estimator_state::EstimatorState;
-pub use health::{GpuId, GpuProbe, HealthChecks, HealthSetup, Unavailable};
+pub use health::{
+    DEFAULT_HEALTH_INTERVAL, GpuHealth, GpuId, GpuProbe, HealthChecks, HealthConfig, HealthSetup,
+    MAX_NICS, NicHealth, Unavailable,
+};
 pub use logging::StderrLogger;
 pub use nvrx::NvrxConfig;
 pub use spawn::{

@@ -8,7 +8,7 @@ use serde_json::{Map, Value};
 
 use nodeipc_monitor::{MonitorConfig, Result};
 
-use crate::{MonitorConfigFile, config_error};
+use crate::{HealthConfig, HostConfig, MonitorConfigFile, config_error};
 
 /// Their name, ours, and whether the value is seconds (ours: milliseconds).
 const ALIASES: [(&str, &str, bool); 7] = [
@@ -52,6 +52,9 @@ const OURS: [&str; 14] = [
 pub struct NvrxConfig {
     /// The monitor's configuration.
     pub monitor: MonitorConfig,
+    /// The health checks (ours, `health_checks`: NVRx's own are a
+    /// launcher's, in [`others`](NvrxConfig::others)).
+    pub health: HealthConfig,
     /// Their `safety_factor`, for a [`TimeoutEstimator`](nodeipc_monitor::TimeoutEstimator).
     pub safety_factor: Option<f64>,
     /// One line per key ignored (unknown to us), naming it.
@@ -157,9 +160,11 @@ fn translate(block: Map<String, Value>) -> Result<NvrxConfig> {
     for (name, value) in ours {
         aliased.insert(name, value);
     }
-    let monitor = MonitorConfig::from_json(&Value::Object(aliased).to_string())?;
+    let HostConfig { monitor, health } =
+        HostConfig::from_json(&Value::Object(aliased).to_string())?;
     Ok(NvrxConfig {
         monitor,
+        health,
         safety_factor,
         warnings,
         others,

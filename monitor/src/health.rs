@@ -1,13 +1,9 @@
 //! Health checks the server polls at every periodic check: a failed one
 //! terminates the rank exactly as a timeout does. Only "process alive" is
-//! built in; the NIC and GPU checks a configuration's health section asks
-//! for are built by `nodeipc-monitor-host`.
-
-mod config;
+//! built in; the NIC and GPU checks (and the configuration section that
+//! asks for them) are `nodeipc-monitor-host`'s.
 
 use nodeipc_fdpass::Pidfd;
-
-pub use config::{DEFAULT_HEALTH_INTERVAL, GpuHealth, HealthConfig, MAX_NICS, NicHealth};
 
 use crate::RankInfo;
 

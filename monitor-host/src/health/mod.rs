@@ -3,6 +3,7 @@
 //! each at its own interval, built for one local rank or for whichever
 //! rank registers.
 
+mod config;
 mod every;
 mod gpu;
 mod nic;
@@ -11,7 +12,9 @@ mod rank_gpu;
 
 #[cfg(doc)]
 use nodeipc_monitor::Error;
-use nodeipc_monitor::{HealthCheck, HealthConfig, Result};
+use nodeipc_monitor::{HealthCheck, Result};
+
+pub use config::{DEFAULT_HEALTH_INTERVAL, GpuHealth, HealthConfig, MAX_NICS, NicHealth};
 
 pub(crate) use every::Every;
 pub(crate) use gpu::{GpuCheck, gpu_for_local_rank};
