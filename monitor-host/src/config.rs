@@ -7,14 +7,12 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use nodeipc_monitor::{
-    Error, MonitorConfig, Result, Timeouts, signal_by_name, signal_by_number, signal_name,
-};
+use nodeipc_monitor::{MonitorConfig, Timeouts, signal_by_name, signal_by_number, signal_name};
 use nodeipc_text::whole_ms as ms;
 use serde::{Deserialize, Serialize};
 
-use crate::config_error;
 use crate::health::{DEFAULT_HEALTH_INTERVAL, GpuHealth, HealthConfig, NicHealth};
+use crate::{Error, Result, config_error};
 
 /// Largest configuration file [`MonitorConfigFile::load`] reads.
 pub const MAX_CONFIG_FILE: u64 = 1024 * 1024;
@@ -131,7 +129,7 @@ pub trait MonitorConfigFile: Sized {
     /// assert_eq!(config.monitor.timeouts.heartbeat, Some(Duration::from_secs(30)));
     /// assert_eq!(config.monitor.kill_after, Some(Duration::from_secs(2)));
     /// assert_eq!(config.health.gpu.unwrap().interval, Duration::from_secs(10));
-    /// # Ok::<(), nodeipc_monitor::Error>(())
+    /// # Ok::<(), nodeipc_monitor_host::Error>(())
     /// ```
     fn from_json(text: &str) -> Result<Self>;
 
@@ -176,7 +174,7 @@ pub trait MonitorConfigFile: Sized {
     /// assert_eq!(nvrx.monitor.timeouts.heartbeat, Some(Duration::from_millis(30_500)));
     /// assert_eq!(nvrx.monitor.timeouts.sections["step"], Duration::from_secs(5));
     /// assert_eq!(nvrx.warnings.len(), 1); // log_level
-    /// # Ok::<(), nodeipc_monitor::Error>(())
+    /// # Ok::<(), nodeipc_monitor_host::Error>(())
     /// ```
     fn from_nvrx(text: &str) -> Result<crate::NvrxConfig>;
 

@@ -3,6 +3,7 @@
 
 mod codec;
 mod config;
+mod error;
 mod estimator_state;
 mod health;
 mod logging;
@@ -14,7 +15,7 @@ pub use config::{HostConfig, MAX_CONFIG_FILE, MonitorConfigFile};
 pub use estimator_state::EstimatorState;
 pub use health::{
     DEFAULT_HEALTH_INTERVAL, GpuHealth, GpuId, GpuProbe, HealthChecks, HealthConfig, HealthSetup,
-    MAX_NICS, NicHealth, Unavailable,
+    MAX_NICS, NicHealth, ProcessAlive, Unavailable,
 };
 pub use logging::StderrLogger;
 pub use nvrx::NvrxConfig;
@@ -24,8 +25,7 @@ pub use spawn::{
 };
 pub use status::StatusJson;
 
-/// The monitor's error type: this crate's calls fail as the monitor's do.
-pub use nodeipc_monitor::{Error, Result};
+pub use error::{Error, Result};
 
 /// An [`Error::Config`] naming the value and why.
 pub(crate) fn config_error(reason: impl Into<String>) -> Error {
@@ -40,9 +40,9 @@ pub(crate) fn io_error(
     path: impl std::fmt::Display,
     source: impl Into<std::io::Error>,
 ) -> Error {
-    Error::Io {
+    Error::Monitor(nodeipc_monitor::Error::Io {
         op,
         path: path.to_string(),
         source: source.into(),
-    }
+    })
 }

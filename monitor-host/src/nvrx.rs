@@ -6,9 +6,9 @@
 
 use serde_json::{Map, Value};
 
-use nodeipc_monitor::{MonitorConfig, Result};
+use nodeipc_monitor::MonitorConfig;
 
-use crate::{HealthConfig, HostConfig, MonitorConfigFile, config_error};
+use crate::{HealthConfig, HostConfig, MonitorConfigFile, Result, config_error};
 
 /// Their name, ours, and whether the value is seconds (ours: milliseconds).
 const ALIASES: [(&str, &str, bool); 7] = [

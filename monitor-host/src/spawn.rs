@@ -13,12 +13,15 @@ use nodeipc_fdpass::{ForkGeneration, Pidfd, Signal};
 
 use nodeipc_fdpass::StopSignals;
 use nodeipc_monitor::{
-    ControlClient, Error, LOG_TARGET, MonitorConfig, MonitorServer, MonitorStatus, Result,
-    Shutdown, control_socket_path,
+    ControlClient, LOG_TARGET, MonitorConfig, MonitorServer, MonitorStatus, Shutdown,
+    control_socket_path,
 };
 
 use crate::health::nvml_probe;
-use crate::{HealthChecks, HealthConfig, HostConfig, MonitorConfigFile, StderrLogger, io_error};
+use crate::{
+    Error, HealthChecks, HealthConfig, HostConfig, MonitorConfigFile, Result, StderrLogger,
+    io_error,
+};
 
 /// Set in a re-executed monitor's environment: the rank socket's path.
 pub const SERVE_ENV: &str = "NODEIPC_MONITOR_SERVE";
@@ -65,7 +68,7 @@ pub fn serve(socket: impl AsRef<Path>, config: impl Into<HostConfig>) -> Result<
         server.add_health_check(check);
     }
     server.set_shutdown_signals(signals);
-    server.run()
+    Ok(server.run()?)
 }
 
 /// If this process was started by [`spawn_monitor`] as a monitor
@@ -232,7 +235,7 @@ pub fn spawn_monitor_with(
         Err(e) => {
             let _ = child.kill();
             let _ = child.wait();
-            return Err(e.into());
+            return Err(nodeipc_monitor::Error::from(e).into());
         }
     };
     let mut handle = MonitorHandle {
@@ -307,7 +310,7 @@ impl MonitorHandle {
     /// # Errors
     /// As [`ControlClient::connect`].
     pub fn control(&self, timeout: Duration) -> Result<ControlClient> {
-        ControlClient::connect(self.control_path(), timeout)
+        Ok(ControlClient::connect(self.control_path(), timeout)?)
     }
 
     /// Its status, over a new control connection (5 s timeout).
@@ -315,7 +318,7 @@ impl MonitorHandle {
     /// # Errors
     /// As [`ControlClient::status`].
     pub fn status(&self) -> Result<MonitorStatus> {
-        self.control(Duration::from_secs(5))?.status()
+        Ok(self.control(Duration::from_secs(5))?.status()?)
     }
 
     /// How it ended, if it has.

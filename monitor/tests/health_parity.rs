@@ -22,7 +22,7 @@ use nodeipc_testkit::{TempDir, Watchdog};
 
 /// The NIC check a configuration builds, run whenever asked (its interval
 /// is 1 ms; [`probe`] waits 2 ms first).
-fn nic_check(root: &Path, names: &[&str]) -> nodeipc_monitor::Result<Box<dyn HealthCheck>> {
+fn nic_check(root: &Path, names: &[&str]) -> nodeipc_monitor_host::Result<Box<dyn HealthCheck>> {
     let config = HealthConfig {
         nic: Some(NicHealth {
             devices: names.iter().map(|n| (*n).to_owned()).collect(),

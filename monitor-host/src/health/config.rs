@@ -4,12 +4,11 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use nodeipc_monitor::{MAX_CHECK_INTERVAL, Result};
+use nodeipc_monitor::MAX_CHECK_INTERVAL;
 
 #[cfg(doc)]
-use nodeipc_monitor::Error;
-
-use crate::config_error;
+use crate::Error;
+use crate::{Result, config_error};
 
 /// Most NICs one configuration names.
 pub const MAX_NICS: usize = 64;

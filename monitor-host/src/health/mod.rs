@@ -3,6 +3,7 @@
 //! each at its own interval, built for one local rank or for whichever
 //! rank registers.
 
+mod alive;
 mod config;
 mod every;
 mod gpu;
@@ -11,9 +12,11 @@ mod nvml;
 mod rank_gpu;
 
 #[cfg(doc)]
-use nodeipc_monitor::Error;
-use nodeipc_monitor::{HealthCheck, Result};
+use crate::Error;
+use crate::Result;
+use nodeipc_monitor::HealthCheck;
 
+pub use alive::ProcessAlive;
 pub use config::{DEFAULT_HEALTH_INTERVAL, GpuHealth, HealthConfig, MAX_NICS, NicHealth};
 
 pub(crate) use every::Every;
