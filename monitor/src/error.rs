@@ -283,37 +283,3 @@ fn closed_hint(source: &nodeipc_proto::Error) -> &'static str {
 
 /// `Result` with this crate's [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
-
-#[cfg(test)]
-mod tests {
-    use std::path::PathBuf;
-    use std::time::Duration;
-
-    use super::Error;
-    use crate::MonitorConfig;
-
-    /// Times in the monitor's messages are in words (regression: "timed
-    /// out after 2.5s", "check interval 0ns must be between 1ms and 3600s").
-    #[test]
-    fn regression_times_in_messages_are_in_words() {
-        let timeout = Error::Timeout {
-            op: "waiting for the reply to Init".into(),
-            path: PathBuf::from("/run/x.sock"),
-            waited: Duration::from_millis(2500),
-            detail: String::new(),
-        };
-        assert!(
-            timeout.to_string().ends_with("timed out after 2.5 s"),
-            "{timeout}"
-        );
-        let config = MonitorConfig {
-            check_interval: Duration::ZERO,
-            ..MonitorConfig::default()
-        };
-        let why = config.validate().unwrap_err().to_string();
-        assert!(
-            why.contains("check interval 0 ns must be between 1 ms and 60 min"),
-            "{why}"
-        );
-    }
-}

@@ -275,23 +275,3 @@ impl MonitorStatus {
         })
     }
 }
-
-#[cfg(test)]
-mod display_tests {
-    use super::TimeoutsMs;
-
-    #[test]
-    fn timeouts_display_lists_every_field_and_escapes_section_names() {
-        let t = TimeoutsMs {
-            initial_heartbeat_ms: Some(1500),
-            heartbeat_ms: None,
-            out_of_section_ms: Some(7),
-            sections_ms: [("a\"b\n".to_string(), 42), ("step".to_string(), 9)].into(),
-        };
-        assert_eq!(
-            t.to_string(),
-            "initial_heartbeat=1500ms heartbeat=none out_of_section=7ms \
-             sections={\"a\\\"b\\n\": 42ms, \"step\": 9ms}"
-        );
-    }
-}
