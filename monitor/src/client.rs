@@ -28,6 +28,8 @@ pub struct EffectiveConfig {
     pub kill_after: Option<Duration>,
     /// Whether `Section` messages go unanswered.
     pub skip_section_replies: bool,
+    /// How often the monitor checks the timeouts (`None` from an older one).
+    pub check_interval: Option<Duration>,
 }
 
 impl EffectiveConfig {
@@ -37,6 +39,7 @@ impl EffectiveConfig {
             termination_signal: c.termination_signal,
             kill_after: c.kill_after_ms.map(Duration::from_millis),
             skip_section_replies: c.skip_section_replies,
+            check_interval: c.check_interval_ms.map(Duration::from_millis),
         }
     }
 }

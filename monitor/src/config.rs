@@ -184,6 +184,7 @@ impl MonitorConfig {
             termination_signal: self.termination_signal.as_raw(),
             kill_after_ms: self.kill_after.map(ms),
             skip_section_replies: self.skip_section_replies,
+            check_interval_ms: Some(ms(self.check_interval)),
         }
     }
 }

@@ -147,6 +147,7 @@ mod tests {
                 termination_signal: -1,
                 kill_after_ms: Some(u64::MAX),
                 skip_section_replies: true,
+                check_interval_ms: None,
             }),
             last_state: Some(vec![0xff; MAX_STATE]),
             ms_restarting: Some(u64::MAX),

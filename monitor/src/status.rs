@@ -238,6 +238,7 @@ impl MonitorStatus {
                 termination_signal: self.termination_signal,
                 kill_after_ms: self.kill_after_ms,
                 skip_section_replies: self.skip_section_replies,
+                check_interval_ms: None,
             }),
             last_state: self.last_state.clone(),
             ms_restarting: self.ms_restarting,

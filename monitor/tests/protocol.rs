@@ -581,3 +581,20 @@ fn a_client_that_shuts_down_its_sending_side_still_gets_every_answer() {
     assert_eq!(answers, QUERIES, "one answer for every query");
     server.finish();
 }
+
+#[test]
+fn the_init_and_update_replies_carry_the_check_interval() {
+    let _dog = Watchdog::new("check_interval_reply", Duration::from_secs(60));
+    let server = InProcess::start(
+        "mon-interval",
+        MonitorConfig {
+            check_interval: Duration::from_millis(250),
+            ..quiet()
+        },
+    );
+    let mut client = MonitorClient::connect(&server.socket, T).unwrap();
+    let config = client.init(&RankInfo::this_process(0, 0)).unwrap();
+    assert_eq!(config.check_interval, Some(Duration::from_millis(250)));
+    let updated = client.send_timeouts(&Default::default()).unwrap();
+    assert_eq!(updated.check_interval, Some(Duration::from_millis(250)));
+}

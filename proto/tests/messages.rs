@@ -110,6 +110,7 @@ fn effective_config() -> EffectiveConfig {
         termination_signal: 15,
         kill_after_ms: Some(5_000),
         skip_section_replies: true,
+        check_interval_ms: Some(1000),
     }
 }
 
