@@ -8,6 +8,7 @@ mod estimator_state;
 mod health;
 mod logging;
 mod nvrx;
+mod nvrx_calc;
 mod spawn;
 mod status;
 
@@ -18,7 +19,8 @@ pub use health::{
     MAX_NICS, NicHealth, ProcessAlive, Unavailable,
 };
 pub use logging::StderrLogger;
-pub use nvrx::NvrxConfig;
+pub use nvrx::{NvrxConfig, nvrx_document};
+pub use nvrx_calc::{HeartbeatTimeouts, NvrxCalc, NvrxState, SectionTimeouts};
 pub use spawn::{
     CONFIG_ENV, MonitorHandle, SERVE_ENV, SpawnOptions, run_if_server, serve, spawn_monitor,
     spawn_monitor_with,

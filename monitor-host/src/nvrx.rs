@@ -86,14 +86,7 @@ pub(crate) fn from_nvrx_with(
 /// The `fault_tolerance` block of a nvidia-resiliency-ext file (else its top
 /// level).
 fn nvrx_block(text: &str) -> Result<Map<String, Value>> {
-    let document: Value = if text.trim_start().starts_with('{') {
-        serde_json::from_str(text).map_err(|e| config_error(format!("JSON: {e}")))?
-    } else {
-        let yaml: serde_yaml_ng::Value =
-            serde_yaml_ng::from_str(text).map_err(|e| config_error(format!("YAML: {e}")))?;
-        from_yaml(yaml, "the document")?
-    };
-    match document {
+    match nvrx_document(text)? {
         Value::Object(mut top) => match top.remove("fault_tolerance") {
             Some(Value::Object(block)) => Ok(block),
             Some(other) => Err(config_error(format!(
@@ -169,6 +162,22 @@ fn translate(block: Map<String, Value>) -> Result<NvrxConfig> {
         warnings,
         others,
     })
+}
+
+/// A nvidia-resiliency-ext configuration document, whole: YAML (or JSON,
+/// when its first non-blank character is `{`) in JSON's model, refusing
+/// what JSON cannot hold (a NaN, a key that is not a string, a tag).
+///
+/// # Errors
+/// [`Error::Config`](crate::Error::Config) naming what does not parse.
+pub fn nvrx_document(text: &str) -> Result<Value> {
+    if text.trim_start().starts_with('{') {
+        serde_json::from_str(text).map_err(|e| config_error(format!("JSON: {e}")))
+    } else {
+        let yaml: serde_yaml_ng::Value =
+            serde_yaml_ng::from_str(text).map_err(|e| config_error(format!("YAML: {e}")))?;
+        from_yaml(yaml, "the document")
+    }
 }
 
 /// Their seconds (an integer or a fraction) as our whole milliseconds,
