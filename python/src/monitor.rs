@@ -187,6 +187,7 @@ impl MonitorConnection {
         let dict = in_force(py, &config.timeouts)?;
         dict.set_item("termination_signal", config.termination_signal)?;
         dict.set_item("skip_section_replies", config.skip_section_replies)?;
+        dict.set_item("check_interval", secs(config.check_interval))?;
         Ok(dict)
     }
 
