@@ -342,7 +342,8 @@ impl MonitorClient {
     }
 
     /// Lets `estimator` observe this client's heartbeats and sections from
-    /// now on (see [`send_estimated_timeouts`](MonitorClient::send_estimated_timeouts)).
+    /// now on; [`estimator_mut`](MonitorClient::estimator_mut)'s proposal goes
+    /// to [`send_timeouts`](MonitorClient::send_timeouts).
     pub fn attach_estimator(&mut self, mut estimator: TimeoutEstimator) {
         estimator.record_init(Instant::now());
         self.estimator = Some(estimator);
@@ -356,37 +357,6 @@ impl MonitorClient {
     /// The attached estimator, to record observations by hand.
     pub fn estimator_mut(&mut self) -> Option<&mut TimeoutEstimator> {
         self.estimator.as_mut()
-    }
-
-    /// Asks the attached estimator for timeouts and sends them.
-    ///
-    /// # Errors
-    /// [`Error::NotEnoughSamples`] (nothing sent); [`Error::Config`] when no
-    /// estimator is attached; as [`send_timeouts`](MonitorClient::send_timeouts).
-    pub fn send_estimated_timeouts(&mut self) -> Result<EffectiveConfig> {
-        let update = self
-            .estimator
-            .as_mut()
-            .ok_or_else(|| Error::config("no estimator attached"))?
-            .propose()?;
-        self.send_timeouts(&update)
-    }
-
-    /// nvidia-resiliency-ext's `calculate_and_set_hb_timeouts`: asks the
-    /// attached estimator for timeouts (never below its floor, merged with
-    /// its previous proposal) and applies them to the monitor. With
-    /// `skip_if_not_ready`, too few samples is `Ok(None)`, nothing sent.
-    ///
-    /// # Errors
-    /// As [`send_estimated_timeouts`](MonitorClient::send_estimated_timeouts).
-    pub fn calculate_and_set_timeouts(
-        &mut self,
-        skip_if_not_ready: bool,
-    ) -> Result<Option<EffectiveConfig>> {
-        match self.send_estimated_timeouts() {
-            Err(Error::NotEnoughSamples { .. }) if skip_if_not_ready => Ok(None),
-            other => other.map(Some),
-        }
     }
 }
 
