@@ -329,6 +329,23 @@ impl MonitorClient {
         Ok(EffectiveConfig::from_proto(&ok.config.unwrap_or_default()))
     }
 
+    /// Asks the launcher, through the monitor, for `action` (`monitor.proto`'s
+    /// `WorkloadAction`: 0 continue, 1 exclude this node, 2 shut down).
+    ///
+    /// # Errors
+    /// [`Error::Refused`] before `Init` or for another action; framing errors.
+    pub fn workload_control(&mut self, action: i32, description: &str) -> Result<()> {
+        const WHAT: &str = "the workload control request";
+        let description = description.to_owned();
+        let msg = pb::client_message::Msg::WorkloadControl(pb::WorkloadControl {
+            action,
+            description,
+        });
+        let request = pb::ClientMessage { msg: Some(msg) };
+        let reply = self.wire.call(WHAT, &request)?;
+        self.wire.expect_ok(WHAT, reply).map(drop)
+    }
+
     /// The monitor's state (`StatusQuery`).
     ///
     /// # Errors

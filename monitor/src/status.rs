@@ -207,6 +207,10 @@ pub struct MonitorStatus {
     /// (`restarting` or `terminated`); unset otherwise or from an older server.
     #[cfg_attr(feature = "serde", serde(default))]
     pub ms_restarting: Option<u64>,
+    /// The rank's workload control request since its `Init` (the action's
+    /// number, `monitor.proto`'s `WorkloadAction`, and why).
+    #[cfg_attr(feature = "serde", serde(default))]
+    pub workload_request: Option<(i32, String)>,
 }
 
 impl MonitorStatus {
@@ -242,6 +246,12 @@ impl MonitorStatus {
             }),
             last_state: self.last_state.clone(),
             ms_restarting: self.ms_restarting,
+            workload_request: (self.workload_request.clone()).map(|(action, description)| {
+                pb::WorkloadControl {
+                    action,
+                    description,
+                }
+            }),
         }
     }
 
@@ -273,6 +283,8 @@ impl MonitorStatus {
             skip_section_replies: config.skip_section_replies,
             last_state: s.last_state.clone(),
             ms_restarting: s.ms_restarting,
+            workload_request: (s.workload_request.as_ref())
+                .map(|w| (w.action, w.description.clone())),
         })
     }
 }
