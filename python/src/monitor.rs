@@ -337,6 +337,18 @@ impl MonitorConnection {
             .map_or(0, |e| e.section_samples(section)))
     }
 
+    /// Asks the launcher, through the monitor, for `action` (0 continue, 1
+    /// exclude this node, 2 shut the workload down).
+    fn workload_control(&self, py: Python<'_>, action: i32, description: &str) -> PyResult<()> {
+        let mut turn = self.turn(py, "workload_control")?;
+        let client = turn.client(py)?;
+        blocking(
+            py,
+            move || client.workload_control(action, description),
+            errors::monitor,
+        )
+    }
+
     /// The monitor's view of this rank: state, heartbeats, timeouts in force.
     fn status<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let mut turn = self.turn(py, "status")?;

@@ -686,5 +686,13 @@ class RankMonitorClient:
             self._send(hb, st)
 
     def send_workload_control_request(self, req: WorkloadControlRequest) -> None:
-        """Asks the launcher for ``req.action`` (see ``WorkloadAction``)."""
-        raise RuntimeError("IPC connection with the launcher is not available.")
+        """Asks the launcher for ``req.action``, over the monitor connection.
+        ``nodeipc launch`` applies it when the round ends, as NVRx's launcher
+        does at its next rendezvous: ``ShutdownWorkload`` ends the job with
+        no restart, ``ExcludeThisNode`` takes this node out (on one node the
+        job ends, saying why), ``Continue`` is acknowledged."""
+        conn, _ = self._ready()
+        try:
+            conn.workload_control(WorkloadAction(req.action).value, str(req.description))
+        except NodeipcError as e:
+            raise RankMonitorClientError(str(e)) from e
