@@ -48,6 +48,10 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
+#: The environment variable naming the rank's monitor socket (NVRx's; ``nodeipc
+#: launch`` sets ``NODEIPC_MONITOR_SOCKET``, which is read too).
+FT_RANK_MONITOR_IPC_SOCKET_ENV_VAR = "FT_RANK_MONITOR_IPC_SOCKET"
+
 #: How long the ranks of a node wait for each other at a calculation
 #: (joining the group, exchanging what each saw), in seconds.
 SYNC_TIMEOUT = 300.0
@@ -417,7 +421,7 @@ class RankMonitorClient:
             raise RankMonitorClientError("RankMonitorClient is already initialized")
         rank = self._global_rank()
         local = _env_int("LOCAL_RANK", "NODEIPC_LOCAL_RANK")
-        path = (self._socket_path or os.environ.get("FT_RANK_MONITOR_IPC_SOCKET")
+        path = (self._socket_path or os.environ.get(FT_RANK_MONITOR_IPC_SOCKET_ENV_VAR)
                 or os.environ.get("NODEIPC_MONITOR_SOCKET"))
         if not path:
             raise RankMonitorClientError(
