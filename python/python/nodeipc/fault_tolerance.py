@@ -261,8 +261,10 @@ class FaultToleranceConfig:
         if path is not None:
             try:
                 cfg = FaultToleranceConfig.from_yaml_file(path)
-            except ValueError:
-                if not os.path.exists(path):
+            except ValueError as e:
+                # A file without the section gives the defaults; one that
+                # does not parse is an error.
+                if "'fault_tolerance' section not found" not in str(e):
                     raise
         values = dataclasses.asdict(cfg)
         for field in dataclasses.fields(FaultToleranceConfig):
@@ -462,7 +464,11 @@ class RankMonitorClient:
     def _config(reply: Mapping[str, Any], warmup: Optional[int]) -> FaultToleranceConfig:
         """The monitor's configuration (its answer to ``Init``) as NVRx's."""
         raw = os.environ.get("NODEIPC_FT_SAFETY_FACTOR")
-        safety = float(raw) if raw else 5.0
+        try:
+            safety = float(raw) if raw else 5.0
+        except ValueError:
+            raise RankMonitorClientError(
+                f"NODEIPC_FT_SAFETY_FACTOR={raw!r} is not a number") from None
         values: Dict[str, Any] = {
             "initial_rank_heartbeat_timeout": reply.get("initial_heartbeat"),
             "rank_heartbeat_timeout": reply.get("heartbeat"),
