@@ -13,6 +13,8 @@ pub(crate) fn timed_out(error: &(dyn Error + 'static)) -> bool {
             e.is_timeout()
         } else if let Some(e) = e.downcast_ref::<nodeipc_monitor::Error>() {
             e.is_timeout()
+        } else if let Some(e) = e.downcast_ref::<nodeipc_monitor_host::Error>() {
+            e.is_timeout()
         } else {
             e.downcast_ref::<nodeipc_channel::Error>()
                 .is_some_and(|e| matches!(e, nodeipc_channel::Error::Timeout { .. }))

@@ -6,8 +6,8 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use clap::Subcommand;
-use nodeipc_monitor::{ControlClient, MonitorConfig};
-use nodeipc_monitor_host::{MonitorConfigFile, StatusJson};
+use nodeipc_monitor::ControlClient;
+use nodeipc_monitor_host::{HostConfig, MonitorConfigFile, StatusJson};
 
 use crate::{CmdResult, Failure};
 
@@ -49,8 +49,8 @@ pub(crate) fn run(command: MonitorCommand) -> CmdResult {
     match command {
         MonitorCommand::Serve { socket, config } => {
             let config = match config {
-                Some(file) => MonitorConfig::load(file)?,
-                None => MonitorConfig::default(),
+                Some(file) => HostConfig::load(file)?,
+                None => HostConfig::default(),
             };
             nodeipc_monitor_host::serve(socket, config)?;
             Ok(())

@@ -227,8 +227,8 @@ fn a_health_section_naming_a_nic_that_is_not_there_is_refused_at_start() {
 #[test]
 fn a_gpu_check_without_nvml_is_reported_unavailable_and_the_launch_runs() {
     let _watchdog = Watchdog::new("launch gpu", Duration::from_secs(60));
-    let gpu_only = nodeipc_monitor::HealthConfig {
-        gpu: Some(nodeipc_monitor::GpuHealth::default()),
+    let gpu_only = nodeipc_monitor_host::HealthConfig {
+        gpu: Some(nodeipc_monitor_host::GpuHealth::default()),
         nic: None,
     };
     let nvml = nodeipc_monitor_host::HealthChecks::checks_with_nvml(&gpu_only, 0).unwrap();

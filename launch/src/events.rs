@@ -158,6 +158,16 @@ pub enum Event {
         /// Why, for people.
         reason: String,
     },
+    /// A rank's workload control request (nvidia-resiliency-ext's), read
+    /// from its monitor when the round ended.
+    WorkloadRequest {
+        /// The rank's global rank.
+        rank: u32,
+        /// `continue`, `exclude_this_node` or `shutdown_workload`.
+        action: &'static str,
+        /// The rank's reason.
+        description: String,
+    },
     /// The launch is over.
     Finished {
         /// The launcher's exit status.
@@ -180,6 +190,15 @@ impl Event {
                 "{nproc} ranks, up to {max_restarts} restarts, monitors as {monitors} in {run_dir}"
             ),
             Event::Warning { reason } => format!("warning: {reason}"),
+            Event::WorkloadRequest {
+                rank,
+                action,
+                description,
+            } => format!(
+                "rank {rank} asked to {}: {}",
+                action.replace('_', " "),
+                Printable(description)
+            ),
             Event::Logs { dir } => format!("ranks' output files under {dir}"),
             Event::HealthUnavailable { check, reason } => {
                 format!("{check} health check unavailable, not run: {reason}")

@@ -3,8 +3,8 @@
 //! command-line flags) laid over it, built once per local rank at start;
 //! what cannot run here is reported, not fatal.
 
-use nodeipc_monitor::{GpuHealth, HealthCheck, HealthConfig, NicHealth, RankContext, RankInfo};
-use nodeipc_monitor_host::HealthChecks;
+use nodeipc_monitor::{HealthCheck, RankContext, RankInfo};
+use nodeipc_monitor_host::{GpuHealth, HealthChecks, HealthConfig, NicHealth};
 
 use crate::events::{Event, Events};
 use crate::options::{HealthOptions, LaunchOptions};
@@ -60,7 +60,7 @@ pub(crate) fn checks_for(
     local_rank: u32,
     events: &mut Events,
 ) -> Result<Vec<Box<dyn HealthCheck>>> {
-    let health = merged(&options.monitor.health, &options.health);
+    let health = merged(&options.health_checks, &options.health);
     let setup = health.checks_with_nvml(local_rank).map_err(|e| {
         Error::options(format!(
             "health checks (the monitor configuration's health_checks, --nic, --gpu-health): {e}"

@@ -17,7 +17,7 @@ use crate::output::{self, Logs};
 use crate::progress::{ProgressTracker, Verdict};
 use crate::rank::Rank;
 use crate::round::{self, Ctx, RoundEnd};
-use crate::{Error, Result, health, reap};
+use crate::{Error, Result, health, reap, workload};
 
 /// How long the launcher waits for a stop signal between two asks of a
 /// backend that is waiting for the other nodes.
@@ -302,6 +302,14 @@ fn rounds(
             }
             None => report,
         };
+        // nvidia-resiliency-ext's workload control, applied where its
+        // launcher applies it: when the round is over.
+        if !matches!(report, RoundReport::Interrupted { .. })
+            && let workload::Verdict::Finish(exit_code, summary) =
+                workload::requested(ctx, plan.rank_offset, code)?
+        {
+            return Ok((exit_code, summary, restart));
+        }
         // Progress comes before the restarts left, as in
         // nvidia-resiliency-ext: a job that keeps failing in place is not
         // restarted even with restarts to spare. Across nodes each launcher

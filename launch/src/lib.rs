@@ -15,6 +15,7 @@ mod rank;
 mod rdzv;
 mod reap;
 mod round;
+mod workload;
 
 #[cfg(feature = "etcd")]
 mod etcd;

@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use nodeipc_monitor::MonitorConfig;
+use nodeipc_monitor_host::HealthConfig;
 use nodeipc_text::duration;
 
 use crate::output::OutputOptions;
@@ -64,6 +65,9 @@ pub struct LaunchOptions {
     pub max_restarts: u32,
     /// How every rank's monitor watches it.
     pub monitor: MonitorConfig,
+    /// The health checks every rank's monitor runs (a configuration file's
+    /// `health_checks` section); [`health`](LaunchOptions::health) adds to them.
+    pub health_checks: HealthConfig,
     /// Where the private run directory (0700) is made; `None`:
     /// `$XDG_RUNTIME_DIR` when set, else the system's temporary directory.
     /// This one, or `$XDG_RUNTIME_DIR`, must be a directory of ours, not a
@@ -110,6 +114,7 @@ impl LaunchOptions {
             nproc,
             max_restarts: 0,
             monitor: MonitorConfig::default(),
+            health_checks: HealthConfig::default(),
             run_dir: None,
             stop_timeout: Duration::from_secs(10),
             rank_restart_timeout: None,

@@ -7,19 +7,49 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use nodeipc_monitor::{
-    DEFAULT_HEALTH_INTERVAL, Error, GpuHealth, HealthConfig, MonitorConfig, NicHealth, Result,
-    Timeouts, signal_by_name, signal_by_number, signal_name,
-};
+use nodeipc_monitor::{MonitorConfig, Timeouts, signal_by_name, signal_by_number, signal_name};
 use nodeipc_text::whole_ms as ms;
 use serde::{Deserialize, Serialize};
 
-use crate::config_error;
+use crate::health::{DEFAULT_HEALTH_INTERVAL, GpuHealth, HealthConfig, NicHealth};
+use crate::{Error, Result, config_error};
 
 /// Largest configuration file [`MonitorConfigFile::load`] reads.
 pub const MAX_CONFIG_FILE: u64 = 1024 * 1024;
 
-/// The JSON form of [`MonitorConfig`].
+/// What a configuration file holds: the monitor's configuration and the
+/// health checks run beside it (built by [`HealthChecks`](crate::HealthChecks)
+/// for whoever knows the rank's local rank: `nodeipc launch` does, and a
+/// monitor process of its own does for whichever rank registers).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct HostConfig {
+    /// How the monitor watches its rank.
+    pub monitor: MonitorConfig,
+    /// Health checks, each at its own interval (none by default).
+    pub health: HealthConfig,
+}
+
+impl From<MonitorConfig> for HostConfig {
+    fn from(monitor: MonitorConfig) -> HostConfig {
+        HostConfig {
+            monitor,
+            health: HealthConfig::default(),
+        }
+    }
+}
+
+impl HostConfig {
+    /// Checks both parts ([`MonitorConfig::validate`], [`HealthConfig::validate`]).
+    ///
+    /// # Errors
+    /// [`Error::Config`] naming the value.
+    pub fn validate(&self) -> Result<()> {
+        self.monitor.validate()?;
+        self.health.validate()
+    }
+}
+
+/// The JSON form of [`HostConfig`].
 #[derive(Debug, Default, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 struct ConfigFile {
@@ -76,8 +106,10 @@ enum SignalSpec {
     Name(String),
 }
 
-/// [`MonitorConfig`]'s file form: JSON (see the crate's README for the
-/// fields) and nvidia-resiliency-ext's YAML or JSON.
+/// The file form of [`HostConfig`] (and of a [`MonitorConfig`] alone: one
+/// with a `health_checks` section is refused, naming `HostConfig`): JSON
+/// (see the crate's README for the fields) and nvidia-resiliency-ext's
+/// YAML or JSON.
 pub trait MonitorConfigFile: Sized {
     /// Parses the JSON form.
     ///
@@ -87,18 +119,17 @@ pub trait MonitorConfigFile: Sized {
     /// # Examples
     /// ```
     /// use std::time::Duration;
-    /// use nodeipc_monitor::MonitorConfig;
-    /// use nodeipc_monitor_host::MonitorConfigFile;
+    /// use nodeipc_monitor_host::{HostConfig, MonitorConfigFile};
     ///
-    /// let config = MonitorConfig::from_json(
+    /// let config = HostConfig::from_json(
     ///     r#"{ "heartbeat_timeout_ms": 30000, "section_timeouts_ms": { "step": 5000 },
     ///          "termination_signal": "SIGTERM", "kill_after_ms": 2000,
     ///          "health_checks": { "gpu": { "interval_ms": 10000 } } }"#,
     /// )?;
-    /// assert_eq!(config.timeouts.heartbeat, Some(Duration::from_secs(30)));
-    /// assert_eq!(config.kill_after, Some(Duration::from_secs(2)));
+    /// assert_eq!(config.monitor.timeouts.heartbeat, Some(Duration::from_secs(30)));
+    /// assert_eq!(config.monitor.kill_after, Some(Duration::from_secs(2)));
     /// assert_eq!(config.health.gpu.unwrap().interval, Duration::from_secs(10));
-    /// # Ok::<(), nodeipc_monitor::Error>(())
+    /// # Ok::<(), nodeipc_monitor_host::Error>(())
     /// ```
     fn from_json(text: &str) -> Result<Self>;
 
@@ -143,7 +174,7 @@ pub trait MonitorConfigFile: Sized {
     /// assert_eq!(nvrx.monitor.timeouts.heartbeat, Some(Duration::from_millis(30_500)));
     /// assert_eq!(nvrx.monitor.timeouts.sections["step"], Duration::from_secs(5));
     /// assert_eq!(nvrx.warnings.len(), 1); // log_level
-    /// # Ok::<(), nodeipc_monitor::Error>(())
+    /// # Ok::<(), nodeipc_monitor_host::Error>(())
     /// ```
     fn from_nvrx(text: &str) -> Result<crate::NvrxConfig>;
 
@@ -178,8 +209,8 @@ pub trait MonitorConfigFile: Sized {
     ) -> Result<crate::NvrxConfig>;
 }
 
-impl MonitorConfigFile for MonitorConfig {
-    fn from_json(text: &str) -> Result<MonitorConfig> {
+impl MonitorConfigFile for HostConfig {
+    fn from_json(text: &str) -> Result<HostConfig> {
         let file: ConfigFile =
             serde_json::from_str(text).map_err(|e| config_error(e.to_string()))?;
         file.into_config()
@@ -190,10 +221,10 @@ impl MonitorConfigFile for MonitorConfig {
             .expect("a configuration always serializes")
     }
 
-    fn load(path: impl AsRef<Path>) -> Result<MonitorConfig> {
+    fn load(path: impl AsRef<Path>) -> Result<HostConfig> {
         let path = path.as_ref();
         let text = read_config_file(path)?;
-        MonitorConfig::from_json(&text).map_err(|e| in_file(path, e))
+        HostConfig::from_json(&text).map_err(|e| in_file(path, e))
     }
 
     fn from_nvrx(text: &str) -> Result<crate::NvrxConfig> {
@@ -218,6 +249,55 @@ impl MonitorConfigFile for MonitorConfig {
         let text = read_config_file(path)?;
         crate::nvrx::from_nvrx_with(Some(&text), overrides).map_err(|e| in_file(path, e))
     }
+}
+
+/// The monitor's part alone: as [`HostConfig`]'s, refusing a
+/// `health_checks` section (it would be dropped).
+impl MonitorConfigFile for MonitorConfig {
+    fn from_json(text: &str) -> Result<MonitorConfig> {
+        monitor_only(HostConfig::from_json(text)?)
+    }
+
+    fn to_json(&self) -> String {
+        HostConfig::from(self.clone()).to_json()
+    }
+
+    fn load(path: impl AsRef<Path>) -> Result<MonitorConfig> {
+        let path = path.as_ref();
+        monitor_only(HostConfig::load(path)?).map_err(|e| in_file(path, e))
+    }
+
+    fn from_nvrx(text: &str) -> Result<crate::NvrxConfig> {
+        HostConfig::from_nvrx(text)
+    }
+
+    fn load_nvrx(path: impl AsRef<Path>) -> Result<crate::NvrxConfig> {
+        HostConfig::load_nvrx(path)
+    }
+
+    fn from_nvrx_with(
+        text: Option<&str>,
+        overrides: serde_json::Map<String, serde_json::Value>,
+    ) -> Result<crate::NvrxConfig> {
+        HostConfig::from_nvrx_with(text, overrides)
+    }
+
+    fn load_nvrx_with(
+        path: &Path,
+        overrides: serde_json::Map<String, serde_json::Value>,
+    ) -> Result<crate::NvrxConfig> {
+        HostConfig::load_nvrx_with(path, overrides)
+    }
+}
+
+/// The monitor's part of `config`, which must have no health checks.
+fn monitor_only(config: HostConfig) -> Result<MonitorConfig> {
+    if !config.health.is_empty() {
+        return Err(config_error(
+            "health_checks: a MonitorConfig holds none; read the file as a HostConfig",
+        ));
+    }
+    Ok(config.monitor)
 }
 
 /// A configuration error as one of the file at `path`.
@@ -300,8 +380,9 @@ impl From<&HealthConfig> for HealthFile {
     }
 }
 
-impl From<&MonitorConfig> for ConfigFile {
-    fn from(c: &MonitorConfig) -> ConfigFile {
+impl From<&HostConfig> for ConfigFile {
+    fn from(host: &HostConfig) -> ConfigFile {
+        let c = &host.monitor;
         let t = &c.timeouts;
         ConfigFile {
             initial_heartbeat_timeout_ms: t.initial_heartbeat.map(ms),
@@ -321,13 +402,13 @@ impl From<&MonitorConfig> for ConfigFile {
             reply_timeout_ms: Some(ms(c.reply_timeout)),
             restart_expected: Some(c.restart_expected),
             heartbeat_region: Some(c.heartbeat_region),
-            health_checks: (!c.health.is_empty()).then(|| HealthFile::from(&c.health)),
+            health_checks: (!host.health.is_empty()).then(|| HealthFile::from(&host.health)),
         }
     }
 }
 
 impl ConfigFile {
-    fn into_config(self) -> Result<MonitorConfig> {
+    fn into_config(self) -> Result<HostConfig> {
         let defaults = MonitorConfig::default();
         let timeout = |what: &str, value: Option<u64>| -> Result<Option<Duration>> {
             match value {
@@ -342,7 +423,7 @@ impl ConfigFile {
             Some(SignalSpec::Number(n)) => signal_by_number(n)?,
             Some(SignalSpec::Name(name)) => signal_by_name(&name)?,
         };
-        let config = MonitorConfig {
+        let monitor = MonitorConfig {
             timeouts: Timeouts {
                 initial_heartbeat: timeout(
                     "initial_heartbeat_timeout_ms",
@@ -378,6 +459,9 @@ impl ConfigFile {
                 .map_or(defaults.reply_timeout, Duration::from_millis),
             restart_expected: self.restart_expected.unwrap_or(defaults.restart_expected),
             heartbeat_region: self.heartbeat_region.unwrap_or(defaults.heartbeat_region),
+        };
+        let config = HostConfig {
+            monitor,
             health: self.health_checks.unwrap_or_default().into_config()?,
         };
         config.validate()?;

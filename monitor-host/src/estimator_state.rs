@@ -11,13 +11,13 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use nodeipc_monitor::{
-    MAX_SECTION_NAME, MAX_SECTIONS, MAX_STATE, Observations, Result, Samples, TimeoutEstimator,
+    MAX_SECTION_NAME, MAX_SECTIONS, MAX_STATE, Observations, Samples, TimeoutEstimator,
     TimeoutUpdate,
 };
 use nodeipc_text::whole_ms as ms;
 
 use crate::codec::{Reader, Writer};
-use crate::config_error;
+use crate::{Result, config_error};
 
 const MAGIC: &[u8; 4] = b"NIES";
 const VERSION: u16 = 2;
@@ -243,7 +243,7 @@ impl EstimatorState for TimeoutEstimator {
         }
         .map_err(config_error)?;
         let d = |v: Option<u64>| v.filter(|&v| v > 0).map(Duration::from_millis);
-        self.add_observations(Observations {
+        Ok(self.add_observations(Observations {
             initial_heartbeat: from_wire(state.initial),
             heartbeat: from_wire(state.heartbeat),
             out_of_section: from_wire(state.out_of_section),
@@ -266,6 +266,6 @@ impl EstimatorState for TimeoutEstimator {
                             .collect(),
                     },
                 ),
-        })
+        })?)
     }
 }

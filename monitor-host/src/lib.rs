@@ -3,26 +3,31 @@
 
 mod codec;
 mod config;
+mod error;
 mod estimator_state;
 mod health;
 mod logging;
 mod nvrx;
+mod nvrx_calc;
 mod spawn;
 mod status;
 
-pub use config::{MAX_CONFIG_FILE, MonitorConfigFile};
+pub use config::{HostConfig, MAX_CONFIG_FILE, MonitorConfigFile};
 pub use estimator_state::EstimatorState;
-pub use health::{GpuId, GpuProbe, HealthChecks, HealthSetup, Unavailable};
+pub use health::{
+    DEFAULT_HEALTH_INTERVAL, GpuHealth, GpuId, GpuProbe, HealthChecks, HealthConfig, HealthSetup,
+    MAX_NICS, NicHealth, ProcessAlive, Unavailable,
+};
 pub use logging::StderrLogger;
-pub use nvrx::NvrxConfig;
+pub use nvrx::{NvrxConfig, nvrx_document};
+pub use nvrx_calc::{HeartbeatTimeouts, NvrxCalc, NvrxState, SectionTimeouts};
 pub use spawn::{
     CONFIG_ENV, MonitorHandle, SERVE_ENV, SpawnOptions, run_if_server, serve, spawn_monitor,
     spawn_monitor_with,
 };
 pub use status::StatusJson;
 
-/// The monitor's error type: this crate's calls fail as the monitor's do.
-pub use nodeipc_monitor::{Error, Result};
+pub use error::{Error, Result};
 
 /// An [`Error::Config`] naming the value and why.
 pub(crate) fn config_error(reason: impl Into<String>) -> Error {
@@ -37,9 +42,9 @@ pub(crate) fn io_error(
     path: impl std::fmt::Display,
     source: impl Into<std::io::Error>,
 ) -> Error {
-    Error::Io {
+    Error::Monitor(nodeipc_monitor::Error::Io {
         op,
         path: path.to_string(),
         source: source.into(),
-    }
+    })
 }

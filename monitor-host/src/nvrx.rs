@@ -6,9 +6,9 @@
 
 use serde_json::{Map, Value};
 
-use nodeipc_monitor::{MonitorConfig, Result};
+use nodeipc_monitor::MonitorConfig;
 
-use crate::{MonitorConfigFile, config_error};
+use crate::{HealthConfig, HostConfig, MonitorConfigFile, Result, config_error};
 
 /// Their name, ours, and whether the value is seconds (ours: milliseconds).
 const ALIASES: [(&str, &str, bool); 7] = [
@@ -52,6 +52,9 @@ const OURS: [&str; 14] = [
 pub struct NvrxConfig {
     /// The monitor's configuration.
     pub monitor: MonitorConfig,
+    /// The health checks (ours, `health_checks`: NVRx's own are a
+    /// launcher's, in [`others`](NvrxConfig::others)).
+    pub health: HealthConfig,
     /// Their `safety_factor`, for a [`TimeoutEstimator`](nodeipc_monitor::TimeoutEstimator).
     pub safety_factor: Option<f64>,
     /// One line per key ignored (unknown to us), naming it.
@@ -83,14 +86,7 @@ pub(crate) fn from_nvrx_with(
 /// The `fault_tolerance` block of a nvidia-resiliency-ext file (else its top
 /// level).
 fn nvrx_block(text: &str) -> Result<Map<String, Value>> {
-    let document: Value = if text.trim_start().starts_with('{') {
-        serde_json::from_str(text).map_err(|e| config_error(format!("JSON: {e}")))?
-    } else {
-        let yaml: serde_yaml_ng::Value =
-            serde_yaml_ng::from_str(text).map_err(|e| config_error(format!("YAML: {e}")))?;
-        from_yaml(yaml, "the document")?
-    };
-    match document {
+    match nvrx_document(text)? {
         Value::Object(mut top) => match top.remove("fault_tolerance") {
             Some(Value::Object(block)) => Ok(block),
             Some(other) => Err(config_error(format!(
@@ -157,13 +153,31 @@ fn translate(block: Map<String, Value>) -> Result<NvrxConfig> {
     for (name, value) in ours {
         aliased.insert(name, value);
     }
-    let monitor = MonitorConfig::from_json(&Value::Object(aliased).to_string())?;
+    let HostConfig { monitor, health } =
+        HostConfig::from_json(&Value::Object(aliased).to_string())?;
     Ok(NvrxConfig {
         monitor,
+        health,
         safety_factor,
         warnings,
         others,
     })
+}
+
+/// A nvidia-resiliency-ext configuration document, whole: YAML (or JSON,
+/// when its first non-blank character is `{`) in JSON's model, refusing
+/// what JSON cannot hold (a NaN, a key that is not a string, a tag).
+///
+/// # Errors
+/// [`Error::Config`](crate::Error::Config) naming what does not parse.
+pub fn nvrx_document(text: &str) -> Result<Value> {
+    if text.trim_start().starts_with('{') {
+        serde_json::from_str(text).map_err(|e| config_error(format!("JSON: {e}")))
+    } else {
+        let yaml: serde_yaml_ng::Value =
+            serde_yaml_ng::from_str(text).map_err(|e| config_error(format!("YAML: {e}")))?;
+        from_yaml(yaml, "the document")
+    }
 }
 
 /// Their seconds (an integer or a fraction) as our whole milliseconds,

@@ -13,12 +13,15 @@ use nodeipc_fdpass::{ForkGeneration, Pidfd, Signal};
 
 use nodeipc_fdpass::StopSignals;
 use nodeipc_monitor::{
-    ControlClient, Error, LOG_TARGET, MonitorConfig, MonitorServer, MonitorStatus, Result,
-    Shutdown, control_socket_path,
+    ControlClient, LOG_TARGET, MonitorConfig, MonitorServer, MonitorStatus, Shutdown,
+    control_socket_path,
 };
 
 use crate::health::nvml_probe;
-use crate::{HealthChecks, MonitorConfigFile, StderrLogger, io_error};
+use crate::{
+    Error, HealthChecks, HealthConfig, HostConfig, MonitorConfigFile, Result, StderrLogger,
+    io_error,
+};
 
 /// Set in a re-executed monitor's environment: the rank socket's path.
 pub const SERVE_ENV: &str = "NODEIPC_MONITOR_SERVE";
@@ -28,7 +31,7 @@ pub const SERVE_ENV: &str = "NODEIPC_MONITOR_SERVE";
 /// [`MonitorConfigFile::load`]'s trust rules.
 pub const CONFIG_ENV: &str = "NODEIPC_MONITOR_CONFIG";
 
-/// Builds the health checks `config.health` asks for (the GPU found from
+/// Builds the health checks `config`'s health section asks for (the GPU found from
 /// each registered rank's local rank, NVML loaded at run time; one that
 /// cannot run is logged, not fatal),
 /// binds `socket`, shuts down in order on any of the
@@ -42,13 +45,15 @@ pub const CONFIG_ENV: &str = "NODEIPC_MONITOR_CONFIG";
 /// # Errors
 /// [`Error::Config`] for a health check that cannot be built (a NIC that
 /// is not there); as [`MonitorServer::bind`] and [`MonitorServer::run`].
-pub fn serve(socket: impl AsRef<Path>, config: MonitorConfig) -> Result<Shutdown> {
+pub fn serve(socket: impl AsRef<Path>, config: impl Into<HostConfig>) -> Result<Shutdown> {
+    let HostConfig {
+        monitor: config,
+        health,
+    } = config.into();
     StderrLogger::install();
     // Before anything is bound: a NIC that is not there is refused at once.
     let env = std::env::var("CUDA_VISIBLE_DEVICES").ok();
-    let health = config
-        .health
-        .checks_for_any_rank(env.as_deref(), &mut nvml_probe)?;
+    let health = health.checks_for_any_rank(env.as_deref(), &mut nvml_probe)?;
     for unavailable in &health.unavailable {
         log::warn!(
             target: LOG_TARGET,
@@ -63,7 +68,7 @@ pub fn serve(socket: impl AsRef<Path>, config: MonitorConfig) -> Result<Shutdown
         server.add_health_check(check);
     }
     server.set_shutdown_signals(signals);
-    server.run()
+    Ok(server.run()?)
 }
 
 /// If this process was started by [`spawn_monitor`] as a monitor
@@ -85,8 +90,8 @@ pub fn run_if_server() {
     // The program's `main` has not run: nothing else can have set a logger.
     StderrLogger::install();
     let config = match std::env::var_os(CONFIG_ENV) {
-        Some(path) => MonitorConfig::load(PathBuf::from(path)),
-        None => Ok(MonitorConfig::default()),
+        Some(path) => HostConfig::load(PathBuf::from(path)),
+        None => Ok(HostConfig::default()),
     };
     let code = match config.and_then(|c| serve(PathBuf::from(socket), c)) {
         Ok(_) => 0,
@@ -126,6 +131,9 @@ pub struct SpawnOptions {
     /// is refused ([`Error::File`]), so a link planted in a shared directory
     /// never redirects the writes.
     pub log_file: Option<PathBuf>,
+    /// The health checks the monitor runs (for whichever rank registers;
+    /// none by default).
+    pub health: HealthConfig,
 }
 
 impl Default for SpawnOptions {
@@ -136,6 +144,7 @@ impl Default for SpawnOptions {
             stop_grace: Duration::from_secs(2),
             die_with_parent: true,
             log_file: None,
+            health: HealthConfig::default(),
         }
     }
 }
@@ -175,9 +184,13 @@ pub fn spawn_monitor_with(
     socket: impl AsRef<Path>,
     options: SpawnOptions,
 ) -> Result<MonitorHandle> {
+    let config = HostConfig {
+        monitor: config.clone(),
+        health: options.health.clone(),
+    };
     config.validate()?;
     let socket = socket.as_ref();
-    let file = write_config_file(socket, config)?;
+    let file = write_config_file(socket, &config)?;
     let _cleanup = ConfigFileGuard(file.clone());
     let (mut command, program) = match &options.program {
         None => {
@@ -222,7 +235,7 @@ pub fn spawn_monitor_with(
         Err(e) => {
             let _ = child.kill();
             let _ = child.wait();
-            return Err(e.into());
+            return Err(nodeipc_monitor::Error::from(e).into());
         }
     };
     let mut handle = MonitorHandle {
@@ -297,7 +310,7 @@ impl MonitorHandle {
     /// # Errors
     /// As [`ControlClient::connect`].
     pub fn control(&self, timeout: Duration) -> Result<ControlClient> {
-        ControlClient::connect(self.control_path(), timeout)
+        Ok(ControlClient::connect(self.control_path(), timeout)?)
     }
 
     /// Its status, over a new control connection (5 s timeout).
@@ -305,7 +318,7 @@ impl MonitorHandle {
     /// # Errors
     /// As [`ControlClient::status`].
     pub fn status(&self) -> Result<MonitorStatus> {
-        self.control(Duration::from_secs(5))?.status()
+        Ok(self.control(Duration::from_secs(5))?.status()?)
     }
 
     /// How it ended, if it has.
@@ -386,7 +399,7 @@ fn config_file_path(socket: &Path, attempt: u32) -> PathBuf {
 /// Writes the configuration to a new 0600 file (`O_CREAT | O_EXCL |
 /// O_NOFOLLOW`: nothing already at the path is followed, truncated or
 /// reused) and returns its path.
-fn write_config_file(socket: &Path, config: &MonitorConfig) -> Result<PathBuf> {
+fn write_config_file(socket: &Path, config: &HostConfig) -> Result<PathBuf> {
     let mut attempt = 0;
     let (path, fd) = loop {
         let path = config_file_path(socket, attempt);

@@ -2,7 +2,9 @@
 //! prints, and a launcher reads back. The fields are the status's own
 //! (serde's derives in `nodeipc-monitor`, feature `serde`).
 
-use nodeipc_monitor::{Error, MonitorStatus, Result};
+use nodeipc_monitor::MonitorStatus;
+
+use crate::{Error, Result};
 
 /// [`MonitorStatus`]'s JSON form.
 pub trait StatusJson: Sized {
@@ -12,7 +14,7 @@ pub trait StatusJson: Sized {
     /// Reads [`to_json`](StatusJson::to_json)'s output back.
     ///
     /// # Errors
-    /// [`Error::Protocol`] naming what does not parse.
+    /// [`Error::Monitor`] of a protocol error naming what does not parse.
     fn from_json(text: &str) -> Result<Self>;
 }
 
@@ -22,8 +24,10 @@ impl StatusJson for MonitorStatus {
     }
 
     fn from_json(text: &str) -> Result<MonitorStatus> {
-        serde_json::from_str(text).map_err(|e| Error::Protocol {
-            reason: format!("not a monitor status: {e}"),
+        serde_json::from_str(text).map_err(|e| {
+            Error::Monitor(nodeipc_monitor::Error::Protocol {
+                reason: format!("not a monitor status: {e}"),
+            })
         })
     }
 }

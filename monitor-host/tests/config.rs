@@ -3,7 +3,8 @@
 
 use std::time::Duration;
 
-use nodeipc_monitor::{Error, MonitorConfig, Signal};
+use nodeipc_monitor::{MonitorConfig, Signal};
+use nodeipc_monitor_host::Error;
 use nodeipc_monitor_host::MonitorConfigFile;
 use nodeipc_testkit::TempDir;
 

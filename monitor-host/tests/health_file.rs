@@ -4,8 +4,8 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use nodeipc_monitor::{GpuHealth, HealthConfig, MonitorConfig, NicHealth};
-use nodeipc_monitor_host::MonitorConfigFile;
+use nodeipc_monitor::MonitorConfig;
+use nodeipc_monitor_host::{GpuHealth, HealthConfig, HostConfig, MonitorConfigFile, NicHealth};
 
 /// The example in the README, verbatim.
 const README_HEALTH: &str = r#"{
@@ -20,7 +20,7 @@ const README_HEALTH: &str = r#"{
 fn the_readme_health_example_parses_and_is_in_the_readme() {
     let readme = include_str!("../README.md");
     assert!(readme.contains(README_HEALTH), "README example drifted");
-    let c = MonitorConfig::from_json(README_HEALTH).unwrap();
+    let c = HostConfig::from_json(README_HEALTH).unwrap();
     let nic = c.health.nic.as_ref().unwrap();
     assert_eq!(nic.devices, ["eth0", "mlx5_0"]);
     assert_eq!(nic.sysfs_root, Path::new("/sys"));
@@ -29,7 +29,7 @@ fn the_readme_health_example_parses_and_is_in_the_readme() {
     assert_eq!(gpu.interval, Duration::from_secs(10));
     assert_eq!(gpu.cuda_visible_devices, None);
     // Defaults: /sys, 5 s.
-    let c = MonitorConfig::from_json(r#"{"health_checks": {"nic": {"devices": ["lo"]}}}"#).unwrap();
+    let c = HostConfig::from_json(r#"{"health_checks": {"nic": {"devices": ["lo"]}}}"#).unwrap();
     assert_eq!(c.health.nic.unwrap(), nic_default(&["lo"]));
 }
 
@@ -61,21 +61,24 @@ fn the_section_is_strict_and_names_what_is_wrong() {
             "lists 0 devices",
         ),
     ] {
-        let error = MonitorConfig::from_json(json).unwrap_err().to_string();
+        let error = HostConfig::from_json(json).unwrap_err().to_string();
         assert!(error.contains(fragment), "{json}: {error}");
     }
 }
 
 #[test]
 fn to_json_writes_the_section_back_escaping_what_needs_it() {
-    let config = MonitorConfig {
-        timeouts: nodeipc_monitor::Timeouts {
-            sections: [(
-                "quote \" back \\ nl \n ctl \u{1}".to_owned(),
-                Duration::from_millis(5),
-            )]
-            .into(),
-            ..Default::default()
+    let config = HostConfig {
+        monitor: MonitorConfig {
+            timeouts: nodeipc_monitor::Timeouts {
+                sections: [(
+                    "quote \" back \\ nl \n ctl \u{1}".to_owned(),
+                    Duration::from_millis(5),
+                )]
+                .into(),
+                ..Default::default()
+            },
+            ..MonitorConfig::default()
         },
         health: HealthConfig {
             nic: Some(NicHealth {
@@ -88,8 +91,23 @@ fn to_json_writes_the_section_back_escaping_what_needs_it() {
                 cuda_visible_devices: Some("GPU-1,2".into()),
             }),
         },
-        ..MonitorConfig::default()
     };
     let json = config.to_json();
-    assert_eq!(MonitorConfig::from_json(&json).unwrap(), config, "{json}");
+    assert_eq!(HostConfig::from_json(&json).unwrap(), config, "{json}");
+}
+
+#[test]
+fn a_monitor_config_alone_refuses_a_health_section_naming_host_config() {
+    let error = MonitorConfig::from_json(README_HEALTH)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        error.contains("health_checks") && error.contains("HostConfig"),
+        "{error}"
+    );
+    let plain = MonitorConfig::from_json(r#"{"heartbeat_timeout_ms": 30000}"#).unwrap();
+    assert_eq!(
+        HostConfig::from_json(&plain.to_json()).unwrap().monitor,
+        plain
+    );
 }

@@ -139,7 +139,7 @@ fn an_nvrx_file_may_carry_our_health_checks_section() {
         "fault_tolerance:\n  rank_heartbeat_timeout: 3\n  health_checks:\n    nic:\n      devices: [eth0]\n      interval_ms: 250\n",
     )
     .unwrap();
-    let nic = nvrx.monitor.health.nic.unwrap();
+    let nic = nvrx.health.nic.unwrap();
     assert_eq!(nic.devices, ["eth0"]);
     assert_eq!(nic.interval, Duration::from_millis(250));
     assert!(nvrx.warnings.is_empty(), "{:?}", nvrx.warnings);

@@ -28,6 +28,8 @@ pub struct EffectiveConfig {
     pub kill_after: Option<Duration>,
     /// Whether `Section` messages go unanswered.
     pub skip_section_replies: bool,
+    /// How often the monitor checks the timeouts (`None` from an older one).
+    pub check_interval: Option<Duration>,
 }
 
 impl EffectiveConfig {
@@ -37,6 +39,7 @@ impl EffectiveConfig {
             termination_signal: c.termination_signal,
             kill_after: c.kill_after_ms.map(Duration::from_millis),
             skip_section_replies: c.skip_section_replies,
+            check_interval: c.check_interval_ms.map(Duration::from_millis),
         }
     }
 }
@@ -326,6 +329,23 @@ impl MonitorClient {
         Ok(EffectiveConfig::from_proto(&ok.config.unwrap_or_default()))
     }
 
+    /// Asks the launcher, through the monitor, for `action` (`monitor.proto`'s
+    /// `WorkloadAction`: 0 continue, 1 exclude this node, 2 shut down).
+    ///
+    /// # Errors
+    /// [`Error::Refused`] before `Init` or for another action; framing errors.
+    pub fn workload_control(&mut self, action: i32, description: &str) -> Result<()> {
+        const WHAT: &str = "the workload control request";
+        let description = description.to_owned();
+        let msg = pb::client_message::Msg::WorkloadControl(pb::WorkloadControl {
+            action,
+            description,
+        });
+        let request = pb::ClientMessage { msg: Some(msg) };
+        let reply = self.wire.call(WHAT, &request)?;
+        self.wire.expect_ok(WHAT, reply).map(drop)
+    }
+
     /// The monitor's state (`StatusQuery`).
     ///
     /// # Errors
@@ -339,7 +359,8 @@ impl MonitorClient {
     }
 
     /// Lets `estimator` observe this client's heartbeats and sections from
-    /// now on (see [`send_estimated_timeouts`](MonitorClient::send_estimated_timeouts)).
+    /// now on; [`estimator_mut`](MonitorClient::estimator_mut)'s proposal goes
+    /// to [`send_timeouts`](MonitorClient::send_timeouts).
     pub fn attach_estimator(&mut self, mut estimator: TimeoutEstimator) {
         estimator.record_init(Instant::now());
         self.estimator = Some(estimator);
@@ -353,37 +374,6 @@ impl MonitorClient {
     /// The attached estimator, to record observations by hand.
     pub fn estimator_mut(&mut self) -> Option<&mut TimeoutEstimator> {
         self.estimator.as_mut()
-    }
-
-    /// Asks the attached estimator for timeouts and sends them.
-    ///
-    /// # Errors
-    /// [`Error::NotEnoughSamples`] (nothing sent); [`Error::Config`] when no
-    /// estimator is attached; as [`send_timeouts`](MonitorClient::send_timeouts).
-    pub fn send_estimated_timeouts(&mut self) -> Result<EffectiveConfig> {
-        let update = self
-            .estimator
-            .as_mut()
-            .ok_or_else(|| Error::config("no estimator attached"))?
-            .propose()?;
-        self.send_timeouts(&update)
-    }
-
-    /// nvidia-resiliency-ext's `calculate_and_set_hb_timeouts`: asks the
-    /// attached estimator for timeouts (never below its floor, merged with
-    /// its previous proposal) and applies them to the monitor. With
-    /// `skip_if_not_ready`, too few samples is `Ok(None)`, nothing sent.
-    ///
-    /// # Errors
-    /// As [`send_estimated_timeouts`](MonitorClient::send_estimated_timeouts).
-    pub fn calculate_and_set_timeouts(
-        &mut self,
-        skip_if_not_ready: bool,
-    ) -> Result<Option<EffectiveConfig>> {
-        match self.send_estimated_timeouts() {
-            Err(Error::NotEnoughSamples { .. }) if skip_if_not_ready => Ok(None),
-            other => other.map(Some),
-        }
     }
 }
 

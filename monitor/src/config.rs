@@ -9,7 +9,6 @@ use nodeipc_fdpass::Signal;
 use nodeipc_proto::monitor as pb;
 use nodeipc_text::duration;
 
-use crate::HealthConfig;
 use crate::limits::{MAX_SECTION_NAME, MAX_SECTIONS};
 use crate::refusal::{Refusal, RefusalCode, over_cap};
 use crate::{Error, Result};
@@ -94,12 +93,6 @@ pub struct MonitorConfig {
     pub restart_expected: bool,
     /// Hand a rank that asks for it the shared-memory heartbeat region.
     pub heartbeat_region: bool,
-    /// Health checks, each at its own interval (none by default). The
-    /// server runs the checks it is given
-    /// ([`MonitorServer::add_health_check`](crate::MonitorServer::add_health_check));
-    /// whoever knows the rank's local rank builds them from this section
-    /// (`nodeipc-monitor-host`'s `HealthChecks`): `nodeipc launch` does.
-    pub health: HealthConfig,
 }
 
 impl Default for MonitorConfig {
@@ -115,7 +108,6 @@ impl Default for MonitorConfig {
             reply_timeout: Duration::from_secs(5),
             restart_expected: true,
             heartbeat_region: true,
-            health: HealthConfig::default(),
         }
     }
 }
@@ -182,7 +174,6 @@ impl MonitorConfig {
             }
         }
         signal_by_number(self.termination_signal.as_raw())?;
-        self.health.validate()?;
         Ok(())
     }
 
@@ -193,6 +184,7 @@ impl MonitorConfig {
             termination_signal: self.termination_signal.as_raw(),
             kill_after_ms: self.kill_after.map(ms),
             skip_section_replies: self.skip_section_replies,
+            check_interval_ms: Some(ms(self.check_interval)),
         }
     }
 }

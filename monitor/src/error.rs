@@ -2,12 +2,11 @@
 
 use std::io;
 use std::path::PathBuf;
-use std::process::ExitStatus;
 use std::time::Duration;
 
 use crate::RefusalCode;
 
-/// What can go wrong binding, serving, connecting to or spawning a monitor.
+/// What can go wrong binding, serving or connecting to a monitor.
 /// Every variant names the path, process, limit or count it is about; system
 /// call failures keep their errno.
 #[derive(Debug, thiserror::Error)]
@@ -73,29 +72,6 @@ pub enum Error {
     Config {
         /// Which value and why.
         reason: String,
-    },
-
-    /// A configuration file could not be read or parsed.
-    #[error("configuration file {path}: {reason}")]
-    ConfigFile {
-        /// The file.
-        path: PathBuf,
-        /// What went wrong (with line and column for a parse error).
-        reason: String,
-    },
-
-    /// A file the monitor reads or creates was refused or could not be
-    /// opened: its configuration file (not a regular file, not ours,
-    /// writable by group or others, too large) or its log file (a symlink or
-    /// someone else's file in its place). The error names the path and what
-    /// was found there (type, owner, mode, size); the errno is kept.
-    #[error("{what}: {source}")]
-    File {
-        /// Which file ("configuration file", "log file").
-        what: &'static str,
-        /// What was wrong with it.
-        #[source]
-        source: nodeipc_fs::Error,
     },
 
     /// The server answered `Error { cause, code }`: the request was refused.
@@ -200,39 +176,6 @@ pub enum Error {
         need: usize,
     },
 
-    /// The spawned monitor process could not be started.
-    #[error("starting the monitor process {program} failed: {source}")]
-    Spawn {
-        /// The program.
-        program: PathBuf,
-        /// Why.
-        #[source]
-        source: io::Error,
-    },
-
-    /// The spawned monitor process exited before it accepted connections.
-    #[error("the monitor process exited before accepting connections ({status}){stderr_hint}")]
-    ServerExited {
-        /// How it ended.
-        status: ExitStatus,
-        /// A hint on where its message went.
-        stderr_hint: &'static str,
-    },
-
-    /// The spawned monitor did not accept connections in time.
-    #[error(
-        "the monitor process {pid} did not accept connections on {path} within {}",
-        nodeipc_text::duration(*waited)
-    )]
-    NotReady {
-        /// Its pid.
-        pid: u32,
-        /// Its control socket.
-        path: PathBuf,
-        /// How long we waited.
-        waited: Duration,
-    },
-
     /// A system call failed; the errno is kept in `source`.
     #[error("{op} {path}: {source}")]
     Io {
@@ -265,13 +208,10 @@ impl Error {
         }
     }
 
-    /// Whether a bounded wait ran out: [`Error::ConnectTimeout`],
-    /// [`Error::Timeout`] or [`Error::NotReady`].
+    /// Whether a bounded wait ran out: [`Error::ConnectTimeout`] or
+    /// [`Error::Timeout`].
     pub fn is_timeout(&self) -> bool {
-        matches!(
-            self,
-            Error::ConnectTimeout { .. } | Error::Timeout { .. } | Error::NotReady { .. }
-        )
+        matches!(self, Error::ConnectTimeout { .. } | Error::Timeout { .. })
     }
 
     /// Whether this is the server refusing a request ([`Error::Refused`]).
@@ -303,26 +243,14 @@ impl From<Error> for io::Error {
     /// error with its errno (`raw_os_error()`).
     fn from(error: Error) -> io::Error {
         let kind = match &error {
-            Error::Io { source, .. }
-            | Error::File {
-                source: nodeipc_fs::Error::Io { source, .. },
-                ..
-            } => source.kind(),
-            Error::File {
-                source: nodeipc_fs::Error::TooLarge { .. },
-                ..
-            } => io::ErrorKind::InvalidData,
-            Error::File { .. } => io::ErrorKind::PermissionDenied,
+            Error::Io { source, .. } => source.kind(),
             Error::Fdpass(_) | Error::Shm(_) | Error::Frame { .. } => io::ErrorKind::Other,
             Error::UnsafeDirectory { .. }
             | Error::SymlinkRefused { .. }
             | Error::Refused { .. } => io::ErrorKind::PermissionDenied,
             Error::AlreadyServing { .. } => io::ErrorKind::AddrInUse,
-            Error::ConnectTimeout { .. } | Error::Timeout { .. } | Error::NotReady { .. } => {
-                io::ErrorKind::TimedOut
-            }
+            Error::ConnectTimeout { .. } | Error::Timeout { .. } => io::ErrorKind::TimedOut,
             Error::Config { .. }
-            | Error::ConfigFile { .. }
             | Error::PathTooLong { .. }
             | Error::NotADirectory { .. }
             | Error::NotASocket { .. }
@@ -355,46 +283,3 @@ fn closed_hint(source: &nodeipc_proto::Error) -> &'static str {
 
 /// `Result` with this crate's [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
-
-#[cfg(test)]
-mod tests {
-    use std::path::PathBuf;
-    use std::time::Duration;
-
-    use super::Error;
-    use crate::MonitorConfig;
-
-    /// Times in the monitor's messages are in words (regression: "within
-    /// 10.093828ms", "check interval 0ns must be between 1ms and 3600s").
-    #[test]
-    fn regression_times_in_messages_are_in_words() {
-        let not_ready = Error::NotReady {
-            pid: 7,
-            path: PathBuf::from("/run/x.sock"),
-            waited: Duration::from_nanos(10_093_828),
-        };
-        assert_eq!(
-            not_ready.to_string(),
-            "the monitor process 7 did not accept connections on /run/x.sock within 10 ms"
-        );
-        let timeout = Error::Timeout {
-            op: "waiting for the reply to Init".into(),
-            path: PathBuf::from("/run/x.sock"),
-            waited: Duration::from_millis(2500),
-            detail: String::new(),
-        };
-        assert!(
-            timeout.to_string().ends_with("timed out after 2.5 s"),
-            "{timeout}"
-        );
-        let config = MonitorConfig {
-            check_interval: Duration::ZERO,
-            ..MonitorConfig::default()
-        };
-        let why = config.validate().unwrap_err().to_string();
-        assert!(
-            why.contains("check interval 0 ns must be between 1 ms and 60 min"),
-            "{why}"
-        );
-    }
-}

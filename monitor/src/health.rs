@@ -1,13 +1,9 @@
 //! Health checks the server polls at every periodic check: a failed one
-//! terminates the rank exactly as a timeout does. Only "process alive" is
-//! built in; the NIC and GPU checks a configuration's health section asks
-//! for are built by `nodeipc-monitor-host`.
-
-mod config;
+//! terminates the rank exactly as a timeout does. The checks themselves
+//! (process alive, NIC, GPU) and the configuration section that asks for
+//! them are `nodeipc-monitor-host`'s.
 
 use nodeipc_fdpass::Pidfd;
-
-pub use config::{DEFAULT_HEALTH_INTERVAL, GpuHealth, HealthConfig, MAX_NICS, NicHealth};
 
 use crate::RankInfo;
 
@@ -63,25 +59,5 @@ impl HealthCheck for Box<dyn HealthCheck> {
 
     fn check(&mut self, rank: &RankContext<'_>) -> Result<(), String> {
         (**self).check(rank)
-    }
-}
-
-/// Fails when the rank's process has exited (its pidfd is readable). The
-/// server notices an exit at once anyway; this check exists for symmetry
-/// with checks that poll something the server cannot wait on.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct ProcessAlive;
-
-impl HealthCheck for ProcessAlive {
-    fn name(&self) -> &str {
-        "process alive"
-    }
-
-    fn check(&mut self, rank: &RankContext<'_>) -> Result<(), String> {
-        if rank.pidfd.is_alive() {
-            Ok(())
-        } else {
-            Err(format!("process {} has exited", rank.pidfd.pid()))
-        }
     }
 }

@@ -26,10 +26,7 @@ pub use config::{
 };
 pub use error::{Error, Result};
 pub use estimator::{Observations, Samples, TimeoutEstimator};
-pub use health::{
-    DEFAULT_HEALTH_INTERVAL, GpuHealth, HealthCheck, HealthConfig, MAX_NICS, NicHealth,
-    ProcessAlive, RankContext,
-};
+pub use health::{HealthCheck, RankContext};
 pub use limits::{MAX_FRAME, MAX_HOST, MAX_SECTION_NAME, MAX_SECTIONS, MAX_STATE};
 pub use logging::{LOG_TARGET, LOG_WINDOW, LogLevel, MAX_LOG_LINE};
 pub use refusal::RefusalCode;

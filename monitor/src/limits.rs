@@ -77,7 +77,8 @@ const STATUS: usize = SMALL // state
     + U64 // ms_out_of_section
     + field(EFFECTIVE_CONFIG)
     + field(MAX_STATE) // last_state
-    + U64; // ms_restarting
+    + U64 // ms_restarting
+    + field(SMALL + field(MAX_CAUSE)); // workload_request
 
 /// The longest status reply, as a frame: `ServerMessage { status }` with
 /// every field at its cap, length prefix included.
@@ -147,9 +148,14 @@ mod tests {
                 termination_signal: -1,
                 kill_after_ms: Some(u64::MAX),
                 skip_section_replies: true,
+                check_interval_ms: None,
             }),
             last_state: Some(vec![0xff; MAX_STATE]),
             ms_restarting: Some(u64::MAX),
+            workload_request: Some(pb::WorkloadControl {
+                action: 2,
+                description: "d".repeat(MAX_CAUSE),
+            }),
         };
         let message = pb::ServerMessage {
             msg: Some(pb::server_message::Msg::Status(status)),

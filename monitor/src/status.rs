@@ -207,6 +207,10 @@ pub struct MonitorStatus {
     /// (`restarting` or `terminated`); unset otherwise or from an older server.
     #[cfg_attr(feature = "serde", serde(default))]
     pub ms_restarting: Option<u64>,
+    /// The rank's workload control request since its `Init` (the action's
+    /// number, `monitor.proto`'s `WorkloadAction`, and why).
+    #[cfg_attr(feature = "serde", serde(default))]
+    pub workload_request: Option<(i32, String)>,
 }
 
 impl MonitorStatus {
@@ -238,9 +242,16 @@ impl MonitorStatus {
                 termination_signal: self.termination_signal,
                 kill_after_ms: self.kill_after_ms,
                 skip_section_replies: self.skip_section_replies,
+                check_interval_ms: None,
             }),
             last_state: self.last_state.clone(),
             ms_restarting: self.ms_restarting,
+            workload_request: (self.workload_request.clone()).map(|(action, description)| {
+                pb::WorkloadControl {
+                    action,
+                    description,
+                }
+            }),
         }
     }
 
@@ -272,26 +283,8 @@ impl MonitorStatus {
             skip_section_replies: config.skip_section_replies,
             last_state: s.last_state.clone(),
             ms_restarting: s.ms_restarting,
+            workload_request: (s.workload_request.as_ref())
+                .map(|w| (w.action, w.description.clone())),
         })
-    }
-}
-
-#[cfg(test)]
-mod display_tests {
-    use super::TimeoutsMs;
-
-    #[test]
-    fn timeouts_display_lists_every_field_and_escapes_section_names() {
-        let t = TimeoutsMs {
-            initial_heartbeat_ms: Some(1500),
-            heartbeat_ms: None,
-            out_of_section_ms: Some(7),
-            sections_ms: [("a\"b\n".to_string(), 42), ("step".to_string(), 9)].into(),
-        };
-        assert_eq!(
-            t.to_string(),
-            "initial_heartbeat=1500ms heartbeat=none out_of_section=7ms \
-             sections={\"a\\\"b\\n\": 42ms, \"step\": 9ms}"
-        );
     }
 }

@@ -138,7 +138,7 @@ fn a_client_feeds_its_estimator_and_sends_what_it_proposes() {
     client.heartbeat().unwrap();
     client.heartbeat().unwrap();
     assert!(matches!(
-        client.send_estimated_timeouts(),
+        client.estimator_mut().unwrap().propose(),
         Err(Error::NotEnoughSamples {
             have: 1,
             need: 3,
@@ -152,7 +152,8 @@ fn a_client_feeds_its_estimator_and_sends_what_it_proposes() {
         client.heartbeat().unwrap();
     }
     assert_eq!(client.estimator().unwrap().heartbeat_samples(), 4);
-    let effective = client.send_estimated_timeouts().unwrap();
+    let proposal = client.estimator_mut().unwrap().propose().unwrap();
+    let effective = client.send_timeouts(&proposal).unwrap();
     let heartbeat = effective
         .timeouts
         .heartbeat

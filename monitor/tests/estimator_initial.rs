@@ -89,11 +89,11 @@ fn the_client_applies_its_estimates_and_skips_when_not_ready() {
     );
     client.heartbeat().unwrap();
     // One beat: no interval yet.
-    assert!(client.calculate_and_set_timeouts(true).unwrap().is_none());
-    assert!(client.calculate_and_set_timeouts(false).is_err());
+    assert!(client.estimator_mut().unwrap().propose().is_err());
     client.heartbeat().unwrap();
     client.heartbeat().unwrap();
-    let applied = client.calculate_and_set_timeouts(true).unwrap().unwrap();
+    let proposal = client.estimator_mut().unwrap().propose().unwrap();
+    let applied = client.send_timeouts(&proposal).unwrap();
     // Beats microseconds apart: the floor decides.
     assert_eq!(applied.timeouts.heartbeat, Some(Duration::from_secs(5)));
     assert_eq!(

@@ -10,7 +10,8 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use common::helper;
-use nodeipc_monitor::{Error, MonitorConfig};
+use nodeipc_monitor::MonitorConfig;
+use nodeipc_monitor_host::Error;
 use nodeipc_monitor_host::SpawnOptions;
 use nodeipc_testkit::{NOBODY, TempDir, Watchdog, is_root};
 
@@ -22,7 +23,7 @@ fn write_mode(path: &Path, text: &str, mode: u32) {
 fn spawn_with_log(
     dir: &TempDir,
     log: PathBuf,
-) -> nodeipc_monitor::Result<nodeipc_monitor_host::MonitorHandle> {
+) -> nodeipc_monitor_host::Result<nodeipc_monitor_host::MonitorHandle> {
     let options = SpawnOptions {
         program: Some(helper()),
         log_file: Some(log),
@@ -110,7 +111,8 @@ mod config_file {
     use std::sync::mpsc;
     use std::time::Duration;
 
-    use nodeipc_monitor::{Error, MonitorConfig};
+    use nodeipc_monitor::MonitorConfig;
+    use nodeipc_monitor_host::Error;
     use nodeipc_monitor_host::{MAX_CONFIG_FILE, MonitorConfigFile};
     use nodeipc_testkit::{NOBODY, TempDir, Watchdog, is_root, spawn_child};
 
@@ -118,7 +120,7 @@ mod config_file {
 
     /// `MonitorConfig::load` on a thread, bounded: a load that blocks (a FIFO)
     /// or reads forever (`/dev/zero`) fails the test instead of hanging it.
-    fn load_bounded(path: &Path) -> nodeipc_monitor::Result<MonitorConfig> {
+    fn load_bounded(path: &Path) -> nodeipc_monitor_host::Result<MonitorConfig> {
         let (tx, rx) = mpsc::channel();
         let path = path.to_owned();
         std::thread::spawn(move || {

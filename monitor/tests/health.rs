@@ -11,7 +11,8 @@ use std::time::{Duration, Instant};
 
 use common::{InProcess, Proc};
 use nodeipc_fdpass::Pidfd;
-use nodeipc_monitor::{HealthCheck, MonitorConfig, ProcessAlive, RankContext, RankInfo, RankState};
+use nodeipc_monitor::{HealthCheck, MonitorConfig, RankContext, RankInfo, RankState};
+use nodeipc_monitor_host::ProcessAlive;
 use nodeipc_testkit::Watchdog;
 
 /// Fails once told to; counts how often it was asked.

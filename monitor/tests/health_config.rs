@@ -14,10 +14,10 @@ use std::time::Duration;
 
 use common::sysfs::net;
 use common::{InProcess, Proc};
-use nodeipc_monitor::{
-    GpuHealth, HealthConfig, MonitorClient, MonitorConfig, NicHealth, RankInfo, RankState,
+use nodeipc_monitor::{MonitorClient, MonitorConfig, RankInfo, RankState};
+use nodeipc_monitor_host::{
+    GpuHealth, GpuId, GpuProbe, HealthChecks, HealthConfig, HostConfig, NicHealth,
 };
-use nodeipc_monitor_host::{GpuId, GpuProbe, HealthChecks};
 use nodeipc_testkit::{TempDir, Watchdog};
 
 fn nic(root: &Path, devices: &[&str], interval_ms: u64) -> NicHealth {
@@ -89,12 +89,12 @@ fn each_bad_value_is_refused_naming_its_field() {
         ),
     ];
     for (section, fragment) in cases {
-        let config = MonitorConfig {
+        let config = HostConfig {
             health: HealthConfig {
                 nic: Some(section),
                 gpu: None,
             },
-            ..MonitorConfig::default()
+            ..HostConfig::default()
         };
         let error = config.validate().unwrap_err().to_string();
         assert!(error.contains(fragment), "{fragment}: {error}");
@@ -233,16 +233,18 @@ fn a_nic_from_the_config_going_down_terminates_the_rank() {
     let _dog = Watchdog::new("config nic", Duration::from_secs(60));
     let dir = TempDir::new("health-cfg-down");
     net(dir.path(), "eth0", "up");
-    let config = MonitorConfig {
-        check_interval: Duration::from_millis(20),
+    let config = HostConfig {
+        monitor: MonitorConfig {
+            check_interval: Duration::from_millis(20),
+            ..MonitorConfig::default()
+        },
         health: HealthConfig {
             nic: Some(nic(dir.path(), &["eth0"], 50)),
             gpu: None,
         },
-        ..MonitorConfig::default()
     };
     let setup = config.health.checks_with_nvml(0).unwrap();
-    let server = InProcess::start_with("health-cfg-down", config, |s| {
+    let server = InProcess::start_with("health-cfg-down", config.monitor, |s| {
         for check in setup.checks {
             s.add_health_check(check);
         }
@@ -264,16 +266,18 @@ fn a_monitor_process_runs_the_checks_of_its_config_file() {
     let _dog = Watchdog::new("served nic", Duration::from_secs(60));
     let fixture = TempDir::new("health-cfg-served");
     net(fixture.path(), "eth0", "up");
-    let config = MonitorConfig {
-        check_interval: Duration::from_millis(20),
+    let config = HostConfig {
+        monitor: MonitorConfig {
+            check_interval: Duration::from_millis(20),
+            ..MonitorConfig::default()
+        },
         health: HealthConfig {
             nic: Some(nic(fixture.path(), &["eth0"], 20)),
             gpu: None,
         },
-        ..MonitorConfig::default()
     };
     // `nodeipc monitor serve --config FILE`: the file written by `to_json`.
-    let served = common::Served::spawn("health-cfg-served", &config);
+    let served = common::Served::spawn_host("health-cfg-served", &config);
     let mut rank = Proc::spawn(Command::new("sleep").arg("30"));
     let mut client = MonitorClient::connect(&served.socket, Duration::from_secs(10)).unwrap();
     client

@@ -15,15 +15,14 @@ use common::InProcess;
 use common::sysfs::{ib_port, net};
 use nodeipc_fdpass::Pidfd;
 use nodeipc_monitor::{
-    GpuHealth, HealthCheck, HealthConfig, MonitorClient, MonitorConfig, NicHealth, RankContext,
-    RankInfo, RankState,
+    HealthCheck, MonitorClient, MonitorConfig, RankContext, RankInfo, RankState,
 };
-use nodeipc_monitor_host::{GpuId, GpuProbe, HealthChecks};
+use nodeipc_monitor_host::{GpuHealth, GpuId, GpuProbe, HealthChecks, HealthConfig, NicHealth};
 use nodeipc_testkit::{TempDir, Watchdog};
 
 /// The NIC check a configuration builds, run whenever asked (its interval
 /// is 1 ms; [`probe`] waits 2 ms first).
-fn nic_check(root: &Path, names: &[&str]) -> nodeipc_monitor::Result<Box<dyn HealthCheck>> {
+fn nic_check(root: &Path, names: &[&str]) -> nodeipc_monitor_host::Result<Box<dyn HealthCheck>> {
     let config = HealthConfig {
         nic: Some(NicHealth {
             devices: names.iter().map(|n| (*n).to_owned()).collect(),

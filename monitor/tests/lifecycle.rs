@@ -243,7 +243,9 @@ fn a_monitor_that_cannot_start_is_reported_with_its_reason() {
     };
     let socket = dir.join("rank.sock");
     match nodeipc_monitor_host::spawn_monitor_with(&MonitorConfig::default(), &socket, options) {
-        Err(Error::ServerExited { status, .. }) => assert_eq!(status.code(), Some(1)),
+        Err(nodeipc_monitor_host::Error::ServerExited { status, .. }) => {
+            assert_eq!(status.code(), Some(1))
+        }
         other => panic!("expected ServerExited, got {other:?}"),
     }
     let text = std::fs::read_to_string(log.join("monitor.log")).unwrap();
@@ -258,7 +260,7 @@ fn a_monitor_that_cannot_start_is_reported_with_its_reason() {
     };
     assert!(matches!(
         nodeipc_monitor_host::spawn_monitor(&bad, &socket),
-        Err(Error::Config { .. })
+        Err(nodeipc_monitor_host::Error::Config { .. })
     ));
 }
 

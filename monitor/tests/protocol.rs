@@ -581,3 +581,57 @@ fn a_client_that_shuts_down_its_sending_side_still_gets_every_answer() {
     assert_eq!(answers, QUERIES, "one answer for every query");
     server.finish();
 }
+
+#[test]
+fn the_init_and_update_replies_carry_the_check_interval() {
+    let _dog = Watchdog::new("check_interval_reply", Duration::from_secs(60));
+    let server = InProcess::start(
+        "mon-interval",
+        MonitorConfig {
+            check_interval: Duration::from_millis(250),
+            ..quiet()
+        },
+    );
+    let mut client = MonitorClient::connect(&server.socket, T).unwrap();
+    let config = client.init(&RankInfo::this_process(0, 0)).unwrap();
+    assert_eq!(config.check_interval, Some(Duration::from_millis(250)));
+    let updated = client.send_timeouts(&Default::default()).unwrap();
+    assert_eq!(updated.check_interval, Some(Duration::from_millis(250)));
+}
+
+#[test]
+fn a_workload_control_request_is_kept_for_the_launcher_the_most_severe_standing() {
+    let _dog = Watchdog::new("workload_control", Duration::from_secs(60));
+    let server = InProcess::start("mon-workload", quiet());
+    let status = || server.wait_status(Duration::from_secs(5), |_| true);
+    let mut client = MonitorClient::connect(&server.socket, T).unwrap();
+    let early = client.workload_control(2, "before Init").unwrap_err();
+    assert!(early.is_refused(), "{early}");
+    client.init(&RankInfo::this_process(0, 0)).unwrap();
+    let bad = client.workload_control(7, "no such action").unwrap_err();
+    assert!(
+        bad.refusal_cause().unwrap().contains("workload action 7"),
+        "{bad}"
+    );
+    assert_eq!(status().workload_request, None);
+    client.workload_control(0, "carry on").unwrap();
+    assert_eq!(status().workload_request, Some((0, "carry on".into())));
+    client.workload_control(2, "data exhausted").unwrap();
+    client.workload_control(1, "bad node").unwrap();
+    let long = "x".repeat(10_000);
+    client.workload_control(0, &long).unwrap();
+    // Shutting down stands over excluding and continuing.
+    assert_eq!(
+        status().workload_request,
+        Some((2, "data exhausted".into()))
+    );
+    drop(client);
+    // Kept once the rank is gone, for the launcher; a new Init clears it.
+    let gone = server.wait_status(Duration::from_secs(10), |s| {
+        !matches!(s.state, RankState::Running | RankState::Initialized)
+    });
+    assert_eq!(gone.workload_request, Some((2, "data exhausted".into())));
+    let mut again = MonitorClient::connect(&server.socket, T).unwrap();
+    again.init(&RankInfo::this_process(0, 0)).unwrap();
+    assert_eq!(status().workload_request, None);
+}

@@ -95,6 +95,7 @@ macro_rules! every_message {
             $crate::monitor::OpenSection,
             $crate::monitor::ControlRequest,
             $crate::monitor::CloseConnection,
+            $crate::monitor::WorkloadControl,
         }
     };
 }

@@ -17,7 +17,7 @@ use nodeipc_proto::handshake::{
 use nodeipc_proto::monitor::{
     self, ClientMessage, EffectiveConfig, ErrorCode, Heartbeat, Init, MonitorState, OpenSection,
     RankInfo, Section, SectionAction, ServerMessage, ShmHeartbeat, Status, StatusQuery, Timeouts,
-    UpdateConfig, client_message, server_message,
+    UpdateConfig, WorkloadAction, WorkloadControl, client_message, server_message,
 };
 use nodeipc_proto::{
     KnownMessage, LEN_PREFIX, decode_frame, encode_frame, encode_frame_to_vec, frame_len,
@@ -110,6 +110,7 @@ fn effective_config() -> EffectiveConfig {
         termination_signal: 15,
         kill_after_ms: Some(5_000),
         skip_section_replies: true,
+        check_interval_ms: Some(1000),
     }
 }
 
@@ -183,6 +184,10 @@ fn status() -> Status {
         config: Some(effective_config()),
         last_state: Some(b"step 1000".to_vec()),
         ms_restarting: Some(2500),
+        workload_request: Some(WorkloadControl {
+            action: WorkloadAction::ShutdownWorkload.into(),
+            description: "done".into(),
+        }),
     }
 }
 

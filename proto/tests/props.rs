@@ -53,6 +53,7 @@ macro_rules! for_every_message_type {
         $check::<monitor::OpenSection>($($arg),*)?;
         $check::<monitor::ControlRequest>($($arg),*)?;
         $check::<monitor::CloseConnection>($($arg),*)?;
+        $check::<monitor::WorkloadControl>($($arg),*)?;
     }};
 }
 

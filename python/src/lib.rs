@@ -7,6 +7,7 @@
 mod blocking;
 mod channel;
 mod errors;
+mod ft;
 mod group;
 mod monitor;
 mod region;
@@ -25,6 +26,10 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<sem::ShmSemaphore>()?;
     m.add_class::<group::Group>()?;
     m.add_class::<monitor::MonitorConnection>()?;
+    m.add_class::<ft::TimeoutsCalc>()?;
+    m.add_function(wrap_pyfunction!(ft::nvrx_state_load, m)?)?;
+    m.add_function(wrap_pyfunction!(ft::nvrx_state_dict, m)?)?;
+    m.add_function(wrap_pyfunction!(ft::nvrx_yaml, m)?)?;
     m.add_class::<channel::Coordinator>()?;
     m.add_class::<channel::Worker>()?;
     m.add("SLICE_SECONDS", nodeipc_shm::wait::SLICE.as_secs_f64())?;

@@ -187,6 +187,7 @@ impl MonitorConnection {
         let dict = in_force(py, &config.timeouts)?;
         dict.set_item("termination_signal", config.termination_signal)?;
         dict.set_item("skip_section_replies", config.skip_section_replies)?;
+        dict.set_item("check_interval", secs(config.check_interval))?;
         Ok(dict)
     }
 
@@ -334,6 +335,18 @@ impl MonitorConnection {
             .client(py)?
             .estimator()
             .map_or(0, |e| e.section_samples(section)))
+    }
+
+    /// Asks the launcher, through the monitor, for `action` (0 continue, 1
+    /// exclude this node, 2 shut the workload down).
+    fn workload_control(&self, py: Python<'_>, action: i32, description: &str) -> PyResult<()> {
+        let mut turn = self.turn(py, "workload_control")?;
+        let client = turn.client(py)?;
+        blocking(
+            py,
+            move || client.workload_control(action, description),
+            errors::monitor,
+        )
     }
 
     /// The monitor's view of this rank: state, heartbeats, timeouts in force.

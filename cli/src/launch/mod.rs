@@ -9,8 +9,7 @@ use nodeipc_launch::{
     HealthOptions, LaunchOptions, OutputOptions, ProgressOptions, RdzvOptions, Rendezvous,
     StreamChoice,
 };
-use nodeipc_monitor::MonitorConfig;
-use nodeipc_monitor_host::MonitorConfigFile;
+use nodeipc_monitor_host::{HostConfig, MonitorConfigFile};
 
 use crate::limits::u32_in;
 use crate::{CmdResult, Failure};
@@ -285,18 +284,23 @@ pub(crate) fn run(args: LaunchArgs) -> CmdResult {
             "--monitor-config does not go with --nvrx-config/--ft-cfg-path or --ft-* options: give the monitors' settings in one place".into(),
         ));
     }
-    let (monitor, progress, health_interval) = match (&args.monitor_config, nvrx) {
-        (Some(file), _) => (MonitorConfig::load(file)?, ProgressOptions::off(), None),
-        (None, true) => {
-            let ft = nodeipc_launch::resolve_ft(args.nvrx_config.as_deref(), &args.ft.given)
-                .map_err(|e| Failure::Usage(e.to_string()))?;
-            for warning in &ft.warnings {
-                eprintln_safe(&format!("nodeipc launch: warning: {warning}"));
+    let (HostConfig { monitor, health }, progress, health_interval) =
+        match (&args.monitor_config, nvrx) {
+            (Some(file), _) => (HostConfig::load(file)?, ProgressOptions::off(), None),
+            (None, true) => {
+                let ft = nodeipc_launch::resolve_ft(args.nvrx_config.as_deref(), &args.ft.given)
+                    .map_err(|e| Failure::Usage(e.to_string()))?;
+                for warning in &ft.warnings {
+                    eprintln_safe(&format!("nodeipc launch: warning: {warning}"));
+                }
+                let host = HostConfig {
+                    monitor: ft.monitor,
+                    health: ft.health,
+                };
+                (host, ft.progress, ft.health_interval)
             }
-            (ft.monitor, ft.progress, ft.health_interval)
-        }
-        (None, false) => (MonitorConfig::default(), ProgressOptions::off(), None),
-    };
+            (None, false) => (HostConfig::default(), ProgressOptions::off(), None),
+        };
     let output = OutputOptions {
         log_dir: args.log_dir,
         redirects: args.redirects.unwrap_or_default(),
@@ -327,6 +331,7 @@ pub(crate) fn run(args: LaunchArgs) -> CmdResult {
     let options = LaunchOptions {
         max_restarts: args.max_restarts,
         monitor,
+        health_checks: health,
         run_dir: args.run_dir,
         stop_timeout: args.stop_timeout,
         rank_restart_timeout: args.rank_restart_timeout,

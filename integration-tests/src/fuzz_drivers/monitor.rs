@@ -336,6 +336,18 @@ impl RankConnection {
                     }
                 }
             }
+            Some(C::WorkloadControl(request)) => {
+                if self.registered.is_none() {
+                    refused(&outcome, &["workload control request before Init"]);
+                } else if monitor::WorkloadAction::try_from(request.action).is_err() {
+                    refused(&outcome, &["is not 0, 1 or 2"]);
+                } else {
+                    assert!(
+                        outcome.is_ok(),
+                        "a workload control request was refused: {outcome:?}"
+                    );
+                }
+            }
             Some(C::UpdateConfig(update)) => {
                 let faults: Vec<&str> = update
                     .timeouts

@@ -14,7 +14,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use nodeipc_monitor::MonitorConfig;
-use nodeipc_monitor_host::{MonitorConfigFile, NvrxConfig};
+use nodeipc_monitor_host::{HealthConfig, MonitorConfigFile, NvrxConfig};
 use serde_json::{Map, Number, Value};
 
 use crate::progress::ProgressOptions;
@@ -29,6 +29,8 @@ pub use table::{FT_SETTINGS, FtSetting, FtSupport, FtValue};
 pub struct FtSettings {
     /// The monitors' configuration.
     pub monitor: MonitorConfig,
+    /// The health checks (our `health_checks` section, given in the file).
+    pub health: HealthConfig,
     /// Progress tracking.
     pub progress: ProgressOptions,
     /// `node_health_check_interval`, when given.
@@ -98,6 +100,7 @@ pub fn resolve(file: Option<&Path>, options: &[(String, Option<String>)]) -> Res
     .map_err(|e| Error::options(format!("nvidia-resiliency-ext settings: {e}")))?;
     let NvrxConfig {
         monitor,
+        health,
         others,
         safety_factor,
         ..
@@ -165,6 +168,7 @@ pub fn resolve(file: Option<&Path>, options: &[(String, Option<String>)]) -> Res
     }
     Ok(FtSettings {
         monitor,
+        health,
         progress,
         health_interval,
         warnings,

@@ -3,6 +3,8 @@
 //! each at its own interval, built for one local rank or for whichever
 //! rank registers.
 
+mod alive;
+mod config;
 mod every;
 mod gpu;
 mod nic;
@@ -10,8 +12,12 @@ mod nvml;
 mod rank_gpu;
 
 #[cfg(doc)]
-use nodeipc_monitor::Error;
-use nodeipc_monitor::{HealthCheck, HealthConfig, Result};
+use crate::Error;
+use crate::Result;
+use nodeipc_monitor::HealthCheck;
+
+pub use alive::ProcessAlive;
+pub use config::{DEFAULT_HEALTH_INTERVAL, GpuHealth, HealthConfig, MAX_NICS, NicHealth};
 
 pub(crate) use every::Every;
 pub(crate) use gpu::{GpuCheck, gpu_for_local_rank};

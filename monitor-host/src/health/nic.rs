@@ -5,7 +5,7 @@
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
-use nodeipc_monitor::Result;
+use crate::Result;
 use nodeipc_monitor::{HealthCheck, RankContext};
 
 use crate::config_error;

@@ -74,28 +74,7 @@ impl StopHandle {
 /// `PATH.control` (the launcher's), then [`run`](MonitorServer::run)s until
 /// stopped or signalled, removing both files when done.
 ///
-/// # Examples
-/// ```
-/// use std::time::Duration;
-/// use nodeipc_monitor::{MonitorClient, MonitorConfig, MonitorServer, RankInfo, RankState};
-///
-/// // A private directory (0700 in the creating call) nobody could prepare.
-/// let dir = nodeipc_fs::create_unique_private_dir(&std::env::temp_dir(), "monitor-doc-")?;
-/// let server = MonitorServer::bind(dir.join("rank0.sock"), MonitorConfig::default())?;
-/// let stop = server.stop_handle();
-/// let running = std::thread::spawn(move || server.run());
-///
-/// let mut client = MonitorClient::connect(dir.join("rank0.sock"), Duration::from_secs(5))?;
-/// client.init(&RankInfo::this_process(0, 0))?;
-/// client.heartbeat()?;
-/// assert_eq!(client.status()?.state, RankState::Running);
-///
-/// stop.stop();
-/// running.join().unwrap()?;
-/// assert!(!dir.join("rank0.sock").exists());
-/// # std::fs::remove_dir(&dir)?;
-/// # Ok::<(), Box<dyn std::error::Error>>(())
-/// ```
+/// The crate's example (its README) runs one on a thread.
 pub struct MonitorServer {
     rank_socket: Listener,
     control_socket: Listener,

@@ -8,7 +8,7 @@ use nodeipc_proto::monitor as pb;
 use super::{RankTracker, Tracked};
 use super::{ok, status_reply};
 use crate::config::check_section_name;
-use crate::limits::{MAX_HOST, MAX_SECTIONS, MAX_STATE};
+use crate::limits::{MAX_CAUSE, MAX_HOST, MAX_SECTIONS, MAX_STATE, truncate};
 use crate::refusal::{Refusal, RefusalCode, over_cap};
 use crate::status::TimeoutsMs;
 use crate::{LogLevel, RankInfo, RankState};
@@ -58,12 +58,13 @@ impl RankTracker {
                 result
             }
             Some(Msg::UpdateConfig(update)) => self.on_update(update),
+            Some(Msg::WorkloadControl(request)) => self.on_workload(request),
             Some(Msg::StatusQuery(_)) => {
                 return Handled::Reply(Box::new(status_reply(&self.status(now))));
             }
             None => Err(Refusal::new(
                 RefusalCode::UnknownMessage,
-                "empty ClientMessage: exactly one of init, heartbeat, section, update_config, status_query must be set",
+                "empty ClientMessage: exactly one of init, heartbeat, section, update_config, status_query, workload_control must be set",
             )),
         };
         Handled::Reply(Box::new(result.map_or_else(Refusal::to_message, ok)))
@@ -207,6 +208,19 @@ impl RankTracker {
                 ));
             }
         }
+        Ok(pb::Ok::default())
+    }
+
+    /// A workload control request: kept for the launcher, the most severe standing.
+    fn on_workload(&mut self, request: pb::WorkloadControl) -> Result<pb::Ok, Refusal> {
+        self.live_rank("a workload control request")?;
+        if pb::WorkloadAction::try_from(request.action).is_err() {
+            let why = format!("workload action {} is not 0, 1 or 2", request.action);
+            return Err(Refusal::new(RefusalCode::InvalidArgument, why));
+        }
+        let why = truncate(request.description, MAX_CAUSE);
+        // The most severe stands: shutting down, then excluding, then continuing.
+        self.workload = self.workload.take().max(Some((request.action, why)));
         Ok(pb::Ok::default())
     }
 

@@ -120,6 +120,7 @@ pub struct RankTracker {
     rank: Option<Tracked>,
     termination: Option<Termination>,
     last_timeout: Option<String>,
+    workload: Option<(i32, String)>,
     notes: Vec<Note>,
     restart_wait: restart_wait::RestartWait,
 }
@@ -134,6 +135,7 @@ impl RankTracker {
             rank: None,
             termination: None,
             last_timeout: None,
+            workload: None,
             notes: Vec::new(),
             restart_wait: restart_wait::RestartWait::default(),
         }
@@ -226,6 +228,7 @@ impl RankTracker {
             last_state: None,
         });
         self.termination = None;
+        self.workload = None;
         self.state = RankState::Initialized;
         self.restart_wait.stop();
         nodeipc_proto::monitor::Ok {
@@ -557,6 +560,7 @@ impl RankTracker {
             skip_section_replies: effective.skip_section_replies,
             last_state: rank.and_then(|r| r.last_state.clone()),
             ms_restarting: self.restart_wait.waited(now).map(ms),
+            workload_request: self.workload.clone(),
         }
     }
 }

@@ -21,7 +21,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use nodeipc_monitor::{MonitorClient, MonitorConfig, RankInfo};
-use nodeipc_monitor_host::{MonitorConfigFile, SpawnOptions};
+use nodeipc_monitor_host::{HostConfig, MonitorConfigFile, SpawnOptions};
 
 const TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -111,7 +111,7 @@ fn serve(args: &[String]) -> Result<(), String> {
     let options = Options::parse(&args[1..]);
     let config = match &options.config {
         Some(file) => load(file)?,
-        None => MonitorConfig::default(),
+        None => HostConfig::default(),
     };
     nodeipc_monitor_host::serve(options.socket(), config)
         .map(drop)
@@ -273,7 +273,7 @@ fn spawn(o: &Options) -> Result<(), String> {
     Ok(())
 }
 
-/// The config file `spawn_monitor_with` wrote.
-fn load(file: &std::path::Path) -> Result<MonitorConfig, String> {
-    MonitorConfig::load(file).map_err(|e| e.to_string())
+/// The config file `spawn_monitor_with` wrote (health checks included).
+fn load(file: &std::path::Path) -> Result<HostConfig, String> {
+    HostConfig::load(file).map_err(|e| e.to_string())
 }

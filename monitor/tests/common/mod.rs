@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use nodeipc_monitor::{
     ControlClient, MonitorClient, MonitorConfig, MonitorServer, MonitorStatus, RankInfo, StopHandle,
 };
-use nodeipc_monitor_host::{MonitorConfigFile, MonitorHandle, SpawnOptions};
+use nodeipc_monitor_host::{HostConfig, MonitorConfigFile, MonitorHandle, SpawnOptions};
 use nodeipc_testkit::{ChildGuard, TempDir, spawn_child};
 
 pub use helper::{helper, helper_command};
@@ -49,14 +49,20 @@ pub struct Served {
 
 impl Served {
     pub fn spawn(tag: &str, config: &MonitorConfig) -> Served {
+        Served::spawn_host(tag, &HostConfig::from(config.clone()))
+    }
+
+    /// As `spawn`, with health checks beside the monitor's configuration.
+    pub fn spawn_host(tag: &str, config: &HostConfig) -> Served {
         let dir = TempDir::new(tag);
         let socket = dir.join("rank.sock");
         let options = SpawnOptions {
             program: Some(helper()),
             log_file: Some(dir.join("monitor.log")),
+            health: config.health.clone(),
             ..SpawnOptions::default()
         };
-        let monitor = nodeipc_monitor_host::spawn_monitor_with(config, &socket, options)
+        let monitor = nodeipc_monitor_host::spawn_monitor_with(&config.monitor, &socket, options)
             .expect("spawn monitor");
         Served {
             monitor,

@@ -9,8 +9,10 @@ Thin classes over the Rust crates of nodeipc:
   :class:`ShmSemaphore` (a futex semaphore inside a region);
 * :class:`Group` — ranks that join by name and meet in barriers,
   all-gathers, broadcasts and descriptor exchanges;
-* :mod:`nodeipc.monitor` — ``RankMonitorClient``, nvidia-resiliency-ext's
-  client under the same names;
+* :mod:`nodeipc.fault_tolerance` — nvidia-resiliency-ext's
+  ``fault_tolerance`` module, its names with its meanings (a script
+  switches by its import); :mod:`nodeipc.monitor` — the earlier client
+  under NVRx's names, with nodeipc's own estimator;
 * :mod:`nodeipc.channel` — the execute channel's ``Coordinator`` and
   ``Worker`` over bytes.
 

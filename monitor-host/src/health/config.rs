@@ -1,12 +1,14 @@
-//! The health-check section of [`MonitorConfig`](crate::MonitorConfig):
+//! The health-check section of a configuration ([`HostConfig`](crate::HostConfig)):
 //! which checks run, each at its own interval, and what they look at.
-//! The checks themselves are built beside the monitor, by
-//! `nodeipc-monitor-host`.
 
 use std::path::PathBuf;
 use std::time::Duration;
 
-use crate::{Error, MAX_CHECK_INTERVAL, Result};
+use nodeipc_monitor::MAX_CHECK_INTERVAL;
+
+#[cfg(doc)]
+use crate::Error;
+use crate::{Result, config_error};
 
 /// Most NICs one configuration names.
 pub const MAX_NICS: usize = 64;
@@ -83,7 +85,7 @@ impl Default for GpuHealth {
 
 fn check_interval(what: &str, interval: Duration) -> Result<()> {
     if interval.is_zero() || interval > MAX_CHECK_INTERVAL {
-        return Err(Error::config(format!(
+        return Err(config_error(format!(
             "health_checks.{what}.interval {} must be between 1 ms and {}",
             nodeipc_text::duration(interval),
             nodeipc_text::duration(MAX_CHECK_INTERVAL)
@@ -108,7 +110,7 @@ impl HealthConfig {
         if let Some(nic) = &self.nic {
             check_interval("nic", nic.interval)?;
             if nic.devices.is_empty() || nic.devices.len() > MAX_NICS {
-                return Err(Error::config(format!(
+                return Err(config_error(format!(
                     "health_checks.nic.devices lists {} devices: 1 to {MAX_NICS}",
                     nic.devices.len()
                 )));
@@ -120,14 +122,14 @@ impl HealthConfig {
                     || name == "."
                     || name == ".."
                 {
-                    return Err(Error::config(format!(
+                    return Err(config_error(format!(
                         "health_checks.nic.devices: {name:?} is not a device name (1 to {MAX_NIC_NAME} bytes, no '/')"
                     )));
                 }
             }
             let root = nic.sysfs_root.as_os_str();
             if root.is_empty() || root.len() > MAX_SYSFS_ROOT || root.to_str().is_none() {
-                return Err(Error::config(format!(
+                return Err(config_error(format!(
                     "health_checks.nic.sysfs_root {:?} must be a UTF-8 path of 1 to {MAX_SYSFS_ROOT} bytes",
                     nic.sysfs_root
                 )));
@@ -138,7 +140,7 @@ impl HealthConfig {
             if let Some(list) = &gpu.cuda_visible_devices
                 && list.len() > MAX_VISIBLE_DEVICES
             {
-                return Err(Error::config(format!(
+                return Err(config_error(format!(
                     "health_checks.gpu.cuda_visible_devices of {} bytes; at most {MAX_VISIBLE_DEVICES}",
                     list.len()
                 )));
