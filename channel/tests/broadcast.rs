@@ -460,3 +460,24 @@ fn a_reader_that_left_is_named_when_the_writer_waits_for_it() {
     writer.drop_reader(0).unwrap();
     writer.send(b"more").unwrap();
 }
+
+#[test]
+fn a_stop_handle_ends_a_readers_wait_from_another_thread() {
+    let _dog = Watchdog::new("stop", Duration::from_secs(30));
+    let name = unique_name("bcast-stop");
+    let shape = ring(&name, 1, 64, 2);
+    let mut writer = shape.create().unwrap();
+    let mut reader = shape.join(0).unwrap();
+    writer.wait_until_ready(Duration::from_secs(5)).unwrap();
+    writer.send(b"before").unwrap();
+    let stop = reader.stop_handle();
+    let stopper = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(100));
+        stop.stop();
+    });
+    assert_eq!(reader.recv().unwrap(), b"before");
+    let start = Instant::now();
+    assert!(matches!(reader.recv(), Err(Error::Stopped { rank: 0, .. })));
+    assert!(start.elapsed() < Duration::from_secs(5));
+    stopper.join().unwrap();
+}

@@ -214,6 +214,15 @@ pub enum Error {
         msg: u64,
     },
 
+    /// The reader was stopped ([`StopHandle::stop`](super::StopHandle::stop)).
+    #[error("broadcast ring {name}: reader {rank} was stopped")]
+    Stopped {
+        /// The ring.
+        name: String,
+        /// The reader.
+        rank: u32,
+    },
+
     /// The call does not fit the handle's state (a loan open, none open).
     #[error("broadcast ring {name}: {what}")]
     Usage {

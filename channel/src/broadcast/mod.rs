@@ -30,7 +30,7 @@ use std::time::Duration;
 use nodeipc_shm::wait::Spin;
 
 pub use error::{Behind, Error, Result};
-pub use reader::Reader;
+pub use reader::{Reader, StopHandle};
 pub use writer::{Loan, Writer};
 
 /// The most readers a ring has.

@@ -1,6 +1,7 @@
 //! [`Reader`]: one of the ring's readers.
 
-use std::sync::atomic::{Ordering, fence};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering, fence};
 use std::time::Duration;
 
 use nodeipc_fdpass::{ForkGeneration, Identity, PeerWatch};
@@ -39,7 +40,22 @@ pub struct Reader {
     partial: Option<Partial>,
     /// Set once shared memory was found broken: every later call fails so.
     failed: Option<String>,
+    /// Set through a [`StopHandle`]: waits end with [`Error::Stopped`].
+    stop: Arc<AtomicBool>,
     born: ForkGeneration,
+}
+
+/// Ends a [`Reader`]'s waits from another thread ([`Reader::stop_handle`]).
+#[derive(Clone, Debug)]
+pub struct StopHandle(Arc<AtomicBool>);
+
+impl StopHandle {
+    /// Makes the reader's current wait (within a wait slice, 50 ms) and
+    /// every later one end with [`Error::Stopped`]; messages already
+    /// published are still handed out.
+    pub fn stop(&self) {
+        self.0.store(true, Ordering::SeqCst);
+    }
 }
 
 impl std::fmt::Debug for Reader {
@@ -163,6 +179,7 @@ impl Reader {
             watch: PeerWatch::new(),
             partial: None,
             failed: None,
+            stop: Arc::new(AtomicBool::new(false)),
             born: ForkGeneration::current(),
         })
     }
@@ -175,6 +192,11 @@ impl Reader {
     /// The writer's process, as the ring's header named it at join.
     pub fn writer_pid(&self) -> u32 {
         self.writer.pid
+    }
+
+    /// A handle that ends this reader's waits from another thread.
+    pub fn stop_handle(&self) -> StopHandle {
+        StopHandle(Arc::clone(&self.stop))
     }
 
     /// Messages read so far.
@@ -432,6 +454,7 @@ impl Reader {
             if matches!(wait, Wait::Try) {
                 return Ok(false);
             }
+            self.check_stop()?;
             let mut slices = 0;
             let waited = wait_while(
                 &published.word,
@@ -491,6 +514,7 @@ impl Reader {
                 return Ok(true);
             }
             self.check_writer()?;
+            self.check_stop()?;
             if let (Some(every), Some(at)) = (self.config.warn_every, next_warning) {
                 let waited = deadline.waited();
                 if waited >= at {
@@ -505,6 +529,16 @@ impl Reader {
                 }
             }
         }
+    }
+
+    fn check_stop(&self) -> Result<()> {
+        if self.stop.load(Ordering::SeqCst) {
+            return Err(Error::Stopped {
+                name: self.config.name.clone(),
+                rank: self.rank,
+            });
+        }
+        Ok(())
     }
 
     /// Whether the writer's process still runs.
