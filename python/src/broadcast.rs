@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, TryLockError};
 use std::time::Duration;
 
-use nodeipc_channel::broadcast::{Broadcast, Error, Reader, Writer};
+use nodeipc_channel::broadcast::{Broadcast, Error, Reader, StopHandle, Writer};
 use nodeipc_fdpass::ForkGeneration;
 use pyo3::buffer::PyBuffer;
 use pyo3::exceptions::PyBufferError;
@@ -338,6 +338,8 @@ impl BroadcastLoan {
 #[pyclass(module = "nodeipc._native", frozen)]
 pub(crate) struct BroadcastReader {
     inner: Mutex<Option<Reader>>,
+    /// Outside the lock: `stop()` comes from another thread than the wait.
+    stop: StopHandle,
     name: String,
     born: ForkGeneration,
 }
@@ -381,6 +383,7 @@ impl BroadcastReader {
         let rank = count("rank", rank)?;
         let reader = blocking(py, || config.join(rank), ring_error)?;
         Ok(BroadcastReader {
+            stop: reader.stop_handle(),
             inner: Mutex::new(Some(reader)),
             name: name.to_owned(),
             born: ForkGeneration::current(),
@@ -416,6 +419,12 @@ impl BroadcastReader {
     #[getter]
     fn name(&self) -> &str {
         &self.name
+    }
+
+    /// Ends the current wait (within 50 ms) and every later one; messages
+    /// already published are still handed out.
+    fn stop(&self) {
+        self.stop.stop();
     }
 
     /// Leaves the ring.

@@ -308,3 +308,19 @@ def test_an_object_of_100_mib_goes_through_shared_memory(unique_name):
     writer.enqueue(obj, timeout=60)
     assert results.get(timeout=90) == (len(obj), b"<start>", b"<end!!>")
     p.join(30)
+
+
+def test_the_tp_engine_example_runs_and_leaves_nothing():
+    import subprocess
+    import sys
+
+    before = set(ours_in_dev_shm("nodeipc-mq-"))
+    done = subprocess.run(
+        [sys.executable, "-m", "nodeipc.examples.tp_engine", "--workers", "2", "--steps", "50", "--idle", "0.5"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "steps per second" in done.stdout and "idle worker CPU" in done.stdout
+    assert set(ours_in_dev_shm("nodeipc-mq-")) <= before

@@ -52,6 +52,7 @@ import uuid
 from typing import Any, Iterator, List, Optional, Tuple
 
 from . import _native
+from ._errors import NodeipcError
 
 __all__ = ["Handle", "MessageQueue", "VLLM_RELEASE"]
 
@@ -62,7 +63,7 @@ logger = logging.getLogger(__name__)
 
 #: Pickle buffers smaller than this stay in band (vLLM's threshold).
 _OOB_MIN = 1024 * 1024
-#: How often a blocked ``dequeue`` looks at ``cancel`` and ``shutdown()``.
+#: How often a blocked ``dequeue`` looks at a ``cancel`` event.
 _CANCEL_SLICE = 0.2
 #: ``wait_until_ready``'s default bound, in seconds.
 READY_TIMEOUT = 300.0
@@ -280,18 +281,31 @@ class MessageQueue:
         while True:
             if self.shutting_down or (cancel is not None and cancel.is_set()):
                 raise RuntimeError("cancelled")
+            # One wait in Rust (parked on a futex, woken by the writer),
+            # cut only where Python has something to do: the timeout, the
+            # long-wait message, a `cancel` event to look at.
             now = time.monotonic()
-            step = _CANCEL_SLICE
+            ends = []
             if timeout is not None:
                 # The first look happens even with no time left (vLLM takes
                 # a ready slot with timeout 0).
-                step = min(step, max(timeout - (now - start), 0.0))
-            message = self._r().recv(step)
+                ends.append(max(timeout - (now - start), 0.0))
+            if not indefinite and interval > 0:
+                ends.append(max(next_warning - now, 0.0))
+            if cancel is not None:
+                ends.append(_CANCEL_SLICE)
+            try:
+                message = self._r().recv(min(ends) if ends else None)
+            except NodeipcError:
+                if self.shutting_down:
+                    raise RuntimeError("cancelled") from None
+                raise
             if message is not None:
                 return message
-            if timeout is not None and time.monotonic() - start >= timeout:
+            now = time.monotonic()
+            if timeout is not None and now - start >= timeout:
                 raise _native_timeout(self, timeout)
-            if not indefinite and interval > 0 and time.monotonic() >= next_warning:
+            if not indefinite and interval > 0 and now >= next_warning:
                 logger.info(
                     "No available shared memory broadcast block found in %d seconds. "
                     "This typically happens when some processes are hanging or doing "
@@ -333,9 +347,11 @@ class MessageQueue:
     # -- the rest ------------------------------------------------------
 
     def shutdown(self) -> None:
-        """Ends waits: a reader blocked in ``dequeue`` raises
-        ``RuntimeError("cancelled")`` within 0.2 s."""
+        """Ends waits: a reader blocked in ``dequeue`` (in any thread)
+        raises ``RuntimeError("cancelled")`` within 50 ms."""
         self.shutting_down = True
+        if self._reader is not None:
+            self._reader.stop()
 
     def close(self) -> None:
         """Leaves the ring now (a writer closes it: readers read what was
