@@ -456,7 +456,7 @@ fn a_reader_that_left_is_named_when_the_writer_waits_for_it() {
         ),
         "{err}"
     );
-    assert_eq!(writer.behind()[0].messages, 1);
+    assert_eq!(writer.behind().unwrap()[0].messages, 1);
     writer.drop_reader(0).unwrap();
     writer.send(b"more").unwrap();
 }
@@ -480,4 +480,65 @@ fn a_stop_handle_ends_a_readers_wait_from_another_thread() {
     assert!(matches!(reader.recv(), Err(Error::Stopped { rank: 0, .. })));
     assert!(start.elapsed() < Duration::from_secs(5));
     stopper.join().unwrap();
+}
+
+#[test]
+fn a_message_larger_than_a_readers_limit_is_skipped_and_the_next_one_read() {
+    let _dog = Watchdog::new("too large", Duration::from_secs(30));
+    let name = unique_name("bcast-too-large");
+    let shape = ring(&name, 1, 64, 4);
+    let mut writer = shape.create().unwrap();
+    let mut reader = shape.clone().max_message(100).join(0).unwrap();
+    writer.wait_until_ready(Duration::from_secs(5)).unwrap();
+    writer.send(&[1; 101]).unwrap();
+    writer.send(&[2; 100]).unwrap();
+    let err = reader.recv().unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::TooLarge {
+                msg: 0,
+                size: 101,
+                max: 100,
+                ..
+            }
+        ),
+        "{err}"
+    );
+    assert_eq!(reader.recv().unwrap(), vec![2; 100]);
+}
+
+#[test]
+fn a_writer_and_reader_dropped_in_a_forked_child_leave_the_ring_to_the_parent() {
+    let _dog = Watchdog::new("fork", Duration::from_secs(60));
+    let name = unique_name("bcast-fork");
+    let shape = ring(&name, 1, 64, 2);
+    let mut writer = Some(shape.create().unwrap());
+    let mut reader = Some(shape.join(0).unwrap());
+    writer
+        .as_mut()
+        .unwrap()
+        .wait_until_ready(Duration::from_secs(5))
+        .unwrap();
+    let code = nodeipc_testkit::fork_child("drop both in a child", Duration::from_secs(20), || {
+        drop(writer.take());
+        drop(reader.take());
+        0
+    });
+    assert_eq!(code, 0);
+    let (writer, reader) = (writer.as_mut().unwrap(), reader.as_mut().unwrap());
+    // The ring is not closed and the reader has not left.
+    writer.send(b"one").unwrap();
+    writer.send(b"two").unwrap();
+    assert_eq!(reader.recv().unwrap(), b"one");
+    let behind = writer.behind().unwrap();
+    assert_eq!(
+        (behind[0].rank, behind[0].messages, behind[0].chunks),
+        (0, 1, 1)
+    );
+    writer
+        .send_timeout(b"three", Duration::from_secs(5))
+        .unwrap();
+    assert_eq!(reader.recv().unwrap(), b"two");
+    assert_eq!(reader.recv().unwrap(), b"three");
 }

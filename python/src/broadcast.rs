@@ -209,7 +209,7 @@ impl BroadcastWriter {
     /// The readers behind: `(rank, pid, messages, chunks)` each.
     fn behind(&self, py: Python<'_>) -> PyResult<Vec<(u32, u32, u64, u64)>> {
         self.with(py, |w| {
-            Ok(w.behind()
+            Ok(w.behind()?
                 .into_iter()
                 .map(|b| (b.rank, b.pid, b.messages, b.chunks))
                 .collect())

@@ -115,6 +115,7 @@ def test_a_full_ring_raises_timeout_error_naming_the_reader_behind(unique_name):
     writer.enqueue(2)
     with pytest.raises(TimeoutError, match=r"reader 0 \(pid \d+\) 2 message"):
         writer.enqueue(3, timeout=0.2)
+    assert writer._w().behind() == [(0, os.getpid(), 2, 2)]
     assert reader.dequeue() == 1
     writer.enqueue(3, timeout=5)
     assert [reader.dequeue(), reader.dequeue()] == [2, 3]

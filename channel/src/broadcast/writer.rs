@@ -289,9 +289,16 @@ impl Writer {
         Ok(())
     }
 
-    /// Every reader still followed that is behind, with how far.
-    pub fn behind(&self) -> Vec<Behind> {
-        self.behind_by(1)
+    /// Every reader still followed that has not read everything sent,
+    /// with how far behind it is (its position read now).
+    ///
+    /// # Errors
+    /// [`Error::Corrupt`] when a reader's position is not one the protocol
+    /// allows.
+    pub fn behind(&mut self) -> Result<Vec<Behind>> {
+        self.refresh_tails()?;
+        let ring = u64::from(self.layout.chunks);
+        Ok(self.behind_by(ring))
     }
 
     fn check_rank(&self, rank: u32) -> Result<()> {
