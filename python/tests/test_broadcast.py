@@ -325,3 +325,21 @@ def test_the_tp_engine_example_runs_and_leaves_nothing():
     assert done.returncode == 0, done.stdout + done.stderr
     assert "steps per second" in done.stdout and "idle worker CPU" in done.stdout
     assert set(ours_in_dev_shm("nodeipc-mq-")) <= before
+
+
+def test_a_long_wait_logs_vllms_message_unless_indefinite(unique_name, monkeypatch, caplog):
+    monkeypatch.setenv("VLLM_RINGBUFFER_WARNING_INTERVAL", "1")
+    writer, reader = pair(unique_name, chunks=1)
+    with caplog.at_level("INFO", logger="nodeipc.broadcast"):
+        with pytest.raises(TimeoutError):
+            reader.dequeue(timeout=1.5)
+        assert "No available shared memory broadcast block found in 1 seconds" in caplog.text
+        caplog.clear()
+        with pytest.raises(TimeoutError):
+            reader.dequeue(timeout=1.5, indefinite=True)
+        assert "No available shared memory broadcast block" not in caplog.text
+        # The writer's message names who is behind.
+        writer.enqueue("fills the ring")
+        with pytest.raises(TimeoutError):
+            writer.enqueue("waits", timeout=1.5)
+        assert "reader 0" in caplog.text
