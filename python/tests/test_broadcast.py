@@ -343,3 +343,44 @@ def test_a_long_wait_logs_vllms_message_unless_indefinite(unique_name, monkeypat
         with pytest.raises(TimeoutError):
             writer.enqueue("waits", timeout=1.5)
         assert "reader 0" in caplog.text
+
+
+def fnv1a(data: bytes) -> int:
+    h = 0xCBF29CE484222325
+    for b in data:
+        h = ((h ^ b) * 0x100000001B3) & 0xFFFFFFFFFFFFFFFF
+    return h
+
+
+def test_a_rust_reader_beside_a_python_one_reads_the_same_bytes(unique_name):
+    import subprocess
+
+    from conftest import built_file
+
+    program = built_file(
+        "examples/broadcast_reader",
+        "the channel's example",
+        "cargo build -p nodeipc-channel --example broadcast_reader",
+        executable=True,
+    )
+    name = unique_name("rust")
+    writer = MessageQueue(2, 2, max_chunk_bytes=4096, max_chunks=4, name=name)
+    python_reader = MessageQueue.create_from_handle(writer.export_handle(), 0)
+    rust = subprocess.Popen(
+        [program, name, "2", "4096", "4", "1", "3"], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        writer.wait_until_ready(timeout=30)
+        python_reader.wait_until_ready(timeout=30)
+        sent = [{"small": 1}, b"y" * 10_000, list(range(100))]  # the second streams
+        seen = []
+        for obj in sent:
+            writer.enqueue(obj, timeout=30)
+            with python_reader.acquire_read(timeout=30) as view:
+                seen.append(f"{view.nbytes} {fnv1a(bytes(view)):016x}")
+        out, _ = rust.communicate(timeout=60)
+        assert rust.returncode == 0
+        assert out.split("\n")[:3] == seen
+    finally:
+        rust.kill()
+        rust.wait()
