@@ -132,6 +132,11 @@ def test_cancel_and_shutdown_end_a_wait_with_cancelled(unique_name):
     with pytest.raises(RuntimeError, match="cancelled"):
         reader.dequeue()
     assert time.monotonic() - start < 5
+    # A message sent before is still handed out after shutdown, then "cancelled".
+    writer.enqueue("sent before")
+    assert reader.dequeue() == "sent before"
+    with pytest.raises(RuntimeError, match="cancelled"):
+        reader.dequeue(timeout=0)
 
 
 def test_ctrl_c_ends_a_wait(unique_name):

@@ -280,6 +280,14 @@ class MessageQueue:
         next_warning = start + interval
         while True:
             if self.shutting_down or (cancel is not None and cancel.is_set()):
+                # What is there already is still handed out, as vLLM's
+                # readers look at the ring before they look at the flag.
+                try:
+                    ready = self._r().recv(0.0)
+                except NodeipcError:
+                    ready = None
+                if ready is not None:
+                    return ready
                 raise RuntimeError("cancelled")
             # One wait in Rust (parked on a futex, woken by the writer),
             # cut only where Python has something to do: the timeout, the
