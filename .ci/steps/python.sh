@@ -29,6 +29,7 @@ fi
 
 step "the programs the tests drive, and libnodeipc.a for their C++ rank"
 cargo build --locked -p nodeipc-cli --bin nodeipc -p nodeipc-integration-tests --bin rank
+cargo build --locked -p nodeipc-channel --example broadcast_reader
 cargo build --locked -p nodeipc-capi
 
 step "wheel (maturin build, debug profile, shared target folder, the debug nodeipc in it)"

@@ -2,6 +2,7 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 
 mod aggregate;
+pub mod broadcast;
 mod builder;
 mod config;
 mod coordinator;

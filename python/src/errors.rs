@@ -114,7 +114,7 @@ pub(crate) fn errno_of(error: &(dyn StdError + 'static)) -> Option<i32> {
     None
 }
 
-fn shm_kind(e: &nodeipc_shm::Error) -> Kind {
+pub(crate) fn shm_kind(e: &nodeipc_shm::Error) -> Kind {
     use nodeipc_shm::Error as E;
     match e {
         E::InvalidName { .. }

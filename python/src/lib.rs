@@ -5,6 +5,7 @@
 //! lets Ctrl-C end a wait (see [`blocking`]).
 
 mod blocking;
+mod broadcast;
 mod channel;
 mod errors;
 mod ft;
@@ -32,6 +33,10 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(ft::nvrx_yaml, m)?)?;
     m.add_class::<channel::Coordinator>()?;
     m.add_class::<channel::Worker>()?;
+    m.add_class::<broadcast::BroadcastWriter>()?;
+    m.add_class::<broadcast::BroadcastLoan>()?;
+    m.add_class::<broadcast::BroadcastReader>()?;
+    m.add_class::<broadcast::BroadcastMessage>()?;
     m.add("SLICE_SECONDS", nodeipc_shm::wait::SLICE.as_secs_f64())?;
     let descriptors = pyo3::types::PyDict::new(m.py());
     for (name, bytes) in FILE_DESCRIPTORS {

@@ -14,7 +14,10 @@ Thin classes over the Rust crates of nodeipc:
   switches by its import); :mod:`nodeipc.monitor` — the earlier client
   under NVRx's names, with nodeipc's own estimator;
 * :mod:`nodeipc.channel` — the execute channel's ``Coordinator`` and
-  ``Worker`` over bytes.
+  ``Worker`` over bytes;
+* :mod:`nodeipc.broadcast` — vLLM's ``MessageQueue`` (one writer, N
+  readers) on a broadcast ring; ``python -m nodeipc.examples.tp_engine``
+  shows it in an engine-shaped loop.
 
 Timeouts are seconds (``int`` or ``float``); ``None`` waits without limit.
 Every blocking call releases the interpreter lock and runs Python's signal

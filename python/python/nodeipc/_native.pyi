@@ -259,3 +259,65 @@ class Worker:
         value: Optional[BaseException],
         traceback: Optional[TracebackType],
     ) -> bool: ...
+
+@final
+class BroadcastWriter:
+    """The writer of a broadcast ring (see :mod:`nodeipc.broadcast`)."""
+
+    def __new__(cls, name: str, readers: int, chunk_bytes: int, chunks: int) -> Self: ...
+    def wait_until_ready(self, timeout: float) -> None:
+        """Waits until every reader joined, then removes the ring's name."""
+    def send_parts(self, parts: List[Buffer], timeout: Optional[float] = None) -> int:
+        """Sends the parts' bytes as one message; ``TimeoutError`` naming the
+        readers behind, ``PeerDiedError`` for a dead or departed reader."""
+    def begin_loan(self, len: int, timeout: Optional[float] = None) -> BroadcastLoan:
+        """Lends the next chunk's first ``len`` bytes."""
+    def drop_reader(self, rank: int) -> None: ...
+    def behind(self) -> List[tuple[int, int, int, int]]:
+        """``(rank, pid, messages, chunks)`` of each reader behind."""
+    @property
+    def sent(self) -> int: ...
+    @property
+    def name(self) -> str: ...
+    def close(self) -> None: ...
+
+@final
+class BroadcastLoan(Buffer):
+    """A chunk lent to write one message in place; its buffer is writable
+    until ``commit()`` or ``abort()``, both refused while a view lives."""
+
+    def commit(self) -> Optional[int]: ...
+    def abort(self) -> None: ...
+    def __len__(self) -> int: ...
+    def __buffer__(self, flags: int, /) -> memoryview: ...
+    def __release_buffer__(self, buffer: memoryview, /) -> None: ...
+
+@final
+class BroadcastReader:
+    """A reader of a broadcast ring (see :mod:`nodeipc.broadcast`)."""
+
+    def __new__(
+        cls,
+        name: str,
+        readers: int,
+        chunk_bytes: int,
+        chunks: int,
+        rank: int,
+        join_wait: float = 30.0,
+    ) -> Self: ...
+    def wait_until_ready(self, timeout: float) -> None: ...
+    def recv(self, timeout: Optional[float] = None) -> Optional[BroadcastMessage]:
+        """The next message, or ``None`` once ``timeout`` passed."""
+    def stop(self) -> None:
+        """Ends the current wait and every later one (from any thread)."""
+    @property
+    def name(self) -> str: ...
+    def close(self) -> None: ...
+
+@final
+class BroadcastMessage(Buffer):
+    """A message received: the reader's own bytes, a read-only buffer."""
+
+    def __len__(self) -> int: ...
+    def __buffer__(self, flags: int, /) -> memoryview: ...
+    def __release_buffer__(self, buffer: memoryview, /) -> None: ...
