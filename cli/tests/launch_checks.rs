@@ -379,6 +379,60 @@ fn an_nvrx_config_file_is_read_with_a_warning_per_key_without_effect() {
     assert_no_run_dir(&dir);
 }
 
+/// NVRx's `safety_factor` (option over file) reaches every rank as
+/// `NODEIPC_FT_SAFETY_FACTOR`, which `nodeipc.fault_tolerance` calculates
+/// with; not given, the rank's own environment is left alone.
+#[test]
+fn the_nvrx_safety_factor_reaches_the_ranks_option_over_file() {
+    let _watchdog = Watchdog::new("launch safety factor", Duration::from_secs(120));
+    let dir = TempDir::new("launch-safety");
+    let config = dir.join("ft.yaml");
+    std::fs::write(&config, "fault_tolerance:\n  safety_factor: 3.0\n").unwrap();
+    let factor_of = |rank: u32| {
+        let vars = std::fs::read_to_string(dir.join(&format!("env-{rank}-0"))).unwrap();
+        vars.lines()
+            .find_map(|l| l.strip_prefix("NODEIPC_FT_SAFETY_FACTOR="))
+            .unwrap_or_else(|| panic!("no NODEIPC_FT_SAFETY_FACTOR line in {vars}"))
+            .to_owned()
+    };
+    let config = config.to_str().unwrap();
+    for (args, want) in [
+        (vec!["--nproc", "2", "--ft-cfg-path", config], "3"),
+        (
+            vec![
+                "--nproc",
+                "2",
+                "--ft-cfg-path",
+                config,
+                "--ft-safety-factor",
+                "7.5",
+            ],
+            "7.5",
+        ),
+    ] {
+        let out = run(&dir, "env", &args);
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(0), "{err}");
+        assert!(!err.contains("safety_factor"), "no warning for it: {err}");
+        assert_eq!(
+            (factor_of(0), factor_of(1)),
+            (want.to_owned(), want.to_owned())
+        );
+    }
+    // Without NVRx settings nothing is set (the variable reads empty).
+    let out = spawn_child(
+        launch_command(&dir, "env", &["--nproc", "1"])
+            .env_remove("NODEIPC_FT_SAFETY_FACTOR")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped()),
+    )
+    .output_timeout(Duration::from_secs(60));
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(factor_of(0), "");
+    assert_no_run_dir(&dir);
+}
+
 /// `nodeipc launch` with `--run-dir DIR --json-events FILE`, the `env`
 /// rank (which leaves a file per rank it ran as); its output.
 fn launch_with_paths(dir: &TempDir, run_dir: &Path, events: &Path) -> std::process::Output {

@@ -100,6 +100,9 @@ pub struct LaunchOptions {
     pub health: HealthOptions,
     /// When a job that makes no progress is no longer restarted.
     pub progress: ProgressOptions,
+    /// NVRx's `safety_factor`, handed to every rank as
+    /// `NODEIPC_FT_SAFETY_FACTOR` (`nodeipc.fault_tolerance` reads it).
+    pub ft_safety_factor: Option<f64>,
     /// Where ranks' stdout and stderr go.
     pub output: OutputOptions,
     /// The program and its arguments.
@@ -124,6 +127,7 @@ impl LaunchOptions {
             own_all_children: false,
             health: HealthOptions::default(),
             progress: ProgressOptions::off(),
+            ft_safety_factor: None,
             output: OutputOptions::default(),
             command,
         }

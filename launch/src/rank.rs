@@ -88,6 +88,9 @@ impl Rank {
             options.max_restarts,
             socket,
         ));
+        if let Some(factor) = options.ft_safety_factor {
+            command.env("NODEIPC_FT_SAFETY_FACTOR", factor.to_string());
+        }
         if let Some(file) = &streams.error_file {
             command.env("TORCHELASTIC_ERROR_FILE", file);
         }

@@ -284,9 +284,9 @@ pub(crate) fn run(args: LaunchArgs) -> CmdResult {
             "--monitor-config does not go with --nvrx-config/--ft-cfg-path or --ft-* options: give the monitors' settings in one place".into(),
         ));
     }
-    let (HostConfig { monitor, health }, progress, health_interval) =
+    let (HostConfig { monitor, health }, progress, health_interval, ft_safety_factor) =
         match (&args.monitor_config, nvrx) {
-            (Some(file), _) => (HostConfig::load(file)?, ProgressOptions::off(), None),
+            (Some(file), _) => (HostConfig::load(file)?, ProgressOptions::off(), None, None),
             (None, true) => {
                 let ft = nodeipc_launch::resolve_ft(args.nvrx_config.as_deref(), &args.ft.given)
                     .map_err(|e| Failure::Usage(e.to_string()))?;
@@ -297,9 +297,9 @@ pub(crate) fn run(args: LaunchArgs) -> CmdResult {
                     monitor: ft.monitor,
                     health: ft.health,
                 };
-                (host, ft.progress, ft.health_interval)
+                (host, ft.progress, ft.health_interval, ft.safety_factor)
             }
-            (None, false) => (HostConfig::default(), ProgressOptions::off(), None),
+            (None, false) => (HostConfig::default(), ProgressOptions::off(), None, None),
         };
     let output = OutputOptions {
         log_dir: args.log_dir,
@@ -349,6 +349,7 @@ pub(crate) fn run(args: LaunchArgs) -> CmdResult {
             },
         },
         progress,
+        ft_safety_factor,
         output,
         ..LaunchOptions::new(args.nproc, command)
     };

@@ -36,6 +36,7 @@ pub(crate) fn rank_main() {
                 "LOCAL_WORLD_SIZE",
                 "MASTER_ADDR",
                 "MASTER_PORT",
+                "NODEIPC_FT_SAFETY_FACTOR",
             ];
             let text: String = names
                 .iter()

@@ -35,6 +35,10 @@ pub struct FtSettings {
     pub progress: ProgressOptions,
     /// `node_health_check_interval`, when given.
     pub health_interval: Option<Duration>,
+    /// `safety_factor`, when given: the ranks' clients get it as
+    /// `NODEIPC_FT_SAFETY_FACTOR` (NVRx's clients take it from the config
+    /// their launcher hands the rank monitor).
+    pub safety_factor: Option<f64>,
     /// One line per setting accepted without effect.
     pub warnings: Vec<String>,
 }
@@ -105,18 +109,6 @@ pub fn resolve(file: Option<&Path>, options: &[(String, Option<String>)]) -> Res
         safety_factor,
         ..
     } = nvrx;
-    let safety = FT_SETTINGS
-        .iter()
-        .find(|s| s.field == Some("safety_factor"))
-        .expect("in the table");
-    if let (Some(factor), FtSupport::Warned(why)) = (safety_factor, safety.support)
-        && factor != 5.0
-        && !given(options, safety)
-    {
-        warnings.push(format!(
-            "fault_tolerance.safety_factor: accepted, no effect: {why}"
-        ));
-    }
     let mut health_interval = None;
     // Where a field came from, for its warning (an option names itself).
     let from = file.map_or(String::new(), |f| {
@@ -171,6 +163,7 @@ pub fn resolve(file: Option<&Path>, options: &[(String, Option<String>)]) -> Res
         health,
         progress,
         health_interval,
+        safety_factor,
         warnings,
     })
 }

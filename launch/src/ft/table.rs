@@ -165,7 +165,7 @@ pub const FT_SETTINGS: &[FtSetting] = &[
         Some("safety_factor"),
         "5.0",
         Seconds,
-        Warned("the ranks' client calculates timeouts with its own safety factor")
+        Implemented
     ),
     setting!(
         Some("log-level"),
