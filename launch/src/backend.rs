@@ -157,6 +157,13 @@ pub trait RoundBackend {
     /// [`decide`]: RoundBackend::decide
     fn failure_seen(&mut self, _restart: u32, _report: &RoundReport) {}
 
+    /// Called when this node's ranks asked, through nvidia-resiliency-ext's
+    /// workload control, for the launch to end here: with `shutdown` the
+    /// whole job ends, on every node, with `exit_code` and `cause`;
+    /// without, this node leaves it (the others go on where their range of
+    /// nodes allows). Best effort, bounded in time.
+    fn workload_ends(&mut self, _shutdown: bool, _exit_code: i32, _cause: &str) {}
+
     /// Called once the round's local ranks are all gone.
     ///
     /// # Errors

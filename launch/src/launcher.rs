@@ -305,9 +305,13 @@ fn rounds(
         // nvidia-resiliency-ext's workload control, applied where its
         // launcher applies it: when the round is over.
         if !matches!(report, RoundReport::Interrupted { .. })
-            && let workload::Verdict::Finish(exit_code, summary) =
-                workload::requested(ctx, plan.rank_offset, code)?
+            && let workload::Verdict::Finish {
+                exit_code,
+                summary,
+                shutdown,
+            } = workload::requested(ctx, plan.rank_offset, code)?
         {
+            ctx.backend.workload_ends(shutdown, exit_code, &summary);
             return Ok((exit_code, summary, restart));
         }
         // Progress comes before the restarts left, as in

@@ -2,9 +2,11 @@
 //! (`RankMonitorClient.send_workload_control_request`, over their monitor
 //! connections), read from the monitors when a round ends, as NVRx's
 //! launcher applies them at its next rendezvous. `ShutdownWorkload` ends
-//! the job with no restart; `ExcludeThisNode` takes this node out (its
-//! launcher leaves, so on one node the job ends, saying why); `Continue`
-//! is acknowledged. Of several, a shutdown comes first.
+//! the job with no restart, on every node (across nodes, through the job's
+//! state in etcd); `ExcludeThisNode` takes this node out (its launcher
+//! leaves: the other nodes go on where `--nnodes` allows, and on one node
+//! the job ends, saying why); `Continue` is acknowledged. Of several, a
+//! shutdown comes first.
 
 use std::time::Duration;
 
@@ -20,8 +22,13 @@ const STATUS_TIMEOUT: Duration = Duration::from_secs(5);
 pub(crate) enum Verdict {
     /// Nothing stops the launch.
     Go,
-    /// The launch ends: its exit status and why.
-    Finish(i32, String),
+    /// The launch ends: its exit status, why, and whether for the whole
+    /// job (a shutdown) or for this node only (an exclusion).
+    Finish {
+        exit_code: i32,
+        summary: String,
+        shutdown: bool,
+    },
 }
 
 /// `WorkloadAction`'s name in events.
@@ -58,17 +65,19 @@ pub(crate) fn requested(ctx: &mut Ctx<'_>, rank_offset: u32, round_code: i32) ->
         }
     }
     Ok(match worst {
-        Some((2, rank, why)) => Verdict::Finish(
-            round_code,
-            format!("not restarted: rank {rank} asked to shut the workload down: {why}"),
-        ),
-        Some((1, rank, why)) => Verdict::Finish(
-            1,
-            format!(
+        Some((2, rank, why)) => Verdict::Finish {
+            exit_code: round_code,
+            summary: format!("not restarted: rank {rank} asked to shut the workload down: {why}"),
+            shutdown: true,
+        },
+        Some((1, rank, why)) => Verdict::Finish {
+            exit_code: 1,
+            summary: format!(
                 "rank {rank} asked to exclude this node ({why}): this node leaves the job, \
                  which on one node ends it"
             ),
-        ),
+            shutdown: false,
+        },
         _ => Verdict::Go,
     })
 }

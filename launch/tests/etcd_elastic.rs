@@ -33,6 +33,16 @@ fn main() {
             too_few_nodes_end_with_how_many_were_ready,
             false,
         ),
+        (
+            "a_rank_s_shutdown_request_ends_every_node_with_no_restart",
+            a_shutdown_request_ends_every_node,
+            false,
+        ),
+        (
+            "a_rank_s_exclude_request_takes_its_node_out_and_the_others_go_on",
+            an_exclude_request_takes_its_node_out,
+            false,
+        ),
     ]);
 }
 
@@ -277,4 +287,79 @@ fn too_few_nodes_end_with_how_many_were_ready() {
         "{out}"
     );
     assert!(records(&dir.join("record")).is_empty(), "no rank ran");
+}
+
+/// nvidia-resiliency-ext's `ShutdownWorkload` from a rank of one node ends
+/// the job on every node, with the round's status and no restart (though
+/// restarts are left): the other launcher is told through etcd.
+fn a_shutdown_request_ends_every_node() {
+    let Some(Job {
+        etcd,
+        dir,
+        id,
+        _dog,
+    }) = Job::start("etcd workload shutdown", "wl-stop", 90)
+    else {
+        return;
+    };
+    let spec = Spec {
+        max_restarts: 3,
+        ..Spec::new(&etcd.endpoint(), &id, 2, "workload:2", &dir.join("record"))
+    };
+    let mut launchers: Vec<Launcher> = (0..2)
+        .map(|i| Launcher::start(&spec, dir.path(), &format!("launcher{i}")))
+        .collect();
+    for (i, launcher) in launchers.iter_mut().enumerate() {
+        let status = launcher.wait(Duration::from_secs(60));
+        let out = launcher.output();
+        assert_eq!(status.code(), Some(7), "launcher {i}: {out}");
+        assert!(
+            out.contains("rank 3 asked to shut the workload down: asked by the test"),
+            "launcher {i}: {out}"
+        );
+    }
+    ranks_ran(&dir, &[&[0], &[0], &[0], &[0]]);
+}
+
+/// `ExcludeThisNode` from a rank of one node takes that node out: its
+/// launcher exits 1 saying so, and the other, on `--nnodes 1:2`, runs the
+/// next round alone (world size 2) and finishes.
+fn an_exclude_request_takes_its_node_out() {
+    let Some(Job {
+        etcd,
+        dir,
+        id,
+        _dog,
+    }) = Job::start("etcd workload exclude", "wl-out", 90)
+    else {
+        return;
+    };
+    let spec = Spec {
+        max_restarts: 1,
+        ..range(&etcd, &id, 1, 2, "workload:1", &dir)
+    };
+    let mut launchers: Vec<Launcher> = (0..2)
+        .map(|i| Launcher::start(&spec, dir.path(), &format!("launcher{i}")))
+        .collect();
+    let statuses: Vec<Option<i32>> = launchers
+        .iter_mut()
+        .map(|l| l.wait(Duration::from_secs(60)).code())
+        .collect();
+    let out: Vec<String> = launchers.iter().map(Launcher::output).collect();
+    let excluded = saying(&launchers, "asked to exclude this node (asked by the test)");
+    assert_eq!(excluded.len(), 1, "{out:?}");
+    let (gone, kept) = (excluded[0], 1 - excluded[0]);
+    assert_eq!(statuses[gone], Some(1), "{}", out[gone]);
+    assert_eq!(statuses[kept], Some(0), "{}", out[kept]);
+    // Round 1 (or later) ran on the one node left: ranks 0 and 1 only.
+    let seen = records(&dir.join("record"));
+    let after: Vec<u32> = seen
+        .iter()
+        .filter(|(_, r)| *r > 0)
+        .map(|(k, _)| *k)
+        .collect();
+    assert!(
+        !after.is_empty() && after.iter().all(|&k| k < 2),
+        "{seen:?}"
+    );
 }

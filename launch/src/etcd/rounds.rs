@@ -155,19 +155,8 @@ impl RoundBackend for EtcdBackend {
                         nodeipc_text::signal_name(*signal)
                     ),
                 };
-                let node = self.group_rank;
                 // Best effort: etcd may be why we are stopping.
-                let _ = self.cas_state(|s| {
-                    (!s.is_final()).then(|| JobState {
-                        status: Status::Failed {
-                            node,
-                            rank: None,
-                            cause: cause.clone(),
-                            code,
-                        },
-                        ..s.clone()
-                    })
-                });
+                self.end_job(&cause, code);
                 self.leave();
                 Ok(Decision::Finished {
                     exit_code: code,
@@ -207,6 +196,14 @@ impl RoundBackend for EtcdBackend {
                 self.poll_decision(restart)
             }
         }
+    }
+
+    fn workload_ends(&mut self, shutdown: bool, exit_code: i32, cause: &str) {
+        if shutdown {
+            let cause = format!("node {}: {cause}", self.group_rank);
+            self.end_job(&cause, exit_code);
+        }
+        self.leave();
     }
 
     fn poll_decision(&mut self, _restart: u32) -> Result<Decision> {
@@ -260,6 +257,23 @@ impl RoundBackend for EtcdBackend {
 }
 
 impl EtcdBackend {
+    /// Ends the job for every launcher with `code` and `cause` (unless it
+    /// has ended already). Best effort: etcd may be unreachable.
+    fn end_job(&mut self, cause: &str, code: i32) {
+        let node = self.group_rank;
+        let _ = self.cas_state(|s| {
+            (!s.is_final()).then(|| JobState {
+                status: Status::Failed {
+                    node,
+                    rank: None,
+                    cause: cause.to_owned(),
+                    code,
+                },
+                ..s.clone()
+            })
+        });
+    }
+
     /// The job's state as last seen.
     pub(super) fn state(&self) -> Result<JobState> {
         let session = self.session()?;

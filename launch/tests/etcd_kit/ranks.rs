@@ -191,6 +191,28 @@ pub fn run() -> ! {
             sleep_ms(200);
             0
         }
+        // `workload:ACTION`: in round 0 the last rank asks its monitor for
+        // nvidia-resiliency-ext's workload action ACTION, then fails (7);
+        // the others run on. Later rounds end soon, all well.
+        workload if workload.starts_with("workload:") => {
+            let action: i32 = workload["workload:".len()..].parse().expect("an action");
+            if restart == 0 && last {
+                let socket = std::env::var("NODEIPC_MONITOR_SOCKET").expect("monitor socket");
+                let mut client =
+                    MonitorClient::connect(&socket, Duration::from_secs(5)).expect("monitor");
+                client
+                    .init(&RankInfo::this_process(rank, local))
+                    .expect("init");
+                client
+                    .workload_control(action, "asked by the test")
+                    .expect("workload control");
+                sleep_ms(300);
+                7
+            } else {
+                sleep_ms(if restart == 0 { 20_000 } else { 300 });
+                0
+            }
+        }
         other => panic!("rank: unknown mode {other:?}"),
     };
     std::process::exit(code);
