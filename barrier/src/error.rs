@@ -73,8 +73,9 @@ pub enum Error {
 
     /// A bounded wait ran out: not every rank arrived.
     #[error(
-        "group {group}: rank {rank} timed out in {op} after {} with {arrived} of {expected} ranks arrived; the group is unusable",
-        InWords(*waited)
+        "group {group}: rank {rank} timed out in {op} after {} with {arrived} of {expected} ranks arrived{}; the group is unusable",
+        InWords(*waited),
+        never_joined(missing)
     )]
     Timeout {
         /// The group name.
@@ -89,6 +90,11 @@ pub enum Error {
         arrived: u32,
         /// Ranks expected.
         expected: u32,
+        /// The ranks that had not joined, in order, when a join timed out
+        /// waiting for the others to register; empty where it is not known
+        /// (every other operation, and a join still waiting for rank 0's
+        /// vault). The message names the first 16 of them and counts the rest.
+        missing: Vec<u32>,
     },
 
     /// This thread's cancellation hook
@@ -237,6 +243,33 @@ pub enum Error {
         #[source]
         source: io::Error,
     },
+}
+
+/// How many of a timed-out join's missing ranks its message names; the
+/// rest are counted ("and 5 more"), so a huge group's line stays short.
+const NAMED_MISSING: usize = 16;
+
+/// The part of a timeout's message that names the ranks that never joined
+/// (nothing when none are known).
+fn never_joined(missing: &[u32]) -> String {
+    let Some((&first, _)) = missing.split_first() else {
+        return String::new();
+    };
+    if missing.len() == 1 {
+        return format!(" (rank {first} never joined)");
+    }
+    let named: Vec<String> = missing
+        .iter()
+        .take(NAMED_MISSING)
+        .map(u32::to_string)
+        .collect();
+    let more = missing.len().saturating_sub(NAMED_MISSING);
+    let tail = if more > 0 {
+        format!(" and {more} more")
+    } else {
+        String::new()
+    };
+    format!(" (ranks {}{tail} never joined)", named.join(", "))
 }
 
 /// What is wrong with a barrier of the first `n` ranks (the caller being

@@ -174,6 +174,7 @@ impl Mesh {
                     waited,
                     arrived: (from.len() - missing) as u32,
                     expected: from.len() as u32,
+                    missing: Vec::new(),
                 });
             }
             let mut polls = vec![PollFd::new(&self.inbox, PollFlags::IN)];

@@ -363,6 +363,75 @@ fn a_missing_rank_times_out_the_join_and_the_barrier_says_how_many_came() {
 }
 
 #[test]
+fn a_timed_out_join_names_the_ranks_that_never_joined() {
+    let _dog = Watchdog::new("join names the missing", Duration::from_secs(60));
+    let name = unique_name("never-joined");
+    // Ranks 0 and 2 of 3 come; rank 1 never does.
+    // Rank 2 waits longer, so that on a loaded machine too it finds rank 0's
+    // vault and registers before giving up.
+    let ranks: Vec<_> = [(0u32, 2), (2, 4)]
+        .into_iter()
+        .map(|(rank, secs)| {
+            let name = name.clone();
+            thread::spawn(move || {
+                Group::join(opts(&name, rank, 3).timeout(Duration::from_secs(secs))).unwrap_err()
+            })
+        })
+        .collect();
+    let errors: Vec<Error> = ranks
+        .into_iter()
+        .map(|h| h.join().expect("rank thread"))
+        .collect();
+    // Both waited at the registration, where the vault says who came.
+    for (rank, err) in [0u32, 2].into_iter().zip(&errors) {
+        match err {
+            Error::Timeout {
+                op: "join",
+                missing,
+                arrived,
+                expected: 3,
+                ..
+            } => {
+                assert_eq!(missing, &[1], "rank {rank}: {err}");
+                assert_eq!(*arrived, 2, "rank {rank}: {err}");
+            }
+            other => panic!("rank {rank}: expected a join timeout, got {other}"),
+        }
+        let message = err.to_string();
+        assert!(
+            message.contains("(rank 1 never joined)"),
+            "rank {rank}: {message}"
+        );
+        assert!(!message.contains("rank 2 never"), "rank {rank}: {message}");
+    }
+    assert!(
+        shm_leftovers(&name).is_empty(),
+        "a failed join left its vault"
+    );
+
+    // Alone in a group of 20: the message names 16 of the 19 and counts the rest.
+    let name = unique_name("never-joined-many");
+    let err = Group::join(opts(&name, 0, 20).timeout(Duration::from_millis(300))).unwrap_err();
+    match &err {
+        Error::Timeout { missing, .. } => {
+            assert_eq!(missing, &(1..20).collect::<Vec<u32>>(), "{err}")
+        }
+        other => panic!("expected a join timeout, got {other}"),
+    }
+    let message = err.to_string();
+    assert!(
+        message.contains(
+            "(ranks 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16 and 3 more never joined)"
+        ),
+        "{message}"
+    );
+    assert!(
+        shm_leftovers(&name).is_empty(),
+        "a failed join left its vault"
+    );
+}
+
+#[test]
 fn a_rank_that_drops_its_group_is_reported_as_left() {
     let _dog = Watchdog::new("left", Duration::from_secs(30));
     let name = unique_name("left");

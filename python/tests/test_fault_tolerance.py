@@ -13,6 +13,7 @@ import time
 
 import pytest
 
+import nodeipc
 import nodeipc.fault_tolerance as fault_tolerance
 from nodeipc.fault_tolerance import (
     FaultToleranceConfig,
@@ -189,6 +190,28 @@ def test_calculations_follow_nvrx_from_what_each_has(monitor, rank_env):
         client.shutdown_workload_monitoring()
     with pytest.raises(RankMonitorClientError, match="not initialized"):
         client.send_heartbeat()
+
+
+def test_a_local_rank_that_never_comes_to_calculate_is_named(monitor, rank_env, monkeypatch,
+                                                               unique_name):
+    # Local rank 0 of 2 calculates alone: the `-ft` group's join times out
+    # and the group's own error names local rank 1, which never came.
+    base = unique_name("ft-missing")
+    monkeypatch.setenv("NODEIPC_GROUP", base)
+    monkeypatch.setenv("NODEIPC_LOCAL_RANK", "0")
+    monkeypatch.setenv("NODEIPC_LOCAL_WORLD_SIZE", "2")
+    monkeypatch.setattr(fault_tolerance, "SYNC_TIMEOUT", 0.5)
+    client = connected(monitor())
+    try:
+        with pytest.raises(RankMonitorClientError) as caught:
+            client.calculate_and_set_hb_timeouts(skip_if_not_ready=True)
+    finally:
+        client.shutdown_workload_monitoring()
+    message = str(caught.value)
+    assert f"{base}-ft" in message, message
+    assert "rank 1 never joined" in message, message
+    assert "1 of 2 ranks arrived" in message, message
+    assert isinstance(caught.value.__cause__, nodeipc.TimeoutError), repr(caught.value.__cause__)
 
 
 def test_the_client_refuses_what_nvrx_refuses(monkeypatch, rank_env):

@@ -82,6 +82,7 @@ impl Group {
                         waited,
                         arrived: 0,
                         expected: options.world_size,
+                        missing: Vec::new(),
                     }
                 }
                 nodeipc_shm::Error::Interrupted { waited, .. } => Error::Interrupted {
@@ -201,6 +202,7 @@ impl Group {
                         waited: start.elapsed(),
                         arrived: joined,
                         expected: self.world_size,
+                        missing: self.unjoined(),
                     });
                 }
             }
@@ -221,6 +223,23 @@ impl Group {
             self.peers.push(Some(pidfd));
         }
         Ok(())
+    }
+
+    /// The ranks whose entry in the vault has no `JOINED` flag yet, in
+    /// order: who a timed-out join waited for. (A rank setting its flag
+    /// just now may or may not be listed; the list is read once, after the
+    /// wait gave up.)
+    fn unjoined(&self) -> Vec<u32> {
+        (0..self.world_size)
+            .filter(|&rank| {
+                self.layout
+                    .rank(&self.region, rank)
+                    .flags
+                    .load(Ordering::Acquire)
+                    & flags::JOINED
+                    == 0
+            })
+            .collect()
     }
 
     /// Fails with [`Error::PeerDied`] when registered rank `rank` is gone,
@@ -332,6 +351,7 @@ fn wait_for_header(
                     waited: start.elapsed(),
                     arrived: 0,
                     expected: options.world_size,
+                    missing: Vec::new(),
                 });
             }
         }

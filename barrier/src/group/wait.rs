@@ -183,6 +183,7 @@ impl Group {
                     waited,
                     arrived: words.count.load(Ordering::Relaxed),
                     expected: parties,
+                    missing: Vec::new(),
                 })
             }
         }

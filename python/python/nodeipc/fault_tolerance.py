@@ -583,22 +583,15 @@ class RankMonitorClient:
         if not base or size is None or local is None:
             return None
         name = f"{base}-ft"
-        run_dir = os.path.dirname(self.rank_monitor_socket or "")
-        round_ = os.environ.get("NODEIPC_RESTART_COUNT", "0")
-        marker = os.path.join(run_dir, f"ft-{round_}-{local}") if run_dir else None
-        if marker:
-            with open(marker, "w"):
-                pass
         slot = 8 * (3 + 64)
         try:
             self._ft_group = _native.Group(name, local, size, timeout=SYNC_TIMEOUT,
                                            slot_size=slot)
         except NodeipcError as e:
-            missing = [r for r in range(size) if marker and not os.path.exists(
-                os.path.join(run_dir, f"ft-{round_}-{r}"))]
+            # The group's error names the group and, for a timed-out join,
+            # the local ranks that never came.
             raise RankMonitorClientError(
-                f"the node's ranks did not all come to calculate timeouts (group {name}); "
-                f"never came: local ranks {missing if missing else 'unknown'}: {e}") from e
+                f"the node's ranks did not all come to calculate timeouts: {e}") from e
         return self._ft_group
 
     def calculate_and_set_hb_timeouts(self, skip_if_not_ready: bool = False) -> bool:
