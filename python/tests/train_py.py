@@ -84,7 +84,13 @@ def main():
         status = client._connection().status()
         print(f"hb {status['heartbeat']:.1f}", flush=True)
         print(f"step {status['sections']['step']:.1f}", flush=True)
+        # Unwatched before waiting for the other rank to leave: that wait
+        # is no step, and on a loaded machine it can outlast the timeouts
+        # just agreed.
+        client.shutdown_workload_monitoring()
         group.leave()
+        print("ok", flush=True)
+        return 0
     elif mode == "sections":
         for _ in range(20):
             client.start_section("step")
