@@ -9,7 +9,6 @@ use std::time::Duration;
 
 use crate::Message;
 use nodeipc_fdpass::{Identity, PeerRecord};
-use nodeipc_shm::wait::Pacer;
 use nodeipc_shm::{OpenOptions, Region};
 use rustix::fs::SealFlags;
 use rustix::io::Errno;
@@ -124,12 +123,7 @@ impl End {
         )?);
         // The creator writes the magic last: wait (bounded) for it.
         let header: &Header = region.view(0)?;
-        let mut pacer = Pacer::new(
-            Duration::from_micros(10),
-            Duration::from_millis(10),
-            Some(timeout),
-        );
-        while header.config.magic.load(Ordering::Acquire) == 0 && pacer.pause().is_ok() {}
+        header.config.wait_published(timeout);
         End::join::<T>(region, schema, role)
     }
 

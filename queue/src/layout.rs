@@ -8,6 +8,10 @@
 use nodeipc_fdpass::PeerRecord;
 use nodeipc_shm::Padded;
 
+use std::time::Duration;
+
+use nodeipc_shm::wait::Pacer;
+
 use crate::sync::{AtomicU32, AtomicU64, Ordering};
 use crate::{Error, Result};
 
@@ -24,6 +28,9 @@ pub const MAX_CAPACITY: u32 = 1 << 30;
 pub const MAX_ELEM_SIZE: usize = 1 << 20;
 
 /// The creator's record of what the queue holds; read-only afterwards.
+/// The first 40 bytes of both layouts: the MPMC ring's configuration is
+/// this one followed by its producer and consumer counts, so both are
+/// written, awaited and checked by the code below.
 #[repr(C)]
 #[derive(Debug, Default)]
 pub(crate) struct Config {
@@ -137,6 +144,106 @@ impl Geometry {
     }
 }
 
+/// What a joiner expects of a configuration, and how its errors read.
+pub(crate) struct Expected<'a> {
+    pub(crate) queue: &'a str,
+    pub(crate) magic: u64,
+    /// What a region with another magic is not ("a queue").
+    pub(crate) kind: &'static str,
+    pub(crate) version: u32,
+    pub(crate) elem_size: usize,
+    pub(crate) elem_align: usize,
+    pub(crate) schema: u64,
+}
+
+impl Config {
+    /// Writes everything but the magic ([`publish`](Config::publish) is
+    /// last, once whatever follows the configuration is written too).
+    pub(crate) fn fill(
+        &self,
+        version: u32,
+        (elem_size, elem_align): (usize, usize),
+        capacity: u32,
+        schema: u64,
+        slots_offset: usize,
+    ) {
+        self.version.store(version, Ordering::Relaxed);
+        self.elem_size.store(elem_size as u32, Ordering::Relaxed);
+        self.elem_align.store(elem_align as u32, Ordering::Relaxed);
+        self.capacity.store(capacity, Ordering::Relaxed);
+        self.schema.store(schema, Ordering::Relaxed);
+        self.slots_offset
+            .store(slots_offset as u64, Ordering::Relaxed);
+    }
+
+    /// The magic, stored last (release): a joiner that sees it sees the rest.
+    pub(crate) fn publish(&self, magic: u64) {
+        self.magic.store(magic, Ordering::Release);
+    }
+
+    /// Waits (bounded by `timeout`) for the creator to publish the magic.
+    pub(crate) fn wait_published(&self, timeout: Duration) {
+        let mut pacer = Pacer::new(
+            Duration::from_micros(10),
+            Duration::from_millis(10),
+            Some(timeout),
+        );
+        while self.magic.load(Ordering::Acquire) == 0 && pacer.pause().is_ok() {}
+    }
+
+    /// Checks magic, version, element size and alignment, schema (each
+    /// value read once); returns the capacity and slots offset found, for
+    /// the layout to check against its own geometry.
+    pub(crate) fn check(&self, want: &Expected<'_>) -> Result<(u32, u64)> {
+        let magic = self.magic.load(Ordering::Acquire);
+        if magic != want.magic {
+            return Err(Error::BadHeader {
+                queue: want.queue.to_owned(),
+                reason: format!(
+                    "magic is {magic:#018x}, {:#018x} expected (not {}, or not yet initialised)",
+                    want.magic, want.kind
+                ),
+            });
+        }
+        let checks = [
+            (
+                "layout version",
+                self.version.load(Ordering::Relaxed).into(),
+                u64::from(want.version),
+            ),
+            (
+                "element size",
+                self.elem_size.load(Ordering::Relaxed).into(),
+                want.elem_size as u64,
+            ),
+            (
+                "element alignment",
+                self.elem_align.load(Ordering::Relaxed).into(),
+                want.elem_align as u64,
+            ),
+            (
+                "schema id",
+                self.schema.load(Ordering::Relaxed),
+                want.schema,
+            ),
+        ];
+        for (field, found, expected) in checks {
+            if found != expected {
+                return Err(Error::Mismatch {
+                    queue: want.queue.to_owned(),
+                    field,
+                    found,
+                    expected,
+                });
+            }
+        }
+        Ok((
+            self.capacity.load(Ordering::Relaxed),
+            self.slots_offset.load(Ordering::Relaxed),
+        ))
+    }
+}
+
 /// Writes a fresh header: configuration first, the magic last (release), so
 /// a joiner that sees the magic sees the rest.
 pub(crate) fn init(
@@ -147,13 +254,14 @@ pub(crate) fn init(
     schema: u64,
 ) {
     let c = &header.config;
-    c.version.store(VERSION, Ordering::Relaxed);
-    c.elem_size.store(elem_size as u32, Ordering::Relaxed);
-    c.elem_align.store(elem_align as u32, Ordering::Relaxed);
-    c.capacity.store(geo.capacity, Ordering::Relaxed);
-    c.schema.store(schema, Ordering::Relaxed);
-    c.slots_offset.store(SLOTS_OFFSET as u64, Ordering::Relaxed);
-    c.magic.store(MAGIC, Ordering::Release);
+    c.fill(
+        VERSION,
+        (elem_size, elem_align),
+        geo.capacity,
+        schema,
+        SLOTS_OFFSET,
+    );
+    c.publish(MAGIC);
 }
 
 /// Checks a header against what a joiner expects; every value is read once.
@@ -165,52 +273,24 @@ pub(crate) fn check(
     elem_align: usize,
     schema: u64,
 ) -> Result<Geometry> {
-    let c = &header.config;
     let bad = |reason: String| Error::BadHeader {
         queue: queue.to_owned(),
         reason,
     };
-    let magic = c.magic.load(Ordering::Acquire);
-    if magic != MAGIC {
-        return Err(bad(format!(
-            "magic is {magic:#018x}, {MAGIC:#018x} expected (not a queue, or not yet initialised)"
-        )));
-    }
-    let version = c.version.load(Ordering::Relaxed);
-    if version != VERSION {
-        return Err(Error::Mismatch {
-            queue: queue.to_owned(),
-            field: "layout version",
-            found: version.into(),
-            expected: VERSION.into(),
-        });
-    }
-    let mismatch = |field, found: u64, expected: u64| {
-        (found != expected).then(|| Error::Mismatch {
-            queue: queue.to_owned(),
-            field,
-            found,
-            expected,
-        })
-    };
-    let found_size = c.elem_size.load(Ordering::Relaxed);
-    if let Some(e) = mismatch("element size", found_size.into(), elem_size as u64) {
-        return Err(e);
-    }
-    let found_align = c.elem_align.load(Ordering::Relaxed);
-    if let Some(e) = mismatch("element alignment", found_align.into(), elem_align as u64) {
-        return Err(e);
-    }
-    if let Some(e) = mismatch("schema id", c.schema.load(Ordering::Relaxed), schema) {
-        return Err(e);
-    }
-    let offset = c.slots_offset.load(Ordering::Relaxed);
+    let (capacity, offset) = header.config.check(&Expected {
+        queue,
+        magic: MAGIC,
+        kind: "a queue",
+        version: VERSION,
+        elem_size,
+        elem_align,
+        schema,
+    })?;
     if offset != SLOTS_OFFSET as u64 {
         return Err(bad(format!(
             "slots offset is {offset}, {SLOTS_OFFSET} expected"
         )));
     }
-    let capacity = c.capacity.load(Ordering::Relaxed);
     let geo = Geometry::new(queue, elem_size, capacity).map_err(|_| {
         bad(format!(
             "capacity is {capacity}, not a power of two up to 2^30"

@@ -7,7 +7,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use nodeipc_fdpass::{Identity, PeerWatch, Taken};
-use nodeipc_shm::wait::Pacer;
 use nodeipc_shm::{OpenOptions, Region};
 
 use crate::end::check_seals;
@@ -172,12 +171,7 @@ impl MpmcEnd {
             OpenOptions::wait(PLACES_OFFSET, timeout),
         )?);
         let header: &Header = region.view(0)?;
-        let mut pacer = Pacer::new(
-            Duration::from_micros(10),
-            Duration::from_millis(10),
-            Some(timeout),
-        );
-        while header.config.magic.load(Ordering::Acquire) == 0 && pacer.pause().is_ok() {}
+        header.config.ring.wait_published(timeout);
         MpmcEnd::join::<T>(region, schema, role)
     }
 

@@ -5,6 +5,7 @@
 use nodeipc_fdpass::PeerRecord;
 use nodeipc_shm::Padded;
 
+use crate::layout::Expected;
 use crate::sync::{AtomicU32, AtomicU64, Ordering};
 use crate::{Error, MAX_ELEM_SIZE, Result};
 
@@ -22,17 +23,13 @@ pub(crate) const PLACES_OFFSET: usize = 6 * 128;
 /// Bytes a place takes.
 pub(crate) const PLACE_LEN: usize = 128;
 
-/// The creator's record of what the ring holds; read-only afterwards.
+/// The creator's record of what the ring holds; read-only afterwards: the
+/// SPSC queue's configuration (the same 40 bytes, written and checked by
+/// the same code), then the number of producers and of consumers.
 #[repr(C)]
 #[derive(Debug, Default)]
 pub(crate) struct Config {
-    pub(crate) magic: AtomicU64,
-    pub(crate) version: AtomicU32,
-    pub(crate) elem_size: AtomicU32,
-    pub(crate) elem_align: AtomicU32,
-    pub(crate) capacity: AtomicU32,
-    pub(crate) schema: AtomicU64,
-    pub(crate) slots_offset: AtomicU64,
+    pub(crate) ring: crate::layout::Config,
     pub(crate) producers: AtomicU32,
     pub(crate) consumers: AtomicU32,
 }
@@ -190,16 +187,16 @@ pub(crate) fn init(
     schema: u64,
 ) {
     let c = &header.config;
-    c.version.store(MPMC_VERSION, Ordering::Relaxed);
-    c.elem_size.store(elem_size as u32, Ordering::Relaxed);
-    c.elem_align.store(elem_align as u32, Ordering::Relaxed);
-    c.capacity.store(geo.capacity, Ordering::Relaxed);
-    c.schema.store(schema, Ordering::Relaxed);
-    c.slots_offset
-        .store(geo.slots_offset as u64, Ordering::Relaxed);
+    c.ring.fill(
+        MPMC_VERSION,
+        (elem_size, elem_align),
+        geo.capacity,
+        schema,
+        geo.slots_offset,
+    );
     c.producers.store(geo.producers, Ordering::Relaxed);
     c.consumers.store(geo.consumers, Ordering::Relaxed);
-    c.magic.store(MPMC_MAGIC, Ordering::Release);
+    c.ring.publish(MPMC_MAGIC);
 }
 
 /// Checks a header against what a joiner expects; every value read once.
@@ -216,49 +213,19 @@ pub(crate) fn check(
         queue: queue.to_owned(),
         reason,
     };
-    let magic = c.magic.load(Ordering::Acquire);
-    if magic != MPMC_MAGIC {
-        return Err(bad(format!(
-            "magic is {magic:#018x}, {MPMC_MAGIC:#018x} expected (not an MPMC ring, or not yet initialised)"
-        )));
-    }
-    let mismatch = |field, found: u64, expected: u64| {
-        (found != expected).then(|| Error::Mismatch {
-            queue: queue.to_owned(),
-            field,
-            found,
-            expected,
-        })
-    };
-    let checks = [
-        (
-            "layout version",
-            c.version.load(Ordering::Relaxed).into(),
-            u64::from(MPMC_VERSION),
-        ),
-        (
-            "element size",
-            c.elem_size.load(Ordering::Relaxed).into(),
-            elem_size as u64,
-        ),
-        (
-            "element alignment",
-            c.elem_align.load(Ordering::Relaxed).into(),
-            elem_align as u64,
-        ),
-        ("schema id", c.schema.load(Ordering::Relaxed), schema),
-    ];
-    for (field, found, expected) in checks {
-        if let Some(e) = mismatch(field, found, expected) {
-            return Err(e);
-        }
-    }
-    let capacity = c.capacity.load(Ordering::Relaxed);
+    let (capacity, offset) = c.ring.check(&Expected {
+        queue,
+        magic: MPMC_MAGIC,
+        kind: "an MPMC ring",
+        version: MPMC_VERSION,
+        elem_size,
+        elem_align,
+        schema,
+    })?;
     let producers = c.producers.load(Ordering::Relaxed);
     let consumers = c.consumers.load(Ordering::Relaxed);
     let geo = Geometry::new(queue, elem_size, capacity, producers, consumers)
         .map_err(|e| bad(e.to_string()))?;
-    let offset = c.slots_offset.load(Ordering::Relaxed);
     if offset != geo.slots_offset as u64 {
         return Err(bad(format!(
             "slots offset is {offset}, {} expected for {producers} producers and {consumers} consumers",
