@@ -204,7 +204,9 @@ impl<T: Message> MpmcConsumer<T> {
     }
 
     /// Pops a copy of the oldest message, waiting up to `timeout`: polls,
-    /// yields, then parks on the head position's sequence word.
+    /// yields, then parks on the head position's sequence word. Not fair:
+    /// a consumer that polls can take every message before this one, woken,
+    /// runs (see the README's "Many producers and consumers").
     ///
     /// # Errors
     /// [`Error::TimedOut`]; [`Error::PeerDied`] or [`Error::PeerLeft`] only
