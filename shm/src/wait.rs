@@ -383,14 +383,17 @@ pub fn park_any(words: &[(&AtomicU32, u32)], timeout: Option<Duration>) -> Resul
 }
 
 /// Wakes up to `count` waiters parked on `word` (shared futex), whether or
-/// not anyone is; see [`wake_if_parked`] for the cheap form.
+/// not anyone is; see [`wake_if_parked`] for the cheap form. `u32::MAX`
+/// (or any count past `i32::MAX`) wakes all.
 ///
 /// # Errors
 /// The errno of `FUTEX_WAKE`.
 #[doc(alias = "FUTEX_WAKE")]
 #[inline]
 pub fn unpark(word: &AtomicU32, count: u32) -> Result<usize, Errno> {
-    futex::wake(word, futex::Flags::empty(), count)
+    // The kernel reads the count as an `int`: past `i32::MAX` it would be
+    // negative, and FUTEX_WAKE stops after the first waiter it wakes.
+    futex::wake(word, futex::Flags::empty(), count.min(i32::MAX as u32))
 }
 
 /// The monotonic clock at its coarsest (`CLOCK_MONOTONIC_COARSE`, through

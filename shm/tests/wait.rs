@@ -147,3 +147,53 @@ fn regression_timeouts_past_a_timespec_saturate_to_the_largest() {
         }
     });
 }
+
+/// `unpark(word, u32::MAX)` wakes every sleeper. The kernel reads the count
+/// as an `int`: passed through as it is, `u32::MAX` is -1 and `FUTEX_WAKE`
+/// stopped after the first waiter, leaving the others asleep until their
+/// slice ended (50 ms a message for vLLM's MessageQueue with 4 readers).
+#[test]
+fn regression_a_wake_of_all_wakes_every_sleeper_not_one() {
+    let _dog = Watchdog::new("wake all", Duration::from_secs(60));
+    const SLEEPERS: usize = 3;
+    let word = AtomicU32::new(0);
+    let tids = std::sync::Mutex::new(Vec::new());
+    thread::scope(|s| {
+        for _ in 0..SLEEPERS {
+            s.spawn(|| {
+                tids.lock()
+                    .unwrap()
+                    .push(rustix::thread::gettid().as_raw_nonzero());
+                while word.load(Ordering::Acquire) == 0 {
+                    nodeipc_shm::wait::park_for(&word, 0, None).unwrap();
+                }
+            });
+        }
+        // Every sleeper in FUTEX_WAIT (its wait channel says so).
+        let asleep = |tid: &std::num::NonZeroI32| {
+            std::fs::read_to_string(format!("/proc/self/task/{tid}/wchan"))
+                .is_ok_and(|w| w.contains("futex"))
+        };
+        let start = Instant::now();
+        loop {
+            let tids = tids.lock().unwrap();
+            if tids.len() == SLEEPERS && tids.iter().all(asleep) {
+                break;
+            }
+            drop(tids);
+            assert!(
+                start.elapsed() < Duration::from_secs(30),
+                "the sleepers never parked"
+            );
+            thread::sleep(Duration::from_millis(5));
+        }
+        word.store(1, Ordering::Release);
+        let woken = nodeipc_shm::wait::unpark(&word, u32::MAX).unwrap();
+        // Whatever was asserted, nobody is left asleep when the scope joins.
+        while nodeipc_shm::wait::unpark(&word, u32::MAX).unwrap() > 0 {}
+        assert_eq!(
+            woken, SLEEPERS,
+            "a wake of all woke {woken} of {SLEEPERS} sleepers"
+        );
+    });
+}
