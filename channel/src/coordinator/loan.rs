@@ -188,8 +188,9 @@ impl std::fmt::Debug for RequestLoan<'_> {
 
 impl Drop for RequestLoan<'_> {
     fn drop(&mut self) {
-        // Not committed: nothing announced, the frames go back.
-        if !self.committed {
+        // Not committed: nothing announced, the frames go back (in a child
+        // forked since, they are the parent's to give back: it holds them).
+        if !self.committed && !self.shared.born.is_forked() {
             self.shared.give_back(self.shared.config.workers);
         }
     }
