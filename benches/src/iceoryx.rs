@@ -18,6 +18,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use iceoryx2::prelude::*;
 use nodeipc_cli::bench::channel::digest;
+use nodeipc_cli::bench::channel_loan;
 use nodeipc_cli::bench::machine;
 
 /// Set in the server process's environment: `SERVICE PAYLOAD ROUNDS CPU
@@ -262,6 +263,43 @@ impl IceoryxSession {
             loop {
                 if let Some(response) = pending.receive()? {
                     if response.payload() != self.digest.as_slice() {
+                        return Err("a response with the wrong digest".into());
+                    }
+                    break;
+                }
+                std::hint::spin_loop();
+                if waiting.elapsed() > TIMEOUT {
+                    return Err("the iceoryx2 server stopped answering".into());
+                }
+            }
+        }
+        Ok(start.elapsed())
+    }
+
+    /// `rounds` round trips whose payload is built in the loaned request
+    /// ([`channel_loan::build_uninit`]: the bytes nodeipc's loan row builds
+    /// in its frame), starting at round `first`; the time they took.
+    ///
+    /// # Errors
+    /// As [`run`](IceoryxSession::run).
+    pub fn run_built(&mut self, first: u64, rounds: u64) -> Result<Duration> {
+        let client = &self
+            .ports
+            .as_ref()
+            .ok_or("the session has no client")?
+            .client;
+        let expected = channel_loan::Expected::new(self.payload.len());
+        let start = Instant::now();
+        for round in first..first + rounds {
+            let mut request = client.loan_slice_uninit(self.payload.len())?;
+            channel_loan::build_uninit(round, request.payload_mut());
+            // SAFETY: `build_uninit` wrote every byte of the payload.
+            let pending = unsafe { request.assume_init() }.send()?;
+            let digest = expected.of(round).to_le_bytes();
+            let waiting = Instant::now();
+            loop {
+                if let Some(response) = pending.receive()? {
+                    if response.payload() != digest.as_slice() {
                         return Err("a response with the wrong digest".into());
                     }
                     break;

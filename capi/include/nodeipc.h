@@ -458,6 +458,39 @@ nodeipc_status nodeipc_coordinator_set_aggregate(nodeipc_coordinator *coordinato
 // (NULL with 0).
 nodeipc_status nodeipc_worker_respond_init(nodeipc_worker *worker, const uint8_t *data, size_t len);
 
+// Lends the next request frame's `len` bytes once every worker has freed
+// it (waiting up to `timeout_ms`, negative: forever; a timeout takes
+// nothing): `*out_data` points at them, writable until
+// `nodeipc_coordinator_commit` (which broadcasts them) or
+// `nodeipc_coordinator_abort` (which sends nothing), and not after. While
+// a loan is open it is the sending thread's: another send or loan is
+// refused (`NODEIPC_ERR_INVALID_ARGUMENT`, naming the rule). A second
+// loan before the commit is refused the same way. `len` past the
+// channel's request capacity is `NODEIPC_ERR_TOO_LARGE`.
+//
+// # Safety
+// `coordinator` is a live coordinator handle; `out_data` is writable.
+nodeipc_status nodeipc_coordinator_loan(const nodeipc_coordinator *coordinator,
+                                        size_t len,
+                                        int64_t timeout_ms,
+                                        uint8_t **out_data);
+
+// Broadcasts the request written in the open loan to every worker;
+// `*out_index` (if not NULL) gets its index. The loan's bytes may not be
+// touched after. No loan open: `NODEIPC_ERR_INVALID_ARGUMENT`.
+//
+// # Safety
+// `coordinator` is a live coordinator handle; `out_index` NULL or writable.
+nodeipc_status nodeipc_coordinator_commit(const nodeipc_coordinator *coordinator,
+                                          uint64_t *out_index);
+
+// Gives the open loan's frame back, unsent (the request's index is not
+// used). No loan open: a no-op.
+//
+// # Safety
+// `coordinator` is a live coordinator handle.
+nodeipc_status nodeipc_coordinator_abort(const nodeipc_coordinator *coordinator);
+
 // Starts the coordinator's response thread with `callback` (see
 // `nodeipc_response_fn`) and `user` passed to it: from now on each request
 // sent is gathered on that thread in the mode recorded at its send

@@ -112,6 +112,48 @@ fn a_c_coordinator_takes_one_sending_and_one_gathering_thread() {
     assert!(checks > 400, "{stdout}");
 }
 
+/// Runs `program NAME` to its end: its last line says "0 of N checks
+/// failed"; N, after asserting that it exited well.
+fn checks_of(program: &Path, name: &str) -> u32 {
+    let out = run(program, &[name]).output_timeout(Duration::from_secs(60));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}\n{stdout}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
+        .lines()
+        .last()
+        .and_then(|l| l.strip_prefix("0 of "))
+        .and_then(|rest| rest.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0)
+}
+
+#[test]
+fn a_c_request_loan_is_built_in_the_frame_and_an_abort_sends_nothing() {
+    let _dog = Watchdog::new("c_request_loan", Duration::from_secs(120));
+    let dir = private_dir("capi-chan-loan");
+    let Some(program) = common::compile("channel_loan.c", &dir) else {
+        return;
+    };
+    let name = unique_name("capi-loan");
+    assert!(checks_of(&program, &name) > 40);
+}
+
+#[test]
+fn a_cpp_request_loan_commits_once_and_sends_nothing_when_dropped() {
+    let _dog = Watchdog::new("cpp_request_loan", Duration::from_secs(120));
+    let dir = private_dir("capi-cpp-loan");
+    let Some(program) = common::compile("request_loan.cpp", &dir) else {
+        return;
+    };
+    let name = unique_name("capi-cpp-loan");
+    assert!(checks_of(&program, &name) > 15);
+}
+
 #[test]
 fn a_c_response_thread_replies_in_send_order_and_refuses_what_it_rules_out() {
     let _dog = Watchdog::new("c_response_thread", Duration::from_secs(120));

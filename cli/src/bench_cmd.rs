@@ -72,6 +72,10 @@ enum Only {
         /// response thread at --depth (Rust and C++) against lock-step.
         #[arg(long, requires = "workers")]
         response_thread: bool,
+        /// Only the loan row: a 1 MiB request built in the request frame
+        /// (`send_with`) against one built privately and copied by `send`.
+        #[arg(long, conflicts_with_all = ["workers", "response_thread"])]
+        loan: bool,
     },
     /// Heartbeats: the shared-memory fast path against the socket.
     Monitor,
@@ -104,12 +108,14 @@ pub(crate) fn run(args: BenchArgs) -> CmdResult {
         Some(Only::Fdpass { fds }) => suite::fdpass(options, fds),
         Some(Only::Barrier { ranks, iters }) => suite::barrier(options, ranks, iters),
         Some(Only::Kittens) => suite::kittens(options),
+        Some(Only::Channel { loan: true, .. }) => suite::channel_loan(options).map(|row| vec![row]),
         Some(Only::Channel {
             workers,
             payload,
             iters,
             depth,
             response_thread,
+            loan: false,
         }) => suite::channel(
             options,
             workers.map(|w| (w, payload, iters)),

@@ -108,6 +108,22 @@ fn channel_response_thread_row_runs_rust_and_cpp_beside_lock_step() {
 }
 
 #[test]
+fn channel_loan_row_runs_the_loan_beside_the_copy() {
+    let _dog = Watchdog::new("bench channel loan", Duration::from_secs(150));
+    let out = bench(&["--quick", "--json", "channel", "--loan"]);
+    let line = out.lines().next().expect("one row");
+    for key in [
+        "\"bench\":\"channel\"",
+        "\"payload\":1048576",
+        "built in the loan (send_with)",
+        "built, then copied (send)",
+        "\"ns_per_op\":",
+    ] {
+        assert!(line.contains(key), "{key} missing from {line}");
+    }
+}
+
+#[test]
 fn the_table_names_the_machine_and_every_implementation() {
     let _dog = Watchdog::new("bench table", Duration::from_secs(150));
     let out = bench(&["--quick", "fdpass", "--fds", "4"]);

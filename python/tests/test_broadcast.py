@@ -389,3 +389,153 @@ def test_a_rust_reader_beside_a_python_one_reads_the_same_bytes(unique_name):
     finally:
         rust.kill()
         rust.wait()
+
+
+# -- a hostile reader ---------------------------------------------------------
+#
+# The ring's layout (channel/README.md, "Broadcast ring"): 384 bytes of the
+# writer's lines, a 128-byte slot per reader (state, pid, start time, read
+# position, ...), then a 32-byte header per chunk (sequence, message, total,
+# offset). A reader process may write all of it: it maps the region
+# writable to move its own position. These tests have one do so with
+# garbage and check that the writer and the honest readers get errors,
+# never a hang and never a wrong object.
+
+_SLOTS = 384
+_SLOT = 128
+_CHUNK_HEADER = 32
+
+
+def hostile_reader(handle_bytes: bytes, name: str, readers: int, chunks: int, conn) -> None:
+    """Reader 0: opens the region by its name before it joins (the name
+    goes once every reader has), then on command writes garbage over its
+    own slot ("flags") or over every chunk header ("headers")."""
+    import mmap
+    import random
+
+    fd = os.open(f"/dev/shm{name}", os.O_RDWR)
+    mem = mmap.mmap(fd, 0)
+    os.close(fd)
+    queue = MessageQueue.create_from_handle(pickle.loads(handle_bytes), 0)
+    queue.wait_until_ready()
+    garbage = random.Random(38)
+    conn.send("joined")
+    while True:
+        what = conn.recv()
+        if what == "flags":
+            at, size = _SLOTS, _SLOT
+        elif what == "headers":
+            at, size = _SLOTS + readers * _SLOT, chunks * _CHUNK_HEADER
+        else:
+            return
+        mem[at : at + size] = garbage.randbytes(size)
+        conn.send("written")
+
+
+def honest_reader(handle_bytes: bytes, rank: int, conn) -> None:
+    """Dequeues one object per "read" command and says what it got: the
+    object, or the error's kind and message."""
+    queue = MessageQueue.create_from_handle(pickle.loads(handle_bytes), rank)
+    queue.wait_until_ready()
+    conn.send("joined")
+    while conn.recv() == "read":
+        try:
+            conn.send(("object", queue.dequeue(timeout=10)))
+        except Exception as e:  # noqa: BLE001 - what it was is the answer
+            kind = "timeout" if isinstance(e, TimeoutError) else type(e).__name__
+            conn.send((kind, isinstance(e, nodeipc.NodeipcError), str(e)))
+
+
+class HostileRing:
+    """A writer here, reader 0 hostile and readers 1 and 2 honest, each a
+    forked process driven over a pipe; all ended on exit."""
+
+    readers, chunks = 3, 4
+
+    def __init__(self, name: str):
+        ctx = multiprocessing.get_context("fork")
+        self.name = name
+        self.writer = MessageQueue(
+            self.readers, self.readers, max_chunk_bytes=4096, max_chunks=self.chunks, name=name
+        )
+        handle = pickle.dumps(self.writer.export_handle())
+        self.pipes, self.processes = [], []
+        for rank in range(self.readers):
+            mine, theirs = ctx.Pipe()
+            if rank == 0:
+                args = (handle, name, self.readers, self.chunks, theirs)
+                target = hostile_reader
+            else:
+                args, target = (handle, rank, theirs), honest_reader
+            p = ctx.Process(target=target, args=args)
+            p.start()
+            self.pipes.append(mine)
+            self.processes.append(p)
+
+    def __enter__(self) -> "HostileRing":
+        self.writer.wait_until_ready(timeout=30)
+        for conn in self.pipes:
+            assert self.answer(conn) == "joined"
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for p in self.processes:
+            p.kill()
+            p.join(10)
+        self.writer.close()
+
+    @staticmethod
+    def answer(conn):
+        assert conn.poll(20), "a reader process did not answer within 20 s"
+        return conn.recv()
+
+    def hostile(self, what: str) -> None:
+        self.pipes[0].send(what)
+        assert self.answer(self.pipes[0]) == "written"
+
+    def honest_read(self) -> list:
+        for conn in self.pipes[1:]:
+            conn.send("read")
+        return [self.answer(conn) for conn in self.pipes[1:]]
+
+
+def test_a_hostile_reader_writing_its_flags_gets_the_writer_an_error_naming_it(unique_name):
+    name = unique_name("hostile-flags")
+    with HostileRing(name) as ring:
+        # Reader 0 reads nothing: four messages fill the ring.
+        for i in range(4):
+            ring.writer.enqueue({"step": i}, timeout=10)
+            assert ring.honest_read() == [("object", {"step": i})] * 2
+        ring.hostile("flags")
+        start = time.monotonic()
+        with pytest.raises(nodeipc.NodeipcError, match="reader 0") as raised:
+            ring.writer.enqueue({"step": 4}, timeout=10)
+        assert not isinstance(raised.value, TimeoutError), raised.value
+        assert time.monotonic() - start < 5, "an error, not a wait for the timeout"
+        # The writer may go on without it; the honest readers get every
+        # object, in order.
+        ring.writer._writer.drop_reader(0)
+        ring.writer.enqueue({"step": 4}, timeout=10)
+        assert ring.honest_read() == [("object", {"step": 4})] * 2
+    assert not ours_in_dev_shm(name)
+
+
+def test_a_hostile_reader_writing_the_chunk_headers_gets_the_honest_readers_errors(unique_name):
+    name = unique_name("hostile-headers")
+    with HostileRing(name) as ring:
+        ring.writer.enqueue("first", timeout=10)
+        assert ring.honest_read() == [("object", "first")] * 2
+        # Unread by anyone: a message over two chunks.
+        ring.writer.enqueue(b"z" * 6000, timeout=10)
+        ring.hostile("headers")
+        start = time.monotonic()
+        for got in ring.honest_read():
+            kind, ours, message = got
+            assert kind not in ("object", "timeout"), got
+            assert ours, f"a NodeipcError, not {got}"
+        assert time.monotonic() - start < 8, "errors, not waits for the timeout"
+        # A later message is not taken for another: the handles stay failed.
+        ring.writer.enqueue("later", timeout=10)
+        for got in ring.honest_read():
+            assert got[0] not in ("object", "timeout") and got[1], got
+    assert not ours_in_dev_shm(name)

@@ -17,6 +17,13 @@
 //! each side, and `ratio` = nodeipc ÷ iceoryx2 (below 1: nodeipc faster).
 //! `nodeipc_sleeping_ns` is nodeipc with its default waits (a short spin,
 //! then a futex sleep: no core burnt while the peer works), for reference.
+//!
+//! A last row, `built in the loan`, has both coordinators build each
+//! round's 1 MiB request where it travels (nodeipc: `send_with` in the
+//! request frame; iceoryx2: in the loaned request), the same bytes every
+//! round (`nodeipc_cli::bench::channel_loan::build`); `nodeipc_copy_ns`
+//! beside it is nodeipc building the request privately and copying it
+//! with `send`, and `loan_vs_copy` = nodeipc ÷ that.
 
 use nodeipc_benches::iceoryx;
 
@@ -24,6 +31,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use nodeipc_cli::bench::channel::{ChannelImpl, ChannelSession};
+use nodeipc_cli::bench::channel_loan::{Build, LoanSession};
 
 const PAYLOADS: [usize; 4] = [64, 4 << 10, 64 << 10, 1 << 20];
 const WARM_UP: u64 = 200;
@@ -107,6 +115,79 @@ fn rounds_for(payload: usize, sample: Duration) -> Result<u64> {
     Ok(((sample.as_nanos() as f64 / probe) as u64).clamp(100, 1_000_000))
 }
 
+/// Nanoseconds per round trip of a 1 MiB request built by `build`, polling.
+fn nodeipc_built(build: Build, payload: usize, rounds: u64) -> Result<f64> {
+    let mut session = LoanSession::start(build, payload, true, rounds + WARM_UP)?;
+    session.run(WARM_UP)?;
+    let took = session.run(rounds)?;
+    session.finish()?;
+    Ok(took.as_nanos() as f64 / rounds as f64)
+}
+
+/// Nanoseconds per round trip of iceoryx2 with the request built in its loan.
+fn iceoryx2_built(payload: usize, rounds: u64) -> Result<f64> {
+    let mut session = iceoryx::IceoryxSession::start(payload, rounds + WARM_UP)?;
+    session.run_built(0, WARM_UP)?;
+    let took = session.run_built(WARM_UP, rounds)?;
+    session.finish()?;
+    Ok(took.as_nanos() as f64 / rounds as f64)
+}
+
+fn spread(s: &[f64]) -> [f64; 2] {
+    let (min, max) = s
+        .iter()
+        .fold((f64::MAX, f64::MIN), |(lo, hi), &x| (lo.min(x), hi.max(x)));
+    [min.round(), max.round()]
+}
+
+/// The row of requests built in the loan, interleaved as [`row`]'s.
+fn built_row(payload: usize, options: &Options) -> Result<String> {
+    let probe = nodeipc_built(Build::InLoan, payload, 200)?.max(iceoryx2_built(payload, 200)?);
+    let rounds = ((options.sample.as_nanos() as f64 / probe) as u64).clamp(100, 1_000_000);
+    let (mut ours, mut theirs, mut copy) = (Vec::new(), Vec::new(), Vec::new());
+    for round in 0..options.rounds {
+        if round % 2 == 0 {
+            ours.push(nodeipc_built(Build::InLoan, payload, rounds)?);
+            theirs.push(iceoryx2_built(payload, rounds)?);
+            copy.push(nodeipc_built(Build::ThenCopy, payload, rounds)?);
+        } else {
+            copy.push(nodeipc_built(Build::ThenCopy, payload, rounds)?);
+            theirs.push(iceoryx2_built(payload, rounds)?);
+            ours.push(nodeipc_built(Build::InLoan, payload, rounds)?);
+        }
+    }
+    let (ours_spread, theirs_spread, copy_spread) = (spread(&ours), spread(&theirs), spread(&copy));
+    let (ours, theirs, copy) = (median(&mut ours), median(&mut theirs), median(&mut copy));
+    let (ratio, versus_copy) = (ours / theirs, ours / copy);
+    Ok(if options.json {
+        serde_json::json!({
+            "payload": payload,
+            "built_in_the_loan": true,
+            "nodeipc_ns": ours.round(),
+            "iceoryx2_ns": theirs.round(),
+            "ratio": (ratio * 1000.0).round() / 1000.0,
+            "nodeipc_copy_ns": copy.round(),
+            "loan_vs_copy": (versus_copy * 1000.0).round() / 1000.0,
+            "nodeipc_spread_ns": ours_spread,
+            "iceoryx2_spread_ns": theirs_spread,
+            "nodeipc_copy_spread_ns": copy_spread,
+            "rounds": options.rounds,
+            "round_trips_per_round": rounds,
+        })
+        .to_string()
+    } else {
+        format!(
+            "{payload:>8} B  built in the loan: nodeipc {ours:>10.0} ns [{:.0}–{:.0}]  iceoryx2 {theirs:>10.0} ns [{:.0}–{:.0}]  ratio {ratio:.3}  (nodeipc built then copied {copy:.0} ns [{:.0}–{:.0}], loan/copy {versus_copy:.3})",
+            ours_spread[0],
+            ours_spread[1],
+            theirs_spread[0],
+            theirs_spread[1],
+            copy_spread[0],
+            copy_spread[1]
+        )
+    })
+}
+
 fn median(samples: &mut [f64]) -> f64 {
     samples.sort_by(f64::total_cmp);
     samples[samples.len() / 2]
@@ -125,12 +206,6 @@ fn row(payload: usize, options: &Options) -> Result<String> {
         }
         sleeping.push(nodeipc_as(ChannelImpl::NodeipcInPlace, payload, rounds)?);
     }
-    let spread = |s: &[f64]| {
-        let (min, max) = s
-            .iter()
-            .fold((f64::MAX, f64::MIN), |(lo, hi), &x| (lo.min(x), hi.max(x)));
-        [min.round(), max.round()]
-    };
     let (ours_spread, theirs_spread) = (spread(&ours), spread(&theirs));
     let (ours, theirs) = (median(&mut ours), median(&mut theirs));
     let sleeping = median(&mut sleeping);
@@ -176,6 +251,13 @@ fn main() -> ExitCode {
                 eprintln!("versus-iceoryx2: {payload} B: {e}");
                 return ExitCode::FAILURE;
             }
+        }
+    }
+    match built_row(1 << 20, &options) {
+        Ok(line) => println!("{line}"),
+        Err(e) => {
+            eprintln!("versus-iceoryx2: 1 MiB built in the loan: {e}");
+            return ExitCode::FAILURE;
         }
     }
     ExitCode::SUCCESS

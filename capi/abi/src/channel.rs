@@ -29,6 +29,10 @@ pub struct nodeipc_coordinator {
     magic: u64,
     /// The fork generation it was made in: a forked child may only free it.
     born: nodeipc_fdpass::ForkGeneration,
+    /// The request frame lent by `nodeipc_coordinator_loan`, until its
+    /// commit or abort. Declared before `coordinator`, so dropped first: it
+    /// borrows it (see `channel_loan`).
+    pub(crate) loan: super::channel_loan::Lent,
     pub(crate) coordinator: Coordinator<Raw, Raw>,
 }
 
@@ -117,6 +121,7 @@ pub unsafe extern "C" fn nodeipc_coordinator_create(
             nodeipc_coordinator {
                 magic: nodeipc_coordinator::MAGIC,
                 born: nodeipc_fdpass::ForkGeneration::current(),
+                loan: Default::default(),
                 coordinator,
             },
             slot,

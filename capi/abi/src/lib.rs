@@ -14,6 +14,7 @@
 mod args;
 pub mod channel;
 pub mod channel_grid;
+pub mod channel_loan;
 pub mod channel_thread;
 pub mod channel_worker;
 pub mod fdpass;

@@ -97,6 +97,60 @@ struct Reply {
     }
 };
 
+// A request frame lent by Coordinator::loan: write data()[0, size()),
+// then std::move(loan).commit() broadcasts it (consuming the loan: data()
+// is null after). Destroyed, or moved over, uncommitted: nothing is sent
+// and the frame goes back. While it lives it is the coordinator's sending
+// thread: another send throws NODEIPC_ERR_INVALID_ARGUMENT. It must not
+// outlive its Coordinator.
+class RequestLoan {
+  public:
+    RequestLoan(RequestLoan&& o) noexcept
+        : c_(std::exchange(o.c_, nullptr)), data_(std::exchange(o.data_, nullptr)), size_(o.size_) {}
+    RequestLoan& operator=(RequestLoan&& o) noexcept {
+        if (this != &o) {
+            abort();
+            c_ = std::exchange(o.c_, nullptr);
+            data_ = std::exchange(o.data_, nullptr);
+            size_ = o.size_;
+        }
+        return *this;
+    }
+    RequestLoan(const RequestLoan&) = delete;
+    RequestLoan& operator=(const RequestLoan&) = delete;
+    ~RequestLoan() { abort(); }
+    // The request's bytes in the frame (null once committed or aborted).
+    uint8_t* data() noexcept { return data_; }
+    size_t size() const noexcept { return size_; }
+    // Broadcasts the request; its index. Called on an rvalue only:
+    // std::move(loan).commit().
+    uint64_t commit() && {
+        if (c_ == nullptr) {
+            throw Error(NODEIPC_ERR_INVALID_ARGUMENT,
+                        "nodeipc::RequestLoan::commit: no loan (committed, aborted or moved from)");
+        }
+        data_ = nullptr;
+        uint64_t index = 0;
+        check(nodeipc_coordinator_commit(std::exchange(c_, nullptr), &index));
+        return index;
+    }
+    // Gives the frame back unsent; a no-op once committed or aborted.
+    void abort() noexcept {
+        data_ = nullptr;
+        if (c_ != nullptr) {
+            nodeipc_coordinator_abort(std::exchange(c_, nullptr));
+        }
+    }
+
+  private:
+    friend class Coordinator;
+    RequestLoan(nodeipc_coordinator* c, uint8_t* data, size_t size) noexcept
+        : c_(c), data_(data), size_(size) {}
+    nodeipc_coordinator* c_ = nullptr;
+    uint8_t* data_ = nullptr;
+    size_t size_ = 0;
+};
+
 class Coordinator {
   public:
     Coordinator() noexcept = default;
@@ -143,6 +197,23 @@ class Coordinator {
         check(nodeipc_coordinator_send(h_.get(), static_cast<const uint8_t*>(data), len,
                                        to_ms(timeout), &index));
         return index;
+    }
+    // Lends the next request frame's `len` bytes (every worker's frame
+    // freed first, within `timeout`): build the request there, then
+    // std::move(loan).commit(). No copy of the payload.
+    template <class D = Millis>
+    RequestLoan loan(size_t len, D timeout = forever) {
+        uint8_t* data = nullptr;
+        check(nodeipc_coordinator_loan(h_.get(), len, to_ms(timeout), &data));
+        return RequestLoan(h_.get(), data, len);
+    }
+    // Broadcasts a request of `len` bytes that `fill(uint8_t*, size_t)`
+    // writes in the frame; nothing is sent if `fill` throws.
+    template <class F, class D = Millis>
+    uint64_t send_with(size_t len, F&& fill, D timeout = forever) {
+        RequestLoan lent = loan(len, timeout);
+        std::forward<F>(fill)(lent.data(), lent.size());
+        return std::move(lent).commit();
     }
     // Every worker's response, in rank order.
     template <class D = Millis>

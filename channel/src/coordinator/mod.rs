@@ -16,6 +16,7 @@
 
 mod gather;
 mod liveness;
+mod loan;
 mod raw_thread;
 mod recv;
 mod send;
@@ -33,6 +34,7 @@ use nodeipc_proto::execute::{ExecuteRequest, ExecuteResponse};
 use nodeipc_shm::Region;
 
 pub use gather::{Answers, Gathered, Picked};
+pub use loan::RequestLoan;
 pub use raw_thread::Reply;
 pub use thread::ThreadPolicy;
 

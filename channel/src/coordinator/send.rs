@@ -129,6 +129,32 @@ impl Shared {
         wait: &mut Wait,
         fill: impl FnOnce(&mut [u8]) -> Result<()>,
     ) -> Result<Option<u64>> {
+        let Some(frame) = self.reserve(body, wait)? else {
+            return Ok(None);
+        };
+        // SAFETY: `reserve` took every worker's produce semaphore for this
+        // frame, so by the channel's protocol no process reads or writes it
+        // until `publish` posts the consume semaphores (workers map the
+        // ring read-only).
+        let out =
+            unsafe { self.request.bytes_mut(frame.at, frame.size) }.map_err(|source| Error::Shm {
+                channel: self.config.name.clone(),
+                source,
+            });
+        if let Err(e) = out.and_then(fill) {
+            // Nothing announced: the frames taken go back.
+            self.give_back(self.config.workers);
+            return Err(e);
+        }
+        self.publish(frame.index).map(Some)
+    }
+
+    /// Checks a request of `body` bytes against the ring, then takes a free
+    /// frame of every worker (as `wait` allows): the frame's place, or
+    /// `None` (nothing taken) when a try found a worker without one. Until
+    /// [`publish`](Shared::publish) or [`give_back`](Shared::give_back),
+    /// only this thread may write the frame.
+    pub(super) fn reserve(&self, body: usize, wait: &mut Wait) -> Result<Option<Frame>> {
         let capacity = self.layout.request_capacity;
         let size = body.saturating_add(nodeipc_proto::LEN_PREFIX);
         // A capacity never exceeds MAX_SLOT (1 GiB), so a body that fits it
@@ -147,7 +173,6 @@ impl Shared {
                 reason: "inside a response handler a send may not wait: only try_send is allowed",
             });
         }
-        let header = layout::request_header(&self.request);
         let index = self.sent.load(Ordering::Relaxed);
         for rank in 0..self.config.workers {
             let freed = match wait {
@@ -169,28 +194,29 @@ impl Shared {
                 // Nothing is written: give back the frames already taken from
                 // the workers before this one, or they would stay taken and
                 // every later send would wait on them in vain.
-                for earlier in 0..rank {
-                    let _ = self.sem(Direction::Request, Role::Produce, earlier).post();
-                }
+                self.give_back(rank);
                 return freed.map(|_| None);
             }
         }
-        let frame = self.layout.frame(index);
-        // SAFETY: every worker's produce semaphore was taken for this frame,
-        // so by the channel's protocol no process reads or writes it until
-        // the consume semaphores below are posted (workers map the ring
-        // read-only).
-        let out = unsafe { self.request.bytes_mut(frame, size) }.map_err(|source| Error::Shm {
-            channel: self.config.name.clone(),
-            source,
-        })?;
-        if let Err(e) = fill(out) {
-            // Nothing announced: the frames taken go back, as above.
-            for rank in 0..self.config.workers {
-                let _ = self.sem(Direction::Request, Role::Produce, rank).post();
-            }
-            return Err(e);
+        Ok(Some(Frame {
+            index,
+            at: self.layout.frame(index),
+            size,
+        }))
+    }
+
+    /// Gives back the frames taken (by [`reserve`](Shared::reserve)) from
+    /// workers `0..workers`, unannounced.
+    pub(super) fn give_back(&self, workers: u32) {
+        for rank in 0..workers {
+            let _ = self.sem(Direction::Request, Role::Produce, rank).post();
         }
+    }
+
+    /// Announces request `index`, whose frame [`reserve`](Shared::reserve)
+    /// took and the caller wrote, to every worker.
+    pub(super) fn publish(&self, index: u64) -> Result<u64> {
+        let header = layout::request_header(&self.request);
         // The mode the response thread gathers it in, known before the
         // thread can see the request sent.
         if self.recording.load(Ordering::SeqCst) {
@@ -212,7 +238,7 @@ impl Shared {
             let _guard = self.idle.0.lock().unwrap_or_else(|e| e.into_inner());
             self.idle.1.notify_all();
         }
-        Ok(Some(index))
+        Ok(index)
     }
 
     /// Takes a free request frame of worker `rank` if there is one, after
@@ -281,4 +307,13 @@ impl Shared {
         self.stale.store(behind, Ordering::Release);
         Ok(behind)
     }
+}
+
+/// A request frame taken from every worker ([`Shared::reserve`]).
+pub(super) struct Frame {
+    pub(super) index: u64,
+    /// Where the frame starts in the request region, and its size (length
+    /// prefix included).
+    pub(super) at: usize,
+    pub(super) size: usize,
 }

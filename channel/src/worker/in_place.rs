@@ -47,12 +47,7 @@ impl<'w, Req, Resp> InPlace<'w, Req, Resp> {
 
     /// The request's bytes (the frame's body, without its length prefix).
     pub fn bytes(&self) -> &[u8] {
-        // SAFETY: the range was checked against the frame when the request
-        // was taken; this worker maps the ring read-only, and the
-        // coordinator writes the frame again only after this worker's
-        // request-produce post, which happens when the guard is released.
-        unsafe { self.worker.request.bytes(self.at, self.len) }
-            .expect("the body was checked to lie in its frame")
+        body(self.worker, self.at, self.len)
     }
 
     /// The request's index (0, 1, …: the coordinator's `send` returned it).
@@ -133,6 +128,38 @@ impl InPlace<'_, Raw, Raw> {
         let released = self.release_inner();
         answered.and(released)
     }
+
+    /// Answers the request with `len` bytes that `fill` writes straight
+    /// into the response slot (as [`Worker::respond_with`]), the request's
+    /// bytes still readable in it; then releases its frame.
+    ///
+    /// # Errors
+    /// As [`Worker::respond`]; the frame is released either way.
+    pub fn respond_with(mut self, len: usize, fill: impl FnOnce(&[u8], &mut [u8])) -> Result<()> {
+        let InPlace {
+            worker,
+            at,
+            len: request_len,
+            released,
+        } = &mut self;
+        let request = body(worker, *at, *request_len);
+        let answered = worker.respond_frame_with(len, SlotKind::Response, Some(released), |out| {
+            fill(request, out)
+        });
+        let released = self.release_inner();
+        answered.and(released)
+    }
+}
+
+/// The body of the request an [`InPlace`] guard holds (`at`, `len` its
+/// checked place), borrowed for as long as the worker is.
+fn body<Req, Resp>(worker: &Worker<Req, Resp>, at: usize, len: usize) -> &[u8] {
+    // SAFETY: the range was checked against the frame when the request was
+    // taken; this worker maps the ring read-only, and the coordinator
+    // writes the frame again only after this worker's request-produce post,
+    // which happens when the guard holding the request is released (the
+    // callers borrow from a live guard).
+    unsafe { worker.request.bytes(at, len) }.expect("the body was checked to lie in its frame")
 }
 
 impl<Req, Resp> Drop for InPlace<'_, Req, Resp> {

@@ -79,6 +79,36 @@ impl Worker<Raw, Raw> {
         self.respond_frame(response, SlotKind::Init, None)
     }
 
+    /// Answers the oldest request not yet answered with `len` bytes that
+    /// `fill` writes straight into this worker's response slot (no copy of
+    /// the payload: build it there). Nothing is announced if `fill` panics:
+    /// the slot stays this worker's for the next answer.
+    ///
+    /// # Errors
+    /// As [`respond`](Worker::respond).
+    pub fn respond_with(&mut self, len: usize, fill: impl FnOnce(&mut [u8])) -> Result<()> {
+        self.respond_frame_with(len, SlotKind::Response, None, fill)
+    }
+
+    /// Writes a frame of `len` bytes that `fill` writes into the slot of
+    /// `kind`, released as [`respond_frame`](Worker::respond_frame) does.
+    pub(crate) fn respond_frame_with(
+        &self,
+        len: usize,
+        kind: SlotKind,
+        held: Option<&mut bool>,
+        fill: impl FnOnce(&mut [u8]),
+    ) -> Result<()> {
+        self.write_slot(len, kind, held, |out| {
+            // `write_slot` checked the frame against its slot (at most
+            // MAX_SLOT, 1 GiB): the length fits the u32 prefix.
+            let (prefix, body) = out.split_at_mut(nodeipc_proto::LEN_PREFIX);
+            prefix.copy_from_slice(&(len as u32).to_le_bytes());
+            fill(body);
+            Ok(())
+        })
+    }
+
     /// Writes `frame` into the slot of `kind`; with `held`, the frame of a
     /// request held in place is released once the answer is written, before
     /// it is announced (see [`write_slot`](Worker::write_slot)).
@@ -147,12 +177,11 @@ impl<Req: Payload, Resp: Payload> Worker<Req, Resp> {
             channel: self.config.name.clone(),
             source,
         });
-        let written = out.and_then(fill);
-        if let Err(e) = written {
-            // Nothing announced: the slot stays ours for the next answer.
-            let _ = self.sem(Direction::Response, Role::Produce).post();
-            return Err(e);
-        }
+        // Until announced, the slot is ours: on an error, or a panic in
+        // `fill`, it goes back for the next answer.
+        let mut taken = SlotTaken(Some(self));
+        out.and_then(fill)?;
+        taken.0 = None;
         if let Some(released) = held
             && !std::mem::replace(released, true)
         {
@@ -164,5 +193,17 @@ impl<Req: Payload, Resp: Payload> Worker<Req, Resp> {
                 channel: self.config.name.clone(),
                 source,
             })
+    }
+}
+
+/// A response slot taken (its produce count held) and not yet announced:
+/// dropped while `Some`, it gives the slot back.
+struct SlotTaken<'w, Req: Payload, Resp: Payload>(Option<&'w Worker<Req, Resp>>);
+
+impl<Req: Payload, Resp: Payload> Drop for SlotTaken<'_, Req, Resp> {
+    fn drop(&mut self) {
+        if let Some(worker) = self.0 {
+            let _ = worker.sem(Direction::Response, Role::Produce).post();
+        }
     }
 }

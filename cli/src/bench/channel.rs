@@ -74,7 +74,7 @@ impl ChannelImpl {
         )
     }
 
-    fn poll(self) -> Duration {
+    pub(crate) fn poll(self) -> Duration {
         if self == ChannelImpl::NodeipcInPlacePoll {
             POLL
         } else {

@@ -16,6 +16,7 @@
 
 pub mod barrier;
 pub mod channel;
+pub mod channel_loan;
 mod dispatch;
 pub mod fdpass;
 mod glibc_sem;

@@ -339,10 +339,12 @@ pub fn channel(
         4,
         options.ops(2_000),
     )?);
+    let loan = super::loan_row::loan(options)?;
     Ok(vec![
         small,
         in_place,
         large,
+        loan,
         wide,
         threaded_small,
         threaded_large,

@@ -9,11 +9,13 @@ use crate::bench::Summary;
 
 mod kittens_row;
 mod layers;
+mod loan_row;
 mod queue_rows;
 mod table;
 
 pub use kittens_row::kittens;
 pub use layers::{barrier, channel, channel_contender, fdpass, monitor, sem};
+pub use loan_row::loan as channel_loan;
 pub use queue_rows::queue;
 pub use table::{table, table_header, table_row};
 
