@@ -1,9 +1,13 @@
 //! The C++ rows' coordinator (`cpp/channel_thread_bench.cpp`): a
 //! `nodeipc::Coordinator` over the C ABI, driven from Rust.
 
-use std::ffi::{CString, c_char, c_void};
+use std::ffi::c_void;
+#[cfg(not(nodeipc_no_cxx))]
+use std::ffi::{CString, c_char};
 use std::io;
-use std::os::fd::{FromRawFd, OwnedFd};
+#[cfg(not(nodeipc_no_cxx))]
+use std::os::fd::FromRawFd;
+use std::os::fd::OwnedFd;
 
 #[cfg(not(nodeipc_no_cxx))]
 use capi as _;
@@ -25,10 +29,42 @@ unsafe extern "C" {
         len: usize,
         rounds: u64,
     ) -> i32;
+    fn nodeipc_bench_thread_record(bench: *mut c_void, first: u64, n: u64) -> i32;
+    fn nodeipc_bench_thread_send(
+        bench: *mut c_void,
+        data: *const u8,
+        len: usize,
+        id: *mut u64,
+    ) -> i32;
+    fn nodeipc_bench_thread_collect(bench: *mut c_void, total: u64, out: *mut u64, n: u64) -> i32;
+    fn nodeipc_bench_lockstep_start(bench: *mut c_void, expected: *const u8, len: usize) -> i32;
+    fn nodeipc_bench_lockstep_round(bench: *mut c_void, data: *const u8, len: usize) -> i32;
     fn nodeipc_bench_thread_free(bench: *mut c_void);
 }
 
+/// `$call`, a call into the C++ side returning 0 on success, where that
+/// side was built (-1, a failure, where it was not: no bench exists then).
+macro_rules! cxx {
+    ($call:expr) => {{
+        #[cfg(not(nodeipc_no_cxx))]
+        let status: i32 = $call;
+        #[cfg(nodeipc_no_cxx)]
+        let status: i32 = -1;
+        status
+    }};
+}
+
+/// `Ok` for a C++ status of 0, else an error saying what failed.
+fn checked(status: i32, what: &str) -> io::Result<()> {
+    if status == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::other(format!("{what} failed (see stderr)")))
+    }
+}
+
 /// The C++ coordinator, freed on drop.
+#[cfg_attr(nodeipc_no_cxx, allow(dead_code))]
 pub(crate) struct Bench(*mut c_void);
 
 impl Bench {
@@ -105,6 +141,66 @@ impl Bench {
         }
         let _ = (bytes, rounds);
         Err(io::Error::other("the C++ row failed (see stderr)"))
+    }
+}
+
+impl Bench {
+    /// Waits for the workers, starting no response thread (the lock-step
+    /// rows).
+    pub(crate) fn start_lockstep(&self, expected: &[u8]) -> io::Result<()> {
+        let _ = expected;
+        // SAFETY: a live bench of ours; `expected` is read during the call
+        // (copied).
+        let status = cxx!(unsafe {
+            nodeipc_bench_lockstep_start(self.0, expected.as_ptr(), expected.len())
+        });
+        checked(status, "the C++ lock-step coordinator")
+    }
+
+    /// One lock-step round trip: `bytes` sent, every answer read in place
+    /// and checked.
+    pub(crate) fn lockstep_round(&self, bytes: &[u8]) -> io::Result<()> {
+        let _ = bytes;
+        let status = cxx!({
+            // SAFETY: a live bench of ours; `bytes` is read during the call.
+            unsafe { nodeipc_bench_lockstep_round(self.0, bytes.as_ptr(), bytes.len()) }
+        });
+        checked(status, "the C++ lock-step round trip")
+    }
+
+    /// From now on, the response function stamps when it hears the `n`
+    /// requests from id `first` on.
+    pub(crate) fn record(&self, first: u64, n: u64) -> io::Result<()> {
+        let _ = (first, n);
+        // SAFETY: a live bench of ours.
+        let status = cxx!(unsafe { nodeipc_bench_thread_record(self.0, first, n) });
+        checked(status, "the C++ response thread's recording")
+    }
+
+    /// One send of `bytes` from this thread; its id.
+    pub(crate) fn send(&self, bytes: &[u8]) -> io::Result<u64> {
+        let mut id = 0u64;
+        let _ = (bytes, &mut id);
+        // SAFETY: a live bench of ours; `bytes` is read during the call and
+        // `id` is a writable u64.
+        let status = cxx!(unsafe {
+            nodeipc_bench_thread_send(self.0, bytes.as_ptr(), bytes.len(), &mut id)
+        });
+        checked(status, "the C++ send")?;
+        Ok(id)
+    }
+
+    /// Waits until `total` requests (since the start) were answered, and
+    /// returns the `n` recorded times (CLOCK_MONOTONIC nanoseconds).
+    pub(crate) fn collect(&self, total: u64, n: usize) -> io::Result<Vec<u64>> {
+        let mut out = vec![0u64; n];
+        let _ = (total, &mut out);
+        // SAFETY: a live bench of ours; `out` holds `n` writable u64s.
+        let status = cxx!(unsafe {
+            nodeipc_bench_thread_collect(self.0, total, out.as_mut_ptr(), n as u64)
+        });
+        checked(status, "the C++ response thread")?;
+        Ok(out)
     }
 }
 

@@ -31,9 +31,11 @@ use crate::bench::machine::Pinned;
 use crate::bench::peer::Peers;
 
 mod cpp;
+pub mod open_loop;
 mod response_thread;
 mod worker;
 
+use open_loop::Schedule;
 use response_thread::Progress;
 pub(crate) use worker::peer_main;
 
@@ -61,6 +63,9 @@ pub enum ChannelImpl {
     /// `NodeipcResponseThread` from C++ (`cpp/channel_thread_bench.cpp`:
     /// `nodeipc::Coordinator::on_response` over the C ABI).
     CppResponseThread,
+    /// `NodeipcInPlace` from C++: `nodeipc::Coordinator::send`, then
+    /// `recv_in_place(Gather::all)`, over the C ABI.
+    CppLockstep,
 }
 
 /// How long the polling variant polls before it sleeps.
@@ -74,6 +79,7 @@ impl ChannelImpl {
                 | ChannelImpl::NodeipcInPlacePoll
                 | ChannelImpl::NodeipcResponseThread
                 | ChannelImpl::CppResponseThread
+                | ChannelImpl::CppLockstep
         )
     }
 
@@ -98,6 +104,7 @@ impl ChannelImpl {
             ChannelImpl::NodeipcInPlacePoll => "nodeipc-in-place-poll",
             ChannelImpl::NodeipcResponseThread => "nodeipc-response-thread",
             ChannelImpl::CppResponseThread => "cpp-response-thread",
+            ChannelImpl::CppLockstep => "cpp-lockstep",
         }
     }
 
@@ -111,6 +118,7 @@ impl ChannelImpl {
             ChannelImpl::NodeipcInPlacePoll,
             ChannelImpl::NodeipcResponseThread,
             ChannelImpl::CppResponseThread,
+            ChannelImpl::CppLockstep,
         ]
         .into_iter()
         .find(|i| i.name() == s)
@@ -156,9 +164,11 @@ enum Side {
     /// The coordinator with its response thread running, the request's
     /// bytes, and what the thread has heard.
     NodeipcThread(Box<Coordinator<Raw, Raw>>, Vec<u8>, Arc<Progress>),
-    /// The C++ coordinator of `cpp/channel_thread_bench.cpp` and the
-    /// request's bytes.
+    /// The C++ coordinator of `cpp/channel_thread_bench.cpp` with its
+    /// response thread running, and the request's bytes.
     Cpp(cpp::Bench, Vec<u8>),
+    /// The same coordinator in lock-step (no response thread).
+    CppLockstep(cpp::Bench, Vec<u8>),
     Glibc {
         region: Region,
         /// Per worker: request semaphore, response semaphore.
@@ -223,7 +233,7 @@ impl ChannelSession {
         );
         let mut peers = Peers::default();
         let side = match which {
-            ChannelImpl::CppResponseThread => {
+            ChannelImpl::CppResponseThread | ChannelImpl::CppLockstep => {
                 let bytes = vec![0x5a; payload];
                 let expected = digest(&bytes).to_le_bytes();
                 let (bench, request, response) =
@@ -238,8 +248,13 @@ impl ChannelSession {
                     peers.spawn(&role, &[request.as_fd(), response.as_fd()], cpu)?;
                 }
                 drop((request, response));
-                bench.start(&expected)?;
-                Side::Cpp(bench, bytes)
+                if which == ChannelImpl::CppLockstep {
+                    bench.start_lockstep(&expected)?;
+                    Side::CppLockstep(bench, bytes)
+                } else {
+                    bench.start(&expected)?;
+                    Side::Cpp(bench, bytes)
+                }
             }
             ChannelImpl::Nodeipc
             | ChannelImpl::NodeipcNamed
@@ -293,7 +308,7 @@ impl ChannelSession {
                             Ok(Answers::One(_)) => Some("one answer to a gather of all".into()),
                             Err(e) => Some(e.to_string()),
                         };
-                        heard.hear(wrong);
+                        heard.hear(reply.id, wrong);
                         ControlFlow::Continue(())
                     })?;
                     coordinator.start_response_thread()?;
@@ -400,6 +415,14 @@ impl ChannelSession {
                 self.gathered += rounds;
                 return Ok(start.elapsed());
             }
+            Side::CppLockstep(bench, bytes) => {
+                for _ in 0..rounds {
+                    bench.lockstep_round(bytes)?;
+                }
+                self.sent += rounds;
+                self.gathered += rounds;
+                return Ok(start.elapsed());
+            }
             _ => {}
         }
         if let Side::Nodeipc(_) = self.side
@@ -439,6 +462,88 @@ impl ChannelSession {
         Ok(start.elapsed())
     }
 
+    /// `rounds` requests on an open-loop schedule of `rate` a second, their
+    /// latencies in nanoseconds (see [`open_loop`]): with a response thread,
+    /// this thread sends each when due (waiting only while the ring is
+    /// full) and the thread stamps its answers; in lock-step, each is sent
+    /// when due or at once if it is late, then gathered.
+    ///
+    /// # Errors
+    /// A session that is neither a response-thread nor an in-place
+    /// lock-step one, a bad `rate` or `rounds`, a worker that failed or
+    /// answered wrongly.
+    pub fn run_open_loop(&mut self, rounds: u64, rate: f64) -> io::Result<Vec<f64>> {
+        let n = open_loop::batch_len(rounds)?;
+        let _timer = open_loop::TightTimer::new();
+        let first = self.sent;
+        let sent = |i: u64, id: u64| {
+            if id == first + i {
+                Ok(())
+            } else {
+                Err(io::Error::other(format!(
+                    "request {i} of the batch got id {id}, not {}",
+                    first + i
+                )))
+            }
+        };
+        let latencies = match &mut self.side {
+            Side::NodeipcThread(coordinator, bytes, progress) => {
+                progress.record(first, n);
+                let schedule = Schedule::new(open_loop::now_ns(), rate)?;
+                for i in 0..rounds {
+                    schedule.wait_for(i);
+                    sent(i, coordinator.send(bytes)?)?;
+                }
+                schedule.latencies(&progress.collect(first + rounds)?)?
+            }
+            Side::Cpp(bench, bytes) => {
+                bench.record(first, rounds)?;
+                let schedule = Schedule::new(open_loop::now_ns(), rate)?;
+                for i in 0..rounds {
+                    schedule.wait_for(i);
+                    sent(i, bench.send(bytes)?)?;
+                }
+                schedule.latencies(&bench.collect(first + rounds, n)?)?
+            }
+            Side::NodeipcBytes(coordinator, bytes, expected) if self.depth == 1 => {
+                let schedule = Schedule::new(open_loop::now_ns(), rate)?;
+                let mut latencies = Vec::with_capacity(n);
+                for i in 0..rounds {
+                    schedule.wait_for(i);
+                    sent(i, coordinator.send(bytes)?)?;
+                    for (rank, answer) in coordinator.recv(All)?.iter() {
+                        if answer != expected.as_slice() {
+                            return Err(io::Error::other(format!(
+                                "worker {rank} answered a wrong digest"
+                            )));
+                        }
+                    }
+                    latencies.push(schedule.latency(i, open_loop::now_ns())?);
+                }
+                latencies
+            }
+            Side::CppLockstep(bench, bytes) => {
+                let schedule = Schedule::new(open_loop::now_ns(), rate)?;
+                let mut latencies = Vec::with_capacity(n);
+                for i in 0..rounds {
+                    schedule.wait_for(i);
+                    bench.lockstep_round(bytes)?;
+                    latencies.push(schedule.latency(i, open_loop::now_ns())?);
+                }
+                latencies
+            }
+            _ => {
+                return Err(io::Error::other(format!(
+                    "{} has no open-loop run (response-thread and in-place lock-step only)",
+                    self.which.name()
+                )));
+            }
+        };
+        self.sent += rounds;
+        self.gathered += rounds;
+        Ok(latencies)
+    }
+
     fn round_trip(&mut self) -> io::Result<()> {
         let expected = self.request.sequence;
         let check = |response: &ExecuteResponse| {
@@ -467,7 +572,9 @@ impl ChannelSession {
                     }
                 }
             }
-            Side::NodeipcThread(..) | Side::Cpp(..) => unreachable!("run() sends for these"),
+            Side::NodeipcThread(..) | Side::Cpp(..) | Side::CppLockstep(..) => {
+                unreachable!("run() sends for these")
+            }
             Side::Glibc {
                 region,
                 sems,

@@ -49,7 +49,8 @@ pub(crate) fn peer_main(args: &[&str]) -> io::Result<()> {
             | ChannelImpl::NodeipcInPlace
             | ChannelImpl::NodeipcInPlacePoll
             | ChannelImpl::NodeipcResponseThread
-            | ChannelImpl::CppResponseThread,
+            | ChannelImpl::CppResponseThread
+            | ChannelImpl::CppLockstep,
             [request_arg, response_arg],
         ) => {
             // SAFETY: both descriptors were passed down for our sole use.
