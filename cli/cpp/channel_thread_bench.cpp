@@ -1,8 +1,12 @@
-// `nodeipc bench channel`'s C++ row for issue 35: a nodeipc::Coordinator
+// `nodeipc bench channel`'s C++ rows for issue 35: a nodeipc::Coordinator
 // used as MindIE's IPCCommunicator is — the calling thread sends, the
 // response thread (on_response) gathers every worker's answer and checks
-// it — against the same worker processes as the Rust row. Entry points
-// for cli/src/bench/channel.rs; no exception leaves them.
+// it — and the same coordinator in lock-step (send, then recv_in_place of
+// every answer), against the same worker processes as the Rust rows. For
+// the open-loop rows the response function stamps each answered request
+// with CLOCK_MONOTONIC (the clock of Rust's side, which keeps the schedule
+// and works out the latencies). Entry points for
+// cli/src/bench/channel/cpp.rs; no exception leaves them.
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -11,6 +15,7 @@
 #include <exception>
 #include <mutex>
 #include <string>
+#include <time.h>
 #include <vector>
 
 #include "nodeipc.hpp"
@@ -24,7 +29,23 @@ struct Bench {
     uint64_t replied = 0;
     std::string error;
     std::vector<uint8_t> expected;
+    // While recording: the first request's id, and per request from it the
+    // CLOCK_MONOTONIC nanoseconds its answers reached the response function
+    // (0 until then).
+    uint64_t first = 0;
+    std::vector<uint64_t> answered_ns;
 };
+
+uint64_t monotonic_ns() {
+    timespec t{};
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return static_cast<uint64_t>(t.tv_sec) * 1000000000u + static_cast<uint64_t>(t.tv_nsec);
+}
+
+// Whether `answer` is the digest every worker must send back.
+bool right_digest(const Bench& b, const uint8_t* data, size_t size) {
+    return size == b.expected.size() && std::memcmp(data, b.expected.data(), size) == 0;
+}
 
 }  // namespace
 
@@ -35,7 +56,7 @@ void* nodeipc_bench_thread_create(const char* tag, uint32_t workers, size_t capa
     try {
         auto* b = new Bench{nodeipc::Coordinator::create(tag, workers, capacity, 64, depth,
                                                          std::chrono::seconds(30)),
-                            {}, {}, 0, {}, {}};
+                            {}, {}, 0, {}, {}, 0, {}};
         nodeipc_status s = nodeipc_coordinator_fds(b->c.handle(), request_fd, response_fd);
         if (s != NODEIPC_OK) {
             std::fprintf(stderr, "bench coordinator fds: %s\n", nodeipc_last_error());
@@ -56,14 +77,16 @@ int nodeipc_bench_thread_start(void* bench, const uint8_t* expected, size_t len)
         b->expected.assign(expected, expected + len);
         b->c.set_response_mode(nodeipc::Gather::all);
         b->c.on_response([b](const nodeipc::Reply& r) {
+            const uint64_t now = monotonic_ns();
             std::lock_guard<std::mutex> g(b->m);
+            if (r.id >= b->first && r.id - b->first < b->answered_ns.size())
+                b->answered_ns[r.id - b->first] = now;
             if (!r.ok()) {
                 b->error = r.message;
             } else {
                 for (uint32_t i = 0; i < r.count; ++i) {
                     auto a = r.answer(i);
-                    if (a.size != b->expected.size() ||
-                        std::memcmp(a.data, b->expected.data(), a.size) != 0)
+                    if (!right_digest(*b, a.data, a.size))
                         b->error = "worker " + std::to_string(i) + " answered a wrong digest";
                 }
             }
@@ -99,6 +122,101 @@ int nodeipc_bench_thread_run(void* bench, const uint8_t* data, size_t len, uint6
         return 0;
     } catch (const std::exception& e) {
         std::fprintf(stderr, "bench send: %s\n", e.what());
+        return -1;
+    }
+}
+
+// Records, for the `n` requests from id `first` on, when the response
+// function heard their answers.
+int nodeipc_bench_thread_record(void* bench, uint64_t first, uint64_t n) {
+    auto* b = static_cast<Bench*>(bench);
+    try {
+        std::lock_guard<std::mutex> g(b->m);
+        b->first = first;
+        b->answered_ns.assign(n, 0);
+        return 0;
+    } catch (const std::exception& e) {
+        std::fprintf(stderr, "bench record: %s\n", e.what());
+        return -1;
+    }
+}
+
+// One send from this thread (waiting only while the ring is full); its id
+// in `*id`.
+int nodeipc_bench_thread_send(void* bench, const uint8_t* data, size_t len, uint64_t* id) {
+    auto* b = static_cast<Bench*>(bench);
+    try {
+        *id = b->c.send(data, len, std::chrono::seconds(30));
+        return 0;
+    } catch (const std::exception& e) {
+        std::fprintf(stderr, "bench send: %s\n", e.what());
+        return -1;
+    }
+}
+
+// Waits until `total` requests were answered since the start, then hands
+// the recorded times over (`n` of them into `out`) and stops recording.
+int nodeipc_bench_thread_collect(void* bench, uint64_t total, uint64_t* out, uint64_t n) {
+    auto* b = static_cast<Bench*>(bench);
+    try {
+        std::unique_lock<std::mutex> g(b->m);
+        if (!b->cv.wait_for(g, std::chrono::seconds(30),
+                            [&] { return b->replied >= total || !b->error.empty(); }))
+            b->error = "answers missing after 30 s";
+        if (!b->error.empty()) {
+            std::fprintf(stderr, "bench: %s\n", b->error.c_str());
+            return -1;
+        }
+        if (n != b->answered_ns.size()) {
+            std::fprintf(stderr, "bench: %llu times asked for, %zu recorded\n",
+                         static_cast<unsigned long long>(n), b->answered_ns.size());
+            return -1;
+        }
+        std::memcpy(out, b->answered_ns.data(), n * sizeof(uint64_t));
+        b->answered_ns.clear();
+        return 0;
+    } catch (const std::exception& e) {
+        std::fprintf(stderr, "bench collect: %s\n", e.what());
+        return -1;
+    }
+}
+
+// Waits for the workers, without a response thread: the lock-step rows.
+int nodeipc_bench_lockstep_start(void* bench, const uint8_t* expected, size_t len) {
+    auto* b = static_cast<Bench*>(bench);
+    try {
+        b->c.wait_for_workers(std::chrono::seconds(30));
+        b->expected.assign(expected, expected + len);
+        return 0;
+    } catch (const std::exception& e) {
+        std::fprintf(stderr, "bench lock-step start: %s\n", e.what());
+        return -1;
+    }
+}
+
+// One lock-step round trip: send, then every worker's answer read in place
+// and checked.
+int nodeipc_bench_lockstep_round(void* bench, const uint8_t* data, size_t len) {
+    auto* b = static_cast<Bench*>(bench);
+    try {
+        b->c.send(data, len, std::chrono::seconds(30));
+        bool right = true;
+        b->c.recv_in_place(
+            nodeipc::Gather::all,
+            [&](const nodeipc::View& v) {
+                for (uint32_t i = 0; i < v.count; ++i) {
+                    auto a = v.answer(i);
+                    right = right && right_digest(*b, a.data, a.size);
+                }
+            },
+            std::chrono::seconds(30));
+        if (!right) {
+            std::fprintf(stderr, "bench: a worker answered a wrong digest\n");
+            return -1;
+        }
+        return 0;
+    } catch (const std::exception& e) {
+        std::fprintf(stderr, "bench lock-step: %s\n", e.what());
         return -1;
     }
 }

@@ -6,9 +6,10 @@ use std::cell::{Cell, RefCell};
 use std::io::{IsTerminal, Write};
 
 use clap::{Args, Subcommand};
-use nodeipc_cli::bench::suite::{self, Options, Report, Row};
+use nodeipc_cli::bench::channel::open_loop::MAX_OPEN_LOOP_ITERS;
+use nodeipc_cli::bench::suite::{self, Offered, Options, Report, Row};
 
-use crate::limits::{u32_in, u64_in, usize_in};
+use crate::limits::{fraction_in, u32_in, u64_in, usize_in};
 use crate::{CmdResult, Failure};
 
 /// The most iterations a batch may ask for: more is hours, and `iters`
@@ -20,6 +21,8 @@ const MAX_FDS: usize = 253;
 const MAX_PROCESSES: u32 = 64;
 /// The largest payload a channel shape may send (64 MiB).
 const MAX_PAYLOAD: usize = 64 << 20;
+/// The highest open-loop rate, in requests a second.
+const MAX_RATE: u64 = 100_000_000;
 
 #[derive(Args)]
 pub(crate) struct BenchArgs {
@@ -76,6 +79,16 @@ enum Only {
         /// (`send_with`) against one built privately and copied by `send`.
         #[arg(long, conflicts_with_all = ["workers", "response_thread"])]
         loan: bool,
+        /// With --response-thread: open loop, this many requests a second
+        /// offered on a fixed schedule; p50 and p99 latency from each
+        /// request's due time (--iters a batch, at most 100000).
+        #[arg(long, requires = "response_thread", conflicts_with = "load",
+              value_parser = u64_in(1, MAX_RATE))]
+        rate: Option<u64>,
+        /// As --rate, at this fraction (0.01..=2) of lock-step's maximum
+        /// rate, measured first in the same run (0.8: 80%).
+        #[arg(long, requires = "response_thread", value_parser = fraction_in(0.01, 2.0))]
+        load: Option<f64>,
     },
     /// Heartbeats: the shared-memory fast path against the socket.
     Monitor,
@@ -84,8 +97,22 @@ enum Only {
 }
 
 pub(crate) fn run(args: BenchArgs) -> CmdResult {
-    if let Some(Only::Channel { payload, depth, .. }) = &args.only {
+    if let Some(Only::Channel {
+        payload,
+        depth,
+        iters,
+        rate,
+        load,
+        ..
+    }) = &args.only
+    {
         crate::limits::check_ring(*payload as u64, *depth)?;
+        if (rate.is_some() || load.is_some()) && *iters > MAX_OPEN_LOOP_ITERS {
+            return Err(Failure::Usage(format!(
+                "--iters {iters} with --rate or --load: an open-loop batch keeps every \
+                 request's latency; at most {MAX_OPEN_LOOP_ITERS}"
+            )));
+        }
     }
     let stream = Stream {
         json: args.json,
@@ -116,11 +143,14 @@ pub(crate) fn run(args: BenchArgs) -> CmdResult {
             depth,
             response_thread,
             loan: false,
+            rate,
+            load,
         }) => suite::channel(
             options,
             workers.map(|w| (w, payload, iters)),
             depth,
             response_thread,
+            rate.map(Offered::Rate).or(load.map(Offered::Load)),
         ),
         Some(Only::Monitor) => suite::monitor(options),
         Some(Only::Queue) => suite::queue(options),

@@ -79,6 +79,24 @@ fn parse(text: &str, min: u64, max: u64) -> Result<u64, String> {
     }
 }
 
+/// A clap value parser for a decimal fraction in `min..=max` (`0.8`, `1`):
+/// digits and at most one point, nothing else (no sign, exponent, `nan` or
+/// `inf`).
+pub(crate) fn fraction_in(
+    min: f64,
+    max: f64,
+) -> impl Fn(&str) -> Result<f64, String> + Clone + Send + Sync + 'static {
+    move |text| {
+        let digits = text.bytes().filter(u8::is_ascii_digit).count();
+        let points = text.bytes().filter(|&b| b == b'.').count();
+        let plain = digits > 0 && points <= 1 && digits + points == text.len();
+        match text.parse::<f64>() {
+            Ok(x) if plain && (min..=max).contains(&x) => Ok(x),
+            _ => Err(format!("must be a decimal number in {min}..={max}")),
+        }
+    }
+}
+
 fn must_be(min: u64, max: u64) -> String {
     if max == u64::MAX {
         format!("must be a whole number, at least {min}")
@@ -89,7 +107,7 @@ fn must_be(min: u64, max: u64) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::{u32_in, u64_in, usize_in};
+    use super::{fraction_in, u32_in, u64_in, usize_in};
 
     #[test]
     fn numbers_in_range_pass_and_the_rest_name_the_range() {
@@ -126,5 +144,22 @@ mod tests {
         let size = usize_in(1, isize::MAX as usize);
         assert_eq!(size("9223372036854775807"), Ok(isize::MAX as usize));
         assert!(size("9223372036854775808").is_err());
+    }
+
+    #[test]
+    fn fractions_in_range_pass_and_the_rest_name_the_range() {
+        let load = fraction_in(0.01, 2.0);
+        assert_eq!(load("0.8"), Ok(0.8));
+        assert_eq!(load("2"), Ok(2.0));
+        assert_eq!(load(".5"), Ok(0.5));
+        for bad in [
+            "0", "0.001", "2.01", "-0.5", "nan", "inf", "1e-1", "+0.5", " 0.5", "0.5.1", ".", "",
+        ] {
+            assert_eq!(
+                load(bad),
+                Err("must be a decimal number in 0.01..=2".to_owned()),
+                "{bad:?}"
+            );
+        }
     }
 }

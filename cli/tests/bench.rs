@@ -107,6 +107,154 @@ fn channel_response_thread_row_runs_rust_and_cpp_beside_lock_step() {
     }
 }
 
+/// The open-loop row's JSON (one line): parsed, with the fields every
+/// open-loop row has checked, and whether the C++ rows are in it.
+fn open_loop_row(out: &str, test: &str) -> (serde_json::Value, bool) {
+    let mut lines = out.lines();
+    let line = lines.next().expect("one row");
+    assert_eq!(lines.next(), None, "one row only: {out}");
+    let row: serde_json::Value =
+        serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {line}"));
+    assert_eq!(row["bench"], "channel", "{row}");
+    assert_eq!(row["workers"], 1, "{row}");
+    assert_eq!(row["payload"], 64, "{row}");
+    assert_eq!(row["depth"], 4, "{row}");
+    assert_eq!(
+        row["impl"], "send thread + response thread, depth 4 (Rust)",
+        "{row}"
+    );
+    assert!(row["rate"].as_u64().unwrap() > 0, "{row}");
+    assert!(
+        row["what"].as_str().unwrap().starts_with("open loop at "),
+        "{row}"
+    );
+    assert!(
+        row["note"]
+            .as_str()
+            .unwrap()
+            .contains("latency from when it was due"),
+        "{row}"
+    );
+    // p50 and p99 of the latencies, ours and each baseline's.
+    let p50 = row["ns_per_op"].as_f64().unwrap();
+    assert!(
+        p50 > 0.0 && row["p99_ns_per_op"].as_f64().unwrap() >= p50,
+        "{row}"
+    );
+    let mut names = vec!["lock-step send then recv(All)"];
+    let cpp = [
+        "send thread + response thread, depth 4 (C++)",
+        "lock-step send then recv_in_place(all) (C++)",
+    ];
+    let with_cpp = row["baselines"].get(cpp[0]).is_some();
+    if with_cpp {
+        names.extend(cpp);
+    } else {
+        assert!(
+            row["note"].as_str().unwrap().contains("no C++ rows"),
+            "{row}"
+        );
+        nodeipc_testkit::skip(test, "the CLI was built without a C++ compiler");
+    }
+    assert_eq!(
+        row["baselines"].as_object().unwrap().len(),
+        names.len(),
+        "{row}"
+    );
+    for name in names {
+        let times = &row["baselines"][name];
+        let p50 = times["ns_per_op"].as_f64();
+        assert!(p50.is_some_and(|p50| p50 > 0.0), "{name}: {row}");
+        assert!(times["p99_ns_per_op"].as_f64() >= p50, "{name}: {row}");
+        assert!(row["ratio"][name].as_f64().unwrap() > 0.0, "{name}: {row}");
+    }
+    (row, with_cpp)
+}
+
+fn open_loop_args<'a>(iters: &'a str, offered: [&'a str; 2]) -> Vec<&'a str> {
+    let mut args = vec![
+        "--quick",
+        "--json",
+        "channel",
+        "--workers",
+        "1",
+        "--payload",
+        "64",
+        "--depth",
+        "4",
+        "--response-thread",
+        "--iters",
+        iters,
+    ];
+    args.extend(offered);
+    args
+}
+
+/// `--load 0.8`: lock-step's maximum measured first, 80% of it offered to
+/// the response thread and lock-step, from Rust and C++, in one row.
+#[test]
+fn channel_open_loop_row_at_a_load_offers_a_share_of_lock_step_maximum() {
+    const TEST: &str = "channel_open_loop_row_at_a_load_offers_a_share_of_lock_step_maximum";
+    let _dog = Watchdog::new(TEST, Duration::from_secs(150));
+    let out = bench(&open_loop_args("40", ["--load", "0.8"]));
+    let (row, _) = open_loop_row(&out, TEST);
+    assert_eq!(row["load_percent"], 80, "{row}");
+    let max = row["lockstep_max_rate"].as_f64().unwrap();
+    let rate = row["rate"].as_f64().unwrap();
+    assert!(max > 0.0 && (rate - 0.8 * max).abs() <= 1.0, "{row}");
+}
+
+/// `--rate R`: R requests a second, no lock-step maximum measured.
+#[test]
+fn channel_open_loop_row_at_a_rate_offers_that_rate() {
+    const TEST: &str = "channel_open_loop_row_at_a_rate_offers_that_rate";
+    let _dog = Watchdog::new(TEST, Duration::from_secs(150));
+    let out = bench(&open_loop_args("20", ["--rate", "2000"]));
+    let (row, _) = open_loop_row(&out, TEST);
+    assert_eq!(row["rate"], 2000, "{row}");
+    assert!(row.get("load_percent").is_none() && row.get("lockstep_max_rate").is_none());
+    assert!(
+        row["what"]
+            .as_str()
+            .unwrap()
+            .starts_with("open loop at 2000/s"),
+        "{row}"
+    );
+}
+
+/// The open-loop options are refused, by name, where they cannot apply.
+#[test]
+fn channel_open_loop_options_are_checked() {
+    let _dog = Watchdog::new("bench open loop options", Duration::from_secs(60));
+    let refused = |args: &[&str], says: &str| {
+        let out = spawn_child(
+            Command::new(env!("CARGO_BIN_EXE_nodeipc"))
+                .arg("bench")
+                .args(args)
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped()),
+        )
+        .output_timeout(Duration::from_secs(30));
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(
+            stderr.contains(says),
+            "{args:?}: {says:?} missing from {stderr}"
+        );
+    };
+    let no_thread = ["channel", "--workers", "1", "--rate", "10"];
+    refused(&no_thread, "--response-thread");
+    refused(&open_loop_args("20", ["--load", "3"]), "0.01..=2");
+    refused(&open_loop_args("20", ["--rate", "0"]), "1..=100000000");
+    refused(
+        &open_loop_args("100001", ["--rate", "10"]),
+        "at most 100000",
+    );
+    let mut both = open_loop_args("20", ["--rate", "10"]);
+    both.extend(["--load", "0.5"]);
+    refused(&both, "cannot be used with");
+}
+
 #[test]
 fn channel_loan_row_runs_the_loan_beside_the_copy() {
     let _dog = Watchdog::new("bench channel loan", Duration::from_secs(150));

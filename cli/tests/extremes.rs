@@ -40,7 +40,14 @@ const NUMERIC: &[(&str, &[&str])] = &[
     ("bench barrier", &["--ranks", "--iters"]),
     (
         "bench channel",
-        &["--workers", "--payload", "--iters", "--depth"],
+        &[
+            "--workers",
+            "--payload",
+            "--iters",
+            "--depth",
+            "--rate",
+            "--load",
+        ],
     ),
     (
         "launch",
@@ -337,6 +344,34 @@ fn bench_options_at_the_extremes_are_refused_before_running() {
                 continue;
             }
             let args = ["bench", sub, option, value];
+            let out = nodeipc(&args, None);
+            let case = args.join(" ");
+            failures.extend(judge(&case, &out));
+            if out.status.code() != Some(2) || !stderr(&out).contains(option) {
+                failures.push(format!(
+                    "{case}: not refused as a usage error: {}",
+                    stderr(&out)
+                ));
+            }
+        }
+    }
+    // The open-loop options, which need --response-thread (and that
+    // --workers): each value out of range refused by name.
+    let open_loop: &[(&str, f64, f64)] = &[("--rate", 1.0, 1e8), ("--load", 0.01, 2.0)];
+    for &(option, min, max) in open_loop {
+        for value in EXTREMES {
+            if value.parse::<f64>().is_ok_and(|x| (min..=max).contains(&x)) {
+                continue;
+            }
+            let args = [
+                "bench",
+                "channel",
+                "--workers",
+                "1",
+                "--response-thread",
+                option,
+                value,
+            ];
             let out = nodeipc(&args, None);
             let case = args.join(" ");
             failures.extend(judge(&case, &out));

@@ -3,6 +3,7 @@
 use std::io;
 use std::time::Duration;
 
+use super::open_loop_rows::{Offered, open_loop_row};
 use super::{Contender, Measured, Options, Row, floor_note};
 use crate::bench::barrier::{self, BarrierKind};
 use crate::bench::channel::{ChannelImpl, ChannelSession, memcpy_bandwidth};
@@ -181,16 +182,9 @@ pub fn barrier(options: Options, ranks: Option<u32>, iters: Option<u64>) -> io::
     Ok(rows)
 }
 
-/// A channel implementation as a contender: each batch a fresh coordinator
-/// and `workers` worker processes, warmed up for a quarter of the batch.
-pub fn channel_contender(
-    which: ChannelImpl,
-    workers: u32,
-    payload: usize,
-    depth: u32,
-    iters: u64,
-) -> Contender<'static> {
-    let name = match (which, depth) {
+/// How a channel contender is named in a row.
+pub(super) fn contender_name(which: ChannelImpl, depth: u32) -> String {
+    match (which, depth) {
         (ChannelImpl::Nodeipc, 1) => "nodeipc channel".to_owned(),
         (ChannelImpl::Nodeipc, depth) => format!("nodeipc channel, depth {depth}"),
         (ChannelImpl::NodeipcResponseThread, depth) => {
@@ -200,9 +194,21 @@ pub fn channel_contender(
             format!("send thread + response thread, depth {depth} (C++)")
         }
         (ChannelImpl::NodeipcInPlace, 1) => "lock-step send then recv(All)".to_owned(),
+        (ChannelImpl::CppLockstep, 1) => "lock-step send then recv_in_place(all) (C++)".to_owned(),
         (which, _) => which.name().to_owned(),
-    };
-    Contender::new(name, iters, move |iters| {
+    }
+}
+
+/// A channel implementation as a contender: each batch a fresh coordinator
+/// and `workers` worker processes, warmed up for a quarter of the batch.
+pub fn channel_contender(
+    which: ChannelImpl,
+    workers: u32,
+    payload: usize,
+    depth: u32,
+    iters: u64,
+) -> Contender<'static> {
+    Contender::new(contender_name(which, depth), iters, move |iters| {
         let warm_up = (iters / 4).max(2);
         let mut session =
             ChannelSession::start_with_depth(which, workers, payload, depth, iters + warm_up)?;
@@ -260,7 +266,11 @@ fn channel_row(
 
 /// The execute channel: 1 worker with 64 bytes (against lock-step glibc
 /// semaphores, a Unix socket and the cache-line floor), 1 MiB (against
-/// single-core memcpy), 8 workers with 64 bytes; or one shape if given.
+/// single-core memcpy), 8 workers with 64 bytes, then a send thread +
+/// response thread against lock-step with 64 bytes and 64 KiB, at
+/// saturation and open loop at 80% of lock-step's maximum; or one shape if
+/// given (with `response_thread`, its saturation row, or with `offered`
+/// its open-loop row).
 ///
 /// # Errors
 /// A worker that failed.
@@ -269,8 +279,15 @@ pub fn channel(
     shape: Option<(u32, usize, u64)>,
     depth: u32,
     response_thread: bool,
+    offered: Option<Offered>,
 ) -> io::Result<Vec<Row>> {
     use ChannelImpl::{GlibcLockstep, UnixSocket};
+    if let (Some((workers, payload, iters)), true, Some(offered)) =
+        (shape, response_thread, offered)
+    {
+        let row = open_loop_row(options, workers, payload, depth, iters, offered)?;
+        return Ok(vec![options.done(row)]);
+    }
     if let (Some((workers, payload, iters)), true) = (shape, response_thread) {
         let row = response_thread_row(options, workers, payload, depth, iters)?;
         return Ok(vec![options.done(row)]);
@@ -340,6 +357,23 @@ pub fn channel(
         options.ops(2_000),
     )?);
     let loan = super::loan_row::loan(options)?;
+    // The same layouts offered 80% of lock-step's maximum, open loop.
+    let open_small = options.done(open_loop_row(
+        options,
+        1,
+        64,
+        4,
+        options.ops(4_000),
+        Offered::Load(0.8),
+    )?);
+    let open_large = options.done(open_loop_row(
+        options,
+        1,
+        64 << 10,
+        4,
+        options.ops(1_000),
+        Offered::Load(0.8),
+    )?);
     Ok(vec![
         small,
         in_place,
@@ -348,6 +382,8 @@ pub fn channel(
         wide,
         threaded_small,
         threaded_large,
+        open_small,
+        open_large,
     ])
 }
 

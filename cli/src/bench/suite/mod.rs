@@ -10,12 +10,14 @@ use crate::bench::Summary;
 mod kittens_row;
 mod layers;
 mod loan_row;
+mod open_loop_rows;
 mod queue_rows;
 mod table;
 
 pub use kittens_row::kittens;
 pub use layers::{barrier, channel, channel_contender, fdpass, monitor, sem};
 pub use loan_row::loan as channel_loan;
+pub use open_loop_rows::{Offered, open_loop_row};
 pub use queue_rows::queue;
 pub use table::{table, table_header, table_row};
 
@@ -262,7 +264,7 @@ pub fn all(options: Options) -> io::Result<Vec<Row>> {
     rows.extend(fdpass(options, None)?);
     rows.extend(barrier(options, None, None)?);
     rows.extend(kittens(options)?);
-    rows.extend(channel(options, None, 1, false)?);
+    rows.extend(channel(options, None, 1, false, None)?);
     rows.extend(monitor(options)?);
     rows.extend(queue(options)?);
     Ok(rows)

@@ -13,26 +13,31 @@
 //! [`digest`] the coordinator checks.
 
 use std::io;
+use std::ops::ControlFlow;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::bench::glibc_sem::GlibcSemaphore;
-use std::ops::ControlFlow;
-use std::sync::{Arc, Condvar, Mutex};
-
-use nodeipc_channel::{
-    All, Answers, Channel, Coordinator, Mode, Payload, Raw, Reply, SemKind, Worker,
-};
+use nodeipc_channel::{All, Answers, Channel, Coordinator, Mode, Payload, Raw, Reply, SemKind};
 use nodeipc_proto::execute::{
-    ExecuteRequest, ExecuteResponse, ExecuteType, ForwardRequest, ForwardResponse, execute_request,
-    execute_response,
+    ExecuteRequest, ExecuteResponse, ExecuteType, ForwardRequest, execute_request,
 };
 use nodeipc_proto::{KnownMessage, decode_message};
 use nodeipc_shm::Region;
 use prost::Message;
 
+use crate::bench::glibc_sem::GlibcSemaphore;
 use crate::bench::machine::Pinned;
-use crate::bench::peer::{self, Peers};
+use crate::bench::peer::Peers;
+
+mod cpp;
+pub mod open_loop;
+mod response_thread;
+mod worker;
+
+use open_loop::Schedule;
+use response_thread::Progress;
+pub(crate) use worker::peer_main;
 
 /// Which implementation carries the requests.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -58,6 +63,9 @@ pub enum ChannelImpl {
     /// `NodeipcResponseThread` from C++ (`cpp/channel_thread_bench.cpp`:
     /// `nodeipc::Coordinator::on_response` over the C ABI).
     CppResponseThread,
+    /// `NodeipcInPlace` from C++: `nodeipc::Coordinator::send`, then
+    /// `recv_in_place(Gather::all)`, over the C ABI.
+    CppLockstep,
 }
 
 /// How long the polling variant polls before it sleeps.
@@ -71,6 +79,7 @@ impl ChannelImpl {
                 | ChannelImpl::NodeipcInPlacePoll
                 | ChannelImpl::NodeipcResponseThread
                 | ChannelImpl::CppResponseThread
+                | ChannelImpl::CppLockstep
         )
     }
 
@@ -95,6 +104,7 @@ impl ChannelImpl {
             ChannelImpl::NodeipcInPlacePoll => "nodeipc-in-place-poll",
             ChannelImpl::NodeipcResponseThread => "nodeipc-response-thread",
             ChannelImpl::CppResponseThread => "cpp-response-thread",
+            ChannelImpl::CppLockstep => "cpp-lockstep",
         }
     }
 
@@ -108,6 +118,7 @@ impl ChannelImpl {
             ChannelImpl::NodeipcInPlacePoll,
             ChannelImpl::NodeipcResponseThread,
             ChannelImpl::CppResponseThread,
+            ChannelImpl::CppLockstep,
         ]
         .into_iter()
         .find(|i| i.name() == s)
@@ -126,22 +137,6 @@ pub fn request(sequence: u64, payload: usize) -> ExecuteRequest {
             request_ids: vec![sequence],
             input: (vec![0x5a; payload]).into(),
         })),
-    }
-}
-
-/// What every worker answers: the sequence and the payload's length.
-fn response(request: &ExecuteRequest) -> ExecuteResponse {
-    let len = match &request.payload {
-        Some(execute_request::Payload::Forward(f)) => f.input.len(),
-        _ => 0,
-    };
-    ExecuteResponse {
-        msg_type: request.execute_type,
-        sequence: request.sequence,
-        result: Some(execute_response::Result::Forward(ForwardResponse {
-            output: (len as u32).to_le_bytes().to_vec().into(),
-        })),
-        ..ExecuteResponse::default()
     }
 }
 
@@ -169,9 +164,11 @@ enum Side {
     /// The coordinator with its response thread running, the request's
     /// bytes, and what the thread has heard.
     NodeipcThread(Box<Coordinator<Raw, Raw>>, Vec<u8>, Arc<Progress>),
-    /// The C++ coordinator of `cpp/channel_thread_bench.cpp` and the
-    /// request's bytes.
+    /// The C++ coordinator of `cpp/channel_thread_bench.cpp` with its
+    /// response thread running, and the request's bytes.
     Cpp(cpp::Bench, Vec<u8>),
+    /// The same coordinator in lock-step (no response thread).
+    CppLockstep(cpp::Bench, Vec<u8>),
     Glibc {
         region: Region,
         /// Per worker: request semaphore, response semaphore.
@@ -236,7 +233,7 @@ impl ChannelSession {
         );
         let mut peers = Peers::default();
         let side = match which {
-            ChannelImpl::CppResponseThread => {
+            ChannelImpl::CppResponseThread | ChannelImpl::CppLockstep => {
                 let bytes = vec![0x5a; payload];
                 let expected = digest(&bytes).to_le_bytes();
                 let (bench, request, response) =
@@ -251,8 +248,13 @@ impl ChannelSession {
                     peers.spawn(&role, &[request.as_fd(), response.as_fd()], cpu)?;
                 }
                 drop((request, response));
-                bench.start(&expected)?;
-                Side::Cpp(bench, bytes)
+                if which == ChannelImpl::CppLockstep {
+                    bench.start_lockstep(&expected)?;
+                    Side::CppLockstep(bench, bytes)
+                } else {
+                    bench.start(&expected)?;
+                    Side::Cpp(bench, bytes)
+                }
             }
             ChannelImpl::Nodeipc
             | ChannelImpl::NodeipcNamed
@@ -306,7 +308,7 @@ impl ChannelSession {
                             Ok(Answers::One(_)) => Some("one answer to a gather of all".into()),
                             Err(e) => Some(e.to_string()),
                         };
-                        heard.hear(wrong);
+                        heard.hear(reply.id, wrong);
                         ControlFlow::Continue(())
                     })?;
                     coordinator.start_response_thread()?;
@@ -413,6 +415,14 @@ impl ChannelSession {
                 self.gathered += rounds;
                 return Ok(start.elapsed());
             }
+            Side::CppLockstep(bench, bytes) => {
+                for _ in 0..rounds {
+                    bench.lockstep_round(bytes)?;
+                }
+                self.sent += rounds;
+                self.gathered += rounds;
+                return Ok(start.elapsed());
+            }
             _ => {}
         }
         if let Side::Nodeipc(_) = self.side
@@ -452,6 +462,88 @@ impl ChannelSession {
         Ok(start.elapsed())
     }
 
+    /// `rounds` requests on an open-loop schedule of `rate` a second, their
+    /// latencies in nanoseconds (see [`open_loop`]): with a response thread,
+    /// this thread sends each when due (waiting only while the ring is
+    /// full) and the thread stamps its answers; in lock-step, each is sent
+    /// when due or at once if it is late, then gathered.
+    ///
+    /// # Errors
+    /// A session that is neither a response-thread nor an in-place
+    /// lock-step one, a bad `rate` or `rounds`, a worker that failed or
+    /// answered wrongly.
+    pub fn run_open_loop(&mut self, rounds: u64, rate: f64) -> io::Result<Vec<f64>> {
+        let n = open_loop::batch_len(rounds)?;
+        let _timer = open_loop::TightTimer::new();
+        let first = self.sent;
+        let sent = |i: u64, id: u64| {
+            if id == first + i {
+                Ok(())
+            } else {
+                Err(io::Error::other(format!(
+                    "request {i} of the batch got id {id}, not {}",
+                    first + i
+                )))
+            }
+        };
+        let latencies = match &mut self.side {
+            Side::NodeipcThread(coordinator, bytes, progress) => {
+                progress.record(first, n);
+                let schedule = Schedule::new(open_loop::now_ns(), rate)?;
+                for i in 0..rounds {
+                    schedule.wait_for(i);
+                    sent(i, coordinator.send(bytes)?)?;
+                }
+                schedule.latencies(&progress.collect(first + rounds)?)?
+            }
+            Side::Cpp(bench, bytes) => {
+                bench.record(first, rounds)?;
+                let schedule = Schedule::new(open_loop::now_ns(), rate)?;
+                for i in 0..rounds {
+                    schedule.wait_for(i);
+                    sent(i, bench.send(bytes)?)?;
+                }
+                schedule.latencies(&bench.collect(first + rounds, n)?)?
+            }
+            Side::NodeipcBytes(coordinator, bytes, expected) if self.depth == 1 => {
+                let schedule = Schedule::new(open_loop::now_ns(), rate)?;
+                let mut latencies = Vec::with_capacity(n);
+                for i in 0..rounds {
+                    schedule.wait_for(i);
+                    sent(i, coordinator.send(bytes)?)?;
+                    for (rank, answer) in coordinator.recv(All)?.iter() {
+                        if answer != expected.as_slice() {
+                            return Err(io::Error::other(format!(
+                                "worker {rank} answered a wrong digest"
+                            )));
+                        }
+                    }
+                    latencies.push(schedule.latency(i, open_loop::now_ns())?);
+                }
+                latencies
+            }
+            Side::CppLockstep(bench, bytes) => {
+                let schedule = Schedule::new(open_loop::now_ns(), rate)?;
+                let mut latencies = Vec::with_capacity(n);
+                for i in 0..rounds {
+                    schedule.wait_for(i);
+                    bench.lockstep_round(bytes)?;
+                    latencies.push(schedule.latency(i, open_loop::now_ns())?);
+                }
+                latencies
+            }
+            _ => {
+                return Err(io::Error::other(format!(
+                    "{} has no open-loop run (response-thread and in-place lock-step only)",
+                    self.which.name()
+                )));
+            }
+        };
+        self.sent += rounds;
+        self.gathered += rounds;
+        Ok(latencies)
+    }
+
     fn round_trip(&mut self) -> io::Result<()> {
         let expected = self.request.sequence;
         let check = |response: &ExecuteResponse| {
@@ -480,7 +572,9 @@ impl ChannelSession {
                     }
                 }
             }
-            Side::NodeipcThread(..) | Side::Cpp(..) => unreachable!("run() sends for these"),
+            Side::NodeipcThread(..) | Side::Cpp(..) | Side::CppLockstep(..) => {
+                unreachable!("run() sends for these")
+            }
             Side::Glibc {
                 region,
                 sems,
@@ -572,94 +666,6 @@ fn read_glibc_frame<M: KnownMessage>(region: &Region, at: usize, max: usize) -> 
     Ok(decode_message(&bytes)?)
 }
 
-/// A worker: `chan-worker IMPL TAG RANK ROUNDS FDS…`. Answers `ROUNDS` requests
-/// plus the warm-up, then exits.
-pub(crate) fn peer_main(args: &[&str]) -> io::Result<()> {
-    let [which, tag, rank, rounds, rest @ ..] = args else {
-        return Err(io::Error::other(format!(
-            "bad channel worker arguments {args:?}"
-        )));
-    };
-    let which = ChannelImpl::parse(which)?;
-    let rank: u32 = rank.parse().map_err(io::Error::other)?;
-    let rounds: u64 = rounds.parse().map_err(io::Error::other)?;
-    match (which, rest) {
-        (
-            ChannelImpl::Nodeipc
-            | ChannelImpl::NodeipcNamed
-            | ChannelImpl::NodeipcInPlace
-            | ChannelImpl::NodeipcInPlacePoll
-            | ChannelImpl::NodeipcResponseThread
-            | ChannelImpl::CppResponseThread,
-            [request_arg, response_arg],
-        ) => {
-            // SAFETY: both descriptors were passed down for our sole use.
-            let request_fd: OwnedFd = unsafe { peer::inherited(request_arg)? };
-            // SAFETY: as above.
-            let response_fd: OwnedFd = unsafe { peer::inherited(response_arg)? };
-            if which.in_place() {
-                let mut worker: Worker<Raw, Raw> =
-                    Worker::from_fds(tag, rank, request_fd, response_fd, TIMEOUT)?;
-                worker.set_poll(which.poll());
-                for _ in 0..rounds {
-                    let request = worker.recv_in_place()?;
-                    let answer = digest(request.bytes()).to_le_bytes();
-                    request.respond(&answer)?;
-                }
-            } else {
-                let mut worker: Worker =
-                    Worker::from_fds(tag, rank, request_fd, response_fd, TIMEOUT)?;
-                worker.set_poll(which.poll());
-                let mut request = ExecuteRequest::default();
-                for _ in 0..rounds {
-                    worker.recv_into(&mut request)?;
-                    worker.respond(&response(&request))?;
-                }
-            }
-        }
-        (ChannelImpl::GlibcLockstep, [region, request_bytes, response_bytes]) => {
-            // SAFETY: the region's descriptor was passed down for our sole use.
-            let region = Region::from_fd(unsafe { peer::inherited(region)? })?;
-            let layout = GlibcLayout {
-                request_bytes: request_bytes.parse().map_err(io::Error::other)?,
-                response_bytes: response_bytes.parse().map_err(io::Error::other)?,
-            };
-            let request_sem = GlibcSemaphore::open_wait(&format!("{tag}-req-{rank}"), TIMEOUT)?;
-            let response_sem = GlibcSemaphore::open_wait(&format!("{tag}-resp-{rank}"), TIMEOUT)?;
-            request_sem.wait()?; // the ready handshake
-            response_sem.post()?;
-            let at = layout.response_at(rank);
-            for _ in 0..rounds {
-                request_sem.wait()?;
-                let request: ExecuteRequest = read_glibc_frame(&region, 0, layout.request_bytes)?;
-                let frame = response(&request).encode_to_vec();
-                region.write_at(at, &(frame.len() as u32).to_le_bytes())?;
-                region.write_at(at + 4, &frame)?;
-                response_sem.post()?;
-            }
-        }
-        (ChannelImpl::UnixSocket, [socket]) => {
-            // SAFETY: the socket was passed down for our sole use.
-            let mut socket =
-                std::os::unix::net::UnixStream::from(unsafe { peer::inherited(socket)? });
-            let mut scratch = Vec::new();
-            for _ in 0..rounds {
-                let request: ExecuteRequest =
-                    nodeipc_proto::read_frame(&mut socket, 1 << 30, &mut scratch)
-                        .map_err(io::Error::from)?;
-                nodeipc_proto::write_frame(&mut socket, &response(&request))
-                    .map_err(io::Error::from)?;
-            }
-        }
-        _ => {
-            return Err(io::Error::other(format!(
-                "bad channel worker arguments {args:?}"
-            )));
-        }
-    }
-    Ok(())
-}
-
 /// XOR of the payload's 8-byte words (and its tail): cheap, but it reads
 /// every byte, so a worker cannot answer without touching the request. The
 /// iceoryx2 server of `versus-iceoryx2` answers the same.
@@ -690,165 +696,4 @@ pub fn memcpy_bandwidth(bytes: usize, duration: Duration) -> f64 {
         copies += 8;
     }
     (copies as f64 * bytes as f64) / start.elapsed().as_secs_f64()
-}
-
-/// What a response thread has heard: how many requests were answered, and
-/// the first thing that was wrong.
-#[derive(Default)]
-pub(crate) struct Progress {
-    heard: Mutex<(u64, Option<String>)>,
-    changed: Condvar,
-}
-
-impl Progress {
-    fn hear(&self, wrong: Option<String>) {
-        let mut heard = self.heard.lock().unwrap_or_else(|e| e.into_inner());
-        heard.0 += 1;
-        if heard.1.is_none() {
-            heard.1 = wrong;
-        }
-        self.changed.notify_all();
-    }
-
-    /// Waits (within the channel's timeout) until `target` requests were
-    /// answered.
-    fn wait_for(&self, target: u64) -> io::Result<()> {
-        let heard = self.heard.lock().unwrap_or_else(|e| e.into_inner());
-        let (heard, _) = self
-            .changed
-            .wait_timeout_while(heard, TIMEOUT, |h| h.0 < target && h.1.is_none())
-            .unwrap_or_else(|e| e.into_inner());
-        if let Some(wrong) = &heard.1 {
-            return Err(io::Error::other(wrong.clone()));
-        }
-        if heard.0 < target {
-            return Err(io::Error::other(format!(
-                "{} of {target} requests answered within {TIMEOUT:?}",
-                heard.0
-            )));
-        }
-        Ok(())
-    }
-}
-
-/// The C++ row's coordinator (`cpp/channel_thread_bench.cpp`).
-mod cpp {
-    use std::ffi::{CString, c_char, c_void};
-    use std::io;
-    use std::os::fd::{FromRawFd, OwnedFd};
-
-    #[cfg(not(nodeipc_no_cxx))]
-    use capi as _;
-
-    #[cfg(not(nodeipc_no_cxx))]
-    unsafe extern "C" {
-        fn nodeipc_bench_thread_create(
-            tag: *const c_char,
-            workers: u32,
-            capacity: usize,
-            depth: u32,
-            request_fd: *mut i32,
-            response_fd: *mut i32,
-        ) -> *mut c_void;
-        fn nodeipc_bench_thread_start(bench: *mut c_void, expected: *const u8, len: usize) -> i32;
-        fn nodeipc_bench_thread_run(
-            bench: *mut c_void,
-            data: *const u8,
-            len: usize,
-            rounds: u64,
-        ) -> i32;
-        fn nodeipc_bench_thread_free(bench: *mut c_void);
-    }
-
-    /// The C++ coordinator, freed on drop.
-    pub(crate) struct Bench(*mut c_void);
-
-    impl Bench {
-        /// A coordinator of `workers` over anonymous regions, and the
-        /// descriptors its workers join with.
-        #[cfg(not(nodeipc_no_cxx))]
-        pub(crate) fn create(
-            tag: &str,
-            workers: u32,
-            capacity: usize,
-            depth: u32,
-        ) -> io::Result<(Bench, OwnedFd, OwnedFd)> {
-            let tag = CString::new(tag).map_err(io::Error::other)?;
-            let (mut request, mut response) = (-1, -1);
-            // SAFETY: a NUL-terminated tag and two writable ints; the
-            // function returns null or a bench of its own.
-            let bench = unsafe {
-                nodeipc_bench_thread_create(
-                    tag.as_ptr(),
-                    workers,
-                    capacity,
-                    depth,
-                    &mut request,
-                    &mut response,
-                )
-            };
-            if bench.is_null() {
-                return Err(io::Error::other("the C++ coordinator failed (see stderr)"));
-            }
-            let bench = Bench(bench);
-            // SAFETY: nodeipc_coordinator_fds made both descriptors for us.
-            let fds = unsafe {
-                (
-                    OwnedFd::from_raw_fd(request),
-                    OwnedFd::from_raw_fd(response),
-                )
-            };
-            Ok((bench, fds.0, fds.1))
-        }
-
-        #[cfg(nodeipc_no_cxx)]
-        pub(crate) fn create(
-            _: &str,
-            _: u32,
-            _: usize,
-            _: u32,
-        ) -> io::Result<(Bench, OwnedFd, OwnedFd)> {
-            Err(io::Error::other(concat!(
-                "no C++ compiler at build time: ",
-                env!("NODEIPC_NO_CXX_REASON")
-            )))
-        }
-
-        /// Waits for the workers and starts the response thread.
-        pub(crate) fn start(&self, expected: &[u8]) -> io::Result<()> {
-            #[cfg(not(nodeipc_no_cxx))]
-            // SAFETY: a live bench of ours; `expected` is read during the
-            // call (copied).
-            if unsafe { nodeipc_bench_thread_start(self.0, expected.as_ptr(), expected.len()) } == 0
-            {
-                return Ok(());
-            }
-            let _ = expected;
-            Err(io::Error::other(
-                "the C++ response thread failed (see stderr)",
-            ))
-        }
-
-        /// Sends `rounds` requests of `bytes` and waits for every answer.
-        pub(crate) fn run(&self, bytes: &[u8], rounds: u64) -> io::Result<()> {
-            #[cfg(not(nodeipc_no_cxx))]
-            // SAFETY: a live bench of ours; `bytes` is read during the call.
-            if unsafe { nodeipc_bench_thread_run(self.0, bytes.as_ptr(), bytes.len(), rounds) } == 0
-            {
-                return Ok(());
-            }
-            let _ = (bytes, rounds);
-            Err(io::Error::other("the C++ row failed (see stderr)"))
-        }
-    }
-
-    impl Drop for Bench {
-        fn drop(&mut self) {
-            #[cfg(not(nodeipc_no_cxx))]
-            // SAFETY: a live bench of ours, freed once.
-            unsafe {
-                nodeipc_bench_thread_free(self.0)
-            };
-        }
-    }
 }
