@@ -1,3 +1,7 @@
+//! A binary of its own, not a module of `tests/it/`: a test here counts this
+//! process's descriptors (`fd_count`), which tests running beside it in one
+//! binary would change.
+//!
 //! The logon handshake within one process: accept with the regions, every
 //! refusal with its reason, misbehaving clients and servers, and no
 //! descriptor left behind after many logons. Clients of another uid and

@@ -553,9 +553,21 @@ pub fn full_backlog_listener(path: &Path) -> (std::os::fd::OwnedFd, Vec<std::os:
     (listener, held)
 }
 
-/// A command that runs test `test` of this test binary again, alone, in a
-/// child process (`--exact TEST --nocapture --test-threads=1`), its output
-/// piped: for a test whose work must happen in a process of its own (a
+/// The name `--list` and `--exact` know a test by: `test` in the file whose
+/// `module_path!()` is `module`, without the test binary's own crate name
+/// (`it::grid` and `x` give `grid::x`; a file that is its own binary gives
+/// `x`). Lets a test name itself whether its file is a binary of its own
+/// or a module of the crate's one test binary.
+pub fn test_path(module: &str, test: &str) -> String {
+    match module.split_once("::") {
+        Some((_, path)) => format!("{path}::{test}"),
+        None => test.to_owned(),
+    }
+}
+
+/// A command that runs test `test` of this test binary again (its full
+/// name: see [`test_path`]), alone, in a child process (`--exact TEST
+/// --nocapture --test-threads=1`), its output piped: for a test whose work must happen in a process of its own (a
 /// seccomp filter, a lowered limit, another uid). The caller sets the
 /// environment variable that tells the child it is the child, anything
 /// else it needs, and spawns it with [`spawn_child`].

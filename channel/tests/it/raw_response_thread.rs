@@ -299,8 +299,11 @@ fn a_dead_worker_reaches_the_handler_by_rank_within_a_second() {
     let mut coordinator = channel.create().unwrap();
     let threads = workers(&channel, 1, None);
     let mut child = spawn_child(
-        this_test_in_a_child("a_dead_worker_reaches_the_handler_by_rank_within_a_second")
-            .env(DEAD_CHILD, &name),
+        this_test_in_a_child(&nodeipc_testkit::test_path(
+            module_path!(),
+            "a_dead_worker_reaches_the_handler_by_rank_within_a_second",
+        ))
+        .env(DEAD_CHILD, &name),
     );
     coordinator.wait_for_workers(LONG).unwrap();
     let (tx, rx) = heard_channel();

@@ -38,7 +38,8 @@ fn ring(name: &str, readers: u32, chunk_bytes: usize, chunks: u32) -> Broadcast 
 
 /// A child process running [`child_entry`] in `mode`.
 fn child(mode: &str, name: &str, rank: u32, shape: (u32, usize, u32), count: u64) -> ChildGuard {
-    let mut command: Command = this_test_in_a_child(ENTRY);
+    let mut command: Command =
+        this_test_in_a_child(&nodeipc_testkit::test_path(module_path!(), ENTRY));
     command.env(
         CHILD,
         format!(

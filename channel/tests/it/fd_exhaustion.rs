@@ -55,7 +55,10 @@ fn regression_a_coordinator_out_of_descriptors_reports_that_not_a_dead_worker() 
     }
     let _dog = Watchdog::new(TEST, Duration::from_secs(60));
     let name = unique_name("emfile-chan");
-    let child = spawn_child(nodeipc_testkit::this_test_in_a_child(TEST).env(CHILD, &name));
+    let child = spawn_child(
+        nodeipc_testkit::this_test_in_a_child(&nodeipc_testkit::test_path(module_path!(), TEST))
+            .env(CHILD, &name),
+    );
     let pid = child.id();
     let out = child.output_timeout(Duration::from_secs(30));
     let stdout = String::from_utf8_lossy(&out.stdout);

@@ -40,7 +40,10 @@ fn a_worker_writing_a_request_faults_and_the_other_workers_read_it_intact() {
         .timeout(Duration::from_secs(10))
         .raw();
     let coordinator = channel.create().unwrap();
-    let child = spawn_child(nodeipc_testkit::this_test_in_a_child(TEST).env(CHILD, &name));
+    let child = spawn_child(
+        nodeipc_testkit::this_test_in_a_child(&nodeipc_testkit::test_path(module_path!(), TEST))
+            .env(CHILD, &name),
+    );
     let reader = thread::spawn(move || {
         let mut worker = channel.join(0).unwrap();
         let request = worker.recv_in_place().unwrap();
