@@ -144,6 +144,11 @@ fn run(dir: &Path, count: u64) -> Result<()> {
             "CHECKER-DONE"
         })?;
     }
+    // Gone, not only done: a peer still exiting holds its pool handle, and
+    // the count below takes every handle over by id.
+    for peer in peers.iter_mut().chain([&mut scheduler]) {
+        peer.wait_exit(Duration::from_secs(30))?;
+    }
     let held: usize = server
         .blocks_left(&mut handle)?
         .iter()
@@ -198,6 +203,26 @@ impl Peer {
             println!("  peer: {line}");
         }
         Err(format!("a peer exited before saying {prefix}").into())
+    }
+
+    /// Waits up to `limit` for the peer to exit, successfully.
+    fn wait_exit(&mut self, limit: Duration) -> Result<()> {
+        let start = std::time::Instant::now();
+        loop {
+            if let Some(status) = self.child.try_wait()? {
+                return if status.success() {
+                    Ok(())
+                } else {
+                    Err(format!("peer {} exited with {status}", self.child.id()).into())
+                };
+            }
+            if start.elapsed() >= limit {
+                return Err(
+                    format!("peer {} still running after {limit:?}", self.child.id()).into(),
+                );
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
     }
 }
 
