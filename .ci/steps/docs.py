@@ -211,6 +211,10 @@ def check_python(names: list[str]) -> None:
         else:
             print(f"not checked: {message}")
         return
+    if os.sep in python:
+        # A path given relative to where we were started (CI passes
+        # target/python-venv/bin/python); pytest runs from python/.
+        python = os.path.abspath(python)
     collected = subprocess.run(
         [python, "-m", "pytest", "-p", "no:cacheprovider", "--collect-only", "-q",
          str(ROOT / "python/tests")],
