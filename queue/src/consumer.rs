@@ -6,15 +6,16 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::Message;
+use crate::error::wait_ended;
 use nodeipc_shm::Region;
-use nodeipc_shm::wait::{Deadline, Spin, WaitError, wait_while};
+use nodeipc_shm::wait::{Deadline, Spin, wait_while};
 
+use crate::Result;
 use crate::end::End;
 use crate::error::Role;
 use crate::ring::ConsumerState;
 use crate::role::PeerState;
 use crate::sync::{AtomicU32, Ordering};
-use crate::{Error, Result};
 
 /// The one consumer of a queue: pops copies of `T` out.
 #[derive(Debug)]
@@ -177,39 +178,20 @@ impl<T: Message> Consumer<T> {
                 _ => Ok(()),
             },
         );
-        match waited {
-            Ok(()) => Ok(()),
-            Err(WaitError::Interrupted(waited)) => Err(Error::Interrupted {
-                queue: self.end.label.clone(),
-                op: "pop",
-                waited,
-            }),
-            Err(WaitError::Stopped(who)) => {
-                // What it published before it went is returned first.
-                if self
-                    .end
-                    .ring()
-                    .ready(&mut self.state, 1)
-                    .map_err(|b| self.end.corrupt(b))?
-                    > 0
-                {
-                    return Ok(());
-                }
-                Err(match who {
-                    Some(pid) => Error::PeerDied {
-                        queue: self.end.label.clone(),
-                        role: Role::Producer,
-                        pid,
-                    },
-                    None => Error::PeerLeft {
-                        queue: self.end.label.clone(),
-                        role: Role::Producer,
-                    },
-                })
-            }
-            Err(WaitError::TimedOut(waited)) => Err(self.end.timed_out("pop", waited)),
-            Err(WaitError::Futex(errno)) => Err(self.end.futex(errno)),
+        let Some(who) = wait_ended(&self.end.label, "pop", waited)? else {
+            return Ok(());
+        };
+        // What it published before it went is returned first.
+        if self
+            .end
+            .ring()
+            .ready(&mut self.state, 1)
+            .map_err(|b| self.end.corrupt(b))?
+            > 0
+        {
+            return Ok(());
         }
+        Err(self.end.peer_gone(who))
     }
 
     /// Messages ready to pop (reloads the tail only when none is known).

@@ -64,6 +64,16 @@ pub(crate) fn check_seals(region: &Region, label: &str) -> Result<()> {
     }
 }
 
+/// Opens a named queue region (SPSC or MPMC: both begin with the same
+/// [`layout::Config`]) once it holds `min_len` bytes, and waits (bounded)
+/// for its creator to publish it: the creator writes the magic last.
+pub(crate) fn open_published(name: &str, min_len: usize, timeout: Duration) -> Result<Arc<Region>> {
+    let region = Arc::new(Region::open(name, OpenOptions::wait(min_len, timeout))?);
+    let config: &layout::Config = region.view(0)?;
+    config.wait_published(timeout);
+    Ok(region)
+}
+
 impl End {
     pub(crate) fn join<T: Message>(region: Arc<Region>, schema: u64, role: Role) -> Result<End> {
         let label = region.label().to_owned();
@@ -117,14 +127,7 @@ impl End {
         timeout: Duration,
         role: Role,
     ) -> Result<End> {
-        let region = Arc::new(Region::open(
-            name,
-            OpenOptions::wait(SLOTS_OFFSET, timeout),
-        )?);
-        // The creator writes the magic last: wait (bounded) for it.
-        let header: &Header = region.view(0)?;
-        header.config.wait_published(timeout);
-        End::join::<T>(region, schema, role)
+        End::join::<T>(open_published(name, SLOTS_OFFSET, timeout)?, schema, role)
     }
 
     pub(crate) fn from_fd<T: Message>(fd: OwnedFd, schema: u64, role: Role) -> Result<End> {
@@ -198,18 +201,23 @@ impl End {
         }
     }
 
-    pub(crate) fn timed_out(&self, op: &'static str, waited: Duration) -> Error {
-        Error::TimedOut {
-            queue: self.label.clone(),
-            op,
-            waited,
-        }
-    }
-
-    pub(crate) fn futex(&self, errno: Errno) -> Error {
-        Error::Futex {
-            queue: self.label.clone(),
-            errno,
+    /// The error for a peer seen gone while we waited: died (`Some(pid)`)
+    /// or left cleanly.
+    pub(crate) fn peer_gone(&self, died: Option<u32>) -> Error {
+        let role = match self.role {
+            Role::Producer => Role::Consumer,
+            Role::Consumer => Role::Producer,
+        };
+        match died {
+            Some(pid) => Error::PeerDied {
+                queue: self.label.clone(),
+                role,
+                pid,
+            },
+            None => Error::PeerLeft {
+                queue: self.label.clone(),
+                role,
+            },
         }
     }
 

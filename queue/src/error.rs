@@ -169,3 +169,33 @@ pub enum Error {
 
 /// The queue layer's result.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// How a wait ended, as the queue sees it: `Ok(None)` when the word moved,
+/// `Ok(Some(why))` when the caller's own check stopped it (the caller
+/// decides what a gone peer means), else the queue's error for a wait cut
+/// short (`op` timed out or was interrupted, or the futex failed).
+pub(crate) fn wait_ended<E>(
+    queue: &str,
+    op: &'static str,
+    waited: std::result::Result<(), nodeipc_shm::wait::WaitError<E>>,
+) -> Result<Option<E>> {
+    use nodeipc_shm::wait::WaitError;
+    match waited {
+        Ok(()) => Ok(None),
+        Err(WaitError::Stopped(why)) => Ok(Some(why)),
+        Err(WaitError::Interrupted(waited)) => Err(Error::Interrupted {
+            queue: queue.to_owned(),
+            op,
+            waited,
+        }),
+        Err(WaitError::TimedOut(waited)) => Err(Error::TimedOut {
+            queue: queue.to_owned(),
+            op,
+            waited,
+        }),
+        Err(WaitError::Futex(errno)) => Err(Error::Futex {
+            queue: queue.to_owned(),
+            errno,
+        }),
+    }
+}

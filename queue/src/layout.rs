@@ -67,9 +67,9 @@ pub(crate) struct Header {
     pub(crate) tail_parked: Padded<AtomicU32>,
     /// Producers parked on `head`.
     pub(crate) head_parked: Padded<AtomicU32>,
-    /// The loom models' futex (a real queue uses the kernel's).
-    #[cfg(loom)]
-    pub(crate) futex: crate::sync::MockFutex,
+    /// Where sleepers park: zero-sized (the kernel's futex) but in the
+    /// loom models.
+    pub(crate) futex: crate::sync::Futex,
 }
 
 #[cfg(not(loom))]

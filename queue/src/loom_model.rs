@@ -58,7 +58,10 @@ fn produce(shared: &Shared, n: u64) {
                 break;
             }
             let seen = p.head_seen;
-            ring.park_while(&shared.header.head, &shared.header.head_parked, seen);
+            shared
+                .header
+                .futex
+                .park_while(&shared.header.head, &shared.header.head_parked, seen);
         }
         ring.write_slot(p.tail, &message(i));
         ring.publish(&mut p, 1);
@@ -79,7 +82,10 @@ fn consume(shared: &Shared, n: u64) {
                 break;
             }
             let seen = c.tail_seen;
-            ring.park_while(&shared.header.tail, &shared.header.tail_parked, seen);
+            shared
+                .header
+                .futex
+                .park_while(&shared.header.tail, &shared.header.tail_parked, seen);
         }
         let got: [u64; 2] = ring.read_slot(c.head).unwrap();
         assert_eq!(got, message(i), "message {i} torn or out of order");

@@ -6,15 +6,16 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::Message;
+use crate::error::wait_ended;
 use nodeipc_shm::Region;
-use nodeipc_shm::wait::{Deadline, SLICE, Spin, WaitError, coarse_now_ns, wait_while};
+use nodeipc_shm::wait::{Deadline, SLICE, Spin, coarse_now_ns, wait_while};
 
+use crate::Result;
 use crate::end::End;
 use crate::error::Role;
 use crate::ring::{ProducerState, Ring};
 use crate::role::PeerState;
 use crate::sync::Ordering;
-use crate::{Error, Result};
 
 /// The one producer of a queue: pushes copies of `T` in.
 ///
@@ -131,15 +132,8 @@ impl<T: Message> Producer<T> {
         match self.end.peer() {
             // Gone stays gone until a consumer joins: the next push looks
             // again (a gone consumer is an error, not the fast path).
-            PeerState::Died(pid) => Err(Error::PeerDied {
-                queue: self.end.label.clone(),
-                role: Role::Consumer,
-                pid,
-            }),
-            PeerState::Left => Err(Error::PeerLeft {
-                queue: self.end.label.clone(),
-                role: Role::Consumer,
-            }),
+            PeerState::Died(pid) => Err(self.end.peer_gone(Some(pid))),
+            PeerState::Left => Err(self.end.peer_gone(None)),
             PeerState::NotJoined | PeerState::Alive(_) => {
                 self.next_look = now.saturating_add(SLICE.as_nanos() as u64);
                 Ok(())
@@ -262,36 +256,12 @@ impl<T: Message> Producer<T> {
                     _ => Ok(()),
                 },
             );
-            match waited {
-                Ok(()) => {}
-                Err(WaitError::Interrupted(waited)) => {
-                    return Err(Error::Interrupted {
-                        queue: self.end.label.clone(),
-                        op: "push",
-                        waited,
-                    });
+            if let Some(who) = wait_ended(&self.end.label, "push", waited)? {
+                // Room made before it went still counts.
+                if self.try_push(value)? {
+                    return Ok(());
                 }
-                Err(WaitError::Stopped(who)) => {
-                    // Room made before it went still counts.
-                    if self.try_push(value)? {
-                        return Ok(());
-                    }
-                    return Err(match who {
-                        Some(pid) => Error::PeerDied {
-                            queue: self.end.label.clone(),
-                            role: Role::Consumer,
-                            pid,
-                        },
-                        None => Error::PeerLeft {
-                            queue: self.end.label.clone(),
-                            role: Role::Consumer,
-                        },
-                    });
-                }
-                Err(WaitError::TimedOut(waited)) => {
-                    return Err(self.end.timed_out("push", waited));
-                }
-                Err(WaitError::Futex(errno)) => return Err(self.end.futex(errno)),
+                return Err(self.end.peer_gone(who));
             }
         }
     }

@@ -10,7 +10,7 @@
 
 use crate::layout::{Geometry, Header};
 use crate::message::{Incoming, Invalid, Message, Outgoing};
-use crate::sync::{AtomicU32, AtomicU64, Ordering, fence};
+use crate::sync::{AtomicU64, Ordering};
 
 /// Copies `value` into `words` (at least `size_of::<T>().div_ceil(8)` of
 /// them) with relaxed word stores: a checked message is encoded first
@@ -208,7 +208,9 @@ impl<'a> Ring<'a> {
     pub(crate) fn publish(&self, p: &mut ProducerState, n: u32) {
         p.tail = p.tail.wrapping_add(n);
         self.header.tail.store(p.tail, Ordering::Release);
-        self.wake(&self.header.tail, &self.header.tail_parked);
+        self.header
+            .futex
+            .wake(&self.header.tail, &self.header.tail_parked);
     }
 
     /// Messages ready, reloading the producer's tail when the cache shows
@@ -245,44 +247,8 @@ impl<'a> Ring<'a> {
     pub(crate) fn release(&self, c: &mut ConsumerState, n: u32) {
         c.head = c.head.wrapping_add(n);
         self.header.head.store(c.head, Ordering::Release);
-        self.wake(&self.header.head, &self.header.head_parked);
-    }
-
-    /// The waker's half of the park protocol: our store, then a SeqCst
-    /// fence, then the parked count. A waiter announces itself (SeqCst
-    /// read-modify-write) before it rechecks the word, so either it sees our
-    /// store or we see its announcement.
-    #[inline]
-    fn wake(&self, word: &AtomicU32, parked: &AtomicU32) {
-        fence(Ordering::SeqCst);
-        if parked.load(Ordering::Relaxed) != 0 {
-            self.unpark(word);
-        }
-    }
-
-    #[cfg(not(loom))]
-    #[cold]
-    fn unpark(&self, word: &AtomicU32) {
-        // EFAULT/EINVAL cannot happen on a live mapping; a lost wake-up
-        // would still end at the waiter's next slice.
-        let _ = nodeipc_shm::wait::unpark(word, u32::MAX);
-    }
-
-    #[cfg(loom)]
-    fn unpark(&self, _word: &AtomicU32) {
-        self.header.futex.wake();
-    }
-
-    /// The waiter's half, as `nodeipc_shm::wait::wait_while` parks: announce,
-    /// recheck, sleep while unchanged, withdraw. For the loom models, which
-    /// cannot run the real one's clock and spin phases.
-    #[cfg(loom)]
-    pub(crate) fn park_while(&self, word: &AtomicU32, parked: &AtomicU32, expected: u32) {
-        parked.fetch_add(1, Ordering::SeqCst);
-        fence(Ordering::SeqCst);
-        if word.load(Ordering::SeqCst) == expected {
-            self.header.futex.wait(word, expected);
-        }
-        parked.fetch_sub(1, Ordering::SeqCst);
+        self.header
+            .futex
+            .wake(&self.header.head, &self.header.head_parked);
     }
 }

@@ -7,9 +7,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use nodeipc_shm::Region;
-use nodeipc_shm::wait::{Deadline, Spin, WaitError, coarse_now_ns, wait_while};
+use nodeipc_shm::wait::{Deadline, Spin, coarse_now_ns, wait_while};
 
 use crate::error::Role;
+use crate::error::wait_ended;
 use crate::mpmc::end::MpmcEnd;
 use crate::mpmc::ring::Popped;
 use crate::sync::AtomicU32;
@@ -262,33 +263,10 @@ impl<T: Message> MpmcConsumer<T> {
                     Ok(())
                 },
             );
-            match waited {
-                Ok(()) | Err(WaitError::Stopped(None)) => {}
-                Err(WaitError::Stopped(Some(gone))) => {
-                    // A message published just before the last went first.
-                    let n = self.pop_uninit(out)?;
-                    return if n > 0 { Ok(n) } else { Err(gone) };
-                }
-                Err(WaitError::Interrupted(waited)) => {
-                    return Err(Error::Interrupted {
-                        queue: self.end.label.clone(),
-                        op: "pop",
-                        waited,
-                    });
-                }
-                Err(WaitError::TimedOut(waited)) => {
-                    return Err(Error::TimedOut {
-                        queue: self.end.label.clone(),
-                        op: "pop",
-                        waited,
-                    });
-                }
-                Err(WaitError::Futex(errno)) => {
-                    return Err(Error::Futex {
-                        queue: self.end.label.clone(),
-                        errno,
-                    });
-                }
+            if let Some(Some(gone)) = wait_ended(&self.end.label, "pop", waited)? {
+                // A message published just before the last went first.
+                let n = self.pop_uninit(out)?;
+                return if n > 0 { Ok(n) } else { Err(gone) };
             }
         }
     }

@@ -7,9 +7,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use nodeipc_fdpass::{Identity, PeerWatch, Taken};
-use nodeipc_shm::{OpenOptions, Region};
+use nodeipc_shm::Region;
 
-use crate::end::check_seals;
+use crate::end::{check_seals, open_published};
 use crate::error::Role;
 use crate::mpmc::layout::{self, Geometry, Header, PLACE_LEN, PLACES_OFFSET, Place};
 use crate::mpmc::ring::{Ring, Slots};
@@ -166,13 +166,7 @@ impl MpmcEnd {
         timeout: Duration,
         role: Role,
     ) -> Result<MpmcEnd> {
-        let region = Arc::new(Region::open(
-            name,
-            OpenOptions::wait(PLACES_OFFSET, timeout),
-        )?);
-        let header: &Header = region.view(0)?;
-        header.config.ring.wait_published(timeout);
-        MpmcEnd::join::<T>(region, schema, role)
+        MpmcEnd::join::<T>(open_published(name, PLACES_OFFSET, timeout)?, schema, role)
     }
 
     pub(crate) fn from_fd<T: Message>(fd: OwnedFd, schema: u64, role: Role) -> Result<MpmcEnd> {

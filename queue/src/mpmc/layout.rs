@@ -58,9 +58,9 @@ pub(crate) struct Header {
     pub(crate) data_parked: Padded<AtomicU32>,
     /// Producers parked on a slot's sequence word, waiting for room.
     pub(crate) room_parked: Padded<AtomicU32>,
-    /// The loom models' futex (a real ring uses the kernel's).
-    #[cfg(loom)]
-    pub(crate) futex: crate::sync::MockFutex,
+    /// Where sleepers park: zero-sized (the kernel's futex) but in the
+    /// loom models.
+    pub(crate) futex: crate::sync::Futex,
 }
 
 /// A producer's or consumer's place: who holds it, and what it is claiming.

@@ -263,7 +263,10 @@ fn a_parked_consumer_is_woken_by_the_publication() {
                     let seq = ring.seq(at);
                     let seen = seq.load(Ordering::SeqCst);
                     if seen == at {
-                        ring.park_while(seq, &shared.header.data_parked, seen);
+                        shared
+                            .header
+                            .futex
+                            .park_while(seq, &shared.header.data_parked, seen);
                     }
                 }
             })

@@ -6,12 +6,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use nodeipc_shm::Region;
-use nodeipc_shm::wait::{Deadline, SLICE, Spin, WaitError, coarse_now_ns, wait_while};
+use nodeipc_shm::wait::{Deadline, SLICE, Spin, coarse_now_ns, wait_while};
 
 use crate::error::Role;
+use crate::error::wait_ended;
 use crate::mpmc::end::MpmcEnd;
 use crate::mpmc::ring::Pushed;
-use crate::{Error, Message, Result};
+use crate::{Message, Result};
 
 /// One of an MPMC ring's producers (as many as the ring was made for):
 /// pushes copies of `T` in.
@@ -209,29 +210,8 @@ impl<T: Message> MpmcProducer<T> {
                     Err(gone) => Err(Some(gone)),
                 },
             );
-            match waited {
-                Ok(()) | Err(WaitError::Stopped(None)) => {}
-                Err(WaitError::Stopped(Some(gone))) => return Err(gone),
-                Err(WaitError::Interrupted(waited)) => {
-                    return Err(Error::Interrupted {
-                        queue: self.end.label.clone(),
-                        op: "push",
-                        waited,
-                    });
-                }
-                Err(WaitError::TimedOut(waited)) => {
-                    return Err(Error::TimedOut {
-                        queue: self.end.label.clone(),
-                        op: "push",
-                        waited,
-                    });
-                }
-                Err(WaitError::Futex(errno)) => {
-                    return Err(Error::Futex {
-                        queue: self.end.label.clone(),
-                        errno,
-                    });
-                }
+            if let Some(Some(gone)) = wait_ended(&self.end.label, "push", waited)? {
+                return Err(gone);
             }
         }
     }

@@ -183,7 +183,7 @@ impl<'a, S: Slots> Ring<'a, S> {
         fence(Ordering::SeqCst);
         if self.header.data_parked.load(Ordering::Relaxed) != 0 {
             for k in 0..count {
-                self.unpark(self.seq(start.wrapping_add(k)));
+                self.header.futex.wake_all(self.seq(start.wrapping_add(k)));
             }
         }
     }
@@ -265,7 +265,7 @@ impl<'a, S: Slots> Ring<'a, S> {
             || self.header.data_parked.load(Ordering::Relaxed) != 0
         {
             for k in 0..count {
-                self.unpark(self.seq(start.wrapping_add(k)));
+                self.header.futex.wake_all(self.seq(start.wrapping_add(k)));
             }
         }
     }
@@ -298,7 +298,7 @@ impl<'a, S: Slots> Ring<'a, S> {
         self.header.counters.skipped.fetch_add(1, Ordering::AcqRel);
         fence(Ordering::SeqCst);
         if self.header.data_parked.load(Ordering::Relaxed) != 0 {
-            self.unpark(seq);
+            self.header.futex.wake_all(seq);
         }
         true
     }
@@ -353,30 +353,5 @@ impl<'a, S: Slots> Ring<'a, S> {
     /// Whether every claimed position has been claimed by a consumer too.
     pub(crate) fn drained(&self) -> bool {
         self.header.head.load(Ordering::Acquire) == self.header.tail.load(Ordering::Acquire)
-    }
-
-    #[cfg(not(loom))]
-    #[cold]
-    fn unpark(&self, word: &AtomicU32) {
-        // EFAULT/EINVAL cannot happen on a live mapping; a lost wake-up
-        // would still end at the waiter's next slice.
-        let _ = nodeipc_shm::wait::unpark(word, u32::MAX);
-    }
-
-    #[cfg(loom)]
-    fn unpark(&self, _word: &AtomicU32) {
-        self.header.futex.wake();
-    }
-
-    /// The waiter's half of the park protocol (as `wait_while` parks), for
-    /// the loom models.
-    #[cfg(loom)]
-    pub(crate) fn park_while(&self, word: &AtomicU32, parked: &AtomicU32, expected: u32) {
-        parked.fetch_add(1, Ordering::SeqCst);
-        fence(Ordering::SeqCst);
-        if word.load(Ordering::SeqCst) == expected {
-            self.header.futex.wait(word, expected);
-        }
-        parked.fetch_sub(1, Ordering::SeqCst);
     }
 }
