@@ -56,6 +56,23 @@ fn closed(py: Python<'_>, what: &str, name: &str) -> PyErr {
 }
 
 /// A lock taken without waiting, or `ConcurrentUseError`: one call at a time.
+/// Runs `f` on a writer or reader (`what`) of ring `name`, off the GIL:
+/// refused in a forked child, while another thread is in a call on it, or
+/// once it is closed.
+fn with_end<E: Send, T: Send>(
+    py: Python<'_>,
+    inner: &Mutex<Option<E>>,
+    born: &ForkGeneration,
+    what: &str,
+    name: &str,
+    f: impl FnOnce(&mut E) -> Result<T, Error> + Send,
+) -> PyResult<T> {
+    errors::usable(py, born, || format!("broadcast {what} {name}"))?;
+    let mut guard = take(py, inner, what, name)?;
+    let end = guard.as_mut().ok_or_else(|| closed(py, what, name))?;
+    blocking(py, || f(end), ring_error)
+}
+
 fn take<'a, T>(
     py: Python<'_>,
     lock: &'a Mutex<T>,
@@ -100,12 +117,7 @@ impl BroadcastWriter {
         py: Python<'_>,
         f: impl FnOnce(&mut Writer) -> Result<T, Error> + Send,
     ) -> PyResult<T> {
-        errors::usable(py, &self.born, || format!("broadcast writer {}", self.name))?;
-        let mut guard = take(py, &self.inner, "writer", &self.name)?;
-        let writer = guard
-            .as_mut()
-            .ok_or_else(|| closed(py, "writer", &self.name))?;
-        blocking(py, || f(writer), ring_error)
+        with_end(py, &self.inner, &self.born, "writer", &self.name, f)
     }
 }
 
@@ -350,12 +362,7 @@ impl BroadcastReader {
         py: Python<'_>,
         f: impl FnOnce(&mut Reader) -> Result<T, Error> + Send,
     ) -> PyResult<T> {
-        errors::usable(py, &self.born, || format!("broadcast reader {}", self.name))?;
-        let mut guard = take(py, &self.inner, "reader", &self.name)?;
-        let reader = guard
-            .as_mut()
-            .ok_or_else(|| closed(py, "reader", &self.name))?;
-        blocking(py, || f(reader), ring_error)
+        with_end(py, &self.inner, &self.born, "reader", &self.name, f)
     }
 }
 

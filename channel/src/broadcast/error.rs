@@ -1,8 +1,11 @@
 //! What can go wrong on a broadcast ring: every variant names the ring, and
 //! the reader where one is involved.
 
+use std::convert::Infallible;
 use std::fmt;
 use std::time::Duration;
+
+use nodeipc_shm::wait::WaitError;
 
 /// A reader the writer waits for: its rank, its process and how far behind.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -273,3 +276,49 @@ impl Error {
 
 /// The result of a broadcast ring's calls.
 pub type Result<T> = std::result::Result<T, Error>;
+
+/// How one slice of a ring wait ended, once the ways it fails are errors.
+pub(super) enum Waited {
+    /// The word moved.
+    Moved,
+    /// The slice ran out: the caller looks around and waits again.
+    Slice,
+    /// The deadline passed after this long: the caller rechecks, then
+    /// says who was late.
+    TimedOut(Duration),
+}
+
+/// A ring wait's end in the ring's terms: interrupted or a failed futex
+/// become the errors naming `name` and (lazily) `what` the wait was for.
+pub(super) fn waited(
+    name: &str,
+    what: impl FnOnce() -> String,
+    waited: std::result::Result<(), WaitError<()>>,
+) -> Result<Waited> {
+    match waited {
+        Ok(()) => Ok(Waited::Moved),
+        Err(WaitError::Stopped(())) => Ok(Waited::Slice),
+        Err(WaitError::TimedOut(waited)) => Ok(Waited::TimedOut(waited)),
+        Err(WaitError::Interrupted(waited)) => Err(Error::Interrupted {
+            name: name.to_owned(),
+            what: what(),
+            waited,
+        }),
+        Err(WaitError::Futex(errno)) => Err(Error::Futex {
+            name: name.to_owned(),
+            errno,
+        }),
+    }
+}
+
+/// The error for a paced wait (one with no stop of its own) that ended
+/// before what it waited for: timed out, interrupted, or the futex failed.
+pub(super) fn paced_wait_failed(name: &str, what: String, e: WaitError<Infallible>) -> Error {
+    let name = name.to_owned();
+    match e {
+        WaitError::TimedOut(waited) => Error::Timeout { name, what, waited },
+        WaitError::Interrupted(waited) => Error::Interrupted { name, what, waited },
+        WaitError::Futex(errno) => Error::Futex { name, errno },
+        WaitError::Stopped(never) => match never {},
+    }
+}

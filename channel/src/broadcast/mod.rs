@@ -27,7 +27,7 @@ mod writer;
 
 use std::time::Duration;
 
-use nodeipc_shm::wait::Spin;
+use nodeipc_shm::wait::{Pacer, Spin};
 
 pub use error::{Behind, Error, Result};
 pub use reader::{Reader, StopHandle};
@@ -172,4 +172,14 @@ pub(crate) enum Wait {
     Try,
     /// Up to a limit (`None`: none).
     Within(Option<Duration>),
+}
+
+/// The pacing of a wait for every reader to join (`wait_until_ready`, both
+/// sides): polls from 50 µs, backing off to 5 ms, up to `timeout`.
+fn ready_pacer(timeout: Duration) -> Pacer {
+    Pacer::new(
+        Duration::from_micros(50),
+        Duration::from_millis(5),
+        Some(timeout),
+    )
 }

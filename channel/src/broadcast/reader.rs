@@ -5,12 +5,13 @@ use std::sync::atomic::{AtomicBool, Ordering, fence};
 use std::time::Duration;
 
 use nodeipc_fdpass::{ForkGeneration, Identity, PeerWatch};
-use nodeipc_shm::wait::{Deadline, Pacer, WaitError, wait_while, wake_if_parked};
+use nodeipc_shm::wait::{Deadline, Pacer, wait_while, wake_if_parked};
 use nodeipc_shm::{OpenOptions, Region};
 
+use super::error::{Waited, paced_wait_failed, waited};
 use super::layout::{self, Layout};
 use super::writer::PARK_AT_ONCE;
-use super::{Broadcast, Error, Result, Wait};
+use super::{Broadcast, Error, Result, Wait, ready_pacer};
 
 /// A message being assembled from its chunks (kept across a timeout).
 #[derive(Debug)]
@@ -204,16 +205,21 @@ impl Reader {
         self.msg
     }
 
+    /// Whether the writer has published past our position.
+    fn writer_ahead(&self) -> bool {
+        self.layout
+            .published(&self.region)
+            .head
+            .load(Ordering::Acquire)
+            > self.pos
+    }
+
     /// Waits (up to `timeout`) until the writer has seen every reader join.
     ///
     /// # Errors
     /// [`Error::Timeout`]; [`Error::WriterDied`]; [`Error::Interrupted`].
     pub fn wait_until_ready(&mut self, timeout: Duration) -> Result<()> {
-        let mut pacer = Pacer::new(
-            Duration::from_micros(50),
-            Duration::from_millis(5),
-            Some(timeout),
-        );
+        let mut pacer = ready_pacer(timeout);
         loop {
             let flags = self
                 .layout
@@ -225,14 +231,8 @@ impl Reader {
             }
             self.check_writer()?;
             pacer.pause_interruptible().map_err(|stop| {
-                let name = self.config.name.clone();
                 let what = "waiting for the other readers to join".to_owned();
-                match stop {
-                    WaitError::Interrupted(waited) => Error::Interrupted { name, what, waited },
-                    WaitError::TimedOut(waited) => Error::Timeout { name, what, waited },
-                    WaitError::Futex(errno) => Error::Futex { name, errno },
-                    WaitError::Stopped(never) => match never {},
-                }
+                paced_wait_failed(&self.config.name, what, stop)
             })?;
         }
     }
@@ -456,7 +456,7 @@ impl Reader {
             }
             self.check_stop()?;
             let mut slices = 0;
-            let waited = wait_while(
+            let outcome = wait_while(
                 &published.word,
                 &published.parked,
                 seen,
@@ -469,17 +469,11 @@ impl Reader {
             );
             let (rank, msg) = (self.rank, self.msg);
             let what = move || format!("reader {rank} waiting for message {msg}");
-            match waited {
-                Ok(()) => continue,
-                Err(WaitError::Stopped(())) => {}
-                Err(WaitError::TimedOut(waited)) => {
-                    if self
-                        .layout
-                        .published(&self.region)
-                        .head
-                        .load(Ordering::Acquire)
-                        > self.pos
-                    {
+            match waited(&self.config.name, what, outcome)? {
+                Waited::Moved => continue,
+                Waited::Slice => {}
+                Waited::TimedOut(waited) => {
+                    if self.writer_ahead() {
                         return Ok(true);
                     }
                     self.check_writer()?;
@@ -489,28 +483,9 @@ impl Reader {
                         waited,
                     });
                 }
-                Err(WaitError::Interrupted(waited)) => {
-                    return Err(Error::Interrupted {
-                        name: self.config.name.clone(),
-                        what: what(),
-                        waited,
-                    });
-                }
-                Err(WaitError::Futex(errno)) => {
-                    return Err(Error::Futex {
-                        name: self.config.name.clone(),
-                        errno,
-                    });
-                }
             }
             spin = PARK_AT_ONCE;
-            if self
-                .layout
-                .published(&self.region)
-                .head
-                .load(Ordering::Acquire)
-                > self.pos
-            {
+            if self.writer_ahead() {
                 return Ok(true);
             }
             self.check_writer()?;

@@ -5,11 +5,11 @@ use std::time::Duration;
 
 use nodeipc_fdpass::{ForkGeneration, Identity, PeerWatch};
 use nodeipc_shm::Region;
-use nodeipc_shm::wait::{Deadline, Pacer, Spin, WaitError, wait_while, wake_if_parked};
+use nodeipc_shm::wait::{Deadline, Spin, wait_while, wake_if_parked};
 
-use super::error::list;
+use super::error::{Waited, list, paced_wait_failed, waited};
 use super::layout::{self, Layout};
-use super::{Behind, Broadcast, Error, Result, Wait};
+use super::{Behind, Broadcast, Error, Result, Wait, ready_pacer};
 
 /// A wait that has spun once already: park at once.
 pub(super) const PARK_AT_ONCE: Spin = Spin {
@@ -119,11 +119,7 @@ impl Writer {
     /// [`Error::Timeout`] naming the readers missing; [`Error::ReaderDied`];
     /// [`Error::Interrupted`].
     pub fn wait_until_ready(&mut self, timeout: Duration) -> Result<()> {
-        let mut pacer = Pacer::new(
-            Duration::from_micros(50),
-            Duration::from_millis(5),
-            Some(timeout),
-        );
+        let mut pacer = ready_pacer(timeout);
         loop {
             let mut missing = Vec::new();
             for rank in 0..self.layout.readers {
@@ -140,7 +136,7 @@ impl Writer {
             }
             pacer.pause_interruptible().map_err(|stop| {
                 let what = format!("waiting for readers {missing:?} to join");
-                self.wait_error(stop.map_stopped(), what)
+                paced_wait_failed(&self.config.name, what, stop)
             })?;
         }
         let header = self.layout.header(&self.region);
@@ -422,7 +418,7 @@ impl Writer {
             let released = self.layout.released(&self.region);
             // One park slice, then back here to look at the readers.
             let mut slices = 0;
-            let waited = wait_while(
+            let outcome = wait_while(
                 &released.word,
                 &released.parked,
                 seen,
@@ -433,10 +429,11 @@ impl Writer {
                     if slices > 1 { Err(()) } else { Ok(()) }
                 },
             );
-            match waited {
-                Ok(()) => continue,
-                Err(WaitError::Stopped(())) => {}
-                Err(WaitError::TimedOut(waited)) => {
+            let what = || format!("waiting for room ({})", list(&self.behind_by(need)));
+            match waited(&self.config.name, what, outcome)? {
+                Waited::Moved => continue,
+                Waited::Slice => {}
+                Waited::TimedOut(waited) => {
                     self.refresh_tails()?;
                     if self.head + need - self.min_tail <= ring {
                         return Ok(());
@@ -445,19 +442,6 @@ impl Writer {
                         self.check_alive(b.rank)?;
                     }
                     return Err(self.full(need, waited));
-                }
-                Err(WaitError::Interrupted(waited)) => {
-                    return Err(Error::Interrupted {
-                        name: self.config.name.clone(),
-                        what: format!("waiting for room ({})", list(&self.behind_by(need))),
-                        waited,
-                    });
-                }
-                Err(WaitError::Futex(errno)) => {
-                    return Err(Error::Futex {
-                        name: self.config.name.clone(),
-                        errno,
-                    });
                 }
             }
             // Past the first slice: no more spinning, park at once.
@@ -599,36 +583,6 @@ impl Writer {
             });
         }
         Ok(())
-    }
-
-    fn wait_error(&self, stop: WaitError<()>, what: String) -> Error {
-        let name = self.config.name.clone();
-        match stop {
-            WaitError::TimedOut(waited) => Error::Timeout { name, what, waited },
-            WaitError::Interrupted(waited) => Error::Interrupted { name, what, waited },
-            WaitError::Futex(errno) => Error::Futex { name, errno },
-            WaitError::Stopped(()) => Error::Timeout {
-                name,
-                what,
-                waited: Duration::ZERO,
-            },
-        }
-    }
-}
-
-/// Maps the never-constructed `Stopped` of an infallible wait.
-trait MapStopped {
-    fn map_stopped(self) -> WaitError<()>;
-}
-
-impl MapStopped for WaitError<std::convert::Infallible> {
-    fn map_stopped(self) -> WaitError<()> {
-        match self {
-            WaitError::TimedOut(d) => WaitError::TimedOut(d),
-            WaitError::Interrupted(d) => WaitError::Interrupted(d),
-            WaitError::Futex(e) => WaitError::Futex(e),
-            WaitError::Stopped(never) => match never {},
-        }
     }
 }
 

@@ -146,11 +146,9 @@ fn raw_loop(
 ) -> (ResponseHandler<Raw>, RawRule) {
     let channel = &shared.config.name;
     while !shared.stop.load(Ordering::SeqCst) {
-        let next = shared.lock_gatherer().next;
-        if next >= shared.sent.load(Ordering::SeqCst) {
-            shared.wait_idle(next);
+        let Some(next) = shared.next_sent() else {
             continue;
-        }
+        };
         let mode = shared.mode_of(next).unwrap_or(fallback);
         let mut wait = Wait::Within(Budget::new(shared.config.timeout));
         let gathered = shared

@@ -237,9 +237,7 @@ fn response_loop<Resp: prost::Message + Default + 'static>(
 ) -> (ResponseHandler<Resp>, Box<dyn Aggregate<Resp> + Send>) {
     let channel = &shared.config.name;
     while !shared.stop.load(Ordering::SeqCst) {
-        let next = shared.lock_gatherer().next;
-        if next >= shared.sent.load(Ordering::SeqCst) {
-            shared.wait_idle(next);
+        if shared.next_sent().is_none() {
             continue;
         }
         let mut wait = Wait::Within(Budget::new(shared.config.timeout));
@@ -288,8 +286,19 @@ pub(super) fn breaks_gather(error: &Error) -> bool {
 }
 
 impl Shared {
+    /// The next request whose answers the response thread gathers, once
+    /// one is sent; `None` after an idle wait (look again, or stop).
+    pub(super) fn next_sent(&self) -> Option<u64> {
+        let next = self.lock_gatherer().next;
+        if next < self.sent.load(Ordering::SeqCst) {
+            return Some(next);
+        }
+        self.wait_idle(next);
+        None
+    }
+
     /// Sleeps until a request is sent after gather `next`, or a stop.
-    pub(super) fn wait_idle(&self, next: u64) {
+    fn wait_idle(&self, next: u64) {
         let guard = self.idle.0.lock().unwrap_or_else(|e| e.into_inner());
         self.thread_idle.store(true, Ordering::SeqCst);
         if self.sent.load(Ordering::SeqCst) <= next && !self.stop.load(Ordering::SeqCst) {
