@@ -76,7 +76,7 @@ impl Options<'_> {
 
     /// Interleaved rounds: each measures one batch of every contender.
     fn batches(self) -> usize {
-        if self.quick { 7 } else { 15 }
+        if self.quick { 7 } else { 21 }
     }
 
     /// Operations per batch, scaled from the full size.
