@@ -17,6 +17,8 @@ use crate::slab::{self, BITMAP_WORDS, MAX_BLOCKS, Refused, Slab};
 use crate::slab_table::{SlabMeta, shifts, views};
 use crate::{Error, Result};
 
+mod access;
+mod locate;
 mod reclaim;
 
 pub use reclaim::Reclaimed;
@@ -396,97 +398,6 @@ impl Handle {
         Ok(false)
     }
 
-    /// Finds the block `block` names, checking every value read from the
-    /// region: its slab exists and is owned, its class is one of ours, the
-    /// offset is the start of a block.
-    fn locate(&self, block: BlockRef) -> Result<Located> {
-        let offset = block.offset();
-        let not_block = |reason: String| Error::NotABlock {
-            pool: self.label(),
-            offset,
-            reason,
-        };
-        let data = offset
-            .checked_sub(self.geo.data_at as u64)
-            .ok_or_else(|| not_block("before the pool's data".to_owned()))?;
-        let slab = data / u64::from(SLAB_SIZE);
-        if slab >= u64::from(self.geo.slabs) {
-            return Err(not_block(format!(
-                "past the last of {} slabs",
-                self.geo.slabs
-            )));
-        }
-        let slab = slab as u32;
-        let owner = self.owner_word(slab)?.load(Ordering::Acquire);
-        if owner == 0 || owner > self.geo.handles {
-            return Err(not_block(format!("its slab {slab} has no owner")));
-        }
-        let class = self
-            .class_of(slab)?
-            .ok_or_else(|| not_block(format!("its slab {slab} has an impossible class")))?;
-        // The owner word read against our books: a slab is ours exactly
-        // when we took it (claimed or adopted) and hold it still.
-        if (Some(owner - 1) == self.me) != self.holds(slab) {
-            return Err(self.forged(
-                offset,
-                format!("in slab {slab} owned by handle {}", owner - 1),
-                if self.holds(slab) {
-                    "this handle took that slab and holds it still"
-                } else {
-                    "this handle never took that slab"
-                },
-            ));
-        }
-        let size = self.geo.classes[class];
-        let within = data % u64::from(SLAB_SIZE);
-        let (index, rest) = match self.shifts[class] {
-            Some(shift) => (within >> shift, within & (u64::from(size) - 1)),
-            None => (within / u64::from(size), within % u64::from(size)),
-        };
-        if rest != 0 {
-            return Err(not_block(format!(
-                "not a multiple of the slab's block size {size}"
-            )));
-        }
-        // A class that does not divide the slab leaves a tail no block
-        // covers: a descriptor there (which only a hostile writer can mark
-        // allocated) must not pass for a block that would run into the
-        // next slab.
-        let blocks = Geometry::blocks(size);
-        if index >= blocks as u64 {
-            return Err(not_block(format!(
-                "past the last of the {blocks} blocks of {size} bytes in its slab {slab}"
-            )));
-        }
-        Ok(Located {
-            slab,
-            index: index as usize,
-            class: size,
-            class_index: class,
-            owner: owner - 1,
-        })
-    }
-
-    fn refused(&self, block: BlockRef, refused: Refused) -> Error {
-        match refused {
-            Refused::Stale { found } => Error::Stale {
-                pool: self.label(),
-                offset: block.offset(),
-                generation: block.generation(),
-                found,
-            },
-            Refused::NotAllocated { state } => Error::NotAllocated {
-                pool: self.label(),
-                offset: block.offset(),
-                state: match state {
-                    slab::FREE => "free",
-                    slab::REMOTE_FREED => "freed, awaiting its owner's clean-up",
-                    _ => "in an unknown state",
-                },
-            },
-        }
-    }
-
     /// Frees a block: ours straight back to our list, another handle's
     /// through its remote bitmap.
     ///
@@ -639,69 +550,6 @@ impl Handle {
             self.free[class].extend(found);
         }
         first_forged.map_or(Ok(taken), Err)
-    }
-
-    /// Checks `block` is live (its slab owned, its generation current, its
-    /// state allocated, and, in a slab of ours, handed out by us); returns
-    /// its region offset and size.
-    pub(crate) fn checked_block(&self, block: BlockRef) -> Result<(usize, u32)> {
-        let loc = self.locate(block)?;
-        let found = self.slab(loc.slab)?.descriptors[loc.index].load(Ordering::Acquire);
-        if slab::generation(found) != block.generation() & slab::GEN_MASK
-            || slab::state(found) != slab::ALLOCATED
-        {
-            return Err(self.refused(
-                block,
-                if slab::generation(found) != block.generation() & slab::GEN_MASK {
-                    Refused::Stale {
-                        found: slab::generation(found),
-                    }
-                } else {
-                    Refused::NotAllocated {
-                        state: slab::state(found),
-                    }
-                },
-            ));
-        }
-        if Some(loc.owner) == self.me && !self.handed_out(loc.slab, loc.index) {
-            return Err(self.forged(block.offset(), "allocated".to_owned(), NEVER_HANDED_OUT));
-        }
-        Ok((block.offset() as usize, loc.class))
-    }
-
-    /// Checks `block` is live and `at..at + len` lies in it; returns the
-    /// region offset to copy at.
-    fn checked_range(&self, block: BlockRef, at: usize, len: usize) -> Result<usize> {
-        let (offset, size) = self.checked_block(block)?;
-        match at.checked_add(len) {
-            Some(end) if end <= size as usize => Ok(offset + at),
-            _ => Err(Error::OutOfBlock {
-                pool: self.label(),
-                offset: block.offset(),
-                at,
-                len,
-                size,
-            }),
-        }
-    }
-
-    /// Copies `buf.len()` bytes at `at` in `block` out.
-    ///
-    /// # Errors
-    /// [`Error::NotABlock`], [`Error::Stale`], [`Error::NotAllocated`],
-    /// [`Error::OutOfBlock`].
-    pub fn read_at(&self, block: BlockRef, at: usize, buf: &mut [u8]) -> Result<()> {
-        let offset = self.checked_range(block, at, buf.len())?;
-        Ok(self.region.read_at(offset, buf)?)
-    }
-
-    /// Copies `data` into `block` at `at`.
-    ///
-    /// # Errors
-    /// As [`read_at`](Handle::read_at).
-    pub fn write_at(&self, block: BlockRef, at: usize, data: &[u8]) -> Result<()> {
-        let offset = self.checked_range(block, at, data.len())?;
-        Ok(self.region.write_at(offset, data)?)
     }
 
     /// Blocks our slabs hold (allocated, or freed remotely and not yet cleaned up).

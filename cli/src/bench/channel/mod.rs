@@ -33,98 +33,12 @@ use crate::bench::peer::Peers;
 mod cpp;
 pub mod open_loop;
 mod response_thread;
+mod which;
 mod worker;
 
-use open_loop::Schedule;
 use response_thread::Progress;
+pub use which::ChannelImpl;
 pub(crate) use worker::peer_main;
-
-/// Which implementation carries the requests.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ChannelImpl {
-    /// nodeipc-channel with futex semaphores in the region (ours).
-    Nodeipc,
-    /// nodeipc-channel with glibc named semaphores.
-    NodeipcNamed,
-    /// Encode, copy into shared memory, glibc named semaphores in lock-step.
-    GlibcLockstep,
-    /// Frames over a Unix stream socket per worker.
-    UnixSocket,
-    /// nodeipc-channel moving raw bytes (a `Coordinator<Raw, Raw>`): `send`
-    /// of bytes, `recv_in_place`, `respond` of a digest, `recv(All)`.
-    NodeipcInPlace,
-    /// `NodeipcInPlace` with both sides busy-polling before they sleep
-    /// (`ChannelConfig::poll`, 50 ms), as iceoryx2's polling does.
-    NodeipcInPlacePoll,
-    /// `NodeipcInPlace` laid out as MindIE's coordinator: this thread sends
-    /// (waiting only on a full ring), the response thread gathers every
-    /// answer (`on_response`, `Mode::All`) and checks it.
-    NodeipcResponseThread,
-    /// `NodeipcResponseThread` from C++ (`cpp/channel_thread_bench.cpp`:
-    /// `nodeipc::Coordinator::on_response` over the C ABI).
-    CppResponseThread,
-    /// `NodeipcInPlace` from C++: `nodeipc::Coordinator::send`, then
-    /// `recv_in_place(Gather::all)`, over the C ABI.
-    CppLockstep,
-}
-
-/// How long the polling variant polls before it sleeps.
-const POLL: Duration = Duration::from_millis(50);
-
-impl ChannelImpl {
-    fn in_place(self) -> bool {
-        matches!(
-            self,
-            ChannelImpl::NodeipcInPlace
-                | ChannelImpl::NodeipcInPlacePoll
-                | ChannelImpl::NodeipcResponseThread
-                | ChannelImpl::CppResponseThread
-                | ChannelImpl::CppLockstep
-        )
-    }
-
-    pub(crate) fn poll(self) -> Duration {
-        if self == ChannelImpl::NodeipcInPlacePoll {
-            POLL
-        } else {
-            Duration::ZERO
-        }
-    }
-}
-
-impl ChannelImpl {
-    /// Short name for tables.
-    pub fn name(self) -> &'static str {
-        match self {
-            ChannelImpl::Nodeipc => "nodeipc",
-            ChannelImpl::NodeipcNamed => "nodeipc-named-sems",
-            ChannelImpl::GlibcLockstep => "glibc-sem-lockstep",
-            ChannelImpl::UnixSocket => "unix-socket",
-            ChannelImpl::NodeipcInPlace => "nodeipc-in-place",
-            ChannelImpl::NodeipcInPlacePoll => "nodeipc-in-place-poll",
-            ChannelImpl::NodeipcResponseThread => "nodeipc-response-thread",
-            ChannelImpl::CppResponseThread => "cpp-response-thread",
-            ChannelImpl::CppLockstep => "cpp-lockstep",
-        }
-    }
-
-    fn parse(s: &str) -> io::Result<ChannelImpl> {
-        [
-            ChannelImpl::Nodeipc,
-            ChannelImpl::NodeipcNamed,
-            ChannelImpl::GlibcLockstep,
-            ChannelImpl::UnixSocket,
-            ChannelImpl::NodeipcInPlace,
-            ChannelImpl::NodeipcInPlacePoll,
-            ChannelImpl::NodeipcResponseThread,
-            ChannelImpl::CppResponseThread,
-            ChannelImpl::CppLockstep,
-        ]
-        .into_iter()
-        .find(|i| i.name() == s)
-        .ok_or_else(|| io::Error::other(format!("unknown channel implementation {s:?}")))
-    }
-}
 
 const TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -460,88 +374,6 @@ impl ChannelSession {
             self.gathered += 1;
         }
         Ok(start.elapsed())
-    }
-
-    /// `rounds` requests on an open-loop schedule of `rate` a second, their
-    /// latencies in nanoseconds (see [`open_loop`]): with a response thread,
-    /// this thread sends each when due (waiting only while the ring is
-    /// full) and the thread stamps its answers; in lock-step, each is sent
-    /// when due or at once if it is late, then gathered.
-    ///
-    /// # Errors
-    /// A session that is neither a response-thread nor an in-place
-    /// lock-step one, a bad `rate` or `rounds`, a worker that failed or
-    /// answered wrongly.
-    pub fn run_open_loop(&mut self, rounds: u64, rate: f64) -> io::Result<Vec<f64>> {
-        let n = open_loop::batch_len(rounds)?;
-        let _timer = open_loop::TightTimer::new();
-        let first = self.sent;
-        let sent = |i: u64, id: u64| {
-            if id == first + i {
-                Ok(())
-            } else {
-                Err(io::Error::other(format!(
-                    "request {i} of the batch got id {id}, not {}",
-                    first + i
-                )))
-            }
-        };
-        let latencies = match &mut self.side {
-            Side::NodeipcThread(coordinator, bytes, progress) => {
-                progress.record(first, n);
-                let schedule = Schedule::new(open_loop::now_ns(), rate)?;
-                for i in 0..rounds {
-                    schedule.wait_for(i);
-                    sent(i, coordinator.send(bytes)?)?;
-                }
-                schedule.latencies(&progress.collect(first + rounds)?)?
-            }
-            Side::Cpp(bench, bytes) => {
-                bench.record(first, rounds)?;
-                let schedule = Schedule::new(open_loop::now_ns(), rate)?;
-                for i in 0..rounds {
-                    schedule.wait_for(i);
-                    sent(i, bench.send(bytes)?)?;
-                }
-                schedule.latencies(&bench.collect(first + rounds, n)?)?
-            }
-            Side::NodeipcBytes(coordinator, bytes, expected) if self.depth == 1 => {
-                let schedule = Schedule::new(open_loop::now_ns(), rate)?;
-                let mut latencies = Vec::with_capacity(n);
-                for i in 0..rounds {
-                    schedule.wait_for(i);
-                    sent(i, coordinator.send(bytes)?)?;
-                    for (rank, answer) in coordinator.recv(All)?.iter() {
-                        if answer != expected.as_slice() {
-                            return Err(io::Error::other(format!(
-                                "worker {rank} answered a wrong digest"
-                            )));
-                        }
-                    }
-                    latencies.push(schedule.latency(i, open_loop::now_ns())?);
-                }
-                latencies
-            }
-            Side::CppLockstep(bench, bytes) => {
-                let schedule = Schedule::new(open_loop::now_ns(), rate)?;
-                let mut latencies = Vec::with_capacity(n);
-                for i in 0..rounds {
-                    schedule.wait_for(i);
-                    bench.lockstep_round(bytes)?;
-                    latencies.push(schedule.latency(i, open_loop::now_ns())?);
-                }
-                latencies
-            }
-            _ => {
-                return Err(io::Error::other(format!(
-                    "{} has no open-loop run (response-thread and in-place lock-step only)",
-                    self.which.name()
-                )));
-            }
-        };
-        self.sent += rounds;
-        self.gathered += rounds;
-        Ok(latencies)
     }
 
     fn round_trip(&mut self) -> io::Result<()> {

@@ -14,6 +14,10 @@ use std::time::Duration;
 use rustix::thread::{current_timer_slack, set_current_timer_slack};
 use rustix::time::{ClockId, clock_gettime};
 
+use nodeipc_channel::All;
+
+use super::{ChannelSession, Side};
+
 /// The most requests one open-loop batch may schedule: each one's latency
 /// is kept until the row is summarised.
 pub const MAX_OPEN_LOOP_ITERS: u64 = 100_000;
@@ -159,6 +163,90 @@ pub fn batch_len(iters: u64) -> io::Result<usize> {
         )));
     }
     Ok(iters as usize)
+}
+
+impl ChannelSession {
+    /// `rounds` requests on an open-loop schedule of `rate` a second, their
+    /// latencies in nanoseconds (see [`open_loop`]): with a response thread,
+    /// this thread sends each when due (waiting only while the ring is
+    /// full) and the thread stamps its answers; in lock-step, each is sent
+    /// when due or at once if it is late, then gathered.
+    ///
+    /// # Errors
+    /// A session that is neither a response-thread nor an in-place
+    /// lock-step one, a bad `rate` or `rounds`, a worker that failed or
+    /// answered wrongly.
+    pub fn run_open_loop(&mut self, rounds: u64, rate: f64) -> io::Result<Vec<f64>> {
+        let n = batch_len(rounds)?;
+        let _timer = TightTimer::new();
+        let first = self.sent;
+        let sent = |i: u64, id: u64| {
+            if id == first + i {
+                Ok(())
+            } else {
+                Err(io::Error::other(format!(
+                    "request {i} of the batch got id {id}, not {}",
+                    first + i
+                )))
+            }
+        };
+        let latencies = match &mut self.side {
+            Side::NodeipcThread(coordinator, bytes, progress) => {
+                progress.record(first, n);
+                let schedule = Schedule::new(now_ns(), rate)?;
+                for i in 0..rounds {
+                    schedule.wait_for(i);
+                    sent(i, coordinator.send(bytes)?)?;
+                }
+                schedule.latencies(&progress.collect(first + rounds)?)?
+            }
+            Side::Cpp(bench, bytes) => {
+                bench.record(first, rounds)?;
+                let schedule = Schedule::new(now_ns(), rate)?;
+                for i in 0..rounds {
+                    schedule.wait_for(i);
+                    sent(i, bench.send(bytes)?)?;
+                }
+                schedule.latencies(&bench.collect(first + rounds, n)?)?
+            }
+            Side::NodeipcBytes(coordinator, bytes, expected) if self.depth == 1 => {
+                let schedule = Schedule::new(now_ns(), rate)?;
+                let mut latencies = Vec::with_capacity(n);
+                for i in 0..rounds {
+                    schedule.wait_for(i);
+                    sent(i, coordinator.send(bytes)?)?;
+                    for (rank, answer) in coordinator.recv(All)?.iter() {
+                        if answer != expected.as_slice() {
+                            return Err(io::Error::other(format!(
+                                "worker {rank} answered a wrong digest"
+                            )));
+                        }
+                    }
+                    latencies.push(schedule.latency(i, now_ns())?);
+                }
+                latencies
+            }
+            Side::CppLockstep(bench, bytes) => {
+                let schedule = Schedule::new(now_ns(), rate)?;
+                let mut latencies = Vec::with_capacity(n);
+                for i in 0..rounds {
+                    schedule.wait_for(i);
+                    bench.lockstep_round(bytes)?;
+                    latencies.push(schedule.latency(i, now_ns())?);
+                }
+                latencies
+            }
+            _ => {
+                return Err(io::Error::other(format!(
+                    "{} has no open-loop run (response-thread and in-place lock-step only)",
+                    self.which.name()
+                )));
+            }
+        };
+        self.sent += rounds;
+        self.gathered += rounds;
+        Ok(latencies)
+    }
 }
 
 #[cfg(test)]
