@@ -1,11 +1,9 @@
 //! A pool whose region is pre-filled with arbitrary bytes, driven through
 //! every operation with arbitrary writes into it between the steps: the
-//! driver of pool/tests/fuzz.rs (proptest, in CI), shared by path.
+//! driver of integration-tests/tests/pool_fuzz.rs (proptest, in CI), from
+//! nodeipc-integration-tests' `fuzz_drivers`.
 #![no_main]
 
-#[path = "../../pool/tests/drivers/mod.rs"]
-mod drivers;
-
 libfuzzer_sys::fuzz_target!(|data: &[u8]| {
-    drivers::pool_region(data);
+    nodeipc_integration_tests::fuzz_drivers::pool_region(data);
 });

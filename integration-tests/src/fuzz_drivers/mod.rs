@@ -12,6 +12,8 @@ mod channel;
 mod decode;
 mod handshake;
 mod monitor;
+mod pool;
+mod queue;
 mod vault;
 
 use nodeipc_fdpass::Credentials;
@@ -20,6 +22,8 @@ pub use channel::{REQUEST_FIELDS, RESPONSE_FIELDS, channel_headers, channel_slot
 pub use decode::{fd_handle, frame};
 pub use handshake::{FakeServer, logon, logon_reply};
 pub use monitor::{MonitorFixture, monitor_stream};
+pub use pool::pool_region;
+pub use queue::queue_region;
 pub use vault::{vault, vault_layout};
 
 /// Reads the fuzz input as a stream of small decisions; past its end every

@@ -1,5 +1,5 @@
-//! The pool's fuzz driver, shared by the proptest property in
-//! `tests/fuzz.rs` (run in CI) and the cargo-fuzz target
+//! The pool's fuzz driver, shared by the proptest properties in
+//! `integration-tests/tests/pool_fuzz.rs` (run in CI) and the cargo-fuzz target
 //! `fuzz/fuzz_targets/pool_region.rs` (run under `NODEIPC_CI_LONG`): a
 //! region whose metadata (or header) is pre-filled with arbitrary bytes,
 //! then two allocating handles and a free-only one driven by the rest of
@@ -75,7 +75,7 @@ fn get<'a>(
 
 /// Runs one input; returns how many results were checked against the
 /// model (none once the region is garbled).
-pub(crate) fn pool_region(data: &[u8]) -> usize {
+pub fn pool_region(data: &[u8]) -> usize {
     let mut input = Input(data);
     let flags = input.byte();
     // Bit 7: no writes into the live region between steps.

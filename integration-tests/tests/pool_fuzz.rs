@@ -1,10 +1,9 @@
-//! The pool's fuzz driver (`tests/drivers/`, also the cargo-fuzz target
-//! `pool_region`) under proptest: arbitrary inputs, and inputs that leave
+//! The pool's fuzz driver (`src/fuzz_drivers/pool.rs`, also the
+//! cargo-fuzz target `pool_region`) under proptest: arbitrary inputs, and inputs that leave
 //! the metadata intact so the driver's model (bytes kept, double frees and
 //! forged references refused, occupancy exact) is checked on every step.
 
-mod drivers;
-
+use nodeipc_integration_tests::fuzz_drivers;
 use proptest::prelude::*;
 
 proptest! {
@@ -13,7 +12,7 @@ proptest! {
     /// Any bytes: pre-filled metadata, any operations, any writes between.
     #[test]
     fn any_input_returns_from_every_call(data in proptest::collection::vec(any::<u8>(), 0..3000)) {
-        drivers::pool_region(&data);
+        fuzz_drivers::pool_region(&data);
     }
 
     /// No pre-fill: the model checked until a poke garbles the metadata.
@@ -21,7 +20,7 @@ proptest! {
     fn intact_pools_keep_their_promises(flags in any::<u8>(), ops in proptest::collection::vec(any::<u8>(), 0..1500)) {
         let mut data = vec![flags, 0, 0];
         data.extend(ops);
-        drivers::pool_region(&data);
+        fuzz_drivers::pool_region(&data);
     }
 }
 
@@ -38,6 +37,6 @@ fn a_long_intact_run_is_checked_at_every_step() {
         x ^= x << 17;
         data.push(x as u8);
     }
-    let checked = drivers::pool_region(&data);
+    let checked = fuzz_drivers::pool_region(&data);
     assert!(checked >= 200, "only {checked} steps checked");
 }

@@ -1,9 +1,8 @@
-//! The queue's fuzz driver (`tests/drivers/`, also the cargo-fuzz target
-//! `queue_region`) under proptest: arbitrary inputs, and inputs that leave
+//! The queue's fuzz driver (`src/fuzz_drivers/queue.rs`, also the
+//! cargo-fuzz target `queue_region`) under proptest: arbitrary inputs, and inputs that leave
 //! the region intact so the driver's FIFO model is checked on every step.
 
-mod drivers;
-
+use nodeipc_integration_tests::fuzz_drivers;
 use proptest::prelude::*;
 
 proptest! {
@@ -12,7 +11,7 @@ proptest! {
     /// Any bytes: a pre-filled region, any operations, any writes between.
     #[test]
     fn any_input_returns_from_every_call(data in proptest::collection::vec(any::<u8>(), 0..3000)) {
-        drivers::queue_region(&data);
+        fuzz_drivers::queue_region(&data);
     }
 
     /// No pre-fill: the operations (and any pokes among them) on a queue
@@ -21,7 +20,7 @@ proptest! {
     fn intact_queues_behave_as_a_fifo(flags in any::<u8>(), ops in proptest::collection::vec(any::<u8>(), 0..1500)) {
         let mut data = vec![flags, 0, 0];
         data.extend(ops);
-        drivers::queue_region(&data);
+        fuzz_drivers::queue_region(&data);
     }
 }
 
@@ -38,6 +37,6 @@ fn a_long_intact_run_is_checked_at_every_step() {
         x ^= x << 17;
         data.push(x as u8);
     }
-    let checked = drivers::queue_region(&data);
+    let checked = fuzz_drivers::queue_region(&data);
     assert!(checked >= 400, "only {checked} steps checked");
 }

@@ -1,5 +1,5 @@
-//! The queue's fuzz driver, shared by the proptest property in
-//! `tests/fuzz.rs` (run in CI) and the cargo-fuzz target
+//! The queue's fuzz driver, shared by the proptest properties in
+//! `integration-tests/tests/queue_fuzz.rs` (run in CI) and the cargo-fuzz target
 //! `fuzz/fuzz_targets/queue_region.rs` (run under `NODEIPC_CI_LONG`): a
 //! region pre-filled with arbitrary bytes, then a producer and a consumer
 //! driven by the rest of the input, with arbitrary writes into the live
@@ -87,7 +87,7 @@ impl Model {
 
 /// Runs one input; returns how many results were checked against the
 /// model (none once the region is garbled).
-pub(crate) fn queue_region(data: &[u8]) -> usize {
+pub fn queue_region(data: &[u8]) -> usize {
     let mut input = Input(data);
     let flags = input.byte();
     // Bit 7: no writes into the live region between steps.
