@@ -350,6 +350,8 @@ impl BroadcastLoan {
 #[pyclass(module = "nodeipc._native", frozen)]
 pub(crate) struct BroadcastReader {
     inner: Mutex<Option<Reader>>,
+    /// The buffer of the last message Python let go of, for the next.
+    spare: Spare,
     /// Outside the lock: `stop()` comes from another thread than the wait.
     stop: StopHandle,
     name: String,
@@ -390,6 +392,7 @@ impl BroadcastReader {
         let rank = count("rank", rank)?;
         let reader = blocking(py, || config.join(rank), ring_error)?;
         Ok(BroadcastReader {
+            spare: Spare::default(),
             stop: reader.stop_handle(),
             inner: Mutex::new(Some(reader)),
             name: name.to_owned(),
@@ -408,7 +411,11 @@ impl BroadcastReader {
     #[pyo3(signature = (timeout=None))]
     fn recv(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<Option<BroadcastMessage>> {
         let limit = self::timeout(timeout)?;
+        let spare = self.spare.lock().ok().and_then(|mut spare| spare.take());
         let got = self.with(py, |r| {
+            if let Some(buf) = spare {
+                r.recycle(buf);
+            }
             let got = match limit {
                 None => r.recv(),
                 Some(limit) => r.recv_timeout(limit),
@@ -419,7 +426,10 @@ impl BroadcastReader {
                 Err(e) => Err(e),
             }
         })?;
-        Ok(got.map(|bytes| BroadcastMessage { bytes }))
+        Ok(got.map(|bytes| BroadcastMessage {
+            bytes,
+            home: Arc::clone(&self.spare),
+        }))
     }
 
     /// The ring's name.
@@ -447,6 +457,22 @@ impl BroadcastReader {
 #[pyclass(module = "nodeipc._native", frozen)]
 pub(crate) struct BroadcastMessage {
     bytes: Vec<u8>,
+    /// Its reader's spare slot: the bytes go back there once Python lets
+    /// go of the message (no view of it is left then), so the next message
+    /// reuses the memory (`Reader::recycle`).
+    home: Spare,
+}
+
+/// Where a reader's spent message buffer waits to be reused.
+type Spare = Arc<Mutex<Option<Vec<u8>>>>;
+
+impl Drop for BroadcastMessage {
+    fn drop(&mut self) {
+        // Never waits: with the slot busy, the buffer is simply freed.
+        if let Ok(mut spare) = self.home.try_lock() {
+            *spare = Some(std::mem::take(&mut self.bytes));
+        }
+    }
 }
 
 #[pymethods]

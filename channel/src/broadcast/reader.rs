@@ -39,6 +39,9 @@ pub struct Reader {
     writer: Identity,
     watch: PeerWatch,
     partial: Option<Partial>,
+    /// A message's buffer handed back ([`Reader::recycle`]): the next
+    /// message is copied into it.
+    spare: Option<Vec<u8>>,
     /// Set once shared memory was found broken: every later call fails so.
     failed: Option<String>,
     /// Set through a [`StopHandle`]: waits end with [`Error::Stopped`].
@@ -179,6 +182,7 @@ impl Reader {
             writer,
             watch: PeerWatch::new(),
             partial: None,
+            spare: None,
             failed: None,
             stop: Arc::new(AtomicBool::new(false)),
             born: ForkGeneration::current(),
@@ -234,6 +238,21 @@ impl Reader {
                 let what = "waiting for the other readers to join".to_owned();
                 paced_wait_failed(&self.config.name, what, stop)
             })?;
+        }
+    }
+
+    /// Hands a message's buffer back: the next message is copied into it
+    /// instead of into fresh memory, so a reader that recycles what it read
+    /// allocates nothing per message and, for large ones, takes no page
+    /// faults (a fresh allocation of a megabyte or more is new pages each
+    /// time). A buffer larger than the ring holds at once is dropped.
+    pub fn recycle(&mut self, buf: Vec<u8>) {
+        let ring = self
+            .layout
+            .chunk_bytes
+            .saturating_mul(self.layout.chunks as usize);
+        if buf.capacity() <= ring {
+            self.spare = Some(buf);
         }
     }
 
@@ -329,7 +348,8 @@ impl Reader {
                 let buf = if total > self.config.max_message {
                     None
                 } else {
-                    let mut buf = Vec::new();
+                    let mut buf = self.spare.take().unwrap_or_default();
+                    buf.clear();
                     // What the ring can hold at once; more as it arrives.
                     let first = total.min(cap * u64::from(self.layout.chunks));
                     buf.try_reserve_exact(first as usize)

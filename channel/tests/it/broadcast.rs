@@ -246,6 +246,43 @@ fn a_closed_ring_hands_out_what_was_sent_then_says_closed() {
 }
 
 #[test]
+fn a_recycled_buffer_takes_the_next_message_and_one_larger_than_the_ring_is_not_kept() {
+    let _dog = Watchdog::new("recycle", Duration::from_secs(30));
+    let name = unique_name("bcast-recycle");
+    // 4 chunks of 4 KiB: a ring of 16 KiB at once.
+    let shape = ring(&name, 1, 4096, 4);
+    let mut writer = shape.create().unwrap();
+    let mut reader = shape.join(0).unwrap();
+    writer.wait_until_ready(Duration::from_secs(5)).unwrap();
+    reader.wait_until_ready(Duration::from_secs(5)).unwrap();
+    // Three chunks' worth, under what the ring holds (one thread writes
+    // and reads: it must fit).
+    let long: Vec<u8> = (0..12_000u32).map(|i| i as u8).collect();
+    writer.send(&long).unwrap();
+    let first = reader.recv().unwrap();
+    assert_eq!(first, long);
+    let at = first.as_ptr();
+    reader.recycle(first);
+    // A shorter message lands in the same memory, none of the old bytes left.
+    writer.send(&small(2)).unwrap();
+    let second = reader.recv().unwrap();
+    assert_eq!(second, small(2));
+    assert_eq!(second.as_ptr(), at, "the recycled buffer was not reused");
+    // A buffer larger than the ring holds at once is dropped, not kept.
+    let huge = Vec::with_capacity(64 * 1024);
+    let huge_at = huge.as_ptr();
+    reader.recycle(huge);
+    writer.send(&small(3)).unwrap();
+    let third = reader.recv().unwrap();
+    assert_eq!(third, small(3));
+    assert_ne!(
+        third.as_ptr(),
+        huge_at,
+        "a buffer larger than the ring was kept"
+    );
+}
+
+#[test]
 fn try_and_timeout_forms_wait_as_they_say_and_a_timeout_resumes() {
     let _dog = Watchdog::new("forms", Duration::from_secs(30));
     let name = unique_name("bcast-forms");
