@@ -30,7 +30,12 @@ fn regression_a_full_dev_shm_fails_shm_create_and_the_demo_cleanly() {
     }
     let mut command = Command::new(std::env::current_exe().unwrap());
     command
-        .args(["--exact", TEST, "--nocapture", "--test-threads=1"])
+        .args([
+            "--exact",
+            &nodeipc_testkit::test_path(module_path!(), TEST),
+            "--nocapture",
+            "--test-threads=1",
+        ])
         .env(CHILD, "1")
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());

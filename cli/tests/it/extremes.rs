@@ -6,13 +6,13 @@
 //! [`every_option_with_a_value_is_covered`] keeps this list complete as
 //! options are added.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeSet;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{BIN, nodeipc, stderr};
+use crate::common::{BIN, nodeipc, stderr};
 use nodeipc_testkit::{TempDir, Watchdog, shm_leftovers, spawn_child, unique_name};
 
 const EXTREMES: [&str; 7] = [

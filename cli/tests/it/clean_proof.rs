@@ -336,7 +336,12 @@ fn regression_a_socket_bound_from_another_network_namespace_keeps_the_directory(
     let mut child = spawn_child(
         Command::new("unshare")
             .args(["--net", std::env::current_exe().unwrap().to_str().unwrap()])
-            .args(["--exact", test, "--nocapture", "--test-threads=1"])
+            .args([
+                "--exact",
+                &nodeipc_testkit::test_path(module_path!(), test),
+                "--nocapture",
+                "--test-threads=1",
+            ])
             .env(BINDER, &socket)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped()),

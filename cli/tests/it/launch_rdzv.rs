@@ -187,7 +187,7 @@ fn the_readmes_two_node_run_works_as_printed() {
         nodeipc_testkit::skip(test, "no etcd (apt-get install etcd-server)");
         return;
     };
-    let readme = include_str!("../../README.md");
+    let readme = include_str!("../../../README.md");
     let start = readme
         .find("```sh\netcd --data-dir /tmp/etcd-two")
         .expect("the README's two-node run")

@@ -4,14 +4,14 @@
 //! Whatever happens, it says why in words that name the cause and leaves
 //! nothing in the temporary directory or `/dev/shm`.
 
-mod common;
+use crate::common;
 
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use common::{alive, children, demo_command, demo_dir, monitor_of, stderr, wait_for};
+use crate::common::{alive, children, demo_command, demo_dir, monitor_of, stderr, wait_for};
 use nodeipc_testkit::{Watchdog, shm_leftovers, spawn_child};
 use rustix::process::Signal;
 

@@ -13,9 +13,15 @@ use nodeipc_testkit::{ChildGuard, TempDir, spawn_child};
 const ROLE: &str = "NODEIPC_LAUNCH_TEST_ROLE";
 const DIR: &str = "NODEIPC_LAUNCH_TEST_DIR";
 
-/// The rank program: each test file's ignored `rank_helper` calls it, the
-/// launcher runs that (with `--ignored`) as each rank.
-pub(crate) fn rank_main() {
+/// The rank program the launch tests run (not a test of its own): the
+/// launcher runs this ignored test (with `--ignored`) as each rank.
+#[test]
+#[ignore = "a rank program the launch tests run"]
+fn rank_helper() {
+    rank_main();
+}
+
+fn rank_main() {
     let role = std::env::var(ROLE).expect("run by the launch tests with a role");
     let dir = PathBuf::from(std::env::var(DIR).expect("a test directory"));
     let rank: u32 = env_num("NODEIPC_RANK");
@@ -223,7 +229,13 @@ pub(crate) fn launch_command(dir: &TempDir, role: &str, args: &[&str]) -> Comman
         .args(args)
         .arg("--")
         .arg(std::env::current_exe().unwrap())
-        .args(["--exact", "rank_helper", "--ignored", "--nocapture", "-q"])
+        .args([
+            "--exact",
+            &nodeipc_testkit::test_path(module_path!(), "rank_helper"),
+            "--ignored",
+            "--nocapture",
+            "-q",
+        ])
         .env(ROLE, role)
         .env(DIR, dir.path())
         .current_dir(dir.path())

@@ -3,20 +3,11 @@
 //! --ignored --nocapture`. Ignored by default: they measure, they assert
 //! only that the launch worked.
 
-mod launch_kit;
-
 use std::process::Stdio;
 use std::time::Duration;
 
-use launch_kit::*;
+use crate::launch_kit::*;
 use nodeipc_testkit::{TempDir, Watchdog, spawn_child};
-
-/// The rank program the measurements run (not a test of its own).
-#[test]
-#[ignore = "a rank program the launch tests run"]
-fn rank_helper() {
-    rank_main();
-}
 
 /// From a hang's deadline (Init + the initial heartbeat timeout) to round 1
 /// started, 8 ranks, a check every 50 ms, ranks that die on SIGTERM.

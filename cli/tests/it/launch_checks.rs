@@ -2,21 +2,12 @@
 //! health checks from a sysfs fixture, NVML unavailable, NVRx files, and a
 //! Python rank written from `monitor.proto` alone.
 
-mod launch_kit;
-
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use launch_kit::*;
+use crate::launch_kit::*;
 use nodeipc_testkit::{ChildGuard, TempDir, Watchdog, spawn_child};
-
-/// The rank program the tests below run (not a test of its own).
-#[test]
-#[ignore = "a rank program the launch tests run"]
-fn rank_helper() {
-    rank_main();
-}
 
 #[test]
 fn a_restarted_rank_that_registered_before_and_stays_away_fails_the_round() {

@@ -1,23 +1,14 @@
 //! `nodeipc launch` across real processes: the launcher is the `nodeipc`
-//! binary, each rank this test binary run again as `rank_helper` with a
+//! binary, each rank this test binary run again as `launch_kit::rank_helper` with a
 //! role in its environment. Every test has a watchdog, its own run
 //! directory, and checks that nothing it started is left. Rounds, exit
 //! status, stops and signals here; checks and configuration in
 //! `launch_checks.rs`.
 
-mod launch_kit;
-
 use std::time::{Duration, Instant};
 
-use launch_kit::*;
+use crate::launch_kit::*;
 use nodeipc_testkit::{TempDir, Watchdog, shm_leftovers, spawn_child};
-
-/// The rank program the tests below run (not a test of its own).
-#[test]
-#[ignore = "a rank program the launch tests run"]
-fn rank_helper() {
-    rank_main();
-}
 
 #[test]
 fn every_rank_exits_0_with_the_environment_of_nodeipc_and_torchrun() {

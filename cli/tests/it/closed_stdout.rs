@@ -2,12 +2,12 @@
 //! each command ends its output quietly (exit 0, nothing on stderr), and
 //! finishes its work: `clean` removes what it was removing.
 
-mod common;
+use crate::common;
 
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{BIN, nodeipc, nodeipc_into_closed_pipe, stderr};
+use crate::common::{BIN, nodeipc, nodeipc_into_closed_pipe, stderr};
 use nodeipc_testkit::{TempDir, Watchdog, shm_leftovers, spawn_child, unique_name};
 
 fn assert_quiet(what: &str, out: &std::process::Output) {

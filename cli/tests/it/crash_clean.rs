@@ -11,7 +11,7 @@
 //! `--ignore-unreadable` is given. These tests check the first and then use
 //! the flag; and `--min-age 0`, since what they remove was left a moment ago.
 
-mod common;
+use crate::common;
 
 use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
