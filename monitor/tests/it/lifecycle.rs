@@ -2,14 +2,12 @@
 //! removal), orderly shutdown on each signal, and spawning a monitor both
 //! ways.
 
-mod common;
-
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::os::unix::net::UnixListener;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use common::{Served, config, helper, helper_command};
+use crate::common::{Served, config, helper, helper_command};
 use nodeipc_fdpass::Pidfd;
 use nodeipc_monitor::{
     ControlClient, Error, MonitorClient, MonitorConfig, MonitorServer, RankInfo, RankState,

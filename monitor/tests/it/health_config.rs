@@ -3,7 +3,7 @@
 //! sysfs fixture for the NIC, a fake probe for the GPU; a GPU that cannot
 //! be checked here is reported unavailable at start and never fails).
 
-mod common;
+use crate::common;
 
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
@@ -12,8 +12,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use common::sysfs::net;
-use common::{InProcess, Proc};
+use crate::common::sysfs::net;
+use crate::common::{InProcess, Proc};
 use nodeipc_monitor::{MonitorClient, MonitorConfig, RankInfo, RankState};
 use nodeipc_monitor_host::{
     GpuHealth, GpuId, GpuProbe, HealthChecks, HealthConfig, HostConfig, NicHealth,

@@ -4,13 +4,13 @@
 //! with one rank connected, its CPU use while idle, and how late a hung and
 //! a crashed rank are detected. Each figure is checked against its target.
 
-mod common;
+use crate::common;
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::raw::{cpu_ticks, ticks_per_second};
-use common::{Proc, Served, config};
+use crate::common::raw::{cpu_ticks, ticks_per_second};
+use crate::common::{Proc, Served, config};
 use nodeipc_monitor::{MonitorClient, MonitorConfig, MonitorServer, RankInfo};
 use nodeipc_testkit::{TempDir, Watchdog};
 

@@ -3,13 +3,11 @@
 //! client that does not read its replies. No timeouts are configured: the
 //! rank here is the test process itself.
 
-mod common;
-
 use std::io::{Read, Write};
 use std::os::unix::net::UnixStream;
 use std::time::{Duration, Instant};
 
-use common::InProcess;
+use crate::common::InProcess;
 use nodeipc_monitor::{
     ControlClient, MAX_FRAME, MonitorClient, MonitorConfig, RankInfo, RankState, TimeoutUpdate,
 };

@@ -3,12 +3,10 @@
 //! state and reports open sections, the launcher can drop it, and a rank
 //! that dies is seen at once (pidfd), not at the next check.
 
-mod common;
-
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::{InProcess, Proc, Served, config};
+use crate::common::{InProcess, Proc, Served, config};
 use nodeipc_monitor::{ControlClient, Error, MonitorClient, MonitorConfig, RankInfo, RankState};
 use nodeipc_testkit::Watchdog;
 

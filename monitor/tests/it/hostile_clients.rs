@@ -4,14 +4,12 @@
 //! than the process has descriptors (accepting pauses; the registered rank
 //! is still watched and killed on its timeout; the monitor keeps serving).
 
-mod common;
-
 use std::io::Write;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{
+use crate::common::{
     InProcess, LOG_BURST, Proc, Served, config, helper, helper_command, raw, wait_status,
 };
 use nodeipc_monitor::{

@@ -1,7 +1,7 @@
 //! Health checks: polled at every check, a failure terminates the rank like a
 //! timeout; `ProcessAlive` tells a live process from an exited one.
 
-mod common;
+use crate::common;
 
 use std::os::unix::process::ExitStatusExt;
 use std::process::Command;
@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use common::{InProcess, Proc};
+use crate::common::{InProcess, Proc};
 use nodeipc_fdpass::Pidfd;
 use nodeipc_monitor::{HealthCheck, MonitorConfig, RankContext, RankInfo, RankState};
 use nodeipc_monitor_host::ProcessAlive;

@@ -4,13 +4,11 @@
 //! the moment. The signals are blocked before the sockets exist, and the
 //! first turn of the loop reads one already pending.
 
-mod common;
-
 use std::os::unix::process::ExitStatusExt;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use common::helper;
+use crate::common::helper;
 use nodeipc_monitor::control_socket_path;
 use nodeipc_testkit::{TempDir, Watchdog, spawn_child};
 

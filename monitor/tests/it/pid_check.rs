@@ -2,13 +2,11 @@
 //! `Init` must be the connecting process (`SO_PEERCRED`) or a descendant of
 //! it, and only our uid can connect at all.
 
-mod common;
-
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{Proc, Served, config, helper_command};
+use crate::common::{Proc, Served, config, helper_command};
 use nodeipc_monitor::{Error, MonitorClient, RankInfo, RankState};
 use nodeipc_testkit::{NOBODY, Watchdog, is_root, skip, spawn_child};
 

@@ -3,12 +3,10 @@
 //! the first-message timeout (1 s by default), and an idle control
 //! connection gives its slot up to a newcomer.
 
-mod common;
-
 use std::io::Write;
 use std::time::{Duration, Instant};
 
-use common::{InProcess, raw};
+use crate::common::{InProcess, raw};
 use nodeipc_monitor::{ControlClient, MonitorClient, MonitorConfig, RankInfo, RankState};
 use nodeipc_monitor_host::MonitorConfigFile;
 use nodeipc_proto::monitor::{self as pb, client_message::Msg, server_message};

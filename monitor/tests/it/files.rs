@@ -3,13 +3,11 @@
 //! nobody else may write, at most 1 MiB, read without ever blocking; the log
 //! file is created exclusively and never through a link planted at its path.
 
-mod common;
-
 use std::os::unix::fs::{PermissionsExt, symlink};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use common::helper;
+use crate::common::helper;
 use nodeipc_monitor::MonitorConfig;
 use nodeipc_monitor_host::Error;
 use nodeipc_monitor_host::SpawnOptions;

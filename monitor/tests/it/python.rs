@@ -3,13 +3,11 @@
 //! with a message, when python3 lacks the `protobuf` and `grpcio-tools`
 //! packages (`pip install protobuf grpcio-tools`).
 
-mod common;
-
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use common::InProcess;
+use crate::common::InProcess;
 use nodeipc_monitor::{MonitorConfig, RankState};
 use nodeipc_testkit::{Watchdog, skip, spawn_child};
 

@@ -1,11 +1,9 @@
 //! `TimeoutEstimator`: max seen × safety factor, merged with the previous
 //! proposal, refused before enough samples; and fed by a real client.
 
-mod common;
-
 use std::time::{Duration, Instant};
 
-use common::InProcess;
+use crate::common::InProcess;
 use nodeipc_monitor::{Error, MonitorClient, MonitorConfig, RankInfo, TimeoutEstimator};
 use nodeipc_testkit::Watchdog;
 

@@ -5,8 +5,6 @@
 //! longest names, the longest last-timeout text, every number at its
 //! longest varint) is measured on the wire against the computed bound.
 
-mod common;
-
 use std::io::Write;
 use std::os::unix::net::UnixStream;
 use std::process::Command;
@@ -14,7 +12,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use common::{InProcess, raw};
+use crate::common::{InProcess, raw};
 use nodeipc_monitor::{
     ControlClient, HealthCheck, MAX_FRAME, MAX_HOST, MAX_SECTION_NAME, MAX_SECTIONS, MAX_STATE,
     MonitorConfig, RankContext, RankState, Signal,

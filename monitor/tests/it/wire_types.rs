@@ -3,13 +3,11 @@
 //! check a map field's wire type: it reads the bytes as an entry anyway, so
 //! eight bytes sent as a `fixed64` become a section timeout nobody asked for.
 
-mod common;
-
 use std::io::Write;
 use std::os::unix::net::UnixListener;
 use std::time::Duration;
 
-use common::{InProcess, config, raw};
+use crate::common::{InProcess, config, raw};
 use nodeipc_monitor::{MAX_FRAME, MonitorClient, RankInfo};
 use nodeipc_proto::monitor as pb;
 use nodeipc_proto::{LEN_PREFIX, read_frame};

@@ -6,11 +6,9 @@
 //! descriptor table is filled after the client has connected, so the other
 //! tests keep their descriptors.
 
-mod common;
-
 use std::time::{Duration, Instant};
 
-use common::InProcess;
+use crate::common::InProcess;
 use nodeipc_monitor::{MonitorClient, MonitorConfig, RankInfo};
 use nodeipc_testkit::{FullFdTable, Watchdog, spawn_child};
 use rustix::io::Errno;
@@ -56,8 +54,13 @@ fn regression_init_out_of_descriptors_is_refused_as_such_not_as_an_exit() {
     // No free slot: the connecting process's start time cannot be read.
     // One: the pidfd opens, the rank's start time cannot be read.
     for free in [0, 1] {
-        let child =
-            spawn_child(nodeipc_testkit::this_test_in_a_child(TEST).env(CHILD, free.to_string()));
+        let child = spawn_child(
+            nodeipc_testkit::this_test_in_a_child(&nodeipc_testkit::test_path(
+                module_path!(),
+                TEST,
+            ))
+            .env(CHILD, free.to_string()),
+        );
         let pid = child.id();
         let out = child.output_timeout(Duration::from_secs(30));
         let stdout = String::from_utf8_lossy(&out.stdout);

@@ -2,11 +2,9 @@
 //! persisted state; its floor; the client applying estimates itself
 //! (`calculate_and_set_hb_timeouts` semantics).
 
-mod common;
-
 use std::time::{Duration, Instant};
 
-use common::InProcess;
+use crate::common::InProcess;
 use nodeipc_monitor::{MonitorClient, MonitorConfig, RankInfo, TimeoutEstimator};
 use nodeipc_monitor_host::EstimatorState;
 use nodeipc_testkit::Watchdog;

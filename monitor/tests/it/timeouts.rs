@@ -2,12 +2,12 @@
 //! timeout terminates the rank with the configured signal, within timeout +
 //! check interval + 1 s.
 
-mod common;
+use crate::common;
 
 use std::os::unix::process::ExitStatusExt;
 use std::time::{Duration, Instant};
 
-use common::{Served, config};
+use crate::common::{Served, config};
 use nodeipc_monitor::RankState;
 use nodeipc_testkit::Watchdog;
 

@@ -4,8 +4,6 @@
 //! throughout. Measured on a monitor process of its own, against its own
 //! idle baseline in the same test.
 
-mod common;
-
 use std::io::{ErrorKind, Write};
 use std::os::unix::net::UnixStream;
 use std::path::Path;
@@ -14,7 +12,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use common::{Served, config, raw};
+use crate::common::{Served, config, raw};
 use nodeipc_monitor::{MonitorClient, RankInfo};
 use nodeipc_proto::monitor as pb;
 use nodeipc_testkit::Watchdog;

@@ -1,11 +1,9 @@
 //! A monitor's handle copied into a forked child: the monitor process is
 //! the parent's child, so the child's drop neither stops it nor waits for it.
 
-mod common;
-
 use std::time::Duration;
 
-use common::helper;
+use crate::common::helper;
 use nodeipc_monitor::{MonitorConfig, RankState};
 use nodeipc_monitor_host::SpawnOptions;
 use nodeipc_testkit::{TempDir, Watchdog, fork_child};

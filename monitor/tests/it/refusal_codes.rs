@@ -2,12 +2,10 @@
 //! and the client hands it over (`Error::refusal_code`): a program tells a
 //! spoofed pid from a busy slot without reading the words.
 
-mod common;
-
 use std::io::Write;
 use std::time::Duration;
 
-use common::{InProcess, config, raw};
+use crate::common::{InProcess, config, raw};
 use nodeipc_monitor::{ControlClient, MonitorClient, RankInfo, RefusalCode};
 use nodeipc_proto::monitor as pb;
 use nodeipc_testkit::Watchdog;

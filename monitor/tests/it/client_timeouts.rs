@@ -4,12 +4,10 @@
 //! "os error 11"); a rank held out by another client is told so; a dead
 //! monitor's error names the operation that found it dead.
 
-mod common;
-
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use common::{InProcess, Served, config};
+use crate::common::{InProcess, Served, config};
 use nodeipc_monitor::{
     ControlClient, Error, MonitorClient, MonitorConfig, RankInfo, control_socket_path,
 };

@@ -3,7 +3,7 @@
 //! "unavailable" path and checks run at their own interval: the unit tests
 //! of nodeipc-monitor-host.)
 
-mod common;
+use crate::common;
 
 use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
@@ -11,8 +11,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use common::InProcess;
-use common::sysfs::{ib_port, net};
+use crate::common::InProcess;
+use crate::common::sysfs::{ib_port, net};
 use nodeipc_fdpass::Pidfd;
 use nodeipc_monitor::{
     HealthCheck, MonitorClient, MonitorConfig, RankContext, RankInfo, RankState,
