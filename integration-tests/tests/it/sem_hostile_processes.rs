@@ -82,7 +82,12 @@ fn regression_a_worker_corrupting_a_named_semaphore_fails_the_coordinator_cleanl
         let coordinator = config(&name).create().unwrap();
         let mut child = spawn_child(
             Command::new(std::env::current_exe().unwrap())
-                .args(["--exact", TEST, "--nocapture", "--test-threads=1"])
+                .args([
+                    "--exact",
+                    &nodeipc_testkit::test_path(module_path!(), TEST),
+                    "--nocapture",
+                    "--test-threads=1",
+                ])
                 .env(CORRUPT_AS_WORKER, format!("{name}:{which}"))
                 .stdin(Stdio::piped())
                 .stdout(Stdio::piped())

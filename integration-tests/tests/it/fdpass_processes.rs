@@ -281,7 +281,12 @@ fn scm_rights_to_a_child_process_on_every_socket_type_and_count() {
         // close-on-exec); our copy of it closes with `command`.
         let mut command = Command::new(std::env::current_exe().unwrap());
         command
-            .args(["--exact", TEST, "--nocapture", "--test-threads=1"])
+            .args([
+                "--exact",
+                &nodeipc_testkit::test_path(module_path!(), TEST),
+                "--nocapture",
+                "--test-threads=1",
+            ])
             .env(SCM_CHILD, name)
             .stdin(Stdio::from(theirs))
             .stdout(Stdio::piped())
