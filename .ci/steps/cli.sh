@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The shells `nodeipc completions` writes for, so that
-# cli/tests/formats.rs::completion_scripts_complete_in_their_shells checks
+# cli/tests/it/formats.rs::completion_scripts_complete_in_their_shells checks
 # the zsh and fish scripts too (bash is always there). Without them that
 # test skips, which under CI=true is a failure.
 set -euo pipefail

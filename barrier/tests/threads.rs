@@ -1,6 +1,6 @@
 //! Groups whose ranks are threads of this process: the protocol, the
 //! collectives, and the refusals. Real processes, deaths and kills are in
-//! `integration-tests/tests/barrier_processes.rs`.
+//! `integration-tests/tests/it/barrier_processes.rs`.
 
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
 use std::os::unix::fs::MetadataExt;

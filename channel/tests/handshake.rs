@@ -5,7 +5,7 @@
 //! The logon handshake within one process: accept with the regions, every
 //! refusal with its reason, misbehaving clients and servers, and no
 //! descriptor left behind after many logons. Clients of another uid and
-//! workers in other processes are in `integration-tests/tests/handshake_processes.rs`.
+//! workers in other processes are in `integration-tests/tests/it/handshake_processes.rs`.
 
 use std::io::Write;
 use std::os::unix::net::{UnixListener, UnixStream};

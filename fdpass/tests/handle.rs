@@ -1,5 +1,5 @@
 //! `FdHandle`, `Pidfd` and peer credentials within one process; the
-//! cross-process cases live in `integration-tests/tests/fdpass_processes.rs`.
+//! cross-process cases live in `integration-tests/tests/it/fdpass_processes.rs`.
 
 use std::io::{Read, Write};
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};

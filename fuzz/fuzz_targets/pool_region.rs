@@ -1,6 +1,6 @@
 //! A pool whose region is pre-filled with arbitrary bytes, driven through
 //! every operation with arbitrary writes into it between the steps: the
-//! driver of integration-tests/tests/pool_fuzz.rs (proptest, in CI), from
+//! driver of integration-tests/tests/it/pool_fuzz.rs (proptest, in CI), from
 //! nodeipc-integration-tests' `fuzz_drivers`.
 #![no_main]
 

@@ -1,3 +1,7 @@
+//! A binary of its own, not a module of `tests/it/`: it counts this
+//! process's descriptors (`fd_count`) around each kill, which tests running
+//! beside it in one binary would change. CI runs it by name (`--test crash`).
+//!
 //! Kill -9 at every step: the demo's pipeline (handshake, rank group with a
 //! descriptor broadcast, execute channel, a heartbeat monitor per worker),
 //! run over and over by `crash_node` processes, with one process killed by

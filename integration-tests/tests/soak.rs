@@ -1,3 +1,8 @@
+//! A binary of its own, not a module of `tests/it/`: it watches this
+//! process's descriptors, mappings and resident memory stay flat, which
+//! tests running beside it in one binary would change. CI runs it by name
+//! (`--test soak`).
+//!
 //! Soak: requests through 8 worker processes that leave their rank and log
 //! on again through the handshake every so often, while the coordinator's
 //! handshake server stays up. Descriptors, shared-memory mappings and

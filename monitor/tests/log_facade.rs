@@ -1,3 +1,7 @@
+//! A binary of its own, not a module of `tests/it/`: it installs the
+//! process's one `log` logger (`log::set_logger`), which would then take the
+//! lines of every test running beside it in one binary.
+//!
 //! A program that embeds the monitor gets its lines in its own `log`
 //! logger (target `nodeipc_monitor`), rate-limited as before; a sink given
 //! to `on_log` takes them instead; and `StderrLogger` never displaces the

@@ -1,7 +1,7 @@
 //! Our named semaphores against glibc's own `sem_open`, `sem_post` and
 //! `sem_timedwait` on the same name, in one process: the same bytes, and
 //! tokens and wake-ups crossing both ways (other processes, C and Python, in
-//! `integration-tests/tests/shm_sem_processes.rs`).
+//! `integration-tests/tests/it/shm_sem_processes.rs`).
 
 use std::ffi::CString;
 use std::os::unix::fs::PermissionsExt;

@@ -1,4 +1,4 @@
-//! A peer of the scheduler session (`tests/scheduler_session.rs`):
+//! A peer of the scheduler session (`tests/it/scheduler_session.rs`):
 //! `session_peer worker SOCKET W`, `session_peer checker SOCKET C` or
 //! `session_peer scheduler SOCKET WORKERS HANDLES [BUFFER]`.
 

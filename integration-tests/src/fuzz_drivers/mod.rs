@@ -5,7 +5,7 @@
 //! panic too), or returned an error that does not say what was wrong.
 //!
 //! The same code runs twice: as property tests on stable Rust
-//! (`integration-tests/tests/fuzz_props.rs`, run by CI) and as cargo-fuzz
+//! (`integration-tests/tests/it/fuzz_props.rs`, run by CI) and as cargo-fuzz
 //! targets (`fuzz/fuzz_targets/*.rs`, whose crate depends on this one).
 
 mod channel;

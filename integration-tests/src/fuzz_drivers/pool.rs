@@ -1,5 +1,5 @@
 //! The pool's fuzz driver, shared by the proptest properties in
-//! `integration-tests/tests/pool_fuzz.rs` (run in CI) and the cargo-fuzz target
+//! `integration-tests/tests/it/pool_fuzz.rs` (run in CI) and the cargo-fuzz target
 //! `fuzz/fuzz_targets/pool_region.rs` (run under `NODEIPC_CI_LONG`): a
 //! region whose metadata (or header) is pre-filled with arbitrary bytes,
 //! then two allocating handles and a free-only one driven by the rest of

@@ -1,5 +1,5 @@
 //! The queue's fuzz driver, shared by the proptest properties in
-//! `integration-tests/tests/queue_fuzz.rs` (run in CI) and the cargo-fuzz target
+//! `integration-tests/tests/it/queue_fuzz.rs` (run in CI) and the cargo-fuzz target
 //! `fuzz/fuzz_targets/queue_region.rs` (run under `NODEIPC_CI_LONG`): a
 //! region pre-filled with arbitrary bytes, then a producer and a consumer
 //! driven by the rest of the input, with arbitrary writes into the live

@@ -5,7 +5,7 @@
 //! external scheduler log on through `nodeipc-handshake` (the server side in
 //! Agave's `accept()` shape: [`nodeipc_handshake::Acceptor`]) and receive
 //! what the server decides, and the pool handles it grants them by id.
-//! Shared by `tests/scheduler_session.rs`, the `session_peer` program and
+//! Shared by `tests/it/scheduler_session.rs`, the `session_peer` program and
 //! the `scheduler_session` example.
 //!
 //! A transaction is a pool block (64 to 1144 bytes, each a function of its
