@@ -204,10 +204,7 @@ impl End {
     /// The error for a peer seen gone while we waited: died (`Some(pid)`)
     /// or left cleanly.
     pub(crate) fn peer_gone(&self, died: Option<u32>) -> Error {
-        let role = match self.role {
-            Role::Producer => Role::Consumer,
-            Role::Consumer => Role::Producer,
-        };
+        let role = self.role.other();
         match died {
             Some(pid) => Error::PeerDied {
                 queue: self.label.clone(),

@@ -11,6 +11,16 @@ pub enum Role {
     Consumer,
 }
 
+impl Role {
+    /// The end across the ring from this one.
+    pub(crate) fn other(self) -> Role {
+        match self {
+            Role::Producer => Role::Consumer,
+            Role::Consumer => Role::Producer,
+        }
+    }
+}
+
 impl std::fmt::Display for Role {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(match self {

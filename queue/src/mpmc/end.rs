@@ -236,10 +236,7 @@ impl MpmcEnd {
     /// nobody has joined yet), else `PeerDied` naming a dead one's pid, or
     /// `PeerLeft` when all left cleanly.
     pub(crate) fn others_gone(&mut self) -> Option<Error> {
-        let other = match self.role {
-            Role::Producer => Role::Consumer,
-            Role::Consumer => Role::Producer,
-        };
+        let other = self.role.other();
         let count = match other {
             Role::Producer => self.geo.producers,
             Role::Consumer => self.geo.consumers,
