@@ -299,15 +299,14 @@ pub(super) fn waited(
         Ok(()) => Ok(Waited::Moved),
         Err(WaitError::Stopped(())) => Ok(Waited::Slice),
         Err(WaitError::TimedOut(waited)) => Ok(Waited::TimedOut(waited)),
-        Err(WaitError::Interrupted(waited)) => Err(Error::Interrupted {
-            name: name.to_owned(),
-            what: what(),
-            waited,
-        }),
-        Err(WaitError::Futex(errno)) => Err(Error::Futex {
-            name: name.to_owned(),
-            errno,
-        }),
+        Err(WaitError::Interrupted(waited)) => Err(paced_wait_failed(
+            name,
+            what(),
+            WaitError::Interrupted(waited),
+        )),
+        Err(WaitError::Futex(errno)) => {
+            Err(paced_wait_failed(name, what(), WaitError::Futex(errno)))
+        }
     }
 }
 
