@@ -13,9 +13,17 @@
 //!  64  WorkerEntry × workers (32 bytes each)
 //!   …  in-region semaphores: per worker 4 × 64-byte lines, in the order
 //!      request produce, request consume, response produce, response consume
-//!   …  response slots: `response_slot_size` rounded up to 64, per worker
-//!   …  init slots: `init_slot_size` rounded up to 64, per worker
+//!   …  response slots: per worker `depth` slots of `response_slot_size`
+//!      rounded up to 64, answer `i` in slot `i % depth`
+//!   …  init slots: per worker `depth` slots of `init_slot_size` rounded
+//!      up to 64, indexed as the response slots
 //! ```
+//!
+//! Version 2 gave each worker a ring of `depth` answers (version 1 had one
+//! slot each): a worker answers request `k + 1` while the coordinator (its
+//! response thread) still reads answer `k`, so neither waits for the other
+//! once a request. Answers are counted per worker; a request's answer and
+//! an init answer share the count, each in its own kind of slot.
 //! Every section starts on a 64-byte boundary.
 //!
 //! Cache lines crossing between the cores in one 64-byte round trip (one
@@ -38,7 +46,7 @@ use crate::{Error, Result};
 
 pub(crate) const REQUEST_MAGIC: u64 = u64::from_le_bytes(*b"NIPCREQ1");
 pub(crate) const RESPONSE_MAGIC: u64 = u64::from_le_bytes(*b"NIPCRSP1");
-pub(crate) const LAYOUT_VERSION: u32 = 1;
+pub(crate) const LAYOUT_VERSION: u32 = 2;
 const LINE: usize = 64;
 pub(crate) const REQUEST_HEADER: usize = 128;
 pub(crate) const RESPONSE_HEADER: usize = 64;
@@ -109,7 +117,9 @@ pub(crate) struct WorkerEntry {
     /// Requests this rank has received: where a worker rejoining the rank
     /// resumes in the ring.
     pub(crate) received: AtomicU64,
-    _reserved: AtomicU64,
+    /// Answers this rank has announced: where a worker rejoining the rank
+    /// resumes in its ring of answers.
+    pub(crate) answered: AtomicU64,
 }
 
 // The offsets `Layout::worker_entry` documents; entries are packed at a
@@ -118,7 +128,7 @@ const _: () = assert!(std::mem::offset_of!(WorkerEntry, pid) == 0);
 const _: () = assert!(std::mem::offset_of!(WorkerEntry, flags) == 4);
 const _: () = assert!(std::mem::offset_of!(WorkerEntry, start_time) == 8);
 const _: () = assert!(std::mem::offset_of!(WorkerEntry, received) == 16);
-const _: () = assert!(std::mem::offset_of!(WorkerEntry, _reserved) == 24);
+const _: () = assert!(std::mem::offset_of!(WorkerEntry, answered) == 24);
 const _: () = assert!(size_of::<WorkerEntry>() == WORKER_ENTRY);
 const _: () = assert!(WORKER_ENTRY.is_multiple_of(align_of::<WorkerEntry>()));
 const _: () = assert!(RESPONSE_HEADER.is_multiple_of(align_of::<WorkerEntry>()));
@@ -219,28 +229,43 @@ impl Layout {
         self.sems_at() + self.workers as usize * 4 * LINE
     }
 
-    /// Offset in the response region of worker `rank`'s response slot.
-    pub fn response_slot(&self, rank: u32) -> usize {
-        self.responses_at() + rank as usize * self.response_slot_size.next_multiple_of(LINE)
+    /// The slots of one kind for every worker: `depth` each.
+    fn slots(&self) -> usize {
+        self.workers as usize * self.depth as usize
+    }
+
+    /// Where slot `answer % depth` of worker `rank` sits among the slots
+    /// of one kind, counted in slots.
+    fn slot_index(&self, rank: u32, answer: u64) -> usize {
+        rank as usize * self.depth as usize + (answer % u64::from(self.depth)) as usize
+    }
+
+    /// Offset in the response region of the response slot worker `rank`
+    /// writes its answer `answer` (0, 1, …) to: slot `answer % depth` of
+    /// its ring.
+    pub fn response_slot(&self, rank: u32, answer: u64) -> usize {
+        self.responses_at()
+            + self.slot_index(rank, answer) * self.response_slot_size.next_multiple_of(LINE)
     }
 
     fn inits_at(&self) -> usize {
-        self.responses_at() + self.workers as usize * self.response_slot_size.next_multiple_of(LINE)
+        self.responses_at() + self.slots() * self.response_slot_size.next_multiple_of(LINE)
     }
 
-    /// Offset in the response region of worker `rank`'s init slot.
-    pub fn init_slot(&self, rank: u32) -> usize {
-        self.inits_at() + rank as usize * self.init_slot_size.next_multiple_of(LINE)
+    /// Offset in the response region of the init slot worker `rank` writes
+    /// its answer `answer` to, when that answer is an init answer.
+    pub fn init_slot(&self, rank: u32, answer: u64) -> usize {
+        self.inits_at() + self.slot_index(rank, answer) * self.init_slot_size.next_multiple_of(LINE)
     }
 
     /// Size of the response region.
     pub fn response_size(&self) -> usize {
-        self.inits_at() + self.workers as usize * self.init_slot_size.next_multiple_of(LINE)
+        self.inits_at() + self.slots() * self.init_slot_size.next_multiple_of(LINE)
     }
 
     /// Offset in the response region of worker `rank`'s entry: `u32` pid,
     /// `u32` flags (1: joined, 2: left), `u64` start time (field 22 of
-    /// `/proc/<pid>/stat`), `u64` requests received, 8 reserved bytes.
+    /// `/proc/<pid>/stat`), `u64` requests received, `u64` answers announced.
     pub fn worker_entry(&self, rank: u32) -> usize {
         RESPONSE_HEADER + rank as usize * WORKER_ENTRY
     }

@@ -27,8 +27,9 @@ pub(crate) enum SemSet {
 
 impl SemSet {
     /// The coordinator: creates (named) or initialises (in-region) every
-    /// semaphore. Request produce starts at the depth (free ring slots),
-    /// response produce at 1 (one slot per worker), consumes at 0.
+    /// semaphore. Request produce starts at the depth (free ring frames),
+    /// response produce at the depth too (each worker's free answer
+    /// slots), consumes at 0.
     pub(crate) fn create(
         config: &ChannelConfig,
         layout: &Layout,
@@ -36,7 +37,7 @@ impl SemSet {
     ) -> Result<SemSet> {
         let initial = |direction, role| match (direction, role) {
             (Direction::Request, Role::Produce) => config.depth,
-            (Direction::Response, Role::Produce) => 1,
+            (Direction::Response, Role::Produce) => config.depth,
             (_, Role::Consume) => 0,
         };
         match config.sems {

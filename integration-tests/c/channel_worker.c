@@ -22,6 +22,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#define LAYOUT_VERSION 2
 #define LINE 64
 #define REQUEST_HEADER 128
 #define RESPONSE_HEADER 64
@@ -115,16 +116,23 @@ int main(int argc, char **argv) {
     uint8_t *response = map(region_name, &response_size);
 
     /* The regions must hold the layout of these arguments before anything is
-     * written (the entry, the slot) or read. Every product below is at most
-     * 64 * 2^30 or 1024 * 2^30: no wrap in 64 bits. */
+     * written (the entry, the slots) or read. Every product below is at most
+     * 64 * 2^30 or 1024 * 64 * 2^30: no wrap in 64 bits. */
     uint64_t sems_at = round64(RESPONSE_HEADER + (uint64_t)workers * WORKER_ENTRY);
     uint64_t responses_at = sems_at + (uint64_t)workers * 4 * LINE;
     if ((uint64_t)REQUEST_HEADER + (uint64_t)depth * round64(capacity) > request_size
-        || responses_at + (uint64_t)workers * round64(slot_size) > response_size) {
+        || responses_at + (uint64_t)workers * depth * round64(slot_size) > response_size) {
         fprintf(stderr, "the regions are smaller than the layout of these arguments\n");
         return 1;
     }
-    uint8_t *slot = response + responses_at + (uint64_t)rank * round64(slot_size);
+    uint32_t version;
+    memcpy(&version, request + 8, 4);
+    if (version != LAYOUT_VERSION) {
+        fprintf(stderr, "layout version %u, this worker follows %d\n", version, LAYOUT_VERSION);
+        return 1;
+    }
+    /* This worker's ring of `depth` answer slots; answer i goes to i % depth. */
+    uint8_t *slots = response + responses_at + (uint64_t)rank * depth * round64(slot_size);
 
     sem_t *req_produce = sem(name, "request", "produce", rank);
     sem_t *req_consume = sem(name, "request", "consume", rank);
@@ -176,8 +184,11 @@ int main(int argc, char **argv) {
         if (sequence) { *q++ = 0x18; q = put_varint(q, sequence); }  /* sequence = 3 */
         uint32_t out_len = (uint32_t)(q - message);
         if ((uint64_t)out_len + 4 > slot_size) { fprintf(stderr, "a %u-byte response does not fit the slot\n", out_len); return 1; }
+        uint8_t *slot = slots + (uint64_t)(i % depth) * round64(slot_size);
         memcpy(slot, &out_len, 4);
         memcpy(slot + 4, message, out_len);
+        /* Answers announced, where a worker rejoining this rank would resume. */
+        __atomic_store_n((uint64_t *)(entry + 24), (uint64_t)i + 1, __ATOMIC_RELEASE);
         sem_post(resp_consume);
     }
     return 0;

@@ -255,8 +255,10 @@ impl Shared {
                 complete = false;
                 continue;
             }
-            let Gatherer { frames, .. } = &mut *gatherer;
-            let frame = self.read_and_release(rank, slot, &mut frames[r]);
+            let Gatherer {
+                frames, consumed, ..
+            } = &mut *gatherer;
+            let frame = self.read_and_release(rank, slot, consumed[r], &mut frames[r]);
             gatherer.consumed[r] += 1;
             gatherer.taken[r] = Some(frame);
         }
@@ -314,8 +316,11 @@ impl Shared {
                     gatherer.consumed[r] += 1;
                 }
                 if gatherer.consumed[r] == n {
-                    let Gatherer { frames, .. } = &mut *gatherer;
-                    let Some(frame) = self.try_consume(rank, Slot::Response, &mut frames[r])?
+                    let Gatherer {
+                        frames, consumed, ..
+                    } = &mut *gatherer;
+                    let Some(frame) =
+                        self.try_consume(rank, Slot::Response, consumed[r], &mut frames[r])?
                     else {
                         continue;
                     };
@@ -402,13 +407,19 @@ impl Shared {
         }
     }
 
-    /// Takes worker `rank`'s next frame from `slot` into `into` if it is
-    /// there: `None` if not. The outer result is the look; the inner one
-    /// the frame's own validity.
-    fn try_consume(&self, rank: u32, slot: Slot, into: &mut Vec<u8>) -> Result<Option<Result<()>>> {
+    /// Takes worker `rank`'s answer `answer` from its `slot` into `into`
+    /// if it is there: `None` if not. The outer result is the look; the
+    /// inner one the frame's own validity.
+    fn try_consume(
+        &self,
+        rank: u32,
+        slot: Slot,
+        answer: u64,
+        into: &mut Vec<u8>,
+    ) -> Result<Option<Result<()>>> {
         Ok(self
             .try_take(rank)?
-            .then(|| self.read_and_release(rank, slot, into)))
+            .then(|| self.read_and_release(rank, slot, answer, into)))
     }
 
     /// Gives worker `rank`'s next response back unread, if it is there:
@@ -439,29 +450,40 @@ impl Shared {
             })
     }
 
-    /// Copies worker `rank`'s frame out of its slot, then gives the slot back.
-    fn read_and_release(&self, rank: u32, slot: Slot, into: &mut Vec<u8>) -> Result<()> {
-        let copied = self.copy_out(rank, slot, into);
+    /// Copies worker `rank`'s answer `answer` out of its slot, then gives
+    /// the slot back.
+    fn read_and_release(
+        &self,
+        rank: u32,
+        slot: Slot,
+        answer: u64,
+        into: &mut Vec<u8>,
+    ) -> Result<()> {
+        let copied = self.copy_out(rank, slot, answer, into);
         let released = self.release(rank);
         copied?;
         released
     }
 
-    /// Copies the body of worker `rank`'s frame out of its slot into `into`
-    /// (the coordinator's own buffer for that worker, reused).
+    /// Copies the body of worker `rank`'s answer `answer` (counted from its
+    /// first, so the slot is `answer % depth` of its ring) into `into` (the
+    /// coordinator's own buffer for that worker, reused).
     ///
     /// The slot is the worker's to write and ours to read only while we hold
     /// its response-consume count, but a broken or hostile worker may write
     /// it at any moment: so no reference to the slot's bytes is ever made.
     /// The length prefix is copied and checked against the slot first, then
     /// just the body, straight into `into`'s spare capacity.
-    fn copy_out(&self, rank: u32, slot: Slot, into: &mut Vec<u8>) -> Result<()> {
+    fn copy_out(&self, rank: u32, slot: Slot, answer: u64, into: &mut Vec<u8>) -> Result<()> {
         let (at, size) = match slot {
             Slot::Response => (
-                self.layout.response_slot(rank),
+                self.layout.response_slot(rank, answer),
                 self.layout.response_slot_size,
             ),
-            Slot::Init => (self.layout.init_slot(rank), self.layout.init_slot_size),
+            Slot::Init => (
+                self.layout.init_slot(rank, answer),
+                self.layout.init_slot_size,
+            ),
         };
         let shm = |source| Error::Shm {
             channel: self.config.name.clone(),

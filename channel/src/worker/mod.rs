@@ -6,7 +6,7 @@ mod respond;
 
 use std::marker::PhantomData;
 use std::os::fd::OwnedFd;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use nodeipc_fdpass::{ForkGeneration, Pidfd, open_if_alive, process_start_time};
@@ -52,6 +52,10 @@ pub struct Worker<Req = ExecuteRequest, Resp = ExecuteResponse> {
     sems: SemSet,
     coordinator: Pidfd,
     received: u64,
+    /// Answers announced so far: the next goes to slot `answered % depth`.
+    /// Atomic because an answer is written through `&self` (a request held
+    /// in place borrows the worker); only this worker touches it.
+    answered: AtomicU64,
     /// Where a large request is copied out of the ring; its allocation comes
     /// back for the next one once the caller drops the previous request.
     copy: BytesMut,
@@ -191,8 +195,10 @@ impl<Req: Payload, Resp: Payload> Worker<Req, Resp> {
         entry.start_time.store(start_time, Ordering::Relaxed);
         entry.pid.store(me, Ordering::Relaxed);
         entry.flags.store(worker_flags::JOINED, Ordering::Release);
-        // A new rank starts at the first request; a rejoining one where it left.
+        // A new rank starts at the first request and answer; a rejoining
+        // one where it left.
         let received = entry.received.load(Ordering::Acquire);
+        let answered = entry.answered.load(Ordering::Acquire);
         let small = vec![0; recv::COPY_OUT_AT.min(layout.request_capacity)];
         Ok(Worker {
             config,
@@ -203,6 +209,7 @@ impl<Req: Payload, Resp: Payload> Worker<Req, Resp> {
             sems,
             coordinator,
             received,
+            answered: AtomicU64::new(answered),
             copy: BytesMut::new(),
             small,
             born: ForkGeneration::current(),

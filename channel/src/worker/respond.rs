@@ -1,6 +1,8 @@
 //! Answering: a response encoded, or bytes written, straight into this
 //! worker's slot.
 
+use std::sync::atomic::Ordering;
+
 use super::Worker;
 use crate::layout;
 use crate::payload::{Payload, Raw};
@@ -25,7 +27,8 @@ where
     ///
     /// # Errors
     /// [`Error::TooLarge`] before anything is written; [`Error::CoordinatorDied`];
-    /// [`Error::Timeout`] if the coordinator has not consumed the previous answer.
+    /// [`Error::Timeout`] if the coordinator has not taken an answer from
+    /// this worker's ring of `depth` answers, all of them full.
     pub fn respond(&mut self, response: &Resp) -> Result<()> {
         self.respond_message(response, SlotKind::Response, None)
     }
@@ -65,7 +68,8 @@ impl Worker<Raw, Raw> {
     ///
     /// # Errors
     /// [`Error::TooLarge`] before anything is written; [`Error::CoordinatorDied`];
-    /// [`Error::Timeout`] if the coordinator has not consumed the previous answer.
+    /// [`Error::Timeout`] if the coordinator has not taken an answer from
+    /// this worker's ring of `depth` answers, all of them full.
     pub fn respond(&mut self, response: &[u8]) -> Result<()> {
         self.respond_frame(response, SlotKind::Response, None)
     }
@@ -128,7 +132,8 @@ impl Worker<Raw, Raw> {
 impl<Req: Payload, Resp: Payload> Worker<Req, Resp> {
     /// Writes a frame of `body` bytes into this worker's slot of `kind`
     /// through `fill` (given exactly the frame's bytes, prefix included),
-    /// once the coordinator has taken the previous one.
+    /// the next of its ring of `depth`, once the coordinator has taken
+    /// what was there before.
     ///
     /// With `held` (a request held in place, `false` until released), its
     /// frame is released after the answer is written and before the answer
@@ -142,14 +147,15 @@ impl<Req: Payload, Resp: Payload> Worker<Req, Resp> {
         held: Option<&mut bool>,
         fill: impl FnOnce(&mut [u8]) -> Result<()>,
     ) -> Result<()> {
+        let answer = self.answered.load(Ordering::Relaxed);
         let (at, size, slot) = match kind {
             SlotKind::Response => (
-                self.layout.response_slot(self.rank),
+                self.layout.response_slot(self.rank, answer),
                 self.layout.response_slot_size,
                 "response slot",
             ),
             SlotKind::Init => (
-                self.layout.init_slot(self.rank),
+                self.layout.init_slot(self.rank, answer),
                 self.layout.init_slot_size,
                 "init slot",
             ),
@@ -167,7 +173,7 @@ impl<Req: Payload, Resp: Payload> Worker<Req, Resp> {
         self.wait_coordinator(
             Direction::Response,
             Role::Produce,
-            "waiting for the coordinator to take the previous response",
+            "waiting for the coordinator to take a response (every answer slot full)",
             &mut budget,
         )?;
         // SAFETY: we hold our response-produce count: by the protocol the
@@ -187,6 +193,14 @@ impl<Req: Payload, Resp: Payload> Worker<Req, Resp> {
         {
             self.release_frame()?;
         }
+        // Counted before it is announced: once posted, the slot is the
+        // coordinator's, and our next answer must go to the next one.
+        let answered = answer.wrapping_add(1);
+        self.answered.store(answered, Ordering::Relaxed);
+        self.layout
+            .worker(&self.response, self.rank)
+            .answered
+            .store(answered, Ordering::Release);
         self.sem(Direction::Response, Role::Consume)
             .post()
             .map_err(|source| Error::Sem {

@@ -1,12 +1,12 @@
 //! `depth = k`: the coordinator runs exactly `k` requests ahead of a worker
 //! that does not receive; the next `send` is a `Timeout` after the
 //! configured wait, sends nothing, and the channel goes on once the worker
-//! takes a request.
+//! takes a request. Answers have a ring of `depth` slots per worker too.
 
 use std::time::{Duration, Instant};
 
-use nodeipc_channel::{Channel, Error, SemKind};
-use nodeipc_proto::execute::{ExecuteRequest, ExecuteType};
+use nodeipc_channel::{All, Channel, Coordinator, Error, Init, SemKind, Worker};
+use nodeipc_proto::execute::{ExecuteRequest, ExecuteResponse, ExecuteType};
 use nodeipc_testkit::{Watchdog, shm_leftovers, unique_name};
 
 const TIMEOUT: Duration = Duration::from_millis(300);
@@ -129,4 +129,94 @@ fn a_send_timed_out_on_one_worker_leaves_the_others_frames_free() {
         "{:?}",
         shm_leftovers(&name)
     );
+}
+
+fn answer(sequence: u64) -> ExecuteResponse {
+    ExecuteResponse {
+        sequence,
+        ..Default::default()
+    }
+}
+
+/// Each worker has a ring of `depth` answers: it answers `depth` requests
+/// the coordinator has not gathered yet (an init answer among them, which
+/// counts in the same ring), the next answer waits for a gather and times
+/// out naming the full ring, and the gathers then read every answer in
+/// order. A worker that leaves and rejoins goes on where its answers
+/// stopped.
+#[test]
+fn a_worker_answers_depth_requests_ahead_of_the_gathers_then_waits() {
+    let _dog = Watchdog::new("answer ring", Duration::from_secs(60));
+    for sems in [SemKind::InRegion, SemKind::Named] {
+        let name = unique_name("answers");
+        let depth = 3;
+        let channel = Channel::builder(&name)
+            .workers(1)
+            .depth(depth)
+            .sems(sems)
+            .timeout(TIMEOUT);
+        let coordinator = channel.create().unwrap();
+        let mut worker = channel.join(0).unwrap();
+        coordinator
+            .wait_for_workers(Duration::from_secs(10))
+            .unwrap();
+        for sequence in 0..u64::from(depth) {
+            coordinator.send(&request(sequence)).unwrap();
+            let received = worker.recv().unwrap();
+            let response = answer(received.sequence);
+            if sequence == 1 {
+                worker.respond_init(&response).unwrap();
+            } else {
+                worker.respond(&response).unwrap();
+            }
+        }
+        // Every answer slot is full: the next answer waits for a gather.
+        coordinator.send(&request(3)).unwrap();
+        assert_eq!(worker.recv().unwrap().sequence, 3);
+        match worker.respond(&answer(3)) {
+            Err(Error::Timeout { op, .. }) => {
+                assert!(op.contains("every answer slot full"), "{op}")
+            }
+            other => panic!("{sems:?}: a fourth answer should time out, got {other:?}"),
+        }
+        assert_eq!(coordinator.recv(All).unwrap()[0].sequence, 0);
+        // One gathered: its slot takes the answer that timed out.
+        worker.respond(&answer(3)).unwrap();
+        assert_eq!(coordinator.recv(Init).unwrap()[0].sequence, 1);
+        assert_eq!(coordinator.recv(All).unwrap()[0].sequence, 2);
+        if sems == SemKind::InRegion {
+            rejoin_behind_an_answer(&name, &coordinator, worker);
+        } else {
+            drop(worker);
+            assert_eq!(coordinator.recv(All).unwrap()[0].sequence, 3);
+        }
+        drop(coordinator);
+        assert!(
+            shm_leftovers(&name).is_empty(),
+            "{:?}",
+            shm_leftovers(&name)
+        );
+    }
+}
+
+/// Rejoining with an answer not yet gathered: the next answer goes after
+/// it, not over it. The names are gone once every worker is in: a worker
+/// comes back over the regions' descriptors (in-region semaphores, as the
+/// handshake brings them).
+fn rejoin_behind_an_answer(name: &str, coordinator: &Coordinator, worker: Worker) {
+    drop(worker);
+    let dup = |fd: std::os::fd::BorrowedFd<'_>| fd.try_clone_to_owned().unwrap();
+    let mut worker: Worker = Worker::from_fds(
+        name,
+        0,
+        dup(coordinator.request_fd()),
+        dup(coordinator.response_fd()),
+        TIMEOUT,
+    )
+    .unwrap();
+    coordinator.send(&request(4)).unwrap();
+    assert_eq!(worker.recv().unwrap().sequence, 4);
+    worker.respond(&answer(4)).unwrap();
+    assert_eq!(coordinator.recv(All).unwrap()[0].sequence, 3);
+    assert_eq!(coordinator.recv(All).unwrap()[0].sequence, 4);
 }

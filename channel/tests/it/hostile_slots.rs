@@ -54,13 +54,14 @@ fn channel(tag: &str) -> (Coordinator, Worker, Region, Region) {
 }
 
 /// What a hostile worker does instead of `respond`: writes `bytes` into
-/// its slot and posts the coordinator.
+/// its slot and posts the coordinator. The channel has depth 1: every
+/// answer goes to the ring's one slot.
 fn hostile_answer(coordinator: &Coordinator, response: &Region, init: bool, bytes: &[u8]) {
     let layout = coordinator.config().layout();
     let at = if init {
-        layout.init_slot(0)
+        layout.init_slot(0, 0)
     } else {
-        layout.response_slot(0)
+        layout.response_slot(0, 0)
     };
     response.write_at(at, bytes).unwrap();
     let consume: &ShmSemaphore = response

@@ -139,7 +139,8 @@ fn run(args: &[&str]) -> Result<(), Error> {
             worker.recv()?;
             response
                 .write_at(
-                    config.config().layout().response_slot(rank),
+                    // Depth 1: the first answer's slot, the ring's only one.
+                    config.config().layout().response_slot(rank, 0),
                     &u32::MAX.to_le_bytes(),
                 )
                 .unwrap();

@@ -387,13 +387,15 @@ pub fn channel_slots(data: &[u8]) {
                 let how = script.byte();
                 check(worker.receive(how));
             }
-            // A response or init slot the worker filled with anything.
+            // A response or init slot (any of the worker's ring) filled
+            // with anything.
             2 | 3 => {
                 let init = script.byte() & 1 == 1;
+                let answer = u64::from(script.byte());
                 let at = if init {
-                    layout.init_slot(0)
+                    layout.init_slot(0, answer)
                 } else {
-                    layout.response_slot(0)
+                    layout.response_slot(0, answer)
                 };
                 let prefix = script.u32();
                 let body = script.bytes(if init { 28 } else { 92 });

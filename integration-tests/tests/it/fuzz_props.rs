@@ -444,12 +444,12 @@ fn the_channel_header_offsets_the_drivers_use_are_the_real_ones() {
     let pid = u64::from(std::process::id());
     let start = nodeipc_fdpass::process_start_time(std::process::id()).unwrap();
     let magic = u64::from_le_bytes(*b"NIPCREQ1");
-    assert_eq!(r, [magic, 1, 3, 2, 2, 300, 200, 100, pid, 0, 1, start, 0]);
+    assert_eq!(r, [magic, 2, 3, 2, 2, 300, 200, 100, pid, 0, 1, start, 0]);
     let s: Vec<u64> = drivers::RESPONSE_FIELDS
         .iter()
         .map(|&f| read(&response, f))
         .collect();
-    assert_eq!(s, [u64::from_le_bytes(*b"NIPCRSP1"), 1, 3, 200, 100, 1]);
+    assert_eq!(s, [u64::from_le_bytes(*b"NIPCRSP1"), 2, 3, 200, 100, 1]);
     // Requests sent moves with each send; closed is set on drop.
     let send = std::thread::spawn(move || {
         coordinator
