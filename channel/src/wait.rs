@@ -3,7 +3,7 @@
 
 use std::time::{Duration, Instant};
 
-use nodeipc_sem::Semaphore;
+use nodeipc_sem::{Semaphore, Spin};
 use nodeipc_shm::wait::Pacer;
 
 use crate::{Error, Result};
@@ -69,10 +69,15 @@ impl Budget {
 /// With a non-zero `poll` (at most one slice), the semaphore is first polled
 /// for that long, the core never given up: no wake-up to wait for when the
 /// peer answers within it.
+///
+/// `spin` is how the semaphore's own wait polls and yields before it
+/// sleeps ([`Spin::OVERSUBSCRIBED`] when the thread that posts may need
+/// this core).
 pub(crate) fn wait(
     sem: &(dyn Semaphore + Sync),
     budget: &mut Budget,
     poll: Duration,
+    spin: Spin,
     channel: &str,
     what: impl Fn() -> String,
     mut check: impl FnMut() -> Result<()>,
@@ -83,7 +88,7 @@ pub(crate) fn wait(
     let first = budget.left().unwrap_or(budget.timeout).min(SLICE);
     let mut slice = first;
     loop {
-        match sem.wait_timeout(slice) {
+        match sem.wait_timeout_spin(slice, spin) {
             Ok(()) => return Ok(()),
             Err(e) if e.is_timeout() => {}
             Err(source) => {

@@ -79,20 +79,15 @@ impl ShmSemaphore {
     /// waiter does (`nodeipc_shm::wait`: polls, yields for about one
     /// wake-up's cost, then parks on the count), and tries again. The clock
     /// is read only once polling has failed.
-    fn wait_for(&self, timeout: Option<Duration>) -> Result<()> {
+    fn wait_for(&self, timeout: Option<Duration>, spin: Spin) -> Result<()> {
         let mut deadline = Deadline::after(timeout);
         loop {
             if self.take() {
                 return Ok(());
             }
-            let waited = wait_while(
-                &self.count,
-                &self.waiters,
-                0,
-                &mut deadline,
-                Spin::DEFAULT,
-                || Ok::<(), Infallible>(()),
-            );
+            let waited = wait_while(&self.count, &self.waiters, 0, &mut deadline, spin, || {
+                Ok::<(), Infallible>(())
+            });
             match waited {
                 Ok(()) => {}
                 Err(WaitError::TimedOut(waited)) => {
@@ -154,11 +149,15 @@ impl Semaphore for ShmSemaphore {
     }
 
     fn wait_timeout(&self, timeout: Duration) -> Result<()> {
-        self.wait_for(Some(timeout))
+        self.wait_for(Some(timeout), Spin::DEFAULT)
+    }
+
+    fn wait_timeout_spin(&self, timeout: Duration, spin: Spin) -> Result<()> {
+        self.wait_for(Some(timeout), spin)
     }
 
     fn wait(&self) -> Result<()> {
-        self.wait_for(None)
+        self.wait_for(None, Spin::DEFAULT)
     }
 
     fn value(&self) -> Result<u32> {

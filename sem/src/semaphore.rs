@@ -2,6 +2,8 @@
 
 use std::time::Duration;
 
+use nodeipc_shm::wait::Spin;
+
 use crate::Result;
 
 /// A counting semaphore shared between processes.
@@ -27,6 +29,19 @@ pub trait Semaphore {
     /// # Errors
     /// [`Error::Timeout`](crate::Error::Timeout) when the time runs out.
     fn wait_timeout(&self, timeout: Duration) -> Result<()>;
+
+    /// As [`wait_timeout`](Semaphore::wait_timeout), polling and yielding
+    /// as `spin` says before the wait sleeps: [`Spin::OVERSUBSCRIBED`]
+    /// when the waiter shares its core with the thread or process that
+    /// will post. A semaphore that has no polling phase of its own (a glibc
+    /// named one) ignores `spin`.
+    ///
+    /// # Errors
+    /// As [`wait_timeout`](Semaphore::wait_timeout).
+    fn wait_timeout_spin(&self, timeout: Duration, spin: Spin) -> Result<()> {
+        let _ = spin;
+        self.wait_timeout(timeout)
+    }
 
     /// Waits for a positive count and decrements it, with no time limit.
     /// Prefer [`wait_timeout`](Semaphore::wait_timeout) across processes: a

@@ -137,6 +137,7 @@ impl Shared {
             self.sem(direction, role, rank),
             budget,
             self.config.poll,
+            self.spin(),
             &self.config.name,
             what,
             || {

@@ -26,7 +26,7 @@ use std::collections::VecDeque;
 use std::marker::PhantomData;
 use std::os::fd::{BorrowedFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::thread::JoinHandle;
 
 use nodeipc_fdpass::{ForkGeneration, PeerWatch};
@@ -131,10 +131,14 @@ struct Shared {
     /// keeping the pidfd of the process it last saw in the worker's entry.
     workers: Vec<Mutex<PeerWatch>>,
     gatherer: Mutex<Gatherer>,
-    /// Wakes an idle response thread when a request is sent.
-    idle: (Mutex<()>, Condvar),
-    thread_idle: AtomicBool,
+    /// Where an idle response thread waits for a send or a stop.
+    idle: thread::Idle,
     stop: AtomicBool,
+    /// Set while the response thread runs with more busy threads (the
+    /// sender, the response thread, one per worker) than this process has
+    /// cores: the coordinator's waits then poll briefly and yield their
+    /// core, which the thread that will post may need.
+    crowded: AtomicBool,
     /// Set while a [`First`] gather has left answers of slower workers
     /// unconsumed: `send` must then drain them while it waits, or a slow
     /// worker blocked on its full slot could never free a request frame.
@@ -236,9 +240,9 @@ impl<Req: Payload, Resp: Payload> Coordinator<Req, Resp> {
                 sems,
                 workers,
                 gatherer: Mutex::new(gatherer),
-                idle: (Mutex::new(()), Condvar::new()),
-                thread_idle: AtomicBool::new(false),
+                idle: thread::Idle::default(),
                 stop: AtomicBool::new(false),
+                crowded: AtomicBool::new(false),
                 stale: AtomicBool::new(false),
                 sending: AtomicBool::new(false),
                 gathering: AtomicBool::new(false),

@@ -112,7 +112,7 @@ impl Coordinator<Raw, Raw> {
             modes.reserve(self.shared.config.depth as usize + 2);
         }
         self.shared.recording.store(true, Ordering::SeqCst);
-        self.shared.stop.store(false, Ordering::SeqCst);
+        self.shared.thread_starts();
         let shared = Arc::clone(&self.shared);
         let fallback = self.response_mode();
         let spawned = thread::Builder::new()

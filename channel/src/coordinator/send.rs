@@ -234,10 +234,7 @@ impl Shared {
                     source,
                 })?;
         }
-        if self.thread_idle.load(Ordering::SeqCst) {
-            let _guard = self.idle.0.lock().unwrap_or_else(|e| e.into_inner());
-            self.idle.1.notify_all();
-        }
+        self.idle.changed();
         Ok(index)
     }
 

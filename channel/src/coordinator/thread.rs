@@ -3,8 +3,10 @@
 //! tells the workers the channel is closed.
 
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::thread;
+
+use nodeipc_shm::wait::{Deadline, Spin, wait_while, wake_if_parked};
 
 use super::gather::Slot;
 use super::liveness::Waiter;
@@ -87,7 +89,7 @@ where
             ));
         };
         let handler = self.handler_mut().take().expect("checked above");
-        self.shared.stop.store(false, Ordering::SeqCst);
+        self.shared.thread_starts();
         let shared = Arc::clone(&self.shared);
         let check = self.check;
         let spawned = thread::Builder::new()
@@ -130,6 +132,7 @@ impl<Req: Payload, Resp: Payload> Coordinator<Req, Resp> {
         self.shared.stop.store(true, Ordering::SeqCst);
         self.shared.wake_idle();
         let joined = thread.handle.join();
+        self.shared.crowded.store(false, Ordering::SeqCst);
         self.shared.recording.store(false, Ordering::SeqCst);
         self.shared.lock_modes().clear();
         match joined {
@@ -286,37 +289,88 @@ pub(super) fn breaks_gather(error: &Error) -> bool {
 }
 
 impl Shared {
+    /// Before the response thread starts: no stop asked, and whether the
+    /// busy threads outnumber the cores (as the barrier judges its ranks).
+    pub(super) fn thread_starts(&self) {
+        self.stop.store(false, Ordering::SeqCst);
+        let cores = thread::available_parallelism().map_or(1, |n| n.get());
+        let busy = 2 + self.config.workers as usize;
+        self.crowded.store(busy > cores, Ordering::SeqCst);
+    }
+
+    /// How the coordinator's waits poll and yield before they sleep.
+    pub(super) fn spin(&self) -> Spin {
+        if self.crowded.load(Ordering::Relaxed) {
+            Spin::OVERSUBSCRIBED
+        } else {
+            Spin::DEFAULT
+        }
+    }
+
     /// The next request whose answers the response thread gathers, once
     /// one is sent; `None` after an idle wait (look again, or stop).
     pub(super) fn next_sent(&self) -> Option<u64> {
+        // Looked at before `sent`: a send after that look changes the word,
+        // and the wait below returns at once.
+        let seen = self.idle.seen();
         let next = self.lock_gatherer().next;
         if next < self.sent.load(Ordering::SeqCst) {
             return Some(next);
         }
-        self.wait_idle(next);
+        if !self.stop.load(Ordering::SeqCst) {
+            self.idle.wait(seen, self.spin());
+        }
         None
     }
 
-    /// Sleeps until a request is sent after gather `next`, or a stop.
-    fn wait_idle(&self, next: u64) {
-        let guard = self.idle.0.lock().unwrap_or_else(|e| e.into_inner());
-        self.thread_idle.store(true, Ordering::SeqCst);
-        if self.sent.load(Ordering::SeqCst) <= next && !self.stop.load(Ordering::SeqCst) {
-            let _ = self.idle.1.wait_timeout(guard, wait::SLICE);
-        }
-        self.thread_idle.store(false, Ordering::SeqCst);
-    }
-
-    /// One wait slice, cut short by a stop.
+    /// One wait slice, cut short by a stop (or a send).
     pub(super) fn pause_after_error(&self) {
-        let guard = self.idle.0.lock().unwrap_or_else(|e| e.into_inner());
+        let seen = self.idle.seen();
         if !self.stop.load(Ordering::SeqCst) {
-            let _ = self.idle.1.wait_timeout(guard, wait::SLICE);
+            self.idle.wait(seen, self.spin());
         }
     }
 
+    /// Wakes the response thread to see a stop.
     pub(super) fn wake_idle(&self) {
-        let _guard = self.idle.0.lock().unwrap_or_else(|e| e.into_inner());
-        self.idle.1.notify_all();
+        self.idle.changed();
+    }
+}
+
+/// Where an idle response thread waits: a word every send and every stop
+/// changes, waited on as a semaphore is (polls, then yields, then the
+/// futex). A send pays a locked add and a load while the thread is awake,
+/// a wake-up only while it sleeps; the thread, between two sends a few
+/// microseconds apart, finds the change without sleeping. (A condition
+/// variable had it sleep each time it caught up with the sender, and the
+/// sender pay a system call to wake it.)
+#[derive(Debug, Default)]
+pub(super) struct Idle {
+    changes: AtomicU32,
+    parked: AtomicU32,
+}
+
+impl Idle {
+    fn seen(&self) -> u32 {
+        self.changes.load(Ordering::SeqCst)
+    }
+
+    /// After a send or a stop: the word changes, a sleeper wakes.
+    pub(super) fn changed(&self) {
+        self.changes.fetch_add(1, Ordering::SeqCst);
+        let _ = wake_if_parked(&self.changes, &self.parked, u32::MAX);
+    }
+
+    /// Until the word is no longer `seen`, a slice at most.
+    fn wait(&self, seen: u32, spin: Spin) {
+        let mut deadline = Deadline::after(Some(wait::SLICE));
+        let _ = wait_while(
+            &self.changes,
+            &self.parked,
+            seen,
+            &mut deadline,
+            spin,
+            || Ok::<(), std::convert::Infallible>(()),
+        );
     }
 }

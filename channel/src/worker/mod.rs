@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 
 use nodeipc_fdpass::{ForkGeneration, Pidfd, open_if_alive, process_start_time};
 use nodeipc_proto::execute::{ExecuteRequest, ExecuteResponse};
+use nodeipc_sem::Spin;
 use nodeipc_shm::{OpenOptions, Region};
 use prost::bytes::BytesMut;
 
@@ -257,6 +258,7 @@ impl<Req, Resp> Worker<Req, Resp> {
             self.sem(direction, role),
             budget,
             self.config.poll,
+            Spin::DEFAULT,
             &self.config.name,
             || what.to_owned(),
             || self.check_coordinator(direction),
