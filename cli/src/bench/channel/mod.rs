@@ -145,6 +145,10 @@ impl ChannelSession {
             std::process::id(),
             crate::bench::nonce()
         );
+        // This process on core 0 before anything starts: a response
+        // thread started below inherits it, so the coordinator's threads
+        // share core 0 and the worker has core 1, as the process pins say.
+        let pinned = if pin { Some(Pinned::to(0)?) } else { None };
         let mut peers = Peers::default();
         let side = match which {
             ChannelImpl::CppResponseThread | ChannelImpl::CppLockstep => {
@@ -289,7 +293,6 @@ impl ChannelSession {
                 Side::Socket(sockets)
             }
         };
-        let pinned = if pin { Some(Pinned::to(0)?) } else { None };
         Ok(ChannelSession {
             which,
             workers,

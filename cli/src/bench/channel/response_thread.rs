@@ -25,6 +25,11 @@ struct Heard {
     /// Per request from `first` on, `CLOCK_MONOTONIC` nanoseconds when the
     /// handler heard its answers (0 until then); empty when not recording.
     answered_ns: Vec<u64>,
+    /// The count the sending thread waits for (0: nobody waits). The
+    /// handler wakes it only then: std's `notify_all` is a futex system
+    /// call even with nobody waiting, which would charge one to every
+    /// request of the row.
+    awaited: u64,
 }
 
 impl Progress {
@@ -44,7 +49,11 @@ impl Progress {
         {
             *at = now;
         }
-        self.changed.notify_all();
+        let wake = heard.awaited != 0 && (heard.answered >= heard.awaited || heard.wrong.is_some());
+        drop(heard);
+        if wake {
+            self.changed.notify_all();
+        }
     }
 
     /// From now on, stamps when the `n` requests from id `first` on are
@@ -69,11 +78,13 @@ impl Progress {
     /// Waits (within the channel's timeout) until `target` requests were
     /// answered.
     pub(super) fn wait_for(&self, target: u64) -> io::Result<()> {
-        let heard = self.lock();
-        let (heard, _) = self
+        let mut heard = self.lock();
+        heard.awaited = target;
+        let (mut heard, _) = self
             .changed
             .wait_timeout_while(heard, TIMEOUT, |h| h.answered < target && h.wrong.is_none())
             .unwrap_or_else(|e| e.into_inner());
+        heard.awaited = 0;
         if let Some(wrong) = &heard.wrong {
             return Err(io::Error::other(wrong.clone()));
         }
