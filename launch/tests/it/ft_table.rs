@@ -29,7 +29,7 @@ fn expected() -> String {
 
 #[test]
 fn the_readme_table_is_the_launchers_table() {
-    let readme = include_str!("../README.md");
+    let readme = include_str!("../../README.md");
     let start = readme.find(BEGIN).expect("README has the ft-table markers") + BEGIN.len();
     let end = readme
         .find(END)
