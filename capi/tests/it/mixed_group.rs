@@ -3,7 +3,7 @@
 //! all_gather, exchange_fds, broadcast_fd and a barrier of the first two
 //! ranks, every rank checking what it got from the others.
 
-mod common;
+use crate::common;
 
 use std::io::Write;
 use std::os::fd::{AsFd, OwnedFd};

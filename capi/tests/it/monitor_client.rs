@@ -4,7 +4,7 @@
 //! closes sections, reads its status, then goes silent, and the monitor
 //! kills it when the heartbeat timeout runs out.
 
-mod common;
+use crate::common;
 
 use std::io::{BufRead, BufReader};
 use std::os::unix::process::ExitStatusExt;

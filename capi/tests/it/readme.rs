@@ -5,7 +5,7 @@
 //! and with pkg-config, in `tests/install.rs`); its list of functions names
 //! every function `include/nodeipc.h` declares.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeSet;
 use std::process::{Command, Stdio};

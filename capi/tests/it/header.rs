@@ -1,10 +1,10 @@
 //! The checked-in `include/nodeipc.h` is what cbindgen makes of the sources
 //! now: a C program never compiles against a stale header.
-//! `NODEIPC_BLESS=1 cargo test -p nodeipc-capi --test header` rewrites it.
+//! `NODEIPC_BLESS=1 cargo test -p nodeipc-capi --test it header::` rewrites it.
 //! And every header under `include/` compiles alone, as the first include
 //! of a translation unit (twice: its guard holds).
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -31,7 +31,7 @@ fn checked_in_header_matches_a_fresh_generation() {
     assert!(
         checked_in == fresh,
         "capi/include/nodeipc.h is stale: regenerate it with \
-         NODEIPC_BLESS=1 cargo test -p nodeipc-capi --test header"
+         NODEIPC_BLESS=1 cargo test -p nodeipc-capi --test it header::"
     );
 }
 

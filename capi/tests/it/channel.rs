@@ -3,7 +3,7 @@
 //! C++ execute worker decoding our execute.proto with the C++ protobuf
 //! runtime beside a Rust worker.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};

@@ -5,7 +5,7 @@
 //! Coordinator's recv_aggregated keeping what its callable picks, and
 //! rethrowing what it throws.
 
-mod common;
+use crate::common;
 
 use std::process::{Command, Stdio};
 use std::time::Duration;

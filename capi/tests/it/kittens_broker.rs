@@ -3,7 +3,7 @@
 //! the original's API and semantics, and a dead rank gives the others an
 //! exception instead of a hang.
 
-mod common;
+use crate::common;
 
 use std::process::{Command, Stdio};
 use std::time::Duration;

@@ -3,7 +3,7 @@
 //! panic, no backtrace), and the parent's objects live on — with another
 //! parent thread in a gather (holding the coordinator's lock) at the fork.
 
-mod common;
+use crate::common;
 
 use std::process::{Command, Stdio};
 use std::time::Duration;

@@ -4,7 +4,7 @@
 //! it is, and all-gathers. (Python, Rust and C++ ranks in one launched
 //! group: `python/tests/test_launched.py`.)
 
-mod common;
+use crate::common;
 
 use std::process::{Command, Stdio};
 use std::time::Duration;

@@ -3,7 +3,7 @@
 //! oversized lengths, unknown handles, handles of another type) come back
 //! as codes with a message, never a crash.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

@@ -11,7 +11,7 @@
 //! libnodeipc at run time, the shared ones find `libnodeipc.so.X` by
 //! themselves.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
