@@ -3,7 +3,7 @@
 //! on a panic), so it runs in a binary of its own; where that file is not
 //! writable (not root, a read-only `/proc/sys`) or the kernel cannot find
 //! the memory, it skips saying so. The fallback to normal pages, where
-//! none are reserved, is tested in `queue/tests/local.rs` and
+//! none are reserved, is tested in `queue/tests/it/local.rs` and
 //! `pool/tests/local.rs`.
 
 use std::os::fd::AsFd;

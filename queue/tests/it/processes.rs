@@ -72,7 +72,8 @@ fn child_main() {
 }
 
 fn child(action: &str, name: &str, from: u64, count: u64) -> ChildGuard {
-    let mut command = this_test_in_a_child("child_main");
+    let mut command =
+        this_test_in_a_child(&nodeipc_testkit::test_path(module_path!(), "child_main"));
     command.env(CHILD, format!("{action} {name} {from} {count}"));
     spawn_child(&mut command)
 }

@@ -176,7 +176,8 @@ fn child_main() {
 }
 
 fn spawn(role: &str, name: &str, ledger: &str, n: u32) -> ChildGuard {
-    let mut command = this_test_in_a_child("child_main");
+    let mut command =
+        this_test_in_a_child(&nodeipc_testkit::test_path(module_path!(), "child_main"));
     command.env(CHILD, format!("{role} {name} {ledger} {n}"));
     let mut child = spawn_child(&mut command);
     let stdout = child.child().stdout.take().expect("piped stdout");

@@ -91,7 +91,8 @@ fn child_main() {
 }
 
 fn spawn(role: &str, ping: &str, pong: &str) -> ChildGuard {
-    let mut command = this_test_in_a_child("child_main");
+    let mut command =
+        this_test_in_a_child(&nodeipc_testkit::test_path(module_path!(), "child_main"));
     command.env(CHILD, format!("{role} {ping} {pong}"));
     spawn_child(&mut command)
 }
