@@ -41,7 +41,12 @@ fn regression_a_thread_with_its_own_cwd_and_table_is_seen() {
     let dir = TempDir::new("thread-cwd");
     let mut user = spawn_child(
         Command::new(std::env::current_exe().unwrap())
-            .args(["--exact", TEST, "--nocapture", "--test-threads=1"])
+            .args([
+                "--exact",
+                &nodeipc_testkit::test_path(module_path!(), TEST),
+                "--nocapture",
+                "--test-threads=1",
+            ])
             .env(CHILD, dir.path())
             .stdin(Stdio::piped())
             .stdout(Stdio::piped()),

@@ -35,7 +35,10 @@ fn regression_a_full_dev_shm_is_no_space_at_creation_not_a_sigbus() {
     command
         .args([
             "--exact",
-            "regression_a_full_dev_shm_is_no_space_at_creation_not_a_sigbus",
+            &nodeipc_testkit::test_path(
+                module_path!(),
+                "regression_a_full_dev_shm_is_no_space_at_creation_not_a_sigbus",
+            ),
             "--nocapture",
             "--test-threads=1",
         ])

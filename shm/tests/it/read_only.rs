@@ -91,9 +91,14 @@ fn a_stray_store_into_a_read_only_mapping_faults_and_changes_nothing() {
     let name = unique_name("ro-fault");
     let owner = Region::create(&name, 4096).unwrap();
     owner.write_at(0, b"intact").unwrap();
-    let out =
-        spawn_child(nodeipc_testkit::this_test_in_a_child(FAULT_TEST).env(FAULT_CHILD, &name))
-            .output_timeout(Duration::from_secs(30));
+    let out = spawn_child(
+        nodeipc_testkit::this_test_in_a_child(&nodeipc_testkit::test_path(
+            module_path!(),
+            FAULT_TEST,
+        ))
+        .env(FAULT_CHILD, &name),
+    )
+    .output_timeout(Duration::from_secs(30));
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
         stdout.contains("child: mapped"),

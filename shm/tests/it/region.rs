@@ -526,7 +526,12 @@ fn regression_create_gets_mode_0600_from_the_open_itself() {
     let name = unique_name("nochmod");
     let out = nodeipc_testkit::spawn_child(
         std::process::Command::new(std::env::current_exe().unwrap())
-            .args(["--exact", TEST, "--nocapture", "--test-threads=1"])
+            .args([
+                "--exact",
+                &nodeipc_testkit::test_path(module_path!(), TEST),
+                "--nocapture",
+                "--test-threads=1",
+            ])
             .env(CREATE_WITHOUT_CHMOD, &name)
             .stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::piped()),

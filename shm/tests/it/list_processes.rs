@@ -70,7 +70,12 @@ fn child(role: &str, name: &str) {
 fn spawn_user(test: &str, role: &str, name: &str) -> (ChildGuard, BufReader<ChildStdout>) {
     let mut child = spawn_child(
         Command::new(std::env::current_exe().unwrap())
-            .args(["--exact", test, "--nocapture", "--test-threads=1"])
+            .args([
+                "--exact",
+                &nodeipc_testkit::test_path(module_path!(), test),
+                "--nocapture",
+                "--test-threads=1",
+            ])
             .env(CHILD, format!("{role} {name}"))
             .stdin(Stdio::piped())
             .stdout(Stdio::piped()),
