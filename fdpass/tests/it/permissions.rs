@@ -35,7 +35,12 @@ fn unhex(text: &str) -> Vec<u8> {
 fn this_test(test: &str, env: &str, value: &str) -> Command {
     let mut command = Command::new(std::env::current_exe().unwrap());
     command
-        .args(["--exact", test, "--nocapture", "--test-threads=1"])
+        .args([
+            "--exact",
+            &nodeipc_testkit::test_path(module_path!(), test),
+            "--nocapture",
+            "--test-threads=1",
+        ])
         .env(env, value);
     command
 }

@@ -241,7 +241,10 @@ fn pidfd_failures_name_the_process_and_the_descriptor() {
         Command::new(std::env::current_exe().unwrap())
             .args([
                 "--exact",
-                "pidfd_failures_name_the_process_and_the_descriptor",
+                &nodeipc_testkit::test_path(
+                    module_path!(),
+                    "pidfd_failures_name_the_process_and_the_descriptor",
+                ),
                 "--nocapture",
                 "--test-threads=1",
             ])

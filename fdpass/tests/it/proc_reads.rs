@@ -72,9 +72,10 @@ fn regression_a_failed_proc_read_is_an_error_not_a_death() {
     let mut live = spawn_child(Command::new("sleep").arg("30"));
     let target = live.id();
     let out = spawn_child(
-        nodeipc_testkit::this_test_in_a_child(
+        nodeipc_testkit::this_test_in_a_child(&nodeipc_testkit::test_path(
+            module_path!(),
             "regression_a_failed_proc_read_is_an_error_not_a_death",
-        )
+        ))
         .env(CHILD, target.to_string()),
     )
     .output_timeout(Duration::from_secs(30));

@@ -106,9 +106,10 @@ fn regression_the_socket_is_0600_from_its_bind_under_umask_000() {
     let _dog = nodeipc_testkit::Watchdog::new("listener umask", std::time::Duration::from_secs(60));
     let dir = private_dir("listener-umask");
     let out = nodeipc_testkit::spawn_child(
-        nodeipc_testkit::this_test_in_a_child(
+        nodeipc_testkit::this_test_in_a_child(&nodeipc_testkit::test_path(
+            module_path!(),
             "regression_the_socket_is_0600_from_its_bind_under_umask_000",
-        )
+        ))
         .env(UMASK_CHILD, dir.path()),
     )
     .output_timeout(std::time::Duration::from_secs(30));
@@ -140,7 +141,10 @@ fn peer_pidfd_is_the_process_that_connected() {
     let dir = private_dir("peer-pidfd");
     let path = dir.join("sock");
     let listener = Listener::bind(&path).unwrap();
-    let mut child = spawn_child(this_test_in_a_child(TEST).env(CONNECTING_CHILD, &path));
+    let mut child = spawn_child(
+        this_test_in_a_child(&nodeipc_testkit::test_path(module_path!(), TEST))
+            .env(CONNECTING_CHILD, &path),
+    );
     let deadline = Instant::now() + Duration::from_secs(30);
     let (stream, peer) = loop {
         if let Some(accepted) = listener.accept().unwrap() {
