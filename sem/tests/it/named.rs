@@ -118,7 +118,10 @@ fn another_users_semaphore_is_refused_naming_owner_and_mode() {
         Command::new(std::env::current_exe().unwrap())
             .args([
                 "--exact",
-                "another_users_semaphore_is_refused_naming_owner_and_mode",
+                &nodeipc_testkit::test_path(
+                    module_path!(),
+                    "another_users_semaphore_is_refused_naming_owner_and_mode",
+                ),
                 "--nocapture",
                 "--test-threads=1",
             ])
@@ -308,7 +311,11 @@ fn create_needs_no_privilege() {
     }
     let out = spawn_child(
         Command::new(std::env::current_exe().unwrap())
-            .args(["--exact", "create_needs_no_privilege", "--test-threads=1"])
+            .args([
+                "--exact",
+                &nodeipc_testkit::test_path(module_path!(), "create_needs_no_privilege"),
+                "--test-threads=1",
+            ])
             .env(CREATE_AS_NOBODY, &name)
             .uid(NOBODY.0)
             .gid(NOBODY.1)

@@ -147,7 +147,10 @@ fn an_interrupted_wait_keeps_its_deadline() {
         Command::new(std::env::current_exe().unwrap())
             .args([
                 "--exact",
-                "an_interrupted_wait_keeps_its_deadline",
+                &nodeipc_testkit::test_path(
+                    module_path!(),
+                    "an_interrupted_wait_keeps_its_deadline",
+                ),
                 "--nocapture",
                 "--test-threads=1",
             ])
