@@ -48,8 +48,11 @@ fn regression_a_rank_out_of_descriptors_reports_that_not_a_dead_peer() {
     }
     let _dog = Watchdog::new(TEST, Duration::from_secs(60));
     let name = unique_name("emfile-join");
-    let out = spawn_child(nodeipc_testkit::this_test_in_a_child(TEST).env(CHILD, &name))
-        .output_timeout(Duration::from_secs(30));
+    let out = spawn_child(
+        nodeipc_testkit::this_test_in_a_child(&nodeipc_testkit::test_path(module_path!(), TEST))
+            .env(CHILD, &name),
+    )
+    .output_timeout(Duration::from_secs(30));
     let stdout = String::from_utf8_lossy(&out.stdout);
     let context = format!("{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
     assert!(out.status.success(), "the child failed: {context}");

@@ -31,8 +31,11 @@ fn regression_the_socket_directory_is_0700_from_its_mkdir_under_umask_000() {
     }
     let _dog = Watchdog::new(TEST, Duration::from_secs(60));
     let name = unique_name("bar-nochmod");
-    let out = spawn_child(nodeipc_testkit::this_test_in_a_child(TEST).env(CHILD, &name))
-        .output_timeout(Duration::from_secs(30));
+    let out = spawn_child(
+        nodeipc_testkit::this_test_in_a_child(&nodeipc_testkit::test_path(module_path!(), TEST))
+            .env(CHILD, &name),
+    )
+    .output_timeout(Duration::from_secs(30));
     let context = format!(
         "{}\n{}",
         String::from_utf8_lossy(&out.stdout),
