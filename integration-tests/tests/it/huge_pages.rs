@@ -4,7 +4,7 @@
 //! writable (not root, a read-only `/proc/sys`) or the kernel cannot find
 //! the memory, it skips saying so. The fallback to normal pages, where
 //! none are reserved, is tested in `queue/tests/it/local.rs` and
-//! `pool/tests/local.rs`.
+//! `pool/tests/it/local.rs`.
 
 use std::os::fd::AsFd;
 use std::time::Duration;

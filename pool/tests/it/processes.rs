@@ -96,7 +96,8 @@ fn child_main() {
 }
 
 fn child(spec: String) -> ChildGuard {
-    let mut command = this_test_in_a_child("child_main");
+    let mut command =
+        this_test_in_a_child(&nodeipc_testkit::test_path(module_path!(), "child_main"));
     command.env(CHILD, spec);
     spawn_child(&mut command)
 }
@@ -325,7 +326,12 @@ fn regression_a_freer_killed_mid_batch_leaves_no_block_stranded() {
             Command::new("nice")
                 .args(["-n", "19"])
                 .arg(std::env::current_exe().unwrap())
-                .args(["--exact", "child_main", "--nocapture", "--test-threads=1"])
+                .args([
+                    "--exact",
+                    &nodeipc_testkit::test_path(module_path!(), "child_main"),
+                    "--nocapture",
+                    "--test-threads=1",
+                ])
                 .env(
                     CHILD,
                     format!("free-batch {name} {data_at} {}", blocks.len()),

@@ -152,7 +152,8 @@ fn start_child(pool_name: &str, tag: &str) -> Child {
     let (requests, replies) = (unique_name(tag), unique_name(tag));
     let req = Queue::<Msg>::create(&requests, 256, SCHEMA).unwrap();
     let rep = Queue::<Msg>::create(&replies, 256, SCHEMA).unwrap();
-    let mut command = this_test_in_a_child("child_main");
+    let mut command =
+        this_test_in_a_child(&nodeipc_testkit::test_path(module_path!(), "child_main"));
     command.env(CHILD, format!("{pool_name} {requests} {replies}"));
     let mut guard = spawn_child(&mut command);
     wait_until_ready(&mut guard);
