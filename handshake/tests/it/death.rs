@@ -58,9 +58,10 @@ fn a_client_killed_with_sigkill_is_seen_gone_by_the_server_within_a_second() {
         },
     )
     .unwrap();
-    let mut command = this_test_in_a_child(
+    let mut command = this_test_in_a_child(&nodeipc_testkit::test_path(
+        module_path!(),
         "a_client_killed_with_sigkill_is_seen_gone_by_the_server_within_a_second",
-    );
+    ));
     command.env(CLIENT, server.path());
     let mut child = spawn_child(&mut command);
     wait_for_line(&mut child, "LOGGED-ON 1");
@@ -96,9 +97,10 @@ fn a_server_killed_with_sigkill_is_seen_gone_by_the_client_within_a_second() {
     let _dog = Watchdog::new("server killed", Duration::from_secs(60));
     let dir = TempDir::new("hs-kill-server");
     let path = dir.join("logon.sock");
-    let mut command = this_test_in_a_child(
+    let mut command = this_test_in_a_child(&nodeipc_testkit::test_path(
+        module_path!(),
         "a_server_killed_with_sigkill_is_seen_gone_by_the_client_within_a_second",
-    );
+    ));
     command.env(SERVER, &path);
     let mut child = spawn_child(&mut command);
     wait_for_line(&mut child, "SERVING");

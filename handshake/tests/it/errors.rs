@@ -365,9 +365,10 @@ fn a_client_of_another_uid_is_refused_and_refuses_the_server() {
     // still refuses its uid, and it refuses a server of another uid.
     std::fs::set_permissions(dir.path(), PermissionsExt::from_mode(0o711)).unwrap();
     std::fs::set_permissions(server.path(), PermissionsExt::from_mode(0o777)).unwrap();
-    let mut child = nodeipc_testkit::this_test_in_a_child(
+    let mut child = nodeipc_testkit::this_test_in_a_child(&nodeipc_testkit::test_path(
+        module_path!(),
         "a_client_of_another_uid_is_refused_and_refuses_the_server",
-    );
+    ));
     std::os::unix::process::CommandExt::uid(&mut child, nodeipc_testkit::NOBODY.0);
     std::os::unix::process::CommandExt::gid(&mut child, nodeipc_testkit::NOBODY.1);
     child.env(UID_CHILD, server.path());
