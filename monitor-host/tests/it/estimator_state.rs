@@ -183,7 +183,7 @@ fn more_sections_than_a_state_may_hold_keep_the_most_seen() {
 
 /// What builds since the binary form write (version 2): the observations of
 /// `V1_JSON`, as bytes.
-const V2_BYTES: &[u8] = include_bytes!("fixtures/estimator_state_v2.bin");
+const V2_BYTES: &[u8] = include_bytes!("../fixtures/estimator_state_v2.bin");
 
 #[test]
 fn the_binary_form_of_earlier_builds_is_read_and_written_again_unchanged() {

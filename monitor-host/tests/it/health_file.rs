@@ -18,7 +18,7 @@ const README_HEALTH: &str = r#"{
 
 #[test]
 fn the_readme_health_example_parses_and_is_in_the_readme() {
-    let readme = include_str!("../README.md");
+    let readme = include_str!("../../README.md");
     assert!(readme.contains(README_HEALTH), "README example drifted");
     let c = HostConfig::from_json(README_HEALTH).unwrap();
     let nic = c.health.nic.as_ref().unwrap();

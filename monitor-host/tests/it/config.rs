@@ -27,7 +27,7 @@ const README_EXAMPLE: &str = r#"{
 
 #[test]
 fn the_readme_example_parses_and_is_in_the_readme() {
-    let readme = include_str!("../README.md");
+    let readme = include_str!("../../README.md");
     assert!(readme.contains(README_EXAMPLE), "README example drifted");
     let c = MonitorConfig::from_json(README_EXAMPLE).unwrap();
     assert_eq!(c.timeouts.initial_heartbeat, Some(Duration::from_secs(120)));
