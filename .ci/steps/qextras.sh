@@ -2,7 +2,7 @@
 # The queue's and the pool's extras. Their fuzz drivers run as proptest
 # properties in `cargo test --workspace` (integration-tests/tests/it/queue_fuzz.rs
 # and pool_fuzz.rs), their multi-process stress test too
-# (pool/tests/stress.rs: 3 s, or 3 min under NODEIPC_CI_LONG=1), and their
+# (pool/tests/it/stress.rs: 3 s, or 3 min under NODEIPC_CI_LONG=1), and their
 # criterion benches compile with the others. What is left is the long run:
 # under NODEIPC_CI_LONG=1 this installs what the long fuzzing step of
 # .ci/run needs and a fresh machine lacks (a nightly toolchain, cargo-fuzz),

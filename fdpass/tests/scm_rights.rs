@@ -1,3 +1,7 @@
+//! A binary of its own, not a module of `tests/it/`: its tests count this
+//! process's descriptors (`fd_count`) before and after, which tests running
+//! beside it in one binary would change.
+//!
 //! SCM_RIGHTS round trips on every socket type, and the failure modes that
 //! must close what arrived: truncated control data, too many descriptors,
 //! credentials instead of rights, truncated payloads, early close.

@@ -4,6 +4,7 @@
 //! of its own (not counted), and too few nodes end with a clear error.
 
 mod etcd_kit;
+mod fuse;
 
 use std::time::Duration;
 

@@ -2,13 +2,14 @@
 //! loopback.
 
 mod etcd_kit;
+mod fuse;
 
 use std::time::Duration;
 
 use etcd_kit::etcd::Etcd;
-use etcd_kit::fuse::{self, StuckMount};
 use etcd_kit::proxy::Proxy;
 use etcd_kit::{Launcher, Spec, job_id, records, rounds_of, wait_until};
+use fuse::StuckMount;
 use nodeipc_testkit::{TempDir, Watchdog};
 
 fn main() {

@@ -4,6 +4,7 @@
 //! round; refusals at joining.
 
 mod etcd_kit;
+mod fuse;
 
 use std::time::Duration;
 

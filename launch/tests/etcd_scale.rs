@@ -8,6 +8,7 @@
 //! (`NODEIPC_SCALE=16,32` for other sizes).
 
 mod etcd_kit;
+mod fuse;
 
 use std::time::Duration;
 

@@ -4,6 +4,7 @@
 //! job through it, and launchers without what it asks are refused.
 
 mod etcd_kit;
+mod fuse;
 
 use std::time::Duration;
 

@@ -1,6 +1,7 @@
 //! A launch of several rounds leaves the process as it found it: no
-//! descriptor, no thread, no child, no file. Alone in its binary, so that
-//! no other test opens descriptors or starts threads meanwhile.
+//! descriptor, no thread, no child, no file. A binary of its own, not a
+//! module of `tests/it/`: it counts this process's descriptors and threads,
+//! so no other test may open descriptors or start threads meanwhile.
 
 use std::ffi::OsString;
 use std::time::Duration;

@@ -1,9 +1,11 @@
+//! A binary of its own, not a module of `tests/it/`: it mounts a FUSE file
+//! system in this process (its server a thread here) and leaves a rank
+//! unkillable in the kernel until the mount goes.
+//!
 //! A rank that SIGKILL cannot end (hung in the kernel on a FUSE lookup its
 //! server never answers) does not hang the single-node launch: the launch
 //! gives up on it after its bound, exits, and says what it left behind.
 
-#[path = "etcd_kit/fuse.rs"]
-#[allow(dead_code, unreachable_pub)]
 mod fuse;
 
 use std::ffi::OsString;

@@ -2,7 +2,7 @@
 KittensBroker rank, a C rank, a Python rank and a Rust rank in one group,
 each joining by the NODEIPC_GROUP the launcher sets, taken as it is, and
 all-gathering "<language> rank <r> pid <pid>". (C and C++ ranks alone:
-capi/tests/launched.rs; Rust ranks alone: cli/tests/it/launch.rs.)"""
+capi/tests/it/launched.rs; Rust ranks alone: cli/tests/it/launch.rs.)"""
 
 from __future__ import annotations
 

@@ -58,12 +58,22 @@ impl<'a> Script<'a> {
         u32::from_le_bytes([self.byte(), self.byte(), self.byte(), self.byte()])
     }
 
-    /// Up to `max` bytes, as many as the next byte says.
-    fn bytes(&mut self, max: usize) -> &'a [u8] {
-        let want = (self.byte() as usize).min(max).min(self.data.len());
-        let (taken, rest) = self.data.split_at(want);
+    /// The next eight bytes, little-endian.
+    fn u64(&mut self) -> u64 {
+        u64::from_le_bytes(std::array::from_fn(|_| self.byte()))
+    }
+
+    /// The next `n` bytes, fewer where the script ends first.
+    fn take(&mut self, n: usize) -> &'a [u8] {
+        let (taken, rest) = self.data.split_at(n.min(self.data.len()));
         self.data = rest;
         taken
+    }
+
+    /// Up to `max` bytes, as many as the next byte says.
+    fn bytes(&mut self, max: usize) -> &'a [u8] {
+        let want = usize::from(self.byte()).min(max);
+        self.take(want)
     }
 
     /// Everything left.

@@ -13,41 +13,10 @@ use std::sync::Arc;
 use nodeipc_pool::{BlockRef, Error, Handle, Pool, PoolConfig};
 use nodeipc_shm::Region;
 
+use super::Script;
+
 /// 320 does not divide a slab: its tail is no block.
 const CLASSES: [u32; 4] = [256, 320, 4096, 65536];
-
-/// The input, read from the front; zeros once it runs out.
-struct Input<'a>(&'a [u8]);
-
-impl Input<'_> {
-    fn byte(&mut self) -> u8 {
-        match self.0.split_first() {
-            Some((b, rest)) => {
-                self.0 = rest;
-                *b
-            }
-            None => 0,
-        }
-    }
-
-    fn u16(&mut self) -> u16 {
-        u16::from_le_bytes([self.byte(), self.byte()])
-    }
-
-    fn u64(&mut self) -> u64 {
-        u64::from_le_bytes(std::array::from_fn(|_| self.byte()))
-    }
-
-    fn take(&mut self, n: usize) -> &[u8] {
-        let (head, rest) = self.0.split_at(n.min(self.0.len()));
-        self.0 = rest;
-        head
-    }
-
-    fn is_empty(&self) -> bool {
-        self.0.is_empty()
-    }
-}
 
 /// A block handed out: its reference, the bytes written at its start.
 struct Live {
@@ -76,7 +45,7 @@ fn get<'a>(
 /// Runs one input; returns how many results were checked against the
 /// model (none once the region is garbled).
 pub fn pool_region(data: &[u8]) -> usize {
-    let mut input = Input(data);
+    let mut input = Script::new(data);
     let flags = input.byte();
     // Bit 7: no writes into the live region between steps.
     let pokes = flags & 0x80 == 0;
@@ -93,8 +62,8 @@ pub fn pool_region(data: &[u8]) -> usize {
     let meta_end = 128 + 64 * handles as usize + 1088 * slabs as usize;
     let start = if flags & 1 == 1 { 0 } else { 128 };
     let fill = usize::from(input.u16()) % (meta_end - start + 1);
-    let bytes = input.take(fill).to_vec();
-    region.write_at(start, &bytes).expect("in bounds");
+    let bytes = input.take(fill);
+    region.write_at(start, bytes).expect("in bounds");
     let mut garbled = !bytes.is_empty();
     let mut owners: [Option<Handle>; 2] = [Handle::join(region.clone()).ok(), None];
     let second = Handle::join(region.clone());
@@ -272,7 +241,7 @@ pub fn pool_region(data: &[u8]) -> usize {
                 // Another process writes anywhere in the live metadata.
                 let at = 128 + usize::from(input.u16()) % (meta_end - 128);
                 let n = usize::from(input.byte() % 16);
-                let bytes = input.take(n).to_vec();
+                let bytes = input.take(n);
                 let end = (at + bytes.len()).min(meta_end);
                 region.write_at(at, &bytes[..end - at]).expect("in bounds");
                 garbled |= end > at;

@@ -14,6 +14,8 @@ use std::time::Duration;
 use nodeipc_queue::{Consumer, Producer, Queue};
 use nodeipc_shm::Region;
 
+use super::Script;
+
 const SCHEMA: u64 = 0x6675_7a7a; // "fuzz"
 /// 24 bytes: a stride of three words.
 type Msg = [u64; 3];
@@ -21,35 +23,6 @@ const TICK: Duration = Duration::from_micros(50);
 
 fn msg(seq: u64) -> Msg {
     [seq, !seq, seq.wrapping_mul(3)]
-}
-
-/// The input, read from the front; zeros once it runs out.
-struct Input<'a>(&'a [u8]);
-
-impl Input<'_> {
-    fn byte(&mut self) -> u8 {
-        match self.0.split_first() {
-            Some((b, rest)) => {
-                self.0 = rest;
-                *b
-            }
-            None => 0,
-        }
-    }
-
-    fn u16(&mut self) -> u16 {
-        u16::from_le_bytes([self.byte(), self.byte()])
-    }
-
-    fn take(&mut self, n: usize) -> &[u8] {
-        let (head, rest) = self.0.split_at(n.min(self.0.len()));
-        self.0 = rest;
-        head
-    }
-
-    fn is_empty(&self) -> bool {
-        self.0.is_empty()
-    }
 }
 
 /// What the queue must hold while nothing was garbled.
@@ -88,7 +61,7 @@ impl Model {
 /// Runs one input; returns how many results were checked against the
 /// model (none once the region is garbled).
 pub fn queue_region(data: &[u8]) -> usize {
-    let mut input = Input(data);
+    let mut input = Script::new(data);
     let flags = input.byte();
     // Bit 7: no writes into the live region between steps.
     let pokes = flags & 0x80 == 0;
@@ -100,8 +73,8 @@ pub fn queue_region(data: &[u8]) -> usize {
     // indices on (joins get past the configuration).
     let start = if flags & 1 == 1 { 0 } else { 128 };
     let fill = usize::from(input.u16()) % (len - start + 1);
-    let bytes = input.take(fill).to_vec();
-    region.write_at(start, &bytes).expect("in bounds");
+    let bytes = input.take(fill);
+    region.write_at(start, bytes).expect("in bounds");
     let mut model = Model {
         garbled: !bytes.is_empty(),
         expect: VecDeque::new(),
@@ -208,7 +181,7 @@ pub fn queue_region(data: &[u8]) -> usize {
             (8, _, _) if pokes => {
                 // Another process writes anywhere in the live region.
                 let at = usize::from(input.u16()) % len;
-                let bytes = input.take(k).to_vec();
+                let bytes = input.take(k);
                 let end = (at + bytes.len()).min(len);
                 region.write_at(at, &bytes[..end - at]).expect("in bounds");
                 model.garbled |= end > at;

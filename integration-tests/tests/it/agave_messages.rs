@@ -56,7 +56,7 @@ mod with_bool {
 
     // As Agave declared it at that commit: no `#[repr(C)]`, so its field
     // order is the compiler's to choose and a peer built otherwise could
-    // disagree. The derive refuses such a type (queue/tests/outside.rs
+    // disagree. The derive refuses such a type (queue/tests/it/outside.rs
     // shows its error); it is copied here unchanged and left out.
     pub struct TpuToPackMessage {
         pub transaction: SharableTransactionRegion,

@@ -3,8 +3,8 @@
 //! on a panic), so it runs in a binary of its own; where that file is not
 //! writable (not root, a read-only `/proc/sys`) or the kernel cannot find
 //! the memory, it skips saying so. The fallback to normal pages, where
-//! none are reserved, is tested in `queue/tests/local.rs` and
-//! `pool/tests/local.rs`.
+//! none are reserved, is tested in `queue/tests/it/local.rs` and
+//! `pool/tests/it/local.rs`.
 
 use std::os::fd::AsFd;
 use std::time::Duration;

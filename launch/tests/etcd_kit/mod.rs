@@ -3,11 +3,11 @@
 //! binary (each a process of its own whose main thread owns its signals),
 //! ranks that are this binary again, a TCP proxy the test can cut, and a
 //! small harness (these test files are `harness = false`: a launcher must
-//! run on a process's main thread).
+//! run on a process's main thread). The FUSE fixture is `tests/fuse/`, a
+//! module of each binary's root beside this one.
 #![allow(dead_code, unreachable_pub, missing_docs)]
 
 pub mod etcd;
-pub mod fuse;
 pub mod proxy;
 pub mod ranks;
 

@@ -169,7 +169,7 @@ pub fn run() -> ! {
                 #[allow(clippy::zombie_processes)]
                 let _child =
                     std::process::Command::new(std::env::current_exe().expect("test binary"))
-                        .env(STUCK_READ_ENV, format!("{dir}/{}", super::fuse::STUCK_NAME))
+                        .env(STUCK_READ_ENV, format!("{dir}/{}", crate::fuse::STUCK_NAME))
                         .spawn()
                         .expect("spawn the stuck child");
                 if last_fails {

@@ -1,0 +1,13 @@
+//! The queue's integration tests, one module per former test binary, linked
+//! once. Tests that run this binary again in a child (`child_main`) name it
+//! by `nodeipc_testkit::test_path`.
+
+mod hostile;
+mod local;
+mod message;
+mod mpmc;
+mod mpmc_round_trip;
+mod mpmc_stress;
+mod outside;
+mod processes;
+mod props;
