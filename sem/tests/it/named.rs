@@ -164,13 +164,41 @@ fn another_users_semaphore_is_refused_naming_owner_and_mode() {
     assert!(shm_leftovers(&name).is_empty());
 }
 
+const UMASK_CHILD: &str = "NODEIPC_SEM_TEST_UMASK_CHILD";
+
+/// In a child of its own: the umask is the process's, and another test of
+/// this binary creating a file (or forking a child, which inherits it)
+/// while it is 0277 would get a file its owner cannot write.
 #[test]
 fn create_is_exclusive_forces_0600_and_removes_its_name() {
-    let name = unique_name("sem-excl");
-    let old = rustix::process::umask(rustix::fs::Mode::from_raw_mode(0o277));
-    let sem = NamedSemaphore::create(&name, 1);
-    rustix::process::umask(old);
-    let sem = sem.unwrap();
+    const TEST: &str = "create_is_exclusive_forces_0600_and_removes_its_name";
+    let Ok(name) = std::env::var(UMASK_CHILD) else {
+        let _dog = nodeipc_testkit::Watchdog::new(TEST, Duration::from_secs(30));
+        let name = unique_name("sem-excl");
+        let out = nodeipc_testkit::spawn_child(
+            nodeipc_testkit::this_test_in_a_child(&nodeipc_testkit::test_path(
+                module_path!(),
+                TEST,
+            ))
+            .env(UMASK_CHILD, &name),
+        )
+        .output_timeout(Duration::from_secs(20));
+        let context = format!(
+            "{}\n{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(out.status.success(), "the child failed: {context}");
+        assert!(
+            context.contains("child: 0600 under umask 0277"),
+            "{context}"
+        );
+        assert!(shm_leftovers(&name).is_empty());
+        return;
+    };
+    println!();
+    rustix::process::umask(rustix::fs::Mode::from_raw_mode(0o277));
+    let sem = NamedSemaphore::create(&name, 1).unwrap();
     let mode = std::fs::metadata(sem_file(&name))
         .unwrap()
         .permissions()
@@ -183,6 +211,7 @@ fn create_is_exclusive_forces_0600_and_removes_its_name() {
     ));
     drop(sem);
     assert!(shm_leftovers(&name).is_empty());
+    println!("child: 0600 under umask 0277");
 }
 
 #[test]

@@ -203,13 +203,38 @@ fn regression_a_fifo_socket_or_directory_at_a_name_is_refused_at_once_naming_it(
     }
 }
 
+const UMASK_CHILD: &str = "NODEIPC_SHM_TEST_UMASK_CHILD";
+
+/// In a child of its own: the umask is the process's, and another test of
+/// this binary creating a file (or forking a child, which inherits it)
+/// while it is 077 would see it.
 #[test]
 fn create_is_exclusive_and_mode_0600_whatever_the_umask() {
-    let name = unique_name("excl");
-    let old = rustix::process::umask(rustix::fs::Mode::from_raw_mode(0o077));
-    let region = Region::create(&name, 4096);
-    rustix::process::umask(old);
-    let region = region.unwrap();
+    const TEST: &str = "create_is_exclusive_and_mode_0600_whatever_the_umask";
+    let Ok(name) = std::env::var(UMASK_CHILD) else {
+        let _dog = nodeipc_testkit::Watchdog::new(TEST, Duration::from_secs(30));
+        let name = unique_name("excl");
+        let out = nodeipc_testkit::spawn_child(
+            nodeipc_testkit::this_test_in_a_child(&nodeipc_testkit::test_path(
+                module_path!(),
+                TEST,
+            ))
+            .env(UMASK_CHILD, &name),
+        )
+        .output_timeout(Duration::from_secs(20));
+        let context = format!(
+            "{}\n{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(out.status.success(), "the child failed: {context}");
+        assert!(context.contains("child: 0600 under umask 077"), "{context}");
+        assert!(shm_leftovers(&name).is_empty());
+        return;
+    };
+    println!();
+    rustix::process::umask(rustix::fs::Mode::from_raw_mode(0o077));
+    let region = Region::create(&name, 4096).unwrap();
     let meta = std::fs::metadata(format!("/dev/shm{name}")).unwrap();
     assert_eq!(
         std::os::unix::fs::PermissionsExt::mode(&meta.permissions()) & 0o777,
@@ -224,6 +249,7 @@ fn create_is_exclusive_and_mode_0600_whatever_the_umask() {
         shm_leftovers(&name).is_empty(),
         "the creator did not remove the name"
     );
+    println!("child: 0600 under umask 077");
 }
 
 #[test]
