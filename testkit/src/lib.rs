@@ -579,3 +579,25 @@ pub fn this_test_in_a_child(test: &str) -> Command {
         .stderr(std::process::Stdio::piped());
     command
 }
+
+/// The parent's half of a test whose work runs in a child of its own:
+/// runs test `test` of module `module` (`module_path!()`) again alone
+/// ([`this_test_in_a_child`]) with the environment variable `child.0` set
+/// to `child.1` (how the child knows it is the child), and panics unless
+/// it exits successfully within `limit` having printed `marker` (so a
+/// child that never got to its work does not pass).
+pub fn passes_in_a_child(
+    module: &str,
+    test: &str,
+    child: (&str, &str),
+    marker: &str,
+    limit: Duration,
+) {
+    let out = spawn_child(this_test_in_a_child(&test_path(module, test)).env(child.0, child.1))
+        .output_success(limit);
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        said.contains(marker),
+        "the child never said {marker:?}: {said}"
+    );
+}

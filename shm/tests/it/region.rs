@@ -214,21 +214,13 @@ fn create_is_exclusive_and_mode_0600_whatever_the_umask() {
     let Ok(name) = std::env::var(UMASK_CHILD) else {
         let _dog = nodeipc_testkit::Watchdog::new(TEST, Duration::from_secs(30));
         let name = unique_name("excl");
-        let out = nodeipc_testkit::spawn_child(
-            nodeipc_testkit::this_test_in_a_child(&nodeipc_testkit::test_path(
-                module_path!(),
-                TEST,
-            ))
-            .env(UMASK_CHILD, &name),
-        )
-        .output_timeout(Duration::from_secs(20));
-        let context = format!(
-            "{}\n{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
+        nodeipc_testkit::passes_in_a_child(
+            module_path!(),
+            TEST,
+            (UMASK_CHILD, &name),
+            "child: 0600 under umask 077",
+            Duration::from_secs(20),
         );
-        assert!(out.status.success(), "the child failed: {context}");
-        assert!(context.contains("child: 0600 under umask 077"), "{context}");
         assert!(shm_leftovers(&name).is_empty());
         return;
     };
