@@ -19,18 +19,24 @@ fn request(sequence: u64) -> ExecuteRequest {
     }
 }
 
-fn full_ring(sems: SemKind, depth: u32) {
-    let name = unique_name("depth");
-    let channel = Channel::builder(&name)
+/// A channel of `depth` with one worker, both ends in this thread.
+fn one_worker(name: &str, sems: SemKind, depth: u32) -> (Coordinator, Worker) {
+    let channel = Channel::builder(name)
         .workers(1)
         .depth(depth)
         .sems(sems)
         .timeout(TIMEOUT);
     let coordinator = channel.create().unwrap();
-    let mut worker = channel.join(0).unwrap();
+    let worker = channel.join(0).unwrap();
     coordinator
         .wait_for_workers(Duration::from_secs(10))
         .unwrap();
+    (coordinator, worker)
+}
+
+fn full_ring(sems: SemKind, depth: u32) {
+    let name = unique_name("depth");
+    let (coordinator, mut worker) = one_worker(&name, sems, depth);
 
     // The worker receives nothing yet: exactly `depth` sends find a frame.
     for sequence in 0..u64::from(depth) {
@@ -150,16 +156,7 @@ fn a_worker_answers_depth_requests_ahead_of_the_gathers_then_waits() {
     for sems in [SemKind::InRegion, SemKind::Named] {
         let name = unique_name("answers");
         let depth = 3;
-        let channel = Channel::builder(&name)
-            .workers(1)
-            .depth(depth)
-            .sems(sems)
-            .timeout(TIMEOUT);
-        let coordinator = channel.create().unwrap();
-        let mut worker = channel.join(0).unwrap();
-        coordinator
-            .wait_for_workers(Duration::from_secs(10))
-            .unwrap();
+        let (coordinator, mut worker) = one_worker(&name, sems, depth);
         for sequence in 0..u64::from(depth) {
             coordinator.send(&request(sequence)).unwrap();
             let received = worker.recv().unwrap();
