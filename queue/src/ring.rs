@@ -59,12 +59,37 @@ pub(crate) fn load_words_into<T: Message>(words: &[AtomicU64], dst: &mut T) -> R
 }
 
 /// Copies `size` bytes out of `words` (at least `size.div_ceil(8)` of them)
-/// to `dst` with relaxed word loads.
+/// to `dst`.
+///
+/// On x86-64 the bytes come 16 at a time through `movdqu` in an `asm!`
+/// block, the rest (and on every other target all of them) through relaxed
+/// word loads. Either way no reference is made over the shared bytes and
+/// the compiler assumes nothing about them: the asm block is opaque to it,
+/// so a misbehaving peer writing the slot meanwhile gives us torn bytes in
+/// our copy, never undefined behaviour; the copy is checked afterwards as
+/// any other. The wide loads are what a batch pop needs to keep up with a
+/// `memcpy`-based ring (BENCHMARKS.md, "Queues against shaq, 2026-11-28").
 ///
 /// # Safety
 /// `dst` is valid for `size` bytes of writes, memory only this thread sees.
+///
+/// # Panics
+/// When `words` holds fewer than `size.div_ceil(8)` words.
 #[inline]
 unsafe fn copy_words(words: &[AtomicU64], dst: *mut u8, size: usize) {
+    let words = &words[..size.div_ceil(8)];
+    #[cfg(all(target_arch = "x86_64", not(loom), not(miri)))]
+    let (words, dst, size) = {
+        let pairs = size / 16;
+        for k in 0..pairs {
+            // SAFETY: `16k + 16 ≤ size`: bytes of `words` (its length is
+            // checked above) and of `dst` (the caller's).
+            unsafe { copy16(words.as_ptr().cast::<u8>().add(16 * k), dst.add(16 * k)) };
+        }
+        // SAFETY: `16 × pairs ≤ size`, within `dst` (the caller's).
+        let rest = unsafe { dst.add(16 * pairs) };
+        (&words[2 * pairs..], rest, size % 16)
+    };
     let full = size / 8;
     for (k, word) in words[..full].iter().enumerate() {
         let bytes = word.load(Ordering::Relaxed).to_ne_bytes();
@@ -78,7 +103,32 @@ unsafe fn copy_words(words: &[AtomicU64], dst: *mut u8, size: usize) {
     }
 }
 
-/// Copies a `T` out of `words` with relaxed word loads into private memory,
+/// Copies 16 bytes from shared `src` to private `dst`: one `movdqu` load in
+/// an `asm!` block (see [`copy_words`]), one ordinary store.
+///
+/// # Safety
+/// `src` is valid for 16 bytes of reads (slot words of a live mapping),
+/// `dst` for 16 bytes of writes that only this thread sees.
+#[cfg(all(target_arch = "x86_64", not(loom), not(miri)))]
+#[inline(always)]
+unsafe fn copy16(src: *const u8, dst: *mut u8) {
+    use std::arch::x86_64::__m128i;
+    let v: __m128i;
+    // SAFETY: the load reads the 16 bytes at `src` (the caller's) and
+    // nothing else; no stack, no flags.
+    unsafe {
+        std::arch::asm!(
+            "movdqu {v}, [{src}]",
+            src = in(reg) src,
+            v = out(xmm_reg) v,
+            options(nostack, preserves_flags, readonly),
+        );
+    }
+    // SAFETY: 16 bytes of `dst` (the caller's); unaligned store.
+    unsafe { dst.cast::<__m128i>().write_unaligned(v) };
+}
+
+/// Copies a `T` out of `words` ([`copy_words`]) into private memory,
 /// then checks that copy ([`Message::check`]; nothing for plain data, where
 /// whatever a misbehaving writer left is some value).
 ///
@@ -177,6 +227,33 @@ impl<'a> Ring<'a> {
         dst: &mut T,
     ) -> Result<(), Invalid> {
         load_words_into(self.slot_of::<T>(index), dst)
+    }
+
+    /// Copies the `out.len()` messages from `index` on into `out` at once,
+    /// when that is one copy: a plain `T` filling its slot exactly, so the
+    /// messages lie back to back (two runs where the ring wraps). `false`
+    /// when it is not, and the caller copies slot by slot.
+    #[inline]
+    pub(crate) fn read_run_plain<T: Message>(&self, index: u32, out: &mut [T]) -> bool {
+        if !T::PLAIN || self.geo.stride * 8 != size_of::<T>() || size_of::<T>() == 0 {
+            return false;
+        }
+        let start = (index & self.mask()) as usize;
+        let first = out.len().min(self.geo.capacity as usize - start);
+        let (head, tail) = out.split_at_mut(first);
+        for (from, part) in [(start, head), (0, tail)] {
+            if part.is_empty() {
+                continue;
+            }
+            let words = &self.slots[from * self.geo.stride..][..part.len() * self.geo.stride];
+            // SAFETY: `part` is the caller's own `T`s, `size_of_val(part)`
+            // bytes (`words` is exactly as long: slots are `T`s back to
+            // back); a plain `T` is valid for any bytes.
+            unsafe {
+                copy_words(words, part.as_mut_ptr().cast::<u8>(), size_of_val(part));
+            }
+        }
+        true
     }
 
     /// Free slots, reloading the consumer's head when the cache shows fewer

@@ -53,6 +53,53 @@ fn push_pop_in_order_across_the_wrap_around() {
     assert_eq!(next_out, 100);
 }
 
+/// Pushes `count` values made by `make` through a ring of 8 and pops them
+/// in batches of every size from 1 to 8 (and single pops), so batches start
+/// at every slot and cross the wrap-around; every value comes back whole.
+fn batches_round_trip<T>(make: impl Fn(u64) -> T)
+where
+    T: nodeipc_queue::Message + Copy + PartialEq + std::fmt::Debug,
+{
+    let queue = Queue::<T>::anonymous(8, SCHEMA).unwrap();
+    let mut tx = queue.producer().unwrap();
+    let mut rx = queue.consumer().unwrap();
+    let (mut pushed, mut popped) = (0u64, 0u64);
+    let mut out = [make(u64::MAX); 8];
+    for round in 0..200usize {
+        while tx.try_push(&make(pushed)).unwrap() {
+            pushed += 1;
+        }
+        let want = round % 9;
+        let got = if want == 0 {
+            out[0] = rx.try_pop().unwrap().expect("a full ring has a message");
+            1
+        } else {
+            rx.try_pop_into(&mut out[..want]).unwrap()
+        };
+        assert_eq!(got, want.max(1), "round {round}: the ring was full");
+        for value in &out[..got] {
+            assert_eq!(*value, make(popped), "message {popped}");
+            popped += 1;
+        }
+    }
+    assert!(popped > 800, "only {popped} popped");
+}
+
+#[test]
+fn batch_pops_return_every_byte_whatever_the_size_and_the_wrap() {
+    // Whole 16-byte pairs, pairs and a word, pairs and part of a word, and
+    // sizes whose slots are padded (copied slot by slot).
+    let bytes = |seq: u64, i: usize| (seq.wrapping_mul(31) as u8) ^ (i as u8).wrapping_mul(7);
+    batches_round_trip(msg);
+    batches_round_trip(|seq| std::array::from_fn::<u64, 3, _>(|i| seq ^ ((i as u64) << 56)));
+    batches_round_trip(|seq| {
+        std::array::from_fn::<u32, 10, _>(|i| u32::from(bytes(seq, i)) << (i % 4 * 8))
+    });
+    batches_round_trip(|seq| std::array::from_fn::<u8, 13, _>(|i| bytes(seq, i)));
+    batches_round_trip(|seq| std::array::from_fn::<u8, 17, _>(|i| bytes(seq, i)));
+    batches_round_trip(|seq| seq as u32);
+}
+
 #[test]
 fn full_ring_refuses_then_accepts_after_a_pop() {
     let queue = Queue::<u64>::anonymous(4, SCHEMA).unwrap();
