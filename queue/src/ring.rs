@@ -152,6 +152,41 @@ pub(crate) fn load_words<T: Message>(words: &[AtomicU64]) -> Result<T, Invalid> 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct BadIndex(pub(crate) String);
 
+// The descriptions are built out of line, though they never run on a sound
+// ring: inlined into `ready`, the formatting (whose arguments borrow the
+// loaded tail) had the poll loop keep its ring and indices in stack memory,
+// and a ping-pong's round trip took 200 ns more (versus-shaq `spsc-rt-poll`
+// 750 against 540 ns; BENCHMARKS.md, "Queues against shaq").
+impl BadIndex {
+    /// A head the producer cannot accept, described.
+    #[cold]
+    #[inline(never)]
+    fn head(head: u32, p: &ProducerState) -> BadIndex {
+        BadIndex(format!(
+            "head {head} is not between the last head seen ({}) and the tail ({})",
+            p.head_seen, p.tail
+        ))
+    }
+
+    /// A tail the consumer cannot accept, described.
+    #[cold]
+    #[inline(never)]
+    fn tail(tail: u32, c: &ConsumerState, capacity: u32) -> BadIndex {
+        let ready = tail.wrapping_sub(c.head);
+        BadIndex(if ready > capacity {
+            format!(
+                "tail {tail} is {ready} past head {} in a ring of {capacity}",
+                c.head
+            )
+        } else {
+            format!(
+                "tail {tail} is not between the last tail seen ({}) and head {} + capacity {capacity}",
+                c.tail_seen, c.head
+            )
+        })
+    }
+}
+
 /// The producer's private state.
 #[derive(Debug)]
 pub(crate) struct ProducerState {
@@ -269,10 +304,7 @@ impl<'a> Ring<'a> {
         // The head only moves forward, and never past what we published.
         let advanced = head.wrapping_sub(p.head_seen);
         if advanced > p.tail.wrapping_sub(p.head_seen) {
-            return Err(BadIndex(format!(
-                "head {head} is not between the last head seen ({}) and the tail ({})",
-                p.head_seen, p.tail
-            )));
+            return Err(BadIndex::head(head, p));
         }
         p.head_seen = head;
         Ok(cap - p.tail.wrapping_sub(head))
@@ -300,20 +332,11 @@ impl<'a> Ring<'a> {
         }
         let tail = self.header.tail.load(Ordering::Acquire);
         let ready = tail.wrapping_sub(c.head);
-        // The tail never runs more than a ring ahead of the head…
-        if ready > self.geo.capacity {
-            return Err(BadIndex(format!(
-                "tail {tail} is {ready} past head {} in a ring of {}",
-                c.head, self.geo.capacity
-            )));
-        }
-        // …and only moves forward: fewer ready than last seen is a tail
-        // moved back (by both checks, a tail lies in [tail seen, head + capacity]).
-        if ready < c.tail_seen.wrapping_sub(c.head) {
-            return Err(BadIndex(format!(
-                "tail {tail} is not between the last tail seen ({}) and head {} + capacity {}",
-                c.tail_seen, c.head, self.geo.capacity
-            )));
+        // The tail never runs more than a ring ahead of the head, and only
+        // moves forward: fewer ready than last seen is a tail moved back (by
+        // both checks, a tail lies in [tail seen, head + capacity]).
+        if ready > self.geo.capacity || ready < c.tail_seen.wrapping_sub(c.head) {
+            return Err(BadIndex::tail(tail, c, self.geo.capacity));
         }
         c.tail_seen = tail;
         Ok(ready)
