@@ -62,13 +62,15 @@ pub(crate) fn load_words_into<T: Message>(words: &[AtomicU64], dst: &mut T) -> R
 /// to `dst`.
 ///
 /// On x86-64 the bytes come 16 at a time through `movdqu` in an `asm!`
-/// block, the rest (and on every other target all of them) through relaxed
-/// word loads. Either way no reference is made over the shared bytes and
-/// the compiler assumes nothing about them: the asm block is opaque to it,
-/// so a misbehaving peer writing the slot meanwhile gives us torn bytes in
-/// our copy, never undefined behaviour; the copy is checked afterwards as
-/// any other. The wide loads are what a batch pop needs to keep up with a
-/// `memcpy`-based ring (BENCHMARKS.md, "Queues against shaq, 2026-11-28").
+/// block, a run of [`STRING_COPY`] bytes or more through one `rep movsb`
+/// (the CPU's string copy), the rest (and on every other target all of
+/// them) through relaxed word loads. Either way no reference is made over
+/// the shared bytes and the compiler assumes nothing about them: the asm
+/// block is opaque to it, so a misbehaving peer writing the slot meanwhile
+/// gives us torn bytes in our copy, never undefined behaviour; the copy is
+/// checked afterwards as any other. The wide loads are what a batch pop
+/// needs to keep up with a `memcpy`-based ring (BENCHMARKS.md, "Queues
+/// against shaq, 2026-11-28").
 ///
 /// # Safety
 /// `dst` is valid for `size` bytes of writes, memory only this thread sees.
@@ -80,6 +82,22 @@ unsafe fn copy_words(words: &[AtomicU64], dst: *mut u8, size: usize) {
     let words = &words[..size.div_ceil(8)];
     #[cfg(all(target_arch = "x86_64", not(loom), not(miri)))]
     let (words, dst, size) = {
+        if size >= STRING_COPY {
+            // SAFETY: `words` holds at least `size` bytes (sliced above),
+            // `dst` takes `size` (the caller's); the string copy reads and
+            // writes those bytes alone, forward (the direction flag is clear
+            // on entry to an asm block), and leaves the flags as they were.
+            unsafe {
+                std::arch::asm!(
+                    "rep movsb",
+                    inout("rcx") size => _,
+                    inout("rsi") words.as_ptr().cast::<u8>() => _,
+                    inout("rdi") dst => _,
+                    options(nostack, preserves_flags),
+                );
+            }
+            return;
+        }
         let pairs = size / 16;
         for k in 0..pairs {
             // SAFETY: `16k + 16 ≤ size`: bytes of `words` (its length is
@@ -102,6 +120,12 @@ unsafe fn copy_words(words: &[AtomicU64], dst: *mut u8, size: usize) {
         unsafe { std::ptr::copy_nonoverlapping(last.as_ptr(), dst.add(8 * full), size % 8) };
     }
 }
+
+/// The run from which one `rep movsb` copies faster than 16-byte loads: a
+/// batch pop's run of messages (versus-shaq `spsc-throughput`, 64 messages
+/// of 64 bytes, 8 % more a second), not a single small message.
+#[cfg(all(target_arch = "x86_64", not(loom), not(miri)))]
+const STRING_COPY: usize = 512;
 
 /// Copies 16 bytes from shared `src` to private `dst`: one `movdqu` load in
 /// an `asm!` block (see [`copy_words`]), one ordinary store.

@@ -98,6 +98,10 @@ fn batch_pops_return_every_byte_whatever_the_size_and_the_wrap() {
     batches_round_trip(|seq| std::array::from_fn::<u8, 13, _>(|i| bytes(seq, i)));
     batches_round_trip(|seq| std::array::from_fn::<u8, 17, _>(|i| bytes(seq, i)));
     batches_round_trip(|seq| seq as u32);
+    // Runs long enough for the string copy: batches of 3 and more, and
+    // one message of 512 bytes alone.
+    batches_round_trip(|seq| std::array::from_fn::<u64, 25, _>(|i| seq << 8 | i as u64));
+    batches_round_trip(|seq| std::array::from_fn::<u64, 64, _>(|i| seq << 8 | i as u64));
 }
 
 #[test]
