@@ -22,7 +22,7 @@ pub use list::{
 };
 pub use name::{MAX_NAME_LEN, validate_name};
 pub use open::{OpenOptions, open_unmapped};
-pub use region::{Pages, REGION_MODE, Region, unlink};
+pub use region::{Pages, Prefetch, REGION_MODE, Region, unlink};
 pub use view::{Padded, ShmSafe};
 
 /// Where Linux keeps POSIX shared-memory objects and named semaphores.

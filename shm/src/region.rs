@@ -13,6 +13,7 @@ use crate::space::{HugePages, reserve};
 use crate::{Error, Result};
 
 mod access;
+pub use access::Prefetch;
 
 /// What backs an anonymous region's memory
 /// ([`Region::anonymous_pages`]).

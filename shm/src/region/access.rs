@@ -113,3 +113,64 @@ impl Region {
         Ok(unsafe { std::slice::from_raw_parts_mut(self.as_ptr().add(offset), len) })
     }
 }
+
+/// Which way a [`Region::prefetch`] expects the lines to be used.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Prefetch {
+    /// Read soon: the lines are fetched shared (`prefetcht0`).
+    Read,
+    /// Written soon: the lines are fetched owned (`prefetchw`), so the
+    /// write that follows finds them here instead of asking the core that
+    /// read them last.
+    Write,
+}
+
+impl Region {
+    /// Asks this core to fetch the cache lines of `offset..offset + len`
+    /// ahead of use: a hint, which changes nothing any process sees in the
+    /// region and never faults. The part of the range past the mapping is
+    /// ignored. A no-op where no prefetch instruction is known (every
+    /// target but x86-64).
+    ///
+    /// What it is for: a line another core used last costs a round trip
+    /// between the cores on first touch (hundreds of nanoseconds on a
+    /// virtual machine). Fetched early, that trip overlaps other work, or
+    /// another such trip, instead of stalling the thread when it comes.
+    #[inline]
+    pub fn prefetch(&self, offset: usize, len: usize, intent: Prefetch) {
+        const LINE: usize = 64;
+        let end = offset.saturating_add(len).min(self.len());
+        let mut at = offset - offset % LINE;
+        while at < end {
+            prefetch_line(self.as_ptr().wrapping_add(at), intent);
+            at += LINE;
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+fn prefetch_line(line: *const u8, intent: Prefetch) {
+    // SAFETY: prefetch instructions touch no architectural state: they
+    // neither fault (whatever the address) nor change memory, so no other
+    // process mapping the line can tell. `prefetchw` decodes as a no-op on
+    // the x86-64 cores that predate it.
+    unsafe {
+        match intent {
+            Prefetch::Read => std::arch::asm!(
+                "prefetcht0 [{line}]",
+                line = in(reg) line,
+                options(nostack, preserves_flags, readonly)
+            ),
+            Prefetch::Write => std::arch::asm!(
+                "prefetchw [{line}]",
+                line = in(reg) line,
+                options(nostack, preserves_flags, readonly)
+            ),
+        }
+    }
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+#[inline(always)]
+fn prefetch_line(_line: *const u8, _intent: Prefetch) {}

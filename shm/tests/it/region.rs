@@ -567,3 +567,37 @@ fn regression_create_gets_mode_0600_from_the_open_itself() {
     );
     assert!(shm_leftovers(&name).is_empty());
 }
+
+#[test]
+fn prefetch_changes_nothing_and_ignores_what_lies_past_the_mapping() {
+    use nodeipc_shm::Prefetch;
+    let region = Region::anonymous(3 * 4096).unwrap();
+    let pattern: Vec<u8> = (0..region.len()).map(|i| (i * 7 % 251) as u8).collect();
+    region.write_at(0, &pattern).unwrap();
+    let read_only = Region::from_fd_read_only(region.reopen_read_only().unwrap()).unwrap();
+    let len = region.len();
+    // Whole lines, parts of lines, the last byte, ranges running past the
+    // end or starting beyond it, lengths that overflow: none faults, on
+    // the writable mapping or (for a write intent too) the read-only one.
+    let ranges = [
+        (0, len),
+        (1, 62),
+        (63, 2),
+        (len - 1, 1),
+        (len - 10, 4096),
+        (len, 64),
+        (len + 4096, 64),
+        (usize::MAX - 8, 64),
+        (100, usize::MAX),
+        (0, 0),
+    ];
+    for intent in [Prefetch::Read, Prefetch::Write] {
+        for (offset, n) in ranges {
+            region.prefetch(offset, n, intent);
+            read_only.prefetch(offset, n, intent);
+        }
+    }
+    let mut after = vec![0u8; len];
+    read_only.read_at(0, &mut after).unwrap();
+    assert!(after == pattern, "a prefetch changed what the region holds");
+}
