@@ -53,11 +53,28 @@ fn a_deadline_ends_the_wait_and_a_zero_one_ends_it_before_parking() {
         other => panic!("expected a timeout, got {other:?}"),
     }
     assert!(start.elapsed() < Duration::from_secs(5));
-    let mut zero = Deadline::after(Some(Duration::ZERO));
-    let waited = wait_while(&word, &parked, 7, &mut zero, Spin::DEFAULT, || {
-        panic!("a zero deadline ends the wait before any slice")
-    });
-    assert!(matches!(waited, Err(WaitError::<()>::TimedOut(_))));
+    // Short and zero limits, in both yield phases (short spins, then
+    // yields; yields at once): the clock, read only every few turns of a
+    // long wait, is read on every turn of these.
+    for spin in [Spin::DEFAULT, Spin::OVERSUBSCRIBED] {
+        let mut zero = Deadline::after(Some(Duration::ZERO));
+        let waited = wait_while(&word, &parked, 7, &mut zero, spin, || {
+            panic!("a zero deadline ends the wait before any slice")
+        });
+        assert!(matches!(waited, Err(WaitError::<()>::TimedOut(_))));
+        let mut short = Deadline::after(Some(Duration::from_micros(30)));
+        match wait_while(&word, &parked, 7, &mut short, spin, || -> Result<(), ()> {
+            panic!("a 30 µs deadline ends the wait before any slice")
+        }) {
+            Err(WaitError::TimedOut(waited)) => assert!(waited >= Duration::from_micros(30)),
+            other => panic!("expected a timeout, got {other:?}"),
+        }
+        let mut long = Deadline::after(Some(Duration::from_millis(3)));
+        match wait_while(&word, &parked, 7, &mut long, spin, || Ok::<(), ()>(())) {
+            Err(WaitError::TimedOut(waited)) => assert!(waited >= Duration::from_millis(3)),
+            other => panic!("expected a timeout, got {other:?}"),
+        }
+    }
     // A limit too large for the clock is no limit, not a panic.
     assert!(
         Deadline::after(Some(Duration::MAX))
