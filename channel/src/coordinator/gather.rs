@@ -12,6 +12,8 @@ use std::sync::MutexGuard;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
+use nodeipc_shm::Prefetch;
+
 use super::liveness::Waiter;
 use super::{Gatherer, Shared, TurnGuard};
 use crate::mode::Mode;
@@ -239,6 +241,12 @@ impl Shared {
         let mut gatherer = self.lock_gatherer();
         let n = gatherer.next;
         self.check_outstanding(n)?;
+        // Every worker's next answer slot, asked for before its count is
+        // taken: the two trips to the worker's core overlap.
+        for (rank, &answer) in (0..self.config.workers).zip(&gatherer.consumed) {
+            self.response
+                .prefetch(self.slot_at(rank, slot, answer), 64, Prefetch::Read);
+        }
         let mut complete = true;
         for rank in 0..self.config.workers {
             let r = rank as usize;
@@ -459,10 +467,20 @@ impl Shared {
         answer: u64,
         into: &mut Vec<u8>,
     ) -> Result<()> {
+        // The line the release posts to, fetched while the slot is read.
+        self.prefetch_semaphore(Direction::Response, Role::Produce, rank);
         let copied = self.copy_out(rank, slot, answer, into);
         let released = self.release(rank);
         copied?;
         released
+    }
+
+    /// Where worker `rank`'s answer `answer` lies in the response region.
+    fn slot_at(&self, rank: u32, slot: Slot, answer: u64) -> usize {
+        match slot {
+            Slot::Response => self.layout.response_slot(rank, answer),
+            Slot::Init => self.layout.init_slot(rank, answer),
+        }
     }
 
     /// Copies the body of worker `rank`'s answer `answer` (counted from its
@@ -475,15 +493,10 @@ impl Shared {
     /// The length prefix is copied and checked against the slot first, then
     /// just the body, straight into `into`'s spare capacity.
     fn copy_out(&self, rank: u32, slot: Slot, answer: u64, into: &mut Vec<u8>) -> Result<()> {
-        let (at, size) = match slot {
-            Slot::Response => (
-                self.layout.response_slot(rank, answer),
-                self.layout.response_slot_size,
-            ),
-            Slot::Init => (
-                self.layout.init_slot(rank, answer),
-                self.layout.init_slot_size,
-            ),
+        let at = self.slot_at(rank, slot, answer);
+        let size = match slot {
+            Slot::Response => self.layout.response_slot_size,
+            Slot::Init => self.layout.init_slot_size,
         };
         let shm = |source| Error::Shm {
             channel: self.config.name.clone(),

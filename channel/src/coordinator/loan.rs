@@ -172,7 +172,8 @@ impl RequestLoan<'_> {
     pub fn commit(mut self) -> Result<u64> {
         // Announced (even if a post fails part way): never given back.
         self.committed = true;
-        self.shared.publish(self.index)
+        self.shared
+            .publish(self.index, self.len + nodeipc_proto::LEN_PREFIX)
     }
 }
 

@@ -31,7 +31,8 @@ use std::thread::JoinHandle;
 
 use nodeipc_fdpass::{ForkGeneration, PeerWatch};
 use nodeipc_proto::execute::{ExecuteRequest, ExecuteResponse};
-use nodeipc_shm::Region;
+use nodeipc_sem::ShmSemaphore;
+use nodeipc_shm::{Prefetch, Region};
 
 pub use gather::{Answers, Gathered, Picked};
 pub use loan::RequestLoan;
@@ -41,7 +42,7 @@ pub use thread::ThreadPolicy;
 use crate::config::ChannelConfig;
 use crate::layout::Layout;
 use crate::payload::Payload;
-use crate::sem_kind::{Direction, Role};
+use crate::sem_kind::{Direction, Role, SemKind};
 use crate::sems::SemSet;
 use crate::wait::Budget;
 use crate::{Error, Result};
@@ -366,6 +367,26 @@ impl Shared {
     ) -> &(dyn nodeipc_sem::Semaphore + Sync) {
         self.sems
             .get(&self.response, &self.layout, direction, role, rank, false)
+    }
+
+    /// Asks for worker `rank`'s `(direction, role)` semaphore line, owned,
+    /// ahead of a post to it: the post's wait for the line (the worker
+    /// took or polled it last) then overlaps the frame or slot work done
+    /// before the post. In-region semaphores only: a named one lives in a
+    /// mapping of its own.
+    fn prefetch_semaphore(&self, direction: Direction, role: Role, rank: u32) {
+        if self.config.sems == SemKind::InRegion {
+            let at = self.layout.semaphore(direction, role, rank);
+            self.response
+                .prefetch(at, ShmSemaphore::SIZE, Prefetch::Write);
+        }
+    }
+
+    /// [`prefetch_semaphore`](Shared::prefetch_semaphore) for every worker.
+    fn prefetch_semaphores(&self, direction: Direction, role: Role) {
+        for rank in 0..self.config.workers {
+            self.prefetch_semaphore(direction, role, rank);
+        }
     }
 
     fn lock_gatherer(&self) -> MutexGuard<'_, Gatherer> {

@@ -4,6 +4,8 @@
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
+use nodeipc_shm::Prefetch;
+
 use super::liveness::Waiter;
 use super::{Coordinator, Shared, Turn};
 use crate::layout;
@@ -11,6 +13,9 @@ use crate::payload::Raw;
 use crate::sem_kind::{Direction, Role};
 use crate::wait::{Budget, Wait};
 use crate::{Error, Result};
+
+/// How much of the next request frame a send prefetches.
+const PREFETCH_FRAME: usize = 1024;
 
 impl<Req, Resp> Coordinator<Req, Resp>
 where
@@ -146,7 +151,7 @@ impl Shared {
             self.give_back(self.config.workers);
             return Err(e);
         }
-        self.publish(frame.index).map(Some)
+        self.publish(frame.index, frame.size).map(Some)
     }
 
     /// Checks a request of `body` bytes against the ring, then takes a free
@@ -198,6 +203,7 @@ impl Shared {
                 return freed.map(|_| None);
             }
         }
+        self.prefetch_semaphores(Direction::Request, Role::Consume);
         Ok(Some(Frame {
             index,
             at: self.layout.frame(index),
@@ -214,8 +220,9 @@ impl Shared {
     }
 
     /// Announces request `index`, whose frame [`reserve`](Shared::reserve)
-    /// took and the caller wrote, to every worker.
-    pub(super) fn publish(&self, index: u64) -> Result<u64> {
+    /// took and the caller wrote (`size` bytes, prefix included), to every
+    /// worker.
+    pub(super) fn publish(&self, index: u64, size: usize) -> Result<u64> {
         let header = layout::request_header(&self.request);
         // The mode the response thread gathers it in, known before the
         // thread can see the request sent.
@@ -235,6 +242,13 @@ impl Shared {
                 })?;
         }
         self.idle.changed();
+        // The next frame's first lines, owned again before the next send
+        // writes them (a worker read them last): its stall on them becomes
+        // a fetch during whatever comes between. Up to 1 KiB: a hint's
+        // worth, for a next request about this one's size.
+        let next = self.layout.frame(index.wrapping_add(1));
+        self.request
+            .prefetch(next, size.min(PREFETCH_FRAME), Prefetch::Write);
         Ok(index)
     }
 
