@@ -275,6 +275,7 @@ impl Shared {
             return Ok(None);
         }
         gatherer.next += 1;
+        self.next_gather.store(gatherer.next, Ordering::Release);
         // Every worker's slot is consumed up to this request now.
         self.stale.store(false, Ordering::Release);
         let mut first_error = None;
@@ -356,6 +357,7 @@ impl Shared {
     fn picked<'a>(&'a self, mut gatherer: MutexGuard<'a, Gatherer>, rank: u32) -> Picked<'a> {
         gatherer.taken.iter_mut().for_each(|t| *t = None);
         gatherer.next += 1;
+        self.next_gather.store(gatherer.next, Ordering::Release);
         self.update_stale(&gatherer);
         Picked {
             gatherer,

@@ -5,6 +5,7 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use nodeipc_fdpass::Identity;
+use nodeipc_shm::wait::Spin;
 
 use super::{Coordinator, Shared};
 use crate::layout::worker_flags;
@@ -125,6 +126,10 @@ impl Shared {
         rank: u32,
         budget: &mut Budget,
     ) -> Result<()> {
+        let spin = match (direction, role) {
+            (Direction::Request, Role::Produce) => self.frame_spin(rank),
+            _ => self.spin(),
+        };
         let what = || match direction {
             Direction::Request => format!(
                 "waiting for worker {rank} to free a request frame (it has taken {} requests \
@@ -137,7 +142,7 @@ impl Shared {
             self.sem(direction, role, rank),
             budget,
             self.config.poll,
-            self.spin(),
+            spin,
             &self.config.name,
             what,
             || {
@@ -145,6 +150,30 @@ impl Shared {
                 self.check_worker(rank)
             },
         )
+    }
+
+    /// How a wait for worker `rank`'s next free request frame spins. With
+    /// the response thread on this core ([`Spin::OVERSUBSCRIBED`]) and the
+    /// worker's answer slots all full, only that thread can let the worker
+    /// answer and so free a frame: yield to it at once instead of polling.
+    /// (The worker's count of answers is a hint here: any process may
+    /// write it, and it decides nothing but how long to poll.)
+    fn frame_spin(&self, rank: u32) -> Spin {
+        let spin = self.spin();
+        if !self.crowded.load(Ordering::Relaxed) {
+            return spin;
+        }
+        let answered = self
+            .layout
+            .worker(&self.response, rank)
+            .answered
+            .load(Ordering::Relaxed);
+        let gathered = self.next_gather.load(Ordering::Relaxed);
+        if answered.wrapping_sub(gathered) >= u64::from(self.config.depth) {
+            Spin { polls: 0, ..spin }
+        } else {
+            spin
+        }
     }
 
     /// For the response thread, whether it was asked to stop: then its

@@ -155,6 +155,10 @@ struct Shared {
     recording: AtomicBool,
     /// The mode a request is recorded for when it is sent (`Mode`'s number).
     response_mode: AtomicU8,
+    /// `Gatherer::next` (the request the next gather answers), written
+    /// with the gatherer locked, read without the lock by the response
+    /// thread's look for work and by the sender's choice of how to wait.
+    next_gather: AtomicU64,
     /// Requests sent. The request header holds a copy for the workers, but
     /// any process mapping the region can write that one: what the
     /// coordinator sends next and gathers is decided by this count alone.
@@ -250,6 +254,7 @@ impl<Req: Payload, Resp: Payload> Coordinator<Req, Resp> {
                 modes: Mutex::new(VecDeque::new()),
                 recording: AtomicBool::new(false),
                 response_mode: AtomicU8::new(Mode::Aggregated as u8),
+                next_gather: AtomicU64::new(0),
                 sent: AtomicU64::new(0),
                 born: ForkGeneration::current(),
             }),

@@ -313,21 +313,31 @@ impl Shared {
         // Looked at before `sent`: a send after that look changes the word,
         // and the wait below returns at once.
         let seen = self.idle.seen();
-        let next = self.lock_gatherer().next;
+        let next = self.next_gather.load(Ordering::Acquire);
         if next < self.sent.load(Ordering::SeqCst) {
             return Some(next);
         }
         if !self.stop.load(Ordering::SeqCst) {
-            self.idle.wait(seen, self.spin());
+            self.idle.wait(seen, self.idle_spin());
         }
         None
+    }
+
+    /// How an idle response thread waits for a send: sharing a core with
+    /// the sender, it yields at once (the send it waits for cannot come
+    /// while it polls the core away).
+    fn idle_spin(&self) -> Spin {
+        match self.spin() {
+            spin if self.crowded.load(Ordering::Relaxed) => Spin { polls: 0, ..spin },
+            spin => spin,
+        }
     }
 
     /// One wait slice, cut short by a stop (or a send).
     pub(super) fn pause_after_error(&self) {
         let seen = self.idle.seen();
         if !self.stop.load(Ordering::SeqCst) {
-            self.idle.wait(seen, self.spin());
+            self.idle.wait(seen, self.idle_spin());
         }
     }
 
