@@ -17,12 +17,12 @@
 mod gather;
 mod liveness;
 mod loan;
+mod mode_log;
 mod raw_thread;
 mod recv;
 mod send;
 mod thread;
 
-use std::collections::VecDeque;
 use std::marker::PhantomData;
 use std::os::fd::{BorrowedFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
@@ -149,8 +149,8 @@ struct Shared {
     /// Set while a thread is gathering: a second gathering thread is refused.
     gathering: AtomicBool,
     /// While a [`Raw`](crate::Raw) coordinator's response thread runs, the
-    /// mode each request was sent for, oldest first, as `(index, mode)`.
-    modes: Mutex<VecDeque<(u64, Mode)>>,
+    /// mode each request was sent for.
+    modes: mode_log::ModeLog,
     /// Whether sends record their mode in `modes` (the raw thread runs).
     recording: AtomicBool,
     /// The mode a request is recorded for when it is sent (`Mode`'s number).
@@ -230,6 +230,7 @@ impl<Req: Payload, Resp: Payload> Coordinator<Req, Resp> {
         let workers = (0..config.workers)
             .map(|_| Mutex::new(PeerWatch::new()))
             .collect();
+        let depth = config.depth;
         let gatherer = Gatherer {
             next: 0,
             consumed: vec![0; config.workers as usize],
@@ -251,7 +252,7 @@ impl<Req: Payload, Resp: Payload> Coordinator<Req, Resp> {
                 stale: AtomicBool::new(false),
                 sending: AtomicBool::new(false),
                 gathering: AtomicBool::new(false),
-                modes: Mutex::new(VecDeque::new()),
+                modes: mode_log::ModeLog::new(depth),
                 recording: AtomicBool::new(false),
                 response_mode: AtomicU8::new(Mode::Aggregated as u8),
                 next_gather: AtomicU64::new(0),

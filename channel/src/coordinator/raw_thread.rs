@@ -4,8 +4,8 @@
 //! response threads are.
 
 use std::ops::ControlFlow;
+use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, MutexGuard};
 use std::thread;
 
 use super::gather::{Answers, Gathered, Picked};
@@ -104,13 +104,7 @@ impl Coordinator<Raw, Raw> {
             );
         };
         let rule = self.rule_mut().take();
-        {
-            let mut modes = self.shared.lock_modes();
-            modes.clear();
-            // Never more outstanding than the ring and the slots hold: no
-            // send allocates.
-            modes.reserve(self.shared.config.depth as usize + 2);
-        }
+        self.shared.modes.clear();
         self.shared.recording.store(true, Ordering::SeqCst);
         self.shared.thread_starts();
         let shared = Arc::clone(&self.shared);
@@ -236,28 +230,13 @@ fn finish<'c>(
 }
 
 impl Shared {
-    pub(super) fn lock_modes(&self) -> MutexGuard<'_, std::collections::VecDeque<(u64, Mode)>> {
-        self.modes.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
     pub(super) fn response_mode(&self) -> Mode {
         Mode::from_number(u32::from(self.response_mode.load(Ordering::SeqCst)))
             .unwrap_or(Mode::Aggregated)
     }
 
-    /// The mode request `index` was sent for, if it was recorded; older
-    /// records (requests gathered already) are dropped.
+    /// The mode request `index` was sent for, if it was recorded.
     fn mode_of(&self, index: u64) -> Option<Mode> {
-        let mut modes = self.lock_modes();
-        while modes.front().is_some_and(|&(i, _)| i < index) {
-            modes.pop_front();
-        }
-        match modes.front() {
-            Some(&(i, mode)) if i == index => {
-                modes.pop_front();
-                Some(mode)
-            }
-            _ => None,
-        }
+        self.modes.mode_of(index)
     }
 }

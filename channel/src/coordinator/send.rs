@@ -227,7 +227,7 @@ impl Shared {
         // The mode the response thread gathers it in, known before the
         // thread can see the request sent.
         if self.recording.load(Ordering::SeqCst) {
-            self.lock_modes().push_back((index, self.response_mode()));
+            self.modes.record(index, self.response_mode());
         }
         // Ours first, then the workers' copy in the header (which a hostile
         // worker may overwrite; nothing of ours is computed from it).

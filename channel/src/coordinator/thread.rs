@@ -134,7 +134,7 @@ impl<Req: Payload, Resp: Payload> Coordinator<Req, Resp> {
         let joined = thread.handle.join();
         self.shared.crowded.store(false, Ordering::SeqCst);
         self.shared.recording.store(false, Ordering::SeqCst);
-        self.shared.lock_modes().clear();
+        self.shared.modes.clear();
         match joined {
             Ok((handler, rule)) => {
                 *self.handler_mut() = Some(handler);
