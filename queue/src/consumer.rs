@@ -176,6 +176,10 @@ impl<T: Message> Consumer<T> {
     /// # Errors
     /// As [`pop_timeout`](Consumer::pop_timeout).
     pub fn pop_into_timeout(&mut self, out: &mut [T], timeout: Duration) -> Result<usize> {
+        // `pop_timeout`'s two loops, written out again on purpose: folded
+        // into one helper taking the pop as a closure (always inlined),
+        // `pop_timeout`'s blocking round trip measured 150 ns slower
+        // (versus-shaq spsc-rt-block, 600 -> 760 ns, four alternations).
         for _ in 0..POLLS {
             let n = self.try_pop_into(out)?;
             if n > 0 || out.is_empty() {
