@@ -159,10 +159,6 @@ impl Shared {
     /// (The worker's count of answers is a hint here: any process may
     /// write it, and it decides nothing but how long to poll.)
     fn frame_spin(&self, rank: u32) -> Spin {
-        let spin = self.spin();
-        if !self.crowded.load(Ordering::Relaxed) {
-            return spin;
-        }
         let answered = self
             .layout
             .worker(&self.response, rank)
@@ -170,9 +166,9 @@ impl Shared {
             .load(Ordering::Relaxed);
         let gathered = self.next_gather.load(Ordering::Relaxed);
         if answered.wrapping_sub(gathered) >= u64::from(self.config.depth) {
-            Spin { polls: 0, ..spin }
+            self.spin_for_peer()
         } else {
-            spin
+            self.spin()
         }
     }
 

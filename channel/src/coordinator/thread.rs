@@ -307,6 +307,21 @@ impl Shared {
         }
     }
 
+    /// How a wait that only the coordinator's other thread can end spins:
+    /// sharing a core with that thread, it yields at once (polling would
+    /// only keep the thread it waits for off the core); otherwise as
+    /// [`spin`](Shared::spin).
+    pub(super) fn spin_for_peer(&self) -> Spin {
+        if self.crowded.load(Ordering::Relaxed) {
+            Spin {
+                polls: 0,
+                ..Spin::OVERSUBSCRIBED
+            }
+        } else {
+            Spin::DEFAULT
+        }
+    }
+
     /// The next request whose answers the response thread gathers, once
     /// one is sent; `None` after an idle wait (look again, or stop).
     pub(super) fn next_sent(&self) -> Option<u64> {
@@ -318,26 +333,16 @@ impl Shared {
             return Some(next);
         }
         if !self.stop.load(Ordering::SeqCst) {
-            self.idle.wait(seen, self.idle_spin());
+            self.idle.wait(seen, self.spin_for_peer());
         }
         None
-    }
-
-    /// How an idle response thread waits for a send: sharing a core with
-    /// the sender, it yields at once (the send it waits for cannot come
-    /// while it polls the core away).
-    fn idle_spin(&self) -> Spin {
-        match self.spin() {
-            spin if self.crowded.load(Ordering::Relaxed) => Spin { polls: 0, ..spin },
-            spin => spin,
-        }
     }
 
     /// One wait slice, cut short by a stop (or a send).
     pub(super) fn pause_after_error(&self) {
         let seen = self.idle.seen();
         if !self.stop.load(Ordering::SeqCst) {
-            self.idle.wait(seen, self.idle_spin());
+            self.idle.wait(seen, self.spin_for_peer());
         }
     }
 
