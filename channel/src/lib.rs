@@ -20,7 +20,8 @@ pub use aggregate::{Aggregate, Pick, PullKvRule};
 pub use builder::{Channel, ChannelBuilder};
 pub use config::ChannelConfig;
 pub use coordinator::{
-    Answers, Coordinator, Gathered, Picked, Reply, RequestLoan, ResponseHandler, ThreadPolicy,
+    Answers, Coordinator, GatherAhead, Gathered, Picked, Reply, RequestLoan, ResponseHandler,
+    ThreadPolicy,
 };
 pub use error::{Error, Result};
 pub use handshake::{

@@ -8,14 +8,14 @@
 //! against the slot, and the slot given back at once. The typed modes
 //! decode from those buffers; the raw ones hand them out as slices.
 
-use std::sync::MutexGuard;
 use std::sync::atomic::Ordering;
+use std::sync::{MutexGuard, TryLockError};
 use std::time::Duration;
 
 use nodeipc_shm::Prefetch;
 
 use super::liveness::Waiter;
-use super::{Gatherer, Shared, TurnGuard};
+use super::{Ahead, Gatherer, Shared, TurnGuard};
 use crate::mode::Mode;
 use crate::sem_kind::{Direction, Role};
 use crate::wait::Wait;
@@ -42,6 +42,24 @@ impl Slot {
             Slot::Init => "init slot",
         }
     }
+}
+
+/// The mode a gather takes the next request in.
+#[derive(Clone, Copy, Debug)]
+pub(super) enum ModeOf {
+    /// The caller's.
+    Given(Mode),
+    /// The one recorded at the request's send, else the fallback (the
+    /// response thread's).
+    Recorded(Mode),
+}
+
+/// What [`Shared::gather_next`] gathered: which request, in which mode, and
+/// its answers or why there are none.
+pub(super) struct Next<'c> {
+    pub(super) index: u64,
+    pub(super) mode: Mode,
+    pub(super) answers: Result<Option<Answers<'c>>>,
 }
 
 /// Every worker's response to one request, as bytes (the frames' bodies,
@@ -211,12 +229,165 @@ impl Shared {
         mode: Mode,
         wait: &mut Wait,
     ) -> Result<Option<Answers<'_>>> {
-        Ok(match mode {
-            Mode::First => self.first(waiter, wait)?.map(Answers::One),
-            Mode::All | Mode::Aggregated | Mode::Rank0AfterAll | Mode::Init => {
-                self.every(waiter, Slot::of(mode), wait)?.map(Answers::All)
-            }
-        })
+        self.gather_next(waiter, ModeOf::Given(mode), wait).answers
+    }
+
+    /// [`gather_frames`](Shared::gather_frames) saying which request it
+    /// answered and in what mode: the oldest request not yet handed out,
+    /// which is the first the sending thread gathered ahead if it did (see
+    /// [`gather_ahead`](Shared::gather_ahead)), in its recorded mode for
+    /// [`ModeOf::Recorded`].
+    pub(super) fn gather_next(&self, waiter: Waiter, mode: ModeOf, wait: &mut Wait) -> Next<'_> {
+        let mut gatherer = self.lock_gatherer();
+        if let Some(ahead) = gatherer.ahead.pop_front() {
+            self.ahead_len
+                .store(gatherer.ahead.len(), Ordering::Release);
+            let mode = match mode {
+                ModeOf::Given(mode) => mode,
+                ModeOf::Recorded(_) => ahead.mode,
+            };
+            let index = ahead.index;
+            return Next {
+                index,
+                mode,
+                answers: self.hand_out_ahead(gatherer, ahead, mode),
+            };
+        }
+        let index = gatherer.next;
+        let mode = match mode {
+            ModeOf::Given(mode) => mode,
+            ModeOf::Recorded(fallback) => self.modes.mode_of(index).unwrap_or(fallback),
+        };
+        let answers = match mode {
+            Mode::First => self
+                .first(gatherer, waiter, wait)
+                .map(|one| one.map(Answers::One)),
+            Mode::All | Mode::Aggregated | Mode::Rank0AfterAll | Mode::Init => self
+                .every(gatherer, waiter, Slot::of(mode), wait)
+                .map(|all| all.map(Answers::All)),
+        };
+        Next {
+            index,
+            mode,
+            answers,
+        }
+    }
+
+    /// A request the sending thread gathered ahead, handed out as a gather
+    /// in `mode` takes it: its frames become the gatherer's (swapped, not
+    /// copied). Every answer was there, so a [`Mode::First`] gather takes
+    /// rank 0's.
+    fn hand_out_ahead<'a>(
+        &'a self,
+        mut gatherer: MutexGuard<'a, Gatherer>,
+        ahead: Ahead,
+        mode: Mode,
+    ) -> Result<Option<Answers<'a>>> {
+        let Ahead {
+            mode: gathered_as,
+            mut frames,
+            result,
+            ..
+        } = ahead;
+        if let Err(e) = result {
+            gatherer.spare.push(frames);
+            return Err(e);
+        }
+        if Slot::of(gathered_as) != Slot::of(mode) {
+            gatherer.spare.push(frames);
+            return Err(Error::ResponseThread {
+                channel: self.config.name.clone(),
+                reason: "a request the sending thread gathered ahead for the response thread \
+                         was asked for from the other kind of slot (init or response) than \
+                         the mode it was sent in",
+            });
+        }
+        std::mem::swap(&mut gatherer.frames, &mut frames);
+        gatherer.spare.push(frames);
+        Ok(Some(match mode {
+            Mode::First => Answers::One(Picked {
+                gatherer,
+                rank: 0,
+                turn: None,
+            }),
+            _ => Answers::All(Gathered {
+                gatherer,
+                turn: None,
+            }),
+        }))
+    }
+
+    /// For the response thread, from a send waiting for a free frame: takes
+    /// the next request's answers out of the slots (never waiting) and
+    /// queues them; the thread hands them to the handler in send order as
+    /// if it had gathered them. The worker, given room, answers its next
+    /// request and frees a frame without the thread having to run: sharing
+    /// a core with the sender, the thread is then switched to once for
+    /// many requests rather than once or twice for each. Whether a request
+    /// was gathered so.
+    ///
+    /// Only a request recorded in a mode that takes every answer, with
+    /// every answer there; not while the thread itself gathers (it holds
+    /// the gatherer), nor beyond `ahead_cap` queued requests.
+    pub(super) fn gather_ahead(&self) -> bool {
+        let mut gatherer = match self.gatherer.try_lock() {
+            Ok(gatherer) => gatherer,
+            Err(TryLockError::Poisoned(poisoned)) => poisoned.into_inner(),
+            Err(TryLockError::WouldBlock) => return false,
+        };
+        if gatherer.ahead.len() >= self.ahead_cap {
+            return false;
+        }
+        let index = gatherer.next;
+        let Some(mode) = self.modes.mode_of(index) else {
+            return false;
+        };
+        if mode == Mode::First || index >= self.sent.load(Ordering::Acquire) {
+            return false;
+        }
+        // A look at each count first: a try that finds one missing would
+        // also look at that worker's process, which costs a system call.
+        if (0..self.config.workers)
+            .any(|rank| gatherer.taken[rank as usize].is_none() && !self.answer_ready(rank))
+        {
+            return false;
+        }
+        let result = match self.every_in(
+            &mut gatherer,
+            Waiter::Caller,
+            Slot::of(mode),
+            &mut Wait::Try,
+        ) {
+            Ok(true) => Ok(()),
+            // Not every answer is there yet: what was taken stays taken.
+            Ok(false) => return false,
+            // One answer unusable, every slot consumed: the request's own
+            // error, handed out in its turn.
+            Err(e) if gatherer.next != index => Err(e),
+            // A dead worker or a broken semaphore: nothing consumed, the
+            // thread's own gather meets it (and the send's wait too).
+            Err(_) => return false,
+        };
+        let workers = self.config.workers as usize;
+        let mut frames = gatherer
+            .spare
+            .pop()
+            .unwrap_or_else(|| (0..workers).map(|_| Vec::new()).collect());
+        if result.is_ok() {
+            std::mem::swap(&mut gatherer.frames, &mut frames);
+        }
+        gatherer.ahead.push_back(Ahead {
+            index,
+            mode,
+            frames,
+            result,
+        });
+        self.ahead_len
+            .store(gatherer.ahead.len(), Ordering::Release);
+        drop(gatherer);
+        // A thread idle since it saw nothing to gather looks again.
+        self.idle.changed();
+        true
     }
 
     fn check_outstanding(&self, n: u64) -> Result<()> {
@@ -237,8 +408,32 @@ impl Shared {
 
     /// Every worker's response to the next request, as frames in the
     /// gatherer's buffers.
-    fn every(&self, waiter: Waiter, slot: Slot, wait: &mut Wait) -> Result<Option<Gathered<'_>>> {
-        let mut gatherer = self.lock_gatherer();
+    fn every<'a>(
+        &'a self,
+        mut gatherer: MutexGuard<'a, Gatherer>,
+        waiter: Waiter,
+        slot: Slot,
+        wait: &mut Wait,
+    ) -> Result<Option<Gathered<'a>>> {
+        if !self.every_in(&mut gatherer, waiter, slot, wait)? {
+            return Ok(None);
+        }
+        Ok(Some(Gathered {
+            gatherer,
+            turn: None,
+        }))
+    }
+
+    /// Takes every worker's response to the next request into the
+    /// gatherer's buffers: whether all were there (a [`Wait::Try`] may
+    /// find some missing; what it took stays taken).
+    fn every_in(
+        &self,
+        gatherer: &mut Gatherer,
+        waiter: Waiter,
+        slot: Slot,
+        wait: &mut Wait,
+    ) -> Result<bool> {
         let n = gatherer.next;
         self.check_outstanding(n)?;
         // Every worker's next answer slot, asked for before its count is
@@ -271,8 +466,8 @@ impl Shared {
             gatherer.taken[r] = Some(frame);
         }
         if !complete {
-            self.update_stale(&gatherer);
-            return Ok(None);
+            self.update_stale(gatherer);
+            return Ok(false);
         }
         gatherer.next += 1;
         self.next_gather.store(gatherer.next, Ordering::Release);
@@ -286,17 +481,18 @@ impl Shared {
         }
         match first_error {
             Some(e) => Err(e),
-            None => Ok(Some(Gathered {
-                gatherer,
-                turn: None,
-            })),
+            None => Ok(true),
         }
     }
 
     /// The first response to arrive for the next request; the others are
     /// left in their slots, to be drained.
-    fn first(&self, waiter: Waiter, wait: &mut Wait) -> Result<Option<Picked<'_>>> {
-        let mut gatherer = self.lock_gatherer();
+    fn first<'a>(
+        &'a self,
+        mut gatherer: MutexGuard<'a, Gatherer>,
+        waiter: Waiter,
+        wait: &mut Wait,
+    ) -> Result<Option<Picked<'a>>> {
         let n = gatherer.next;
         self.check_outstanding(n)?;
         // A gather interrupted half-way may already hold an answer.
@@ -440,6 +636,14 @@ impl Shared {
         }
         self.release(rank)?;
         Ok(true)
+    }
+
+    /// Whether worker `rank` has posted an answer not yet taken (a look,
+    /// nothing taken).
+    pub(super) fn answer_ready(&self, rank: u32) -> bool {
+        self.sem(Direction::Response, Role::Consume, rank)
+            .value()
+            .is_ok_and(|count| count > 0)
     }
 
     fn try_take(&self, rank: u32) -> Result<bool> {

@@ -165,13 +165,19 @@ impl Shared {
     /// reading it here made the worker's next write wait to take the line
     /// back (the 64-byte response thread was 6 % slower for it).
     fn frame_spin(&self) -> Spin {
-        let sent = self.sent.load(Ordering::Relaxed);
-        let gathered = self.next_gather.load(Ordering::Relaxed);
-        if sent.wrapping_sub(gathered) >= 2 * u64::from(self.config.depth) {
+        if self.answer_slots_full() {
             self.spin_for_peer()
         } else {
             self.spin()
         }
+    }
+
+    /// Whether, with no request frame free, the workers' answer slots are
+    /// full: see [`frame_spin`](Shared::frame_spin).
+    pub(super) fn answer_slots_full(&self) -> bool {
+        let sent = self.sent.load(Ordering::Relaxed);
+        let gathered = self.next_gather.load(Ordering::Relaxed);
+        sent.wrapping_sub(gathered) >= 2 * u64::from(self.config.depth)
     }
 
     /// For the response thread, whether it was asked to stop: then its

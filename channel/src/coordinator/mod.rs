@@ -23,9 +23,10 @@ mod recv;
 mod send;
 mod thread;
 
+use std::collections::VecDeque;
 use std::marker::PhantomData;
 use std::os::fd::{BorrowedFd, OwnedFd};
-use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::thread::JoinHandle;
 
@@ -36,7 +37,7 @@ use nodeipc_shm::{Prefetch, Region};
 
 pub use gather::{Answers, Gathered, Picked};
 pub use loan::RequestLoan;
-pub use raw_thread::Reply;
+pub use raw_thread::{GatherAhead, Reply};
 pub use thread::ThreadPolicy;
 
 use crate::config::ChannelConfig;
@@ -165,6 +166,19 @@ struct Shared {
     sent: AtomicU64,
     /// The process that made the channel (and its response thread).
     born: ForkGeneration,
+    /// Whether a send waiting for a frame gathers answers ahead for the
+    /// response thread (set while the thread runs, as `GatherAhead` says).
+    helping: AtomicBool,
+    /// The coordinator's choice of when sends gather ahead.
+    gather_ahead: AtomicU8,
+    /// `Gatherer::ahead`'s length, written with the gatherer locked, read
+    /// without the lock by the response thread's look for work.
+    ahead_len: AtomicUsize,
+    /// How many requests may be gathered ahead.
+    ahead_cap: usize,
+    /// How many times a send gathering ahead polls for a free frame (set
+    /// when the response thread starts).
+    ahead_polls: AtomicU32,
 }
 
 /// Where gathering stands: which request the next gather answers, how many
@@ -180,7 +194,30 @@ struct Gatherer {
     /// coordinator's own memory, which no worker can change, reused from
     /// one gather to the next.
     frames: Vec<Vec<u8>>,
+    /// Requests the sending thread gathered for the response thread
+    /// (`Shared::gather_ahead`), oldest first: handed out before anything
+    /// is taken from the slots.
+    ahead: VecDeque<Ahead>,
+    /// Frame buffers of requests handed out from `ahead`, reused.
+    spare: Vec<Vec<Vec<u8>>>,
 }
+
+/// A request whose answers the sending thread gathered ahead: every
+/// worker's frame, or the error one of them was.
+struct Ahead {
+    index: u64,
+    /// The mode it was recorded in at its send.
+    mode: Mode,
+    frames: Vec<Vec<u8>>,
+    result: Result<()>,
+}
+
+/// How many bytes of answers the sending thread may hold gathered ahead
+/// (counting every slot full), and how many requests at most: enough for
+/// the response thread to be switched to once for dozens of small
+/// requests, little memory for large ones.
+const AHEAD_BYTES: usize = 1 << 20;
+const AHEAD_MAX: usize = 64;
 
 impl<Req: Payload, Resp: Payload> Coordinator<Req, Resp> {
     /// Makes the channel `config` describes, over named regions (workers
@@ -236,7 +273,15 @@ impl<Req: Payload, Resp: Payload> Coordinator<Req, Resp> {
             consumed: vec![0; config.workers as usize],
             taken: (0..config.workers).map(|_| None).collect(),
             frames: (0..config.workers).map(|_| Vec::new()).collect(),
+            ahead: VecDeque::new(),
+            spare: Vec::new(),
         };
+        let answers_bytes = layout
+            .response_slot_size
+            .max(layout.init_slot_size)
+            .saturating_mul(config.workers as usize)
+            .max(1);
+        let ahead_cap = (AHEAD_BYTES / answers_bytes).clamp(1, AHEAD_MAX);
         Ok(Coordinator {
             shared: Arc::new(Shared {
                 config,
@@ -258,6 +303,11 @@ impl<Req: Payload, Resp: Payload> Coordinator<Req, Resp> {
                 next_gather: AtomicU64::new(0),
                 sent: AtomicU64::new(0),
                 born: ForkGeneration::current(),
+                helping: AtomicBool::new(false),
+                gather_ahead: AtomicU8::new(GatherAhead::WhenCrowded as u8),
+                ahead_len: AtomicUsize::new(0),
+                ahead_cap,
+                ahead_polls: AtomicU32::new(0),
             }),
             handler: Mutex::new(None),
             rule: Mutex::new(None),

@@ -134,6 +134,7 @@ impl<Req: Payload, Resp: Payload> Coordinator<Req, Resp> {
         let joined = thread.handle.join();
         self.shared.crowded.store(false, Ordering::SeqCst);
         self.shared.recording.store(false, Ordering::SeqCst);
+        self.shared.helping.store(false, Ordering::SeqCst);
         self.shared.modes.clear();
         match joined {
             Ok((handler, rule)) => {
@@ -240,7 +241,7 @@ fn response_loop<Resp: prost::Message + Default + 'static>(
 ) -> (ResponseHandler<Resp>, Box<dyn Aggregate<Resp> + Send>) {
     let channel = &shared.config.name;
     while !shared.stop.load(Ordering::SeqCst) {
-        if shared.next_sent().is_none() {
+        if !shared.has_work() {
             continue;
         }
         let mut wait = Wait::Within(Budget::new(shared.config.timeout));
@@ -322,20 +323,22 @@ impl Shared {
         }
     }
 
-    /// The next request whose answers the response thread gathers, once
-    /// one is sent; `None` after an idle wait (look again, or stop).
-    pub(super) fn next_sent(&self) -> Option<u64> {
+    /// Whether the response thread has a request to hand out: one sent and
+    /// not gathered, or one the sender gathered ahead; `false` after an
+    /// idle wait (look again, or stop).
+    pub(super) fn has_work(&self) -> bool {
         // Looked at before `sent`: a send after that look changes the word,
         // and the wait below returns at once.
         let seen = self.idle.seen();
-        let next = self.next_gather.load(Ordering::Acquire);
-        if next < self.sent.load(Ordering::SeqCst) {
-            return Some(next);
+        if self.ahead_len.load(Ordering::Acquire) > 0
+            || self.next_gather.load(Ordering::Acquire) < self.sent.load(Ordering::SeqCst)
+        {
+            return true;
         }
         if !self.stop.load(Ordering::SeqCst) {
             self.idle.wait(seen, self.spin_for_peer());
         }
-        None
+        false
     }
 
     /// One wait slice, cut short by a stop (or a send).

@@ -9,7 +9,9 @@ use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
-use nodeipc_channel::{Answers, Channel, Coordinator, Error, Gathered, Mode, Raw, Reply};
+use nodeipc_channel::{
+    Answers, Channel, Coordinator, Error, GatherAhead, Gathered, Mode, Raw, Reply,
+};
 use nodeipc_testkit::{Watchdog, spawn_child, this_test_in_a_child, unique_name};
 
 const LONG: Duration = Duration::from_secs(20);
@@ -136,6 +138,137 @@ fn each_request_is_gathered_in_the_mode_it_was_sent_with_in_send_order() {
     coordinator.stop_response_thread().unwrap();
     // Every leftover of the First requests was drained on the thread.
     assert_eq!(coordinator.try_drain().unwrap(), Some(0));
+    drop(coordinator);
+    threads.into_iter().for_each(|t| t.join().unwrap());
+}
+
+/// What worker threads from [`workers`] answer request `i` in `mode`, the
+/// rule picking the highest of `count` ranks; `None` for a First request,
+/// whose answer may be any worker's.
+fn expected(i: usize, mode: Mode, count: u32) -> Option<Vec<(u32, Vec<u8>)>> {
+    let b = i as u8;
+    match mode {
+        Mode::All => Some((0..count).map(|r| (r, vec![b, r as u8])).collect()),
+        Mode::Aggregated => Some(vec![(count - 1, vec![b, (count - 1) as u8])]),
+        Mode::Rank0AfterAll => Some(vec![(0, vec![b, 0])]),
+        Mode::First | Mode::Init => None,
+    }
+}
+
+fn check_heard(i: usize, mode: Mode, count: u32, heard: Heard) {
+    let (id, heard_mode, answers) = heard;
+    assert_eq!((id, heard_mode), (i as u64, mode), "request {i}");
+    let answers = answers.unwrap_or_else(|e| panic!("request {i}: {e}"));
+    match expected(i, mode, count) {
+        Some(expected) => assert_eq!(answers, expected, "request {i} in {mode:?}"),
+        None => {
+            let [(rank, bytes)] = answers.as_slice() else {
+                panic!("request {i}: {answers:?}")
+            };
+            assert_eq!(bytes, &vec![i as u8, *rank as u8], "request {i}");
+        }
+    }
+}
+
+#[test]
+fn with_sends_gathering_ahead_or_not_every_reply_comes_in_send_order_in_its_mode() {
+    let _dog = Watchdog::new("raw thread gather ahead", Duration::from_secs(120));
+    let modes = [
+        Mode::All,
+        Mode::Aggregated,
+        Mode::Rank0AfterAll,
+        Mode::All,
+        Mode::First,
+    ];
+    for when in [
+        GatherAhead::Always,
+        GatherAhead::Never,
+        GatherAhead::WhenCrowded,
+    ] {
+        let channel = Channel::builder(unique_name("raw-thread-ahead"))
+            .workers(2)
+            .depth(2)
+            .timeout(LONG)
+            .raw();
+        let mut coordinator = channel.create().unwrap();
+        let threads = workers(&channel, 2, None);
+        coordinator.wait_for_workers(LONG).unwrap();
+        coordinator.set_aggregate(|all: &Gathered<'_>| Ok(all.len() as u32 - 1));
+        coordinator.set_gather_ahead(when);
+        let (tx, rx) = heard_channel();
+        coordinator
+            .on_response(move |reply: Reply<'_>| {
+                tx.send(owned(reply)).unwrap();
+                ControlFlow::Continue(())
+            })
+            .unwrap();
+        coordinator.start_response_thread().unwrap();
+        let requests = 600;
+        for i in 0..requests {
+            coordinator.set_response_mode(modes[i % modes.len()]);
+            assert_eq!(coordinator.send(&[i as u8]).unwrap(), i as u64);
+        }
+        for i in 0..requests {
+            check_heard(i, modes[i % modes.len()], 2, rx.recv_timeout(LONG).unwrap());
+        }
+        coordinator.stop_response_thread().unwrap();
+        assert_eq!(coordinator.try_drain().unwrap(), Some(0), "{when:?}");
+        drop(coordinator);
+        threads.into_iter().for_each(|t| t.join().unwrap());
+    }
+}
+
+#[test]
+fn requests_left_when_the_handler_ends_the_thread_are_the_next_gathers() {
+    let _dog = Watchdog::new("raw thread ahead then recv", Duration::from_secs(60));
+    let channel = Channel::builder(unique_name("raw-thread-ahead-left"))
+        .workers(2)
+        .depth(8)
+        .timeout(LONG)
+        .raw();
+    let mut coordinator = channel.create().unwrap();
+    let threads = workers(&channel, 2, None);
+    coordinator.wait_for_workers(LONG).unwrap();
+    coordinator.set_aggregate(|all: &Gathered<'_>| Ok(all.len() as u32 - 1));
+    coordinator.set_gather_ahead(GatherAhead::Always);
+    let (requests, last_handled) = (60usize, 49u64);
+    // The handler ends the thread at request 49; the ten after it are sent
+    // by then or fit the ring and the slots (2 x depth) without a gather.
+    let (tx, rx) = heard_channel();
+    coordinator
+        .on_response(move |reply: Reply<'_>| {
+            let id = reply.id;
+            tx.send(owned(reply)).unwrap();
+            if id == last_handled {
+                ControlFlow::Break(())
+            } else {
+                ControlFlow::Continue(())
+            }
+        })
+        .unwrap();
+    coordinator.start_response_thread().unwrap();
+    let mode_of = |i: usize| [Mode::All, Mode::Aggregated][i % 2];
+    for i in 0..requests {
+        coordinator.set_response_mode(mode_of(i));
+        assert_eq!(coordinator.send(&[i as u8]).unwrap(), i as u64);
+    }
+    for i in 0..=last_handled as usize {
+        check_heard(i, mode_of(i), 2, rx.recv_timeout(LONG).unwrap());
+    }
+    coordinator.stop_response_thread().unwrap();
+    // Whether the sender had queued them or they wait in the slots, the
+    // rest come out in send order, in the mode each gather asks for.
+    for i in last_handled as usize + 1..requests {
+        let answers: Vec<(u32, Vec<u8>)> = match coordinator.recv(Mode::All).unwrap() {
+            Answers::All(all) => all.iter().map(|(r, b)| (r, b.to_vec())).collect(),
+            Answers::One(_) => panic!("an All gather gives every answer"),
+        };
+        assert_eq!(answers, expected(i, Mode::All, 2).unwrap(), "request {i}");
+    }
+    assert!(matches!(
+        coordinator.try_recv(Mode::All),
+        Err(Error::NothingOutstanding { .. })
+    ));
     drop(coordinator);
     threads.into_iter().for_each(|t| t.join().unwrap());
 }
