@@ -66,23 +66,33 @@ fn workers(
         .collect()
 }
 
-fn heard_channel() -> (Sender<Heard>, Receiver<Heard>) {
-    mpsc::channel()
-}
-
-#[test]
-fn each_request_is_gathered_in_the_mode_it_was_sent_with_in_send_order() {
-    let _dog = Watchdog::new("raw thread modes", Duration::from_secs(60));
-    let channel = Channel::builder(unique_name("raw-thread-modes"))
-        .workers(3)
-        .depth(4)
+/// A raw channel of `count` worker threads (see [`workers`]) at `depth`,
+/// every worker joined.
+fn running(
+    tag: &str,
+    count: u32,
+    depth: u32,
+    slow: Option<(u32, Duration)>,
+) -> (Coordinator<Raw, Raw>, Vec<JoinHandle<()>>) {
+    let channel = Channel::builder(unique_name(tag))
+        .workers(count)
+        .depth(depth)
         .timeout(LONG)
         .raw();
-    let mut coordinator = channel.create().unwrap();
-    let threads = workers(&channel, 3, Some((2, Duration::from_millis(30))));
+    let coordinator = channel.create().unwrap();
+    let threads = workers(&channel, count, slow);
     coordinator.wait_for_workers(LONG).unwrap();
-    // The rule picks the highest rank.
-    coordinator.set_aggregate(|all: &Gathered<'_>| Ok(all.len() as u32 - 1));
+    (coordinator, threads)
+}
+
+/// Closes the channel, then waits for its worker threads to end.
+fn close(coordinator: Coordinator<Raw, Raw>, threads: Vec<JoinHandle<()>>) {
+    drop(coordinator);
+    threads.into_iter().for_each(|t| t.join().unwrap());
+}
+
+/// Registers a handler that passes every reply on, owned, and goes on.
+fn forward_replies(coordinator: &mut Coordinator<Raw, Raw>) -> Receiver<Heard> {
     let (tx, rx) = heard_channel();
     coordinator
         .on_response(move |reply: Reply<'_>| {
@@ -90,6 +100,25 @@ fn each_request_is_gathered_in_the_mode_it_was_sent_with_in_send_order() {
             ControlFlow::Continue(())
         })
         .unwrap();
+    rx
+}
+
+fn heard_channel() -> (Sender<Heard>, Receiver<Heard>) {
+    mpsc::channel()
+}
+
+#[test]
+fn each_request_is_gathered_in_the_mode_it_was_sent_with_in_send_order() {
+    let _dog = Watchdog::new("raw thread modes", Duration::from_secs(60));
+    let (mut coordinator, threads) = running(
+        "raw-thread-modes",
+        3,
+        4,
+        Some((2, Duration::from_millis(30))),
+    );
+    // The rule picks the highest rank.
+    coordinator.set_aggregate(|all: &Gathered<'_>| Ok(all.len() as u32 - 1));
+    let rx = forward_replies(&mut coordinator);
     coordinator.start_response_thread().unwrap();
     let modes = [
         Mode::All,
@@ -138,8 +167,7 @@ fn each_request_is_gathered_in_the_mode_it_was_sent_with_in_send_order() {
     coordinator.stop_response_thread().unwrap();
     // Every leftover of the First requests was drained on the thread.
     assert_eq!(coordinator.try_drain().unwrap(), Some(0));
-    drop(coordinator);
-    threads.into_iter().for_each(|t| t.join().unwrap());
+    close(coordinator, threads);
 }
 
 /// What worker threads from [`workers`] answer request `i` in `mode`, the
@@ -185,23 +213,10 @@ fn with_sends_gathering_ahead_or_not_every_reply_comes_in_send_order_in_its_mode
         GatherAhead::Never,
         GatherAhead::WhenCrowded,
     ] {
-        let channel = Channel::builder(unique_name("raw-thread-ahead"))
-            .workers(2)
-            .depth(2)
-            .timeout(LONG)
-            .raw();
-        let mut coordinator = channel.create().unwrap();
-        let threads = workers(&channel, 2, None);
-        coordinator.wait_for_workers(LONG).unwrap();
+        let (mut coordinator, threads) = running("raw-thread-ahead", 2, 2, None);
         coordinator.set_aggregate(|all: &Gathered<'_>| Ok(all.len() as u32 - 1));
         coordinator.set_gather_ahead(when);
-        let (tx, rx) = heard_channel();
-        coordinator
-            .on_response(move |reply: Reply<'_>| {
-                tx.send(owned(reply)).unwrap();
-                ControlFlow::Continue(())
-            })
-            .unwrap();
+        let rx = forward_replies(&mut coordinator);
         coordinator.start_response_thread().unwrap();
         let requests = 600;
         for i in 0..requests {
@@ -213,22 +228,14 @@ fn with_sends_gathering_ahead_or_not_every_reply_comes_in_send_order_in_its_mode
         }
         coordinator.stop_response_thread().unwrap();
         assert_eq!(coordinator.try_drain().unwrap(), Some(0), "{when:?}");
-        drop(coordinator);
-        threads.into_iter().for_each(|t| t.join().unwrap());
+        close(coordinator, threads);
     }
 }
 
 #[test]
 fn requests_left_when_the_handler_ends_the_thread_are_the_next_gathers() {
     let _dog = Watchdog::new("raw thread ahead then recv", Duration::from_secs(60));
-    let channel = Channel::builder(unique_name("raw-thread-ahead-left"))
-        .workers(2)
-        .depth(8)
-        .timeout(LONG)
-        .raw();
-    let mut coordinator = channel.create().unwrap();
-    let threads = workers(&channel, 2, None);
-    coordinator.wait_for_workers(LONG).unwrap();
+    let (mut coordinator, threads) = running("raw-thread-ahead-left", 2, 8, None);
     coordinator.set_aggregate(|all: &Gathered<'_>| Ok(all.len() as u32 - 1));
     coordinator.set_gather_ahead(GatherAhead::Always);
     let (requests, last_handled) = (60usize, 49u64);
@@ -269,27 +276,14 @@ fn requests_left_when_the_handler_ends_the_thread_are_the_next_gathers() {
         coordinator.try_recv(Mode::All),
         Err(Error::NothingOutstanding { .. })
     ));
-    drop(coordinator);
-    threads.into_iter().for_each(|t| t.join().unwrap());
+    close(coordinator, threads);
 }
 
 #[test]
 fn aggregated_without_a_rule_is_that_requests_error_and_the_channel_stays_in_step() {
     let _dog = Watchdog::new("raw thread no rule", Duration::from_secs(60));
-    let channel = Channel::builder(unique_name("raw-thread-norule"))
-        .workers(2)
-        .timeout(LONG)
-        .raw();
-    let mut coordinator = channel.create().unwrap();
-    let threads = workers(&channel, 2, None);
-    coordinator.wait_for_workers(LONG).unwrap();
-    let (tx, rx) = heard_channel();
-    coordinator
-        .on_response(move |reply: Reply<'_>| {
-            tx.send(owned(reply)).unwrap();
-            ControlFlow::Continue(())
-        })
-        .unwrap();
+    let (mut coordinator, threads) = running("raw-thread-norule", 2, 1, None);
+    let rx = forward_replies(&mut coordinator);
     assert_eq!(coordinator.response_mode(), Mode::Aggregated);
     coordinator.start_response_thread().unwrap();
     coordinator.send(&[7]).unwrap();
@@ -300,21 +294,13 @@ fn aggregated_without_a_rule_is_that_requests_error_and_the_channel_stays_in_ste
     assert!(first.unwrap_err().contains("no aggregation rule"));
     let (id, _, second) = rx.recv_timeout(LONG).unwrap();
     assert_eq!((id, second.unwrap()), (1, vec![(0, vec![8, 0])]));
-    drop(coordinator);
-    threads.into_iter().for_each(|t| t.join().unwrap());
+    close(coordinator, threads);
 }
 
 #[test]
 fn inside_the_handler_only_try_send_is_allowed() {
     let _dog = Watchdog::new("raw thread handler sends", Duration::from_secs(60));
-    let channel = Channel::builder(unique_name("raw-thread-inside"))
-        .workers(1)
-        .depth(2)
-        .timeout(LONG)
-        .raw();
-    let mut coordinator = channel.create().unwrap();
-    let threads = workers(&channel, 1, None);
-    coordinator.wait_for_workers(LONG).unwrap();
+    let (mut coordinator, threads) = running("raw-thread-inside", 1, 2, None);
     coordinator.set_response_mode(Mode::All);
     let this: Arc<OnceLock<Weak<Coordinator<Raw, Raw>>>> = Arc::new(OnceLock::new());
     let seen = Arc::clone(&this);
@@ -358,8 +344,7 @@ fn inside_the_handler_only_try_send_is_allowed() {
         thread::sleep(Duration::from_millis(1));
     };
     coordinator.stop_response_thread().unwrap();
-    drop(coordinator);
-    threads.into_iter().for_each(|t| t.join().unwrap());
+    close(coordinator, threads);
 }
 
 #[test]
@@ -368,14 +353,7 @@ fn a_send_waits_on_a_full_ring_only_never_on_the_handler() {
         "raw thread send never waits on handler",
         Duration::from_secs(60),
     );
-    let channel = Channel::builder(unique_name("raw-thread-pipeline"))
-        .workers(1)
-        .depth(4)
-        .timeout(LONG)
-        .raw();
-    let mut coordinator = channel.create().unwrap();
-    let threads = workers(&channel, 1, None);
-    coordinator.wait_for_workers(LONG).unwrap();
+    let (mut coordinator, threads) = running("raw-thread-pipeline", 1, 4, None);
     coordinator.set_response_mode(Mode::First);
     // The handler is held until the test lets it go: meanwhile the sender
     // runs ahead as far as the ring and the slot let it, and no further.
@@ -410,8 +388,7 @@ fn a_send_waits_on_a_full_ring_only_never_on_the_handler() {
         assert_eq!(rx.recv_timeout(LONG).unwrap(), id);
     }
     coordinator.stop_response_thread().unwrap();
-    drop(coordinator);
-    threads.into_iter().for_each(|t| t.join().unwrap());
+    close(coordinator, threads);
 }
 
 const DEAD_CHILD: &str = "NODEIPC_TEST_RAW_THREAD_DEAD_WORKER";
@@ -439,13 +416,7 @@ fn a_dead_worker_reaches_the_handler_by_rank_within_a_second() {
         .env(DEAD_CHILD, &name),
     );
     coordinator.wait_for_workers(LONG).unwrap();
-    let (tx, rx) = heard_channel();
-    coordinator
-        .on_response(move |reply: Reply<'_>| {
-            tx.send(owned(reply)).unwrap();
-            ControlFlow::Continue(())
-        })
-        .unwrap();
+    let rx = forward_replies(&mut coordinator);
     coordinator.set_response_mode(Mode::All);
     coordinator.start_response_thread().unwrap();
     coordinator.send(&[5]).unwrap();
@@ -468,20 +439,13 @@ fn a_dead_worker_reaches_the_handler_by_rank_within_a_second() {
         thread::sleep(Duration::from_millis(10));
     }
     assert!(!coordinator.response_thread_running());
-    drop(coordinator);
-    threads.into_iter().for_each(|t| t.join().unwrap());
+    close(coordinator, threads);
 }
 
 #[test]
 fn a_handler_is_replaced_only_while_no_thread_runs() {
     let _dog = Watchdog::new("raw thread handler replaced", Duration::from_secs(60));
-    let channel = Channel::builder(unique_name("raw-thread-replace"))
-        .workers(1)
-        .timeout(LONG)
-        .raw();
-    let mut coordinator = channel.create().unwrap();
-    let threads = workers(&channel, 1, None);
-    coordinator.wait_for_workers(LONG).unwrap();
+    let (mut coordinator, threads) = running("raw-thread-replace", 1, 1, None);
     assert!(coordinator.remove_response_handler().unwrap().is_none());
     coordinator
         .on_response(|_: Reply<'_>| ControlFlow::Continue(()))
@@ -491,13 +455,7 @@ fn a_handler_is_replaced_only_while_no_thread_runs() {
         Err(Error::ResponseThread { .. })
     ));
     assert!(coordinator.remove_response_handler().unwrap().is_some());
-    let (tx, rx) = heard_channel();
-    coordinator
-        .on_response(move |reply: Reply<'_>| {
-            tx.send(owned(reply)).unwrap();
-            ControlFlow::Continue(())
-        })
-        .unwrap();
+    let rx = forward_replies(&mut coordinator);
     coordinator.set_response_mode(Mode::All);
     coordinator.start_response_thread().unwrap();
     match coordinator.remove_response_handler() {
@@ -511,21 +469,13 @@ fn a_handler_is_replaced_only_while_no_thread_runs() {
         rx.recv_timeout(LONG).unwrap(),
         (0, Mode::All, Ok(vec![(0, vec![3, 0])]))
     );
-    drop(coordinator);
-    threads.into_iter().for_each(|t| t.join().unwrap());
+    close(coordinator, threads);
 }
 
 #[test]
 fn a_try_send_inside_the_handler_is_refused_while_another_thread_sends() {
     let _dog = Watchdog::new("raw thread two senders", Duration::from_secs(60));
-    let channel = Channel::builder(unique_name("raw-thread-busy"))
-        .workers(1)
-        .depth(2)
-        .timeout(LONG)
-        .raw();
-    let mut coordinator = channel.create().unwrap();
-    let threads = workers(&channel, 1, None);
-    coordinator.wait_for_workers(LONG).unwrap();
+    let (mut coordinator, threads) = running("raw-thread-busy", 1, 2, None);
     coordinator.set_response_mode(Mode::All);
     let this: Arc<OnceLock<Weak<Coordinator<Raw, Raw>>>> = Arc::new(OnceLock::new());
     let seen = Arc::clone(&this);
@@ -584,6 +534,5 @@ fn a_try_send_inside_the_handler_is_refused_while_another_thread_sends() {
         thread::sleep(Duration::from_millis(1));
     };
     coordinator.stop_response_thread().unwrap();
-    drop(coordinator);
-    threads.into_iter().for_each(|t| t.join().unwrap());
+    close(coordinator, threads);
 }
