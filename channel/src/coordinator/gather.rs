@@ -8,14 +8,15 @@
 //! against the slot, and the slot given back at once. The typed modes
 //! decode from those buffers; the raw ones hand them out as slices.
 
+use std::sync::MutexGuard;
 use std::sync::atomic::Ordering;
-use std::sync::{MutexGuard, TryLockError};
 use std::time::Duration;
 
 use nodeipc_shm::Prefetch;
 
+use super::answers::{Answers, Gathered, Picked};
 use super::liveness::Waiter;
-use super::{Ahead, Gatherer, Shared, TurnGuard};
+use super::{Gatherer, Shared};
 use crate::mode::Mode;
 use crate::sem_kind::{Direction, Role};
 use crate::wait::Wait;
@@ -60,125 +61,6 @@ pub(super) struct Next<'c> {
     pub(super) index: u64,
     pub(super) mode: Mode,
     pub(super) answers: Result<Option<Answers<'c>>>,
-}
-
-/// Every worker's response to one request, as bytes (the frames' bodies,
-/// length prefix removed), in the coordinator's own buffers: borrowed until
-/// it drops, which the coordinator's next gather waits for.
-pub struct Gathered<'c> {
-    gatherer: MutexGuard<'c, Gatherer>,
-    /// The caller's turn as the gathering thread, held while the responses
-    /// are borrowed (the response thread has none: it is the only gatherer).
-    turn: Option<TurnGuard<'c>>,
-}
-
-impl<'c> Gathered<'c> {
-    /// Worker `rank`'s response; `None` past the last rank.
-    pub fn get(&self, rank: u32) -> Option<&[u8]> {
-        self.gatherer.frames.get(rank as usize).map(Vec::as_slice)
-    }
-
-    /// How many responses: one per worker.
-    pub fn len(&self) -> usize {
-        self.gatherer.frames.len()
-    }
-
-    /// Never true: a channel has at least one worker.
-    pub fn is_empty(&self) -> bool {
-        self.gatherer.frames.is_empty()
-    }
-
-    /// Every response with its rank, in rank order.
-    pub fn iter(&self) -> impl Iterator<Item = (u32, &[u8])> {
-        self.gatherer
-            .frames
-            .iter()
-            .enumerate()
-            .map(|(rank, frame)| (rank as u32, frame.as_slice()))
-    }
-
-    /// Worker `rank`'s response alone (the others were checked and are
-    /// dropped), or [`Error::RankOutOfRange`] naming the channel.
-    pub(super) fn into_picked(self, channel: &str, rank: u32) -> Result<Picked<'c>> {
-        if rank as usize >= self.len() {
-            return Err(Error::RankOutOfRange {
-                channel: channel.to_owned(),
-                rank,
-                workers: self.len() as u32,
-            });
-        }
-        Ok(Picked {
-            gatherer: self.gatherer,
-            rank,
-            turn: self.turn,
-        })
-    }
-}
-
-/// One worker's response to one request, as bytes in the coordinator's own
-/// buffer: the first to arrive ([`First`](crate::First)), rank 0's
-/// ([`Rank0AfterAll`](crate::Rank0AfterAll)) or the one a
-/// [`Pick`](crate::Pick) rule chose ([`Aggregated`](crate::Aggregated)).
-/// Borrowed until it drops, which the coordinator's next gather waits for.
-pub struct Picked<'c> {
-    gatherer: MutexGuard<'c, Gatherer>,
-    rank: u32,
-    /// As in [`Gathered`].
-    turn: Option<TurnGuard<'c>>,
-}
-
-impl Picked<'_> {
-    /// The rank whose response this is.
-    pub fn rank(&self) -> u32 {
-        self.rank
-    }
-
-    /// Its response (the frame's body).
-    pub fn bytes(&self) -> &[u8] {
-        self.gatherer
-            .frames
-            .get(self.rank as usize)
-            .map_or(&[], Vec::as_slice)
-    }
-}
-
-/// What a [`Raw`](crate::Raw) coordinator's gather in a runtime [`Mode`]
-/// hands out: every worker's bytes ([`Mode::All`], [`Mode::Init`]) or one
-/// worker's ([`Mode::First`], [`Mode::Aggregated`], [`Mode::Rank0AfterAll`]).
-pub enum Answers<'c> {
-    /// Every worker's response, in rank order.
-    All(Gathered<'c>),
-    /// One worker's response.
-    One(Picked<'c>),
-}
-
-impl<'c> Answers<'c> {
-    /// The answers of a gather that takes every worker's (every mode but
-    /// [`Mode::First`]).
-    pub(super) fn every(self) -> Gathered<'c> {
-        match self {
-            Answers::All(gathered) => gathered,
-            Answers::One(_) => unreachable!("only a First gather takes one answer"),
-        }
-    }
-
-    /// The answer of a [`Mode::First`] gather.
-    pub(super) fn first(self) -> Picked<'c> {
-        match self {
-            Answers::One(picked) => picked,
-            Answers::All(_) => unreachable!("a First gather takes one answer"),
-        }
-    }
-
-    /// With the caller's turn as the gathering thread, held as long as the
-    /// answers are borrowed.
-    pub(super) fn with_turn(mut self, turn: TurnGuard<'c>) -> Answers<'c> {
-        match &mut self {
-            Answers::All(gathered) => gathered.turn = Some(turn),
-            Answers::One(picked) => picked.turn = Some(turn),
-        }
-        self
-    }
 }
 
 /// Decodes every gathered frame and checks each response; the first error
@@ -273,123 +155,6 @@ impl Shared {
         }
     }
 
-    /// A request the sending thread gathered ahead, handed out as a gather
-    /// in `mode` takes it: its frames become the gatherer's (swapped, not
-    /// copied). Every answer was there, so a [`Mode::First`] gather takes
-    /// rank 0's.
-    fn hand_out_ahead<'a>(
-        &'a self,
-        mut gatherer: MutexGuard<'a, Gatherer>,
-        ahead: Ahead,
-        mode: Mode,
-    ) -> Result<Option<Answers<'a>>> {
-        let Ahead {
-            mode: gathered_as,
-            mut frames,
-            result,
-            ..
-        } = ahead;
-        if let Err(e) = result {
-            gatherer.spare.push(frames);
-            return Err(e);
-        }
-        if Slot::of(gathered_as) != Slot::of(mode) {
-            gatherer.spare.push(frames);
-            return Err(Error::ResponseThread {
-                channel: self.config.name.clone(),
-                reason: "a request the sending thread gathered ahead for the response thread \
-                         was asked for from the other kind of slot (init or response) than \
-                         the mode it was sent in",
-            });
-        }
-        std::mem::swap(&mut gatherer.frames, &mut frames);
-        gatherer.spare.push(frames);
-        Ok(Some(match mode {
-            Mode::First => Answers::One(Picked {
-                gatherer,
-                rank: 0,
-                turn: None,
-            }),
-            _ => Answers::All(Gathered {
-                gatherer,
-                turn: None,
-            }),
-        }))
-    }
-
-    /// For the response thread, from a send waiting for a free frame: takes
-    /// the next request's answers out of the slots (never waiting) and
-    /// queues them; the thread hands them to the handler in send order as
-    /// if it had gathered them. The worker, given room, answers its next
-    /// request and frees a frame without the thread having to run: sharing
-    /// a core with the sender, the thread is then switched to once for
-    /// many requests rather than once or twice for each. Whether a request
-    /// was gathered so.
-    ///
-    /// Only a request recorded in a mode that takes every answer, with
-    /// every answer there; not while the thread itself gathers (it holds
-    /// the gatherer), nor beyond `ahead_cap` queued requests.
-    pub(super) fn gather_ahead(&self) -> bool {
-        let mut gatherer = match self.gatherer.try_lock() {
-            Ok(gatherer) => gatherer,
-            Err(TryLockError::Poisoned(poisoned)) => poisoned.into_inner(),
-            Err(TryLockError::WouldBlock) => return false,
-        };
-        if gatherer.ahead.len() >= self.ahead_cap {
-            return false;
-        }
-        let index = gatherer.next;
-        let Some(mode) = self.modes.mode_of(index) else {
-            return false;
-        };
-        if mode == Mode::First || index >= self.sent.load(Ordering::Acquire) {
-            return false;
-        }
-        // A look at each count first: a try that finds one missing would
-        // also look at that worker's process, which costs a system call.
-        if (0..self.config.workers)
-            .any(|rank| gatherer.taken[rank as usize].is_none() && !self.answer_ready(rank))
-        {
-            return false;
-        }
-        let result = match self.every_in(
-            &mut gatherer,
-            Waiter::Caller,
-            Slot::of(mode),
-            &mut Wait::Try,
-        ) {
-            Ok(true) => Ok(()),
-            // Not every answer is there yet: what was taken stays taken.
-            Ok(false) => return false,
-            // One answer unusable, every slot consumed: the request's own
-            // error, handed out in its turn.
-            Err(e) if gatherer.next != index => Err(e),
-            // A dead worker or a broken semaphore: nothing consumed, the
-            // thread's own gather meets it (and the send's wait too).
-            Err(_) => return false,
-        };
-        let workers = self.config.workers as usize;
-        let mut frames = gatherer
-            .spare
-            .pop()
-            .unwrap_or_else(|| (0..workers).map(|_| Vec::new()).collect());
-        if result.is_ok() {
-            std::mem::swap(&mut gatherer.frames, &mut frames);
-        }
-        gatherer.ahead.push_back(Ahead {
-            index,
-            mode,
-            frames,
-            result,
-        });
-        self.ahead_len
-            .store(gatherer.ahead.len(), Ordering::Release);
-        drop(gatherer);
-        // A thread idle since it saw nothing to gather looks again.
-        self.idle.changed();
-        true
-    }
-
     fn check_outstanding(&self, n: u64) -> Result<()> {
         if n >= self.sent.load(Ordering::Acquire) {
             return Err(Error::NothingOutstanding {
@@ -427,7 +192,7 @@ impl Shared {
     /// Takes every worker's response to the next request into the
     /// gatherer's buffers: whether all were there (a [`Wait::Try`] may
     /// find some missing; what it took stays taken).
-    fn every_in(
+    pub(super) fn every_in(
         &self,
         gatherer: &mut Gatherer,
         waiter: Waiter,

@@ -14,6 +14,8 @@
 //! The parts depend one way only: `recv`, `send` and `thread` on `gather`,
 //! all of them on `liveness`; this file on none of them.
 
+mod ahead;
+mod answers;
 mod gather;
 mod liveness;
 mod loan;
@@ -35,9 +37,10 @@ use nodeipc_proto::execute::{ExecuteRequest, ExecuteResponse};
 use nodeipc_sem::ShmSemaphore;
 use nodeipc_shm::{Prefetch, Region};
 
-pub use gather::{Answers, Gathered, Picked};
+pub use ahead::GatherAhead;
+pub use answers::{Answers, Gathered, Picked};
 pub use loan::RequestLoan;
-pub use raw_thread::{GatherAhead, Reply};
+pub use raw_thread::Reply;
 pub use thread::ThreadPolicy;
 
 use crate::config::ChannelConfig;
@@ -51,6 +54,7 @@ use crate::{Error, Result};
 use crate::mode::Mode;
 #[cfg(doc)]
 use crate::mode::{Aggregated, All, First};
+use ahead::Ahead;
 
 /// Called by the response thread with each aggregated response, or with the
 /// error that ended its gather (or, under [`ThreadPolicy::LogAndContinue`],
@@ -202,23 +206,6 @@ struct Gatherer {
     spare: Vec<Vec<Vec<u8>>>,
 }
 
-/// A request whose answers the sending thread gathered ahead: every
-/// worker's frame, or the error one of them was.
-struct Ahead {
-    index: u64,
-    /// The mode it was recorded in at its send.
-    mode: Mode,
-    frames: Vec<Vec<u8>>,
-    result: Result<()>,
-}
-
-/// How many bytes of answers the sending thread may hold gathered ahead
-/// (counting every slot full), and how many requests at most: enough for
-/// the response thread to be switched to once for dozens of small
-/// requests, little memory for large ones.
-const AHEAD_BYTES: usize = 1 << 20;
-const AHEAD_MAX: usize = 64;
-
 impl<Req: Payload, Resp: Payload> Coordinator<Req, Resp> {
     /// Makes the channel `config` describes, over named regions (workers
     /// join by name) or anonymous ones (sealed memfds: workers get them as
@@ -276,12 +263,7 @@ impl<Req: Payload, Resp: Payload> Coordinator<Req, Resp> {
             ahead: VecDeque::new(),
             spare: Vec::new(),
         };
-        let answers_bytes = layout
-            .response_slot_size
-            .max(layout.init_slot_size)
-            .saturating_mul(config.workers as usize)
-            .max(1);
-        let ahead_cap = (AHEAD_BYTES / answers_bytes).clamp(1, AHEAD_MAX);
+        let ahead_cap = ahead::cap(&layout, config.workers);
         Ok(Coordinator {
             shared: Arc::new(Shared {
                 config,

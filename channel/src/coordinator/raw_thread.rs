@@ -8,9 +8,9 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::thread;
 
-use super::gather::{Answers, Gathered, ModeOf, Next, Picked};
+use super::answers::{Answers, Gathered, Picked};
+use super::gather::{ModeOf, Next};
 use super::liveness::Waiter;
-use super::send::AHEAD_POLLS;
 use super::thread::{ThreadPolicy, as_handler, breaks_gather};
 use super::{Coordinator, ResponseHandler, ResponseThread, Shared};
 use crate::mode::Mode;
@@ -131,50 +131,6 @@ impl Coordinator<Raw, Raw> {
                 })
             }
         }
-    }
-}
-
-/// When a send waiting for a free request frame takes answers out of the
-/// slots itself, for the response thread to hand to the handler (see
-/// [`Coordinator::set_gather_ahead`]).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-#[repr(u8)]
-pub enum GatherAhead {
-    /// While the response thread shares a core with the sending thread:
-    /// the sender, the thread and the workers outnumber the cores.
-    #[default]
-    WhenCrowded = 0,
-    /// Whenever the response thread runs.
-    Always = 1,
-    /// Never: only the response thread takes answers out.
-    Never = 2,
-}
-
-impl Coordinator<Raw, Raw> {
-    /// When sends gather answers ahead for the response thread; takes
-    /// effect at the thread's next start.
-    ///
-    /// A send that finds no free request frame waits for a worker to free
-    /// one, which a worker whose answer slots are full does only once the
-    /// response thread has taken an answer. With the thread on the
-    /// sender's core, each such wait costs two thread switches, more than
-    /// the requests it lets through. Gathering ahead, the send takes each
-    /// answer that is there (never waiting for one) and queues it, up to
-    /// 64 requests or 1 MiB of answer slots, so the worker goes on at once;
-    /// while every worker has a core of its own, it also polls a few
-    /// microseconds for the frame before it waits. The thread hands the
-    /// queued requests to the handler first, in send order, exactly as it
-    /// would have (id, mode, answers, errors); it is switched to once the
-    /// queue is full or the sender waits, once for many requests. Only
-    /// requests sent in a mode that takes every answer are gathered ahead
-    /// ([`Mode::First`] ones wait for the thread). Requests still queued
-    /// when the thread ends are the coordinator's next gathers.
-    ///
-    /// Measured with one worker at depth 4 on two cores (64-byte requests),
-    /// [`GatherAhead::WhenCrowded`] gives the thread about 1.6 times
-    /// lock-step's requests a second, against about 1.4 without.
-    pub fn set_gather_ahead(&self, when: GatherAhead) {
-        self.shared.gather_ahead.store(when as u8, Ordering::SeqCst);
     }
 }
 
@@ -299,136 +255,8 @@ fn finish<'c>(
 }
 
 impl Shared {
-    /// As the response thread starts: whether sends gather ahead for it
-    /// (see [`GatherAhead`]), and whether they poll while they do.
-    fn gathers_ahead_from_now(&self) {
-        let helping = match self.gather_ahead.load(Ordering::SeqCst) {
-            x if x == GatherAhead::WhenCrowded as u8 => self.crowded.load(Ordering::SeqCst),
-            x if x == GatherAhead::Always as u8 => true,
-            _ => false,
-        };
-        let cores = thread::available_parallelism().map_or(1, |n| n.get());
-        // The sender's core aside, one for each worker.
-        let workers_have_cores = (self.config.workers as usize) < cores;
-        let polls = if workers_have_cores { AHEAD_POLLS } else { 0 };
-        self.ahead_polls.store(polls, Ordering::SeqCst);
-        self.helping.store(helping, Ordering::SeqCst);
-    }
-
     pub(super) fn response_mode(&self) -> Mode {
         Mode::from_number(u32::from(self.response_mode.load(Ordering::SeqCst)))
             .unwrap_or(Mode::Aggregated)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use std::thread::JoinHandle;
-    use std::time::{Duration, Instant};
-
-    use nodeipc_testkit::{Watchdog, unique_name};
-
-    use super::*;
-    use crate::{Channel, ChannelBuilder};
-
-    const LONG: Duration = Duration::from_secs(20);
-
-    /// Worker threads answering each request with `[request[0], rank]`.
-    fn answering(channel: &ChannelBuilder<Raw, Raw>, count: u32) -> Vec<JoinHandle<()>> {
-        (0..count)
-            .map(|rank| {
-                let channel = channel.clone();
-                thread::spawn(move || {
-                    let mut worker = channel.join(rank).unwrap();
-                    while let Ok(request) = worker.recv() {
-                        if worker.respond(&[request[0], rank as u8]).is_err() {
-                            return;
-                        }
-                    }
-                })
-            })
-            .collect()
-    }
-
-    /// Until every worker has posted an answer not yet taken.
-    fn until_answered(shared: &Shared) {
-        let start = Instant::now();
-        while !(0..shared.config.workers).all(|rank| shared.answer_ready(rank)) {
-            assert!(start.elapsed() < LONG, "the workers never answered");
-            thread::sleep(Duration::from_micros(100));
-        }
-    }
-
-    fn bytes(answers: Answers<'_>) -> Vec<(u32, Vec<u8>)> {
-        match answers {
-            Answers::All(all) => all.iter().map(|(r, b)| (r, b.to_vec())).collect(),
-            Answers::One(one) => vec![(one.rank(), one.bytes().to_vec())],
-        }
-    }
-
-    #[test]
-    fn a_send_waiting_for_a_frame_gathers_ahead_and_gathers_hand_the_queue_out_in_order() {
-        let _dog = Watchdog::new("gather ahead", Duration::from_secs(60));
-        let channel = Channel::builder(unique_name("gather-ahead"))
-            .workers(2)
-            .depth(2)
-            .timeout(LONG)
-            .raw();
-        let mut coordinator = channel.create().unwrap();
-        let workers = answering(&channel, 2);
-        coordinator.wait_for_workers(LONG).unwrap();
-        coordinator.set_aggregate(|_: &Gathered<'_>| Ok(1));
-        // As a running response thread has it, with no thread: sends record
-        // their modes and gather ahead; the gathers below are the test's.
-        let shared = Arc::clone(&coordinator.shared);
-        shared.recording.store(true, Ordering::SeqCst);
-        shared.ahead_polls.store(AHEAD_POLLS, Ordering::SeqCst);
-        shared.helping.store(true, Ordering::SeqCst);
-        // No First request: a send never gathers one ahead, and with no
-        // thread to gather it, the ring would stay full.
-        let sent_as = |i: usize| [Mode::All, Mode::Aggregated, Mode::Rank0AfterAll][i % 3];
-        let requests = 24;
-        for i in 0..requests {
-            // Two frames, two answer slots and the request a worker holds:
-            // from the sixth request on, a send finds no frame free until
-            // an answer is taken, and with every answer there, takes it.
-            if i >= 5 {
-                until_answered(&shared);
-            }
-            coordinator.set_response_mode(sent_as(i));
-            assert_eq!(coordinator.send(&[i as u8]).unwrap(), i as u64);
-        }
-        let queued = shared.ahead_len.load(Ordering::SeqCst);
-        assert!(queued >= 5, "only {queued} requests were gathered ahead");
-        // The gathers: queued requests first, then the slots', in send
-        // order, each as the gather's mode asks (a First gather of a queued
-        // request, every answer there, takes rank 0's).
-        for i in 0..requests {
-            let asked = match i % 4 {
-                0 => Mode::All,
-                1 => Mode::First,
-                2 => Mode::Rank0AfterAll,
-                _ => sent_as(i),
-            };
-            let got = bytes(coordinator.recv(asked).unwrap());
-            let b = i as u8;
-            let want = match asked {
-                Mode::All => vec![(0, vec![b, 0]), (1, vec![b, 1])],
-                Mode::Rank0AfterAll => vec![(0, vec![b, 0])],
-                Mode::Aggregated => vec![(1, vec![b, 1])],
-                _ => {
-                    let [(rank, _)] = got.as_slice() else {
-                        panic!("request {i}: {got:?}")
-                    };
-                    vec![(*rank, vec![b, *rank as u8])]
-                }
-            };
-            assert_eq!(got, want, "request {i}, sent as {:?}", sent_as(i));
-        }
-        assert_eq!(shared.ahead_len.load(Ordering::SeqCst), 0);
-        coordinator.drain().unwrap();
-        shared.helping.store(false, Ordering::SeqCst);
-        drop(coordinator);
-        workers.into_iter().for_each(|w| w.join().unwrap());
     }
 }

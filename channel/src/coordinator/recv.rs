@@ -5,7 +5,8 @@
 
 use std::time::Duration;
 
-use super::gather::{Answers, Gathered, Picked, Slot, decode, decode_all};
+use super::answers::{Answers, Gathered, Picked};
+use super::gather::{Slot, decode, decode_all};
 use super::liveness::Waiter;
 use super::{Coordinator, Turn};
 use crate::aggregate::{Aggregate, Pick};

@@ -17,11 +17,6 @@ use crate::{Error, Result};
 /// How much of the next request frame a send prefetches.
 const PREFETCH_FRAME: usize = 1024;
 
-/// How many times a send gathering ahead polls for a free frame before it
-/// waits as usual (a few microseconds), while workers have cores of their
-/// own: polling on a core a worker needs would only delay the frame.
-pub(super) const AHEAD_POLLS: u32 = 128;
-
 impl<Req, Resp> Coordinator<Req, Resp>
 where
     Req: prost::Message + Default + 'static,
@@ -221,44 +216,6 @@ impl Shared {
             rank,
             budget,
         )
-    }
-
-    /// Takes a free request frame of worker `rank` without handing the core
-    /// to the response thread: each answer that is there is gathered ahead
-    /// for it ([`gather_ahead`](Shared::gather_ahead)), which lets the
-    /// worker answer and take its next request, and so free a frame; in
-    /// between, a few polls while workers have cores of their own. Whether
-    /// a frame was taken: `false` (wait as usual, which lets the thread
-    /// run) once the polls are spent, or when the worker waits for room to
-    /// answer and nothing could be gathered ahead (the thread holds the
-    /// gatherer, or its queue is full).
-    fn take_frame_gathering_ahead(&self, rank: u32) -> Result<bool> {
-        let produce = self.sem(Direction::Request, Role::Produce, rank);
-        let sem = |source| Error::Sem {
-            channel: self.config.name.clone(),
-            source,
-        };
-        let polls = self.ahead_polls.load(Ordering::Relaxed);
-        let mut polled = 0;
-        loop {
-            if produce.try_wait().map_err(sem)? {
-                return Ok(true);
-            }
-            if self.answer_ready(rank) {
-                if self.gather_ahead() {
-                    polled = 0;
-                    continue;
-                }
-                if self.answer_slots_full() {
-                    return Ok(false);
-                }
-            }
-            if polled >= polls {
-                return Ok(false);
-            }
-            polled += 1;
-            std::hint::spin_loop();
-        }
     }
 
     /// Gives back the frames taken (by [`reserve`](Shared::reserve)) from
