@@ -35,6 +35,9 @@ fn free_port() -> u16 {
         .expect("a free port")
 }
 
+/// A port etcd was to bind was taken by another process.
+struct Taken;
+
 /// The etcd binary, if installed.
 fn binary() -> Option<String> {
     ["/usr/bin/etcd", "/usr/local/bin/etcd"]
@@ -58,7 +61,7 @@ impl Etcd {
             peer_port: free_port(),
             tls: false,
         };
-        etcd.run();
+        etcd.first_run();
         Some(etcd)
     }
 
@@ -84,7 +87,7 @@ impl Etcd {
             tls: true,
         };
         etcd.pki();
-        etcd.run();
+        etcd.first_run();
         Some(etcd)
     }
 
@@ -121,9 +124,36 @@ impl Etcd {
         self.client_port
     }
 
+    /// The first start: on ports of its own. A port is picked free, then
+    /// released for etcd to bind, and another test's process (a launcher
+    /// listening on an ephemeral port, another etcd) may take it in
+    /// between: etcd then exits at once with "address already in use", and
+    /// it starts again on two other ports.
+    fn first_run(&mut self) {
+        for _ in 0..5 {
+            match self.try_run() {
+                Ok(()) => return,
+                Err(Taken) => {
+                    self.client_port = free_port();
+                    self.peer_port = free_port();
+                }
+            }
+        }
+        panic!("etcd found its ports taken five times: {}", self.log());
+    }
+
     /// Starts etcd (again, on the same data and ports) and waits until it
     /// takes connections.
     pub fn run(&mut self) {
+        if self.try_run().is_err() {
+            panic!("etcd's port was taken while it was down: {}", self.log());
+        }
+    }
+
+    /// [`run`](Etcd::run), or `Err` if etcd exited because a port of its
+    /// was taken.
+    fn try_run(&mut self) -> Result<(), Taken> {
+        let logged = self.log().len();
         let scheme = if self.tls { "https" } else { "http" };
         let client = format!("{scheme}://127.0.0.1:{}", self.client_port);
         let peer = format!("http://127.0.0.1:{}", self.peer_port);
@@ -155,7 +185,27 @@ impl Etcd {
             .stderr(log);
         self.child = Some(spawn_child(&mut command));
         let began = Instant::now();
-        while TcpStream::connect((Ipv4Addr::LOCALHOST, self.client_port)).is_err() {
+        loop {
+            let listening = TcpStream::connect((Ipv4Addr::LOCALHOST, self.client_port)).is_ok();
+            if listening {
+                // What answered may be the process that took the port:
+                // etcd, having failed to bind, exits within moments.
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            if self.exited() {
+                let log = self.log();
+                if log
+                    .get(logged..)
+                    .is_some_and(|new| new.contains("address already in use"))
+                {
+                    self.child = None;
+                    return Err(Taken);
+                }
+                panic!("etcd exited: {log}");
+            }
+            if listening {
+                return Ok(());
+            }
             assert!(
                 began.elapsed() < Duration::from_secs(20),
                 "etcd did not listen within 20 s: {}",
@@ -163,6 +213,14 @@ impl Etcd {
             );
             std::thread::sleep(Duration::from_millis(20));
         }
+    }
+
+    /// Whether the etcd process has exited.
+    fn exited(&mut self) -> bool {
+        self.child
+            .as_mut()
+            .and_then(|c| c.child().try_wait().ok().flatten())
+            .is_some()
     }
 
     /// Kills etcd (SIGKILL), keeping its data.
