@@ -22,14 +22,13 @@ use crate::{Error, Result};
 /// own: polling on a core a worker needs would only delay the frame.
 const AHEAD_POLLS: u32 = 128;
 
-/// A request whose answers the sending thread gathered ahead: every
-/// worker's frame, or the error one of them was.
+/// A request whose answers the sending thread gathered ahead.
 pub(super) struct Ahead {
     pub(super) index: u64,
     /// The mode it was recorded in at its send.
     pub(super) mode: Mode,
-    frames: Vec<Vec<u8>>,
-    result: Result<()>,
+    /// Every worker's frame, or the error one of them was.
+    frames: Result<Vec<Vec<u8>>>,
 }
 
 /// How many bytes of answers the sending thread may hold gathered ahead
@@ -158,17 +157,8 @@ impl Shared {
         ahead: Ahead,
         mode: Mode,
     ) -> Result<Option<Answers<'a>>> {
-        let Ahead {
-            mode: gathered_as,
-            mut frames,
-            result,
-            ..
-        } = ahead;
-        if let Err(e) = result {
-            gatherer.spare.push(frames);
-            return Err(e);
-        }
-        if Slot::of(gathered_as) != Slot::of(mode) {
+        let mut frames = ahead.frames?;
+        if Slot::of(ahead.mode) != Slot::of(mode) {
             gatherer.spare.push(frames);
             return Err(Error::ResponseThread {
                 channel: self.config.name.clone(),
@@ -227,13 +217,23 @@ impl Shared {
         {
             return false;
         }
-        let result = match self.every_in(
+        let frames = match self.every_in(
             &mut gatherer,
             Waiter::Caller,
             Slot::of(mode),
             &mut Wait::Try,
         ) {
-            Ok(true) => Ok(()),
+            // The gathered frames go with the request; the gatherer keeps
+            // a spare set (every worker's buffer) for the next gather.
+            Ok(true) => {
+                let workers = self.config.workers as usize;
+                let mut frames = gatherer
+                    .spare
+                    .pop()
+                    .unwrap_or_else(|| (0..workers).map(|_| Vec::new()).collect());
+                std::mem::swap(&mut gatherer.frames, &mut frames);
+                Ok(frames)
+            }
             // Not every answer is there yet: what was taken stays taken.
             Ok(false) => return false,
             // One answer unusable, every slot consumed: the request's own
@@ -243,19 +243,10 @@ impl Shared {
             // thread's own gather meets it (and the send's wait too).
             Err(_) => return false,
         };
-        let workers = self.config.workers as usize;
-        let mut frames = gatherer
-            .spare
-            .pop()
-            .unwrap_or_else(|| (0..workers).map(|_| Vec::new()).collect());
-        if result.is_ok() {
-            std::mem::swap(&mut gatherer.frames, &mut frames);
-        }
         gatherer.ahead.push_back(Ahead {
             index,
             mode,
             frames,
-            result,
         });
         self.ahead_len
             .store(gatherer.ahead.len(), Ordering::Release);
