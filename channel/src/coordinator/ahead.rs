@@ -4,7 +4,6 @@
 
 use std::sync::atomic::Ordering;
 use std::sync::{MutexGuard, TryLockError};
-use std::thread;
 
 use super::answers::{Answers, Gathered, Picked};
 use super::gather::Slot;
@@ -93,15 +92,15 @@ impl Coordinator<Raw, Raw> {
 }
 
 impl Shared {
-    /// As the response thread starts: whether sends gather ahead for it
-    /// (see [`GatherAhead`]), and whether they poll while they do.
-    pub(super) fn gathers_ahead_from_now(&self) {
+    /// As the response thread starts, with `cores` for this process:
+    /// whether sends gather ahead for it (see [`GatherAhead`]), and whether
+    /// they poll while they do.
+    pub(super) fn gathers_ahead_from_now(&self, cores: usize) {
         let helping = match self.gather_ahead.load(Ordering::SeqCst) {
             x if x == GatherAhead::WhenCrowded as u8 => self.crowded.load(Ordering::SeqCst),
             x if x == GatherAhead::Always as u8 => true,
             _ => false,
         };
-        let cores = thread::available_parallelism().map_or(1, |n| n.get());
         // The sender's core aside, one for each worker.
         let workers_have_cores = (self.config.workers as usize) < cores;
         let polls = if workers_have_cores { AHEAD_POLLS } else { 0 };
@@ -259,7 +258,7 @@ impl Shared {
 
 #[cfg(test)]
 mod tests {
-    use std::thread::JoinHandle;
+    use std::thread::{self, JoinHandle};
     use std::time::{Duration, Instant};
 
     use nodeipc_testkit::{Watchdog, unique_name};

@@ -109,8 +109,8 @@ impl Coordinator<Raw, Raw> {
         let rule = self.rule_mut().take();
         self.shared.modes.clear();
         self.shared.recording.store(true, Ordering::SeqCst);
-        self.shared.thread_starts();
-        self.shared.gathers_ahead_from_now();
+        let cores = self.shared.thread_starts();
+        self.shared.gathers_ahead_from_now(cores);
         let shared = Arc::clone(&self.shared);
         let fallback = self.response_mode();
         let spawned = thread::Builder::new()

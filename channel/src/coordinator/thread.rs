@@ -292,11 +292,13 @@ pub(super) fn breaks_gather(error: &Error) -> bool {
 impl Shared {
     /// Before the response thread starts: no stop asked, and whether the
     /// busy threads outnumber the cores (as the barrier judges its ranks).
-    pub(super) fn thread_starts(&self) {
+    /// Returns the cores this process may use.
+    pub(super) fn thread_starts(&self) -> usize {
         self.stop.store(false, Ordering::SeqCst);
         let cores = thread::available_parallelism().map_or(1, |n| n.get());
         let busy = 2 + self.config.workers as usize;
         self.crowded.store(busy > cores, Ordering::SeqCst);
+        cores
     }
 
     /// How the coordinator's waits poll and yield before they sleep.
