@@ -48,6 +48,10 @@ pub(crate) const REQUEST_MAGIC: u64 = u64::from_le_bytes(*b"NIPCREQ1");
 pub(crate) const RESPONSE_MAGIC: u64 = u64::from_le_bytes(*b"NIPCRSP1");
 pub(crate) const LAYOUT_VERSION: u32 = 2;
 const LINE: usize = 64;
+/// How much of its next frame or slot a side prefetches after writing one
+/// (the coordinator its next request frame, a worker its next answer
+/// slot): a hint's worth, for a next message about this one's size.
+pub(crate) const PREFETCH_NEXT: usize = 1024;
 pub(crate) const REQUEST_HEADER: usize = 128;
 pub(crate) const RESPONSE_HEADER: usize = 64;
 const WORKER_ENTRY: usize = 32;

@@ -14,9 +14,6 @@ use crate::sem_kind::{Direction, Role};
 use crate::wait::{Budget, Wait};
 use crate::{Error, Result};
 
-/// How much of the next request frame a send prefetches.
-const PREFETCH_FRAME: usize = 1024;
-
 impl<Req, Resp> Coordinator<Req, Resp>
 where
     Req: prost::Message + Default + 'static,
@@ -251,11 +248,10 @@ impl Shared {
         self.idle.changed();
         // The next frame's first lines, owned again before the next send
         // writes them (a worker read them last): its stall on them becomes
-        // a fetch during whatever comes between. Up to 1 KiB: a hint's
-        // worth, for a next request about this one's size.
+        // a fetch during whatever comes between.
         let next = self.layout.frame(index.wrapping_add(1));
         self.request
-            .prefetch(next, size.min(PREFETCH_FRAME), Prefetch::Write);
+            .prefetch(next, size.min(layout::PREFETCH_NEXT), Prefetch::Write);
         Ok(index)
     }
 

@@ -213,19 +213,15 @@ impl<Req: Payload, Resp: Payload> Worker<Req, Resp> {
         // The next answer's slot, owned again before it is written (the
         // coordinator read it `depth` answers ago and reads it next only
         // after that answer's post): the write's stall on it becomes a
-        // fetch while this answer travels. Up to 1 KiB, for a next answer
-        // about this one's size.
+        // fetch while this answer travels.
         if let SlotKind::Response = kind {
             let next = self.layout.response_slot(self.rank, answered);
             self.response
-                .prefetch(next, frame.min(PREFETCH_SLOT), Prefetch::Write);
+                .prefetch(next, frame.min(layout::PREFETCH_NEXT), Prefetch::Write);
         }
         posted
     }
 }
-
-/// How much of the next answer slot an answer prefetches.
-const PREFETCH_SLOT: usize = 1024;
 
 /// A response slot taken (its produce count held) and not yet announced:
 /// dropped while `Some`, it gives the slot back.
