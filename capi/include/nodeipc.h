@@ -207,6 +207,12 @@ typedef int32_t (*nodeipc_response_fn)(void *user,
 // hears of the error either way.
 typedef uint32_t nodeipc_thread_policy;
 
+// When a send that finds no free request frame takes the answers that are
+// there out of the slots itself and queues them for the response thread
+// (which hands them to the callback exactly as it would have): one of the
+// `NODEIPC_GATHER_AHEAD_*` numbers.
+typedef uint32_t nodeipc_gather_ahead;
+
 // Who is at the other end of a connected Unix socket (`SO_PEERCRED`).
 typedef struct {
   // Its pid (0 when it lives in a pid namespace we cannot see).
@@ -251,6 +257,17 @@ typedef struct {
 // Go on after a short pause (the library's `log` facade, when a Rust
 // logger is installed, records the error too).
 #define NODEIPC_THREAD_LOG_AND_CONTINUE 1
+
+// While the sender, the response thread and the workers outnumber the
+// cores (the default): the thread shares the sender's core, and each wait
+// for a frame would cost two thread switches.
+#define NODEIPC_GATHER_AHEAD_WHEN_CROWDED 0
+
+// Whenever the response thread runs.
+#define NODEIPC_GATHER_AHEAD_ALWAYS 1
+
+// Never: only the response thread takes answers out.
+#define NODEIPC_GATHER_AHEAD_NEVER 2
 
 #ifdef __cplusplus
 extern "C" {
@@ -546,6 +563,16 @@ nodeipc_status nodeipc_coordinator_response_thread_running(const nodeipc_coordin
 // `coordinator` is a live coordinator handle.
 nodeipc_status nodeipc_coordinator_set_response_mode(const nodeipc_coordinator *coordinator,
                                                      nodeipc_gather_mode mode);
+
+// When sends gather answers ahead for the response thread
+// (`NODEIPC_GATHER_AHEAD_*`; `NODEIPC_GATHER_AHEAD_WHEN_CROWDED` until
+// set). Takes effect at the thread's next start; requests are handed to
+// the callback the same way under each.
+//
+// # Safety
+// `coordinator` is a live coordinator handle.
+nodeipc_status nodeipc_coordinator_set_gather_ahead(const nodeipc_coordinator *coordinator,
+                                                    nodeipc_gather_ahead when);
 
 // `nodeipc_coordinator_send` without waiting: `*out_sent` says whether it
 // was sent (false while a worker has no free frame: nothing is sent), and

@@ -5,7 +5,8 @@
 //!
 //! Which calls may run at the same time on one coordinator:
 //! - one sending thread (`nodeipc_coordinator_send`, `_try_send`,
-//!   `_set_response_mode`) beside the response thread: always;
+//!   `_set_response_mode`, `_set_gather_ahead`) beside the response thread:
+//!   always;
 //! - inside the callback: `nodeipc_coordinator_try_send` only (a waiting
 //!   send, a gather, a drain, or stopping the thread is refused with
 //!   `NODEIPC_ERR_INVALID_ARGUMENT` naming why); a try_send there while the
@@ -18,7 +19,7 @@ use std::ffi::{CString, c_char, c_void};
 use std::ops::ControlFlow;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
-use nodeipc_channel::{Answers, Mode, Reply, ThreadPolicy};
+use nodeipc_channel::{Answers, GatherAhead, Mode, Reply, ThreadPolicy};
 
 use super::args::{bytes, handle, handle_mut, out};
 use super::channel::nodeipc_coordinator;
@@ -56,6 +57,27 @@ pub const NODEIPC_THREAD_STOP_ON_ERROR: nodeipc_thread_policy = 0;
 /// Go on after a short pause (the library's `log` facade, when a Rust
 /// logger is installed, records the error too).
 pub const NODEIPC_THREAD_LOG_AND_CONTINUE: nodeipc_thread_policy = 1;
+
+/// When a send that finds no free request frame takes the answers that are
+/// there out of the slots itself and queues them for the response thread
+/// (which hands them to the callback exactly as it would have): one of the
+/// `NODEIPC_GATHER_AHEAD_*` numbers.
+pub type nodeipc_gather_ahead = u32;
+/// While the sender, the response thread and the workers outnumber the
+/// cores (the default): the thread shares the sender's core, and each wait
+/// for a frame would cost two thread switches.
+pub const NODEIPC_GATHER_AHEAD_WHEN_CROWDED: nodeipc_gather_ahead = 0;
+/// Whenever the response thread runs.
+pub const NODEIPC_GATHER_AHEAD_ALWAYS: nodeipc_gather_ahead = 1;
+/// Never: only the response thread takes answers out.
+pub const NODEIPC_GATHER_AHEAD_NEVER: nodeipc_gather_ahead = 2;
+
+// The C numbers are the channel's own.
+const _: () = {
+    assert!(NODEIPC_GATHER_AHEAD_WHEN_CROWDED == GatherAhead::WhenCrowded as u32);
+    assert!(NODEIPC_GATHER_AHEAD_ALWAYS == GatherAhead::Always as u32);
+    assert!(NODEIPC_GATHER_AHEAD_NEVER == GatherAhead::Never as u32);
+};
 
 /// Called by a coordinator's response thread with each request's answers,
 /// in send order, one call at a time. `id` is the request's index (as its
@@ -307,6 +329,37 @@ pub unsafe extern "C" fn nodeipc_coordinator_set_response_mode(
         // SAFETY: the caller's contract above.
         let c = unsafe { handle(coordinator)? };
         c.coordinator.set_response_mode(gather_mode(mode)?);
+        Ok(())
+    })
+}
+
+/// When sends gather answers ahead for the response thread
+/// (`NODEIPC_GATHER_AHEAD_*`; `NODEIPC_GATHER_AHEAD_WHEN_CROWDED` until
+/// set). Takes effect at the thread's next start; requests are handed to
+/// the callback the same way under each.
+///
+/// # Safety
+/// `coordinator` is a live coordinator handle.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nodeipc_coordinator_set_gather_ahead(
+    coordinator: *const nodeipc_coordinator,
+    when: nodeipc_gather_ahead,
+) -> nodeipc_status {
+    guard("nodeipc_coordinator_set_gather_ahead", || {
+        let when = match when {
+            NODEIPC_GATHER_AHEAD_WHEN_CROWDED => GatherAhead::WhenCrowded,
+            NODEIPC_GATHER_AHEAD_ALWAYS => GatherAhead::Always,
+            NODEIPC_GATHER_AHEAD_NEVER => GatherAhead::Never,
+            other => {
+                return Err(Failure::invalid(format!(
+                    "gather-ahead setting {other} is none of \
+                     NODEIPC_GATHER_AHEAD_WHEN_CROWDED (0) .. NODEIPC_GATHER_AHEAD_NEVER (2)"
+                )));
+            }
+        };
+        // SAFETY: the caller's contract above.
+        let c = unsafe { handle(coordinator)? };
+        c.coordinator.set_gather_ahead(when);
         Ok(())
     })
 }

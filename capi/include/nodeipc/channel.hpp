@@ -43,6 +43,14 @@ enum class Gather : nodeipc_gather_mode {
     init = NODEIPC_GATHER_INIT,
 };
 
+// When a send that finds no free request frame takes the answers that are
+// there out for the response thread (see set_gather_ahead).
+enum class GatherAhead : nodeipc_gather_ahead {
+    when_crowded = NODEIPC_GATHER_AHEAD_WHEN_CROWDED,
+    always = NODEIPC_GATHER_AHEAD_ALWAYS,
+    never = NODEIPC_GATHER_AHEAD_NEVER,
+};
+
 // What a response thread does after an error that breaks a gather, and
 // after an exception of its function: end, or go on (logged on stderr).
 enum class ThreadPolicy : nodeipc_thread_policy {
@@ -351,6 +359,13 @@ class Coordinator {
         check(nodeipc_coordinator_set_response_mode(h_.get(),
                                                     static_cast<nodeipc_gather_mode>(mode)));
     }
+    // Whether sends gather answers ahead for the response thread (read at
+    // its start; GatherAhead::when_crowded until set). The replies are the
+    // same under each; what changes is how often the thread is switched to.
+    void set_gather_ahead(GatherAhead when) {
+        check(nodeipc_coordinator_set_gather_ahead(h_.get(),
+                                                   static_cast<nodeipc_gather_ahead>(when)));
+    }
     // send() without waiting: false (nothing sent) while a worker has no
     // free frame. The one send allowed inside a response function.
     bool try_send(const void* data, size_t len, uint64_t* index = nullptr) {
@@ -639,6 +654,7 @@ class TypedCoordinator {
     uint64_t drain(D timeout = forever) { return c_.drain(timeout); }
     std::optional<uint64_t> try_drain() { return c_.try_drain(); }
     void set_response_mode(Gather mode) { c_.set_response_mode(mode); }
+    void set_gather_ahead(GatherAhead when) { c_.set_gather_ahead(when); }
     // The response thread on decoded replies (an answer that does not
     // decode is the reply's NODEIPC_ERR_CORRUPT, naming its rank).
     void on_response(std::function<void(const TypedReply&)> f,

@@ -203,6 +203,11 @@ int main(int argc, char **argv) {
     CHECK(strstr(nodeipc_last_error(), "gather mode 9") != NULL);
     EXPECT(nodeipc_coordinator_start_response_thread_with(coordinator, on_reply, &heard_sem, 7),
            NODEIPC_ERR_INVALID_ARGUMENT);
+    EXPECT(nodeipc_coordinator_set_gather_ahead(coordinator, 3), NODEIPC_ERR_INVALID_ARGUMENT);
+    CHECK(strstr(nodeipc_last_error(), "gather-ahead setting 3") != NULL);
+    /* Sends gather ahead whatever the cores: every check below holds. */
+    EXPECT(nodeipc_coordinator_set_gather_ahead(coordinator, NODEIPC_GATHER_AHEAD_ALWAYS),
+           NODEIPC_OK);
 
     EXPECT(nodeipc_coordinator_start_response_thread(coordinator, on_reply, &heard_sem),
            NODEIPC_OK);

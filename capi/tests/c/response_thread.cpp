@@ -167,6 +167,36 @@ int main(int argc, char** argv) {
         c.stop_response_thread();
         CHECK(!c.response_thread_running());
 
+        // The same replies, in send order, whether sends gather ahead or not.
+        uint64_t next = kSent + 3;
+        c.set_response_mode(nodeipc::Gather::all);
+        for (auto when : {nodeipc::GatherAhead::never, nodeipc::GatherAhead::always,
+                          nodeipc::GatherAhead::when_crowded}) {
+            constexpr uint64_t kEach = 100;
+            Log each;
+            c.set_gather_ahead(when);
+            c.on_response([&each](const nodeipc::Reply& r) { each.add(r); });
+            std::thread sender([&c, next] {
+                for (uint64_t i = 0; i < kEach; ++i) {
+                    uint8_t v = static_cast<uint8_t>(next + i);
+                    CHECK(c.send(&v, 1, 20s) == next + i);
+                }
+            });
+            sender.join();
+            CHECK(each.wait_for(kEach));
+            c.stop_response_thread();
+            std::lock_guard<std::mutex> g(each.m);
+            CHECK(each.heard.size() == kEach);
+            for (uint64_t i = 0; i < kEach && i < each.heard.size(); ++i) {
+                const Heard& h = each.heard[i];
+                CHECK(h.id == next + i && h.status == NODEIPC_OK && h.answers.size() == kWorkers);
+                for (uint32_t r = 0; r < kWorkers && r < h.answers.size(); ++r)
+                    CHECK(h.answers[r] ==
+                          (std::vector<uint8_t>{static_cast<uint8_t>(next + i), uint8_t(r)}));
+            }
+            next += kEach;
+        }
+
         // log_and_continue: an exception is logged, the thread goes on.
         c.set_response_mode(nodeipc::Gather::all);
         std::atomic<int> calls{0};
