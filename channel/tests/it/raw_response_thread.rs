@@ -391,6 +391,57 @@ fn a_send_waits_on_a_full_ring_only_never_on_the_handler() {
     close(coordinator, threads);
 }
 
+#[test]
+fn sends_while_the_handler_is_held_stop_at_a_bound_and_replies_follow_in_order() {
+    let _dog = Watchdog::new("raw thread held handler", Duration::from_secs(60));
+    let depth = 2;
+    let (mut coordinator, threads) = running("raw-thread-ahead-held", 1, depth, None);
+    coordinator.set_response_mode(Mode::All);
+    coordinator.set_gather_ahead(GatherAhead::Always);
+    let gate = Arc::new(Mutex::new(()));
+    let held = gate.lock().unwrap();
+    let handler_gate = Arc::clone(&gate);
+    let (tx, rx) = mpsc::channel::<(u64, Vec<u8>)>();
+    coordinator
+        .on_response(move |reply: Reply<'_>| {
+            drop(handler_gate.lock().unwrap());
+            let answer = match reply.answers {
+                Ok(Answers::All(all)) => all.iter().map(|(_, bytes)| bytes[0]).collect(),
+                other => panic!("request {}: {:?}", reply.id, other.err()),
+            };
+            tx.send((reply.id, answer)).unwrap();
+            ControlFlow::Continue(())
+        })
+        .unwrap();
+    coordinator.start_response_thread().unwrap();
+    // With the handler held on the first request, sends go out until the
+    // ring stays full: as far as the frames and the answer slots hold when
+    // the thread took that request from the slots (it holds them while its
+    // handler runs), and further, up to the queue's 64 requests, when a
+    // send had gathered it ahead (its answers are then the queue's).
+    let mut sent = 0u64;
+    loop {
+        match coordinator.send_timeout(&[sent as u8], Duration::from_millis(200)) {
+            Ok(id) => assert_eq!(id, sent),
+            Err(Error::Timeout { .. }) => break,
+            Err(e) => panic!("{e}"),
+        }
+        sent += 1;
+        assert!(sent < 1000, "the ring never filled");
+    }
+    let frames_and_slots = u64::from(3 * depth);
+    assert!(
+        (u64::from(depth)..=frames_and_slots + 64 + 1).contains(&sent),
+        "{sent} went out"
+    );
+    drop(held);
+    for id in 0..sent {
+        assert_eq!(rx.recv_timeout(LONG).unwrap(), (id, vec![id as u8]));
+    }
+    coordinator.stop_response_thread().unwrap();
+    close(coordinator, threads);
+}
+
 const DEAD_CHILD: &str = "NODEIPC_TEST_RAW_THREAD_DEAD_WORKER";
 
 #[test]
@@ -477,6 +528,9 @@ fn a_try_send_inside_the_handler_is_refused_while_another_thread_sends() {
     let _dog = Watchdog::new("raw thread two senders", Duration::from_secs(60));
     let (mut coordinator, threads) = running("raw-thread-busy", 1, 2, None);
     coordinator.set_response_mode(Mode::All);
+    // The ring must fill while the handler is held: a send that gathered
+    // ahead would free frames (and go on) without the thread.
+    coordinator.set_gather_ahead(GatherAhead::Never);
     let this: Arc<OnceLock<Weak<Coordinator<Raw, Raw>>>> = Arc::new(OnceLock::new());
     let seen = Arc::clone(&this);
     let gate = Arc::new(Mutex::new(()));
