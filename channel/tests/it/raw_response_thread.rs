@@ -370,16 +370,7 @@ fn a_send_waits_on_a_full_ring_only_never_on_the_handler() {
         .unwrap();
     coordinator.start_response_thread().unwrap();
     // Sends go out until the ring stays full (a send times out).
-    let mut sent = 0u64;
-    loop {
-        match coordinator.send_timeout(&[sent as u8], Duration::from_millis(200)) {
-            Ok(id) => assert_eq!(id, sent),
-            Err(Error::Timeout { .. }) => break,
-            Err(e) => panic!("{e}"),
-        }
-        sent += 1;
-        assert!(sent < 64, "the ring never filled");
-    }
+    let sent = send_until_full(&coordinator, 64);
     // At least the ring's depth went out while the handler was held.
     assert!(sent >= 4, "{sent}");
     assert_eq!(coordinator.try_send(&[0]).unwrap(), None);
@@ -389,6 +380,21 @@ fn a_send_waits_on_a_full_ring_only_never_on_the_handler() {
     }
     coordinator.stop_response_thread().unwrap();
     close(coordinator, threads);
+}
+
+/// Sends request `i` as the byte `i` until one waits 200 ms for a frame
+/// (the ring stays full); returns how many went out, fewer than `most`.
+fn send_until_full(coordinator: &Coordinator<Raw, Raw>, most: u64) -> u64 {
+    let mut sent = 0u64;
+    loop {
+        match coordinator.send_timeout(&[sent as u8], Duration::from_millis(200)) {
+            Ok(id) => assert_eq!(id, sent),
+            Err(Error::Timeout { .. }) => return sent,
+            Err(e) => panic!("{e}"),
+        }
+        sent += 1;
+        assert!(sent < most, "the ring never filled");
+    }
 }
 
 #[test]
@@ -419,16 +425,7 @@ fn sends_while_the_handler_is_held_stop_at_a_bound_and_replies_follow_in_order()
     // the thread took that request from the slots (it holds them while its
     // handler runs), and further, up to the queue's 64 requests, when a
     // send had gathered it ahead (its answers are then the queue's).
-    let mut sent = 0u64;
-    loop {
-        match coordinator.send_timeout(&[sent as u8], Duration::from_millis(200)) {
-            Ok(id) => assert_eq!(id, sent),
-            Err(Error::Timeout { .. }) => break,
-            Err(e) => panic!("{e}"),
-        }
-        sent += 1;
-        assert!(sent < 1000, "the ring never filled");
-    }
+    let sent = send_until_full(&coordinator, 1000);
     let frames_and_slots = u64::from(3 * depth);
     assert!(
         (u64::from(depth)..=frames_and_slots + 64 + 1).contains(&sent),
